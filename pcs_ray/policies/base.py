@@ -1,0 +1,100 @@
+"""The one interface every scheduling policy implements.
+
+A policy answers *how many* GPUs each active app gets; placement (which GPUs)
+is a separate concern. Policies are pure: ``allocate`` depends only on the
+snapshot, so the simulator, the predictor, the solver and the live
+coordinator can share one object without it drifting between them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pcs_ray.state import JobState, Snapshot
+
+Allocation = dict[int, int]  # job_id -> GPU count (jobs left out get 0)
+
+
+class AllocationError(RuntimeError):
+    """A policy returned an allocation that breaks capacity or demand: a bug, not user error."""
+
+
+class SchedulingPolicy(ABC):
+    """Decides GPU counts. Subclasses set ``name`` and implement ``allocate``."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def allocate(self, snap: Snapshot) -> Allocation:
+        """GPU count per active job. Must be work-conserving: a GPU stays idle
+        only if no active job can use it."""
+
+    def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
+        """Time at which ``allocate`` must run again even if nothing else happens
+        (a lease expiry, a priority demotion). ``None``: only on events."""
+        return None
+
+    def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
+        """Worst-case finish time of ``job`` whatever arrives later, if the policy guarantees one."""
+        return None
+
+    def describe(self) -> dict:
+        return {"policy": self.name}
+
+
+def greedy_fill(order: Iterable[JobState], capacity: int, limit=None) -> Allocation:
+    """Give each job, in priority order, as many GPUs as it can use.
+
+    GPUs a job cannot use go to the next job (work conservation, as in PCS's
+    evaluation). Rigid jobs get all their GPUs or none; ``limit(job)`` can cap
+    a job below its demand.
+    """
+    alloc: Allocation = {}
+    free = capacity
+    for job in order:
+        if free <= 0:
+            break
+        spec = job.spec
+        want = spec.max_gpus if limit is None else limit(job)
+        n = min(want, free)
+        if n >= spec.min_gpus and n > 0:
+            alloc[spec.job_id] = n
+            free -= n
+    return alloc
+
+
+def top_up(order: Iterable[JobState], alloc: Allocation, capacity: int) -> Allocation:
+    """Hand GPUs still free after a policy's own rule to jobs in ``order`` (work conservation)."""
+    free = capacity - sum(alloc.values())
+    if free <= 0:
+        return alloc
+    for job in order:
+        spec = job.spec
+        have = alloc.get(spec.job_id, 0)
+        extra = min(spec.max_gpus - have, free)
+        if extra <= 0 or have + extra < spec.min_gpus:
+            continue
+        if spec.rigid and have == 0 and extra < spec.max_gpus:
+            continue
+        alloc[spec.job_id] = have + extra
+        free -= extra
+        if free == 0:
+            break
+    return alloc
+
+
+def validate_allocation(snap: Snapshot, alloc: Allocation, policy: str) -> None:
+    """The caller's check: never trust a policy with capacity or demand."""
+    by_id = {j.spec.job_id: j for j in snap.jobs}
+    total = 0
+    for jid, n in alloc.items():
+        job = by_id.get(jid)
+        if job is None:
+            raise AllocationError(f"{policy}: allocated GPUs to unknown job {jid}")
+        if n < 0 or n > job.spec.max_gpus or (0 < n < job.spec.min_gpus):
+            raise AllocationError(f"{policy}: job {jid} got {n} GPUs, demand is {job.spec.min_gpus}..{job.spec.max_gpus}")
+        total += n
+    if total > snap.capacity:
+        raise AllocationError(f"{policy}: allocated {total} GPUs on a {snap.capacity}-GPU cluster")

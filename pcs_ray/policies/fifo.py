@@ -1,0 +1,20 @@
+"""FIFO (YARN's default): arrival order, each app as many GPUs as it can use."""
+
+from __future__ import annotations
+
+from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
+from pcs_ray.state import JobState, Snapshot
+
+
+class FIFOPolicy(SchedulingPolicy):
+    """Non-preemptive in effect: a later arrival never takes GPUs from an earlier one."""
+
+    name = "fifo"
+
+    def allocate(self, snap: Snapshot) -> Allocation:
+        return greedy_fill(snap.jobs, snap.capacity)
+
+    def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
+        from pcs_ray.policies.wfq import fifo_queue_bound
+
+        return fifo_queue_bound(snap, list(snap.jobs), job, snap.capacity, zeta=0.0)

@@ -1,0 +1,16 @@
+"""SRTF: shortest remaining *time* first (remaining work at the app's best allocation)."""
+
+from __future__ import annotations
+
+from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
+from pcs_ray.state import Snapshot
+
+
+class SRTFPolicy(SchedulingPolicy):
+    """Unlike SRSF, a wide app that would finish soon on all its GPUs goes first."""
+
+    name = "srtf"
+
+    def allocate(self, snap: Snapshot) -> Allocation:
+        order = sorted(snap.jobs, key=lambda j: (j.remaining_time(), j.spec.submit_time, j.spec.job_id))
+        return greedy_fill(order, snap.capacity)

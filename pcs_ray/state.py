@@ -1,0 +1,67 @@
+"""Mutable per-job state and the read-only snapshot a policy decides on.
+
+The simulator and the live coordinator both keep a ``JobState`` per active
+app and hand policies a ``Snapshot``. Policies must treat it as read-only:
+the caller validates what they return and never lets them mutate state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pcs_ray.job import JobSpec
+
+
+@dataclass(slots=True)
+class JobState:
+    """Progress of one app. ``remaining`` is in GPU-seconds at one GPU."""
+
+    spec: JobSpec
+    remaining: float
+    attained: float = 0.0  # GPU-seconds held so far
+    alloc: int = 0
+    gpus: tuple[int, ...] = ()
+    start_time: float | None = None
+    stall_until: float = 0.0  # no progress before this time (checkpoint/restore)
+    slowdown: float = 1.0  # placement-induced: slowest GPU x locality x topology
+    preemptions: int = 0
+    _caps: dict[float, int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def new(cls, spec: JobSpec) -> "JobState":
+        return cls(spec=spec, remaining=spec.service)
+
+    @property
+    def job_id(self) -> int:
+        return self.spec.job_id
+
+    def rate(self, n: int | None = None) -> float:
+        """Progress in 1-GPU-seconds per second on ``n`` GPUs (default: current)."""
+        n = self.alloc if n is None else n
+        return self.spec.speedup[n] / self.slowdown
+
+    def remaining_time(self) -> float:
+        """Time to finish at the job's best allocation (SRTF's key)."""
+        return self.remaining / self.spec.speedup[self.spec.max_gpus]
+
+    def cap(self, zeta: float) -> int:
+        """``JobSpec.efficiency_cap`` memoised: WFQ asks for it every round."""
+        c = self._caps.get(zeta)
+        if c is None:
+            c = self._caps[zeta] = self.spec.efficiency_cap(zeta)
+        return c
+
+    def clone(self) -> "JobState":
+        return JobState(
+            self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
+            self.stall_until, self.slowdown, self.preemptions, self._caps,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a scheduling policy sees: time, capacity and the active apps in arrival order."""
+
+    now: float
+    capacity: int
+    jobs: tuple[JobState, ...]

@@ -1,0 +1,1 @@
+"""pcs-ray workloads package."""
