@@ -9,6 +9,7 @@ stepped. The same ``Engine`` plays the cluster forward for predictions
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -84,10 +85,15 @@ class Engine:
         self.placement = placement
         self.check = check
         self.now = 0.0
-        self.active: list[JobState] = []
+        self.active: dict[int, JobState] = {}  # arrival order
+        self.running: dict[int, JobState] = {}
         self.eta: dict[int, float] = {}  # running job -> finish time under the current allocation
+        self.eta_heap: list[tuple[float, int]] = []  # lazily pruned: entries not matching ``eta`` are stale
+        self.prev_alloc: dict[int, int] = {}
+        self.index = policy.make_index(())
         self.review_at: float | None = None
         self.busy = 0
+        self.demand = 0  # sum of max_gpus over active jobs
         self.area = 0.0  # integral of the number of active apps over time
         self.events = 0
 
@@ -98,64 +104,108 @@ class Engine:
         other.capacity, other.policy, other.overhead = self.capacity, self.policy, self.overhead
         other.placement = self.placement.fork() if self.placement is not None else None
         other.check = False
-        other.now, other.review_at, other.busy, other.area, other.events = (
-            self.now, self.review_at, self.busy, self.area, 0,
+        other.now, other.review_at, other.busy, other.demand, other.area, other.events = (
+            self.now, self.review_at, self.busy, self.demand, self.area, 0,
         )
-        other.active = [j.clone() for j in self.active]
+        other.active = {jid: j.clone() for jid, j in self.active.items()}
+        other.running = {jid: other.active[jid] for jid in self.running}
         other.eta = dict(self.eta)
+        other.eta_heap = list(self.eta_heap)
+        other.prev_alloc = self.prev_alloc
+        other.index = self.policy.make_index(other.active.values())
         return other
 
+    def admit(self, spec: JobSpec) -> JobState:
+        job = JobState.new(spec, self.now)
+        self.active[spec.job_id] = job
+        self.demand += spec.max_gpus
+        if self.index is not None:
+            self.index.add(job)
+        return job
+
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.now, self.capacity, tuple(self.active))
+        # A live view, not a copy: a snapshot is only valid for the round it is made in.
+        return Snapshot(self.now, self.capacity, self.active.values(), self.index)
 
     def next_completion(self) -> float:
-        return min(self.eta.values(), default=INF)
+        heap, eta = self.eta_heap, self.eta
+        while heap and eta.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else INF
 
     # -- the loop ------------------------------------------------------------
     def advance(self, t: float) -> list[JobState]:
-        """Move time to ``t`` (no later than the next completion); return jobs that finish at ``t``."""
+        """Move time to ``t`` (no later than the next completion); return jobs that finish at ``t``.
+
+        Progress is settled lazily (``settle``): between events nothing but the
+        clock moves, so an event costs O(jobs that change), not O(running jobs).
+        """
         dt = t - self.now
         if dt < 0:
             raise RuntimeError(f"time went backwards: {self.now} -> {t}")
-        done: list[JobState] = []
-        if dt > 0:
-            self.area += dt * len(self.active)
-        tol = 1e-9 * max(1.0, abs(t))
-        for job in self.active:
-            n = job.alloc
-            if not n:
-                continue
-            job.attained += n * dt
-            eta = self.eta[job.spec.job_id]
-            if eta <= t + tol:
-                job.remaining = 0.0
-                done.append(job)
-            else:
-                job.remaining = job.rate() * (eta - max(t, job.stall_until))
+        self.area += dt * len(self.active)
         self.now = t
+        lim = t + 1e-9 * max(1.0, abs(t))
+        done = []
+        heap, eta = self.eta_heap, self.eta
+        while heap and heap[0][0] <= lim:
+            end, jid = heapq.heappop(heap)
+            if eta.get(jid) == end:
+                done.append(self.running[jid])
+        for job in done:
+            self.settle(job)
+            job.remaining = 0.0
         return done
 
+    def settle(self, job: JobState) -> None:
+        """Bring ``remaining`` and ``attained`` of ``job`` up to ``now``."""
+        now = self.now
+        dt = now - job.anchor
+        if dt > 0 and job.alloc:
+            job.attained += job.alloc * dt
+            end = self.eta[job.spec.job_id]
+            job.remaining = max(0.0, job.rate() * (end - (now if now > job.stall_until else job.stall_until)))
+        job.anchor = now
+
+    def settle_all(self) -> None:
+        for job in self.running.values():
+            self.settle(job)
+
     def remove(self, finished: list[JobState]) -> None:
-        gone = {j.spec.job_id for j in finished}
         for job in finished:
+            jid = job.spec.job_id
             self.busy -= job.alloc
-            self.eta.pop(job.spec.job_id, None)
+            self.demand -= job.spec.max_gpus
+            self.eta.pop(jid, None)
+            self.running.pop(jid, None)
+            del self.active[jid]
+            if self.index is not None:
+                self.index.remove(job)
             if self.placement is not None:
                 self.placement.release(job)
             job.alloc = 0
-        self.active = [j for j in self.active if j.spec.job_id not in gone]
 
     def reallocate(self) -> None:
+        if self.policy.reads_progress or self.placement is not None:
+            self.settle_all()
         snap = self.snapshot()
         alloc = self.policy.allocate(snap)
         if self.check:
             validate_allocation(snap, alloc, self.policy.name)
         now = self.now
         changed: list[JobState] = []
-        for job in self.active:
-            n = alloc.get(job.spec.job_id, 0)
-            if n == job.alloc:
-                continue
+        active, running = self.active, self.running
+        prev = self.prev_alloc
+        if alloc == prev:
+            moved = []
+        else:
+            moved = [jid for jid, n in alloc.items() if prev.get(jid) != n]
+            moved += [jid for jid in prev if jid not in alloc and jid in active]  # finished jobs are gone
+        self.prev_alloc = alloc
+        for jid in moved:
+            job = active[jid]
+            n = alloc.get(jid, 0)
+            self.settle(job)
             if job.alloc and not n:
                 job.preemptions += 1
             if n and job.start_time is None:
@@ -164,13 +214,18 @@ class Engine:
                 job.stall_until = now + self.overhead  # checkpoint + restore before it moves again
             self.busy += n - job.alloc
             job.alloc = n
+            if n:
+                running[jid] = job
+            else:
+                del running[jid]
             changed.append(job)
         if self.placement is not None:
             changed = self.placement.place(self.snapshot(), changed)
         for job in changed:
             jid = job.spec.job_id
             if job.alloc:
-                self.eta[jid] = max(now, job.stall_until) + job.remaining / job.rate()
+                end = self.eta[jid] = max(now, job.stall_until) + job.remaining / job.rate()
+                heapq.heappush(self.eta_heap, (end, jid))
             else:
                 self.eta.pop(jid, None)
         self.review_at = self.policy.next_review(snap, alloc)
@@ -180,6 +235,13 @@ class Engine:
         """Finish time of every active job if nothing else arrives (the prediction)."""
         finish: dict[int, float] = {}
         while self.active:
+            if self.review_at is None and self.busy == self.demand:
+                # Every job holds all it can use and nothing is due: no work-
+                # conserving policy changes anything now, so the ETAs are final.
+                finish.update(self.eta)
+                self.now = max(self.eta.values(), default=self.now)
+                self.active.clear()
+                break
             t = self.next_completion()
             if self.review_at is not None and self.review_at < t:
                 t = max(self.review_at, self.now)
@@ -248,8 +310,7 @@ def simulate(
         if i < total and arrivals[i].submit_time <= t:
             # One submission at a time, as users submit: simultaneous arrivals
             # each get their own prediction, made before the next one lands.
-            state = JobState.new(arrivals[i])
-            engine.active.append(state)
+            state = engine.admit(arrivals[i])
             area_at_submit[state.spec.job_id] = engine.area
             arrived.append(state)
             i += 1
@@ -257,6 +318,7 @@ def simulate(
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
         if arrived and predict:
+            engine.settle_all()
             snap = engine.snapshot()
             for job in arrived:
                 records[job.spec.job_id].bound = policy.completion_bound(snap, job)

@@ -7,12 +7,13 @@ the caller validates what they return and never lets them mutate state.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pcs_ray.job import JobSpec
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity semantics: two jobs are never "equal"
 class JobState:
     """Progress of one app. ``remaining`` is in GPU-seconds at one GPU."""
 
@@ -25,11 +26,12 @@ class JobState:
     stall_until: float = 0.0  # no progress before this time (checkpoint/restore)
     slowdown: float = 1.0  # placement-induced: slowest GPU x locality x topology
     preemptions: int = 0
+    anchor: float = 0.0  # remaining/attained are exact as of this time (settled lazily)
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def new(cls, spec: JobSpec) -> "JobState":
-        return cls(spec=spec, remaining=spec.service)
+    def new(cls, spec: JobSpec, now: float = 0.0) -> "JobState":
+        return cls(spec=spec, remaining=spec.service, anchor=now)
 
     @property
     def job_id(self) -> int:
@@ -54,14 +56,19 @@ class JobState:
     def clone(self) -> "JobState":
         return JobState(
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
-            self.stall_until, self.slowdown, self.preemptions, self._caps,
+            self.stall_until, self.slowdown, self.preemptions, self.anchor, self._caps,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What a scheduling policy sees: time, capacity and the active apps in arrival order."""
+    """What a scheduling policy sees: time, capacity and the active apps in arrival order.
+
+    ``index`` is the policy's own incrementally kept view of the same jobs
+    (see ``SchedulingPolicy.make_index``), or None.
+    """
 
     now: float
     capacity: int
-    jobs: tuple[JobState, ...]
+    jobs: Collection[JobState]  # iterate only; may be a live view valid for this round
+    index: object = None

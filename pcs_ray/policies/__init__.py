@@ -25,10 +25,13 @@ def create_policy(name: str, **kwargs) -> SchedulingPolicy:
     cls = POLICIES.get(name.lower())
     if cls is None:
         raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
-    params = inspect.signature(cls.__init__).parameters
+    params = [
+        p.name for p in inspect.signature(cls.__init__).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     unknown = [k for k in kwargs if k not in params]
     if unknown:
-        valid = [p for p in params if p != "self"]
+        valid = params
         raise ValueError(f"policy {name!r} takes no argument(s) {unknown}; it accepts {valid or 'none'}")
     return cls(**kwargs)
 

@@ -25,11 +25,20 @@ class SchedulingPolicy(ABC):
     """Decides GPU counts. Subclasses set ``name`` and implement ``allocate``."""
 
     name: ClassVar[str]
+    #: Whether ``allocate`` reads ``remaining``/``attained``. The engine brings
+    #: progress up to date before each round only for policies that do.
+    reads_progress: ClassVar[bool] = True
 
     @abstractmethod
     def allocate(self, snap: Snapshot) -> Allocation:
         """GPU count per active job. Must be work-conserving: a GPU stays idle
         only if no active job can use it."""
+
+    def make_index(self, jobs: Iterable[JobState]):
+        """An incrementally maintained view of the active jobs (``add``/``remove``),
+        for policies whose ``allocate`` would otherwise rescan every job on every
+        event. The engine owns it and rebuilds it for each fork; None: no index."""
+        return None
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
         """Time at which ``allocate`` must run again even if nothing else happens

@@ -15,6 +15,7 @@ class FairSharePolicy(SchedulingPolicy):
     """
 
     name = "fair"
+    reads_progress = False
 
     def allocate(self, snap: Snapshot) -> Allocation:
         alloc: Allocation = {}

@@ -10,6 +10,7 @@ class FIFOPolicy(SchedulingPolicy):
     """Non-preemptive in effect: a later arrival never takes GPUs from an earlier one."""
 
     name = "fifo"
+    reads_progress = False
 
     def allocate(self, snap: Snapshot) -> Allocation:
         return greedy_fill(snap.jobs, snap.capacity)

@@ -114,24 +114,28 @@ def squared_cv(values: Sequence[float]) -> float:
 def thresholds_from_c2(sizes: Sequence[float], T: float) -> tuple[float, ...]:
     """Cut sorted sizes into queues whose squared coefficient of variation stays <= T.
 
-    Walks the sorted sizes keeping running sums; when adding a size would push
-    the current queue's C^2 above T, the queue closes at the previous size and
-    the new queue *starts with* that size (the PCS artifact dropped it from the
-    next queue's statistics). Returns upper thresholds, the last one inf.
+    Walks the sorted sizes keeping running sums; when adding a size (with all
+    its equal copies) would push the current queue's C^2 above T, the queue
+    closes at the previous size and the new queue *starts with* that size (the
+    PCS artifact dropped it from the next queue's statistics). Returns upper
+    thresholds, the last one inf.
     """
-    xs = sorted(float(s) for s in sizes)
+    from itertools import groupby
+
     cuts: list[float] = []
     n = s1 = s2 = 0.0
     prev = None
-    for x in xs:
-        if n >= 1:
-            n2, t1, t2 = n + 1, s1 + x, s2 + x * x
+    # Equal sizes cannot be split by a threshold, so sizes enter a queue as groups.
+    for x, group in groupby(sorted(float(v) for v in sizes)):
+        c = float(len(list(group)))
+        if n:
+            n2, t1, t2 = n + c, s1 + c * x, s2 + c * x * x
             mean = t1 / n2
             c2 = (t2 / n2 - mean * mean) / (mean * mean) if mean else 0.0
-            if c2 > T + 1e-12 and x > prev and (not cuts or prev > cuts[-1]):
+            if c2 > T + 1e-12:
                 cuts.append(prev)
                 n = s1 = s2 = 0.0
-        n, s1, s2, prev = n + 1, s1 + x, s2 + x * x, x
+        n, s1, s2, prev = n + c, s1 + c * x, s2 + c * x * x, x
     return tuple(cuts) + (math.inf,)
 
 
@@ -156,8 +160,40 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
     return None
 
 
+class _QueueIndex:
+    """Per-queue FIFO lists and summed demand, kept as jobs come and go, so a
+    round costs O(queues x GPUs) instead of a rescan of every waiting app.
+    ``entries`` mirrors ``queues`` with what the first FIFO pass needs
+    (id, cap at zeta_min, min GPUs, rigid), precomputed once per job."""
+
+    __slots__ = ("policy", "queues", "entries", "usable")
+
+    def __init__(self, policy: "WFQPolicy", jobs) -> None:
+        self.policy = policy
+        self.queues: list[list[JobState]] = [[] for _ in policy._weights]
+        self.entries: list[list[tuple[int, int, int, bool]]] = [[] for _ in policy._weights]
+        self.usable = [0] * len(policy._weights)
+        for job in jobs:
+            self.add(job)
+
+    def add(self, job: JobState) -> None:
+        q = self.policy.queue_of(job)
+        spec = job.spec
+        self.queues[q].append(job)
+        self.entries[q].append((spec.job_id, job.cap(self.policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        self.usable[q] += spec.max_gpus
+
+    def remove(self, job: JobState) -> None:
+        q = self.policy.queue_of(job)
+        i = self.queues[q].index(job)  # FIFO: finished jobs are almost always near the head
+        del self.queues[q][i]
+        del self.entries[q][i]
+        self.usable[q] -= job.spec.max_gpus
+
+
 class WFQPolicy(SchedulingPolicy):
     name = "pcs"
+    reads_progress = False
 
     def __init__(self, config: WFQConfig | None = None) -> None:
         self.config = config or WFQConfig((math.inf,), (1.0,))
@@ -167,67 +203,105 @@ class WFQPolicy(SchedulingPolicy):
     def queue_of(self, job: JobState) -> int:
         return bisect.bisect_left(self._upper, job.spec.service)
 
-    def _queues(self, snap: Snapshot) -> list[list[JobState]]:
-        queues: list[list[JobState]] = [[] for _ in self._weights]
-        for job in snap.jobs:  # arrival order, so each queue is FIFO
-            queues[self.queue_of(job)].append(job)
-        return queues
+    def make_index(self, jobs) -> _QueueIndex:
+        return _QueueIndex(self, jobs)
+
+    def _index(self, snap: Snapshot) -> _QueueIndex:
+        index = snap.index
+        if isinstance(index, _QueueIndex) and index.policy is self:
+            return index
+        return _QueueIndex(self, snap.jobs)
+
+    def shares(self, queues: list[list[JobState]], usable: list[int], capacity: int) -> list[int]:
+        """Split ``capacity`` GPUs among busy queues by weight, none above what it can use.
+
+        Weighted water-filling: queues that cannot use their quota get all they
+        can use and drop out; the others get the floor of their quota (so at
+        least floor(G * w)); the few GPUs left go one at a time to the queue
+        with the lowest (share + 1) / weight, ties to the queue whose head
+        arrived first. With equal weights this is max-min fair share.
+        """
+        weights = self._weights
+        shares = [0] * len(queues)
+        open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
+        if len(open_q) == 1:
+            i = open_q[0]
+            shares[i] = min(usable[i], capacity)
+            return shares
+        left = capacity
+        while open_q:
+            wsum = sum(weights[i] for i in open_q)
+            full = [i for i in open_q if usable[i] <= left * weights[i] / wsum]
+            if not full:
+                break
+            for i in full:
+                shares[i] = usable[i]
+                left -= usable[i]
+            open_q = [i for i in open_q if i not in full]
+        if open_q and left > 0:
+            wsum = sum(weights[i] for i in open_q)
+            for i in open_q:
+                shares[i] = int(left * weights[i] / wsum + 1e-9)
+            left -= sum(shares[i] for i in open_q)
+            while left > 0:
+                best = min(
+                    (i for i in open_q if shares[i] < usable[i]),
+                    key=lambda i: ((shares[i] + 1) / weights[i], queues[i][0].spec.submit_time, queues[i][0].spec.job_id),
+                    default=None,
+                )
+                if best is None:
+                    break
+                shares[best] += 1
+                left -= 1
+        return shares
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        queues = self._queues(snap)
-        usable = [sum(j.spec.max_gpus for j in q) for q in queues]
-        shares = [0] * len(queues)
-        # Jefferson/D'Hondt apportionment: each queue gets at least floor(G * w)
-        # of the weight among busy queues; ties go to the queue whose head came first.
-        free = snap.capacity
-        while free > 0:
-            best = -1
-            best_key = None
-            for i, q in enumerate(queues):
-                if shares[i] >= usable[i]:
-                    continue
-                key = ((shares[i] + 1) / self._weights[i], q[0].spec.submit_time, q[0].spec.job_id)
-                if best_key is None or key < best_key:
-                    best, best_key = i, key
-            if best < 0:
-                break
-            shares[best] += 1
-            free -= 1
+        index = self._index(snap)
+        queues = index.queues
         alloc: Allocation = {}
-        for q, share in zip(queues, shares):
+        for q, share in enumerate(self.shares(queues, index.usable, snap.capacity)):
             if share:
-                self._fill_queue(q, share, alloc)
-        order = [j for q in queues for j in q]
-        return top_up(order, alloc, snap.capacity)
+                left = self._first_pass(index.entries[q], share, alloc)
+                if left:
+                    self._relax(queues[q], left, alloc)
+        if sum(alloc.values()) < snap.capacity:
+            return top_up((j for q in queues for j in q), alloc, snap.capacity)
+        return alloc
 
-    def _fill_queue(self, queue: list[JobState], share: int, alloc: Allocation) -> None:
-        """FIFO inside the queue with efficiency caps, relaxing zeta by delta for leftovers."""
+    @staticmethod
+    def _first_pass(entries, left: int, alloc: Allocation) -> int:
+        """FIFO at the zeta_min caps (the hot path: one tight loop per queue)."""
+        for jid, cap, min_gpus, rigid in entries:
+            n = cap if cap < left else left
+            if n < min_gpus or (rigid and n < cap):
+                continue
+            alloc[jid] = n
+            left -= n
+            if not left:
+                break
+        return left
+
+    def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
+        """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
         zeta = self.config.zeta_min
-        left = share
-        while True:
+        while left > 0 and zeta > 0:
+            zeta = max(0.0, zeta - self.config.delta) if self.config.delta > 0 else 0.0
             for job in queue:
-                if left <= 0:
-                    return
                 spec = job.spec
                 have = alloc.get(spec.job_id, 0)
                 cap = job.cap(zeta) if zeta > 0 else spec.max_gpus
                 extra = min(cap - have, left)
-                if extra <= 0 or have + extra < spec.min_gpus:
-                    continue
-                if spec.rigid and have + extra < spec.max_gpus:
+                if extra <= 0 or have + extra < spec.min_gpus or (spec.rigid and have + extra < spec.max_gpus):
                     continue
                 alloc[spec.job_id] = have + extra
                 left -= extra
-            if left <= 0 or zeta <= 0:
-                return
-            zeta = zeta - self.config.delta if self.config.delta > 0 else 0.0
-            if zeta < 0:
-                zeta = 0.0
+                if not left:
+                    return
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         q = self.queue_of(job)
         guaranteed = math.floor(snap.capacity * self._weights[q] + 1e-9)
-        return fifo_queue_bound(snap, self._queues(snap)[q], job, guaranteed, self.config.zeta_min)
+        return fifo_queue_bound(snap, self._index(snap).queues[q], job, guaranteed, self.config.zeta_min)
 
     def describe(self) -> dict:
         return {"policy": self.name, **self.config.to_dict()}

@@ -1,0 +1,79 @@
+"""Simulator speed benchmark (issue: core simulator).
+
+(a) Philly trace_0e4a51 (2,465 jobs), 64 GPUs, the PCS-jct config of that
+    VC, predictions on (one forward play per arrival, refreshing every job).
+(b) themis1, 500 apps, 64 GPUs, seed 4567, load 0.9, every policy, predictions on.
+
+Prints one JSON object: wall seconds, jobs per second and peak RSS.
+Anchor: the PCS reference simulator needs 493 s for (a) on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pcs_ray.metrics import summarize  # noqa: E402
+from pcs_ray.paths import BUNDLED_DATA, shared_data_dir  # noqa: E402
+from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy  # noqa: E402
+from pcs_ray.simulator import simulate  # noqa: E402
+from workloads.generator import generate_workload  # noqa: E402
+from workloads.traces import read_pcs_trace  # noqa: E402
+
+REFERENCE_TRACE_S = 493.0
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bench_trace() -> dict:
+    data = shared_data_dir() / "pcs"
+    jobs = read_pcs_trace(data / "traces" / "trace_0e4a51.csv")
+    policy = WFQPolicy(WFQConfig.load(data / "configs" / "PCS_config_0e4a51_jct.json"))
+    t0 = time.perf_counter()
+    result = simulate(jobs, 64, policy, predict=True)
+    wall = time.perf_counter() - t0
+    s = summarize(result)
+    return {
+        "trace": "trace_0e4a51", "jobs": len(jobs), "gpus": 64, "policy": "pcs-jct",
+        "wall_s": round(wall, 3), "jobs_per_s": round(len(jobs) / wall, 1),
+        "speedup_vs_reference": round(REFERENCE_TRACE_S / wall, 1),
+        "forward_plays": result.predictions, "avg_pred_err": s["avg_pred_err"],
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+    }
+
+
+def bench_policies() -> list[dict]:
+    jobs = generate_workload("themis1", 500, 64, load=0.9, seed=4567)
+    runs = []
+    policies = [(n, create_policy(n)) for n in POLICIES if n != "pcs"]
+    for kind in ("jct", "bal", "pred"):
+        policies.append((f"pcs-{kind}", WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{kind}.json"))))
+    for label, policy in policies:
+        t0 = time.perf_counter()
+        result = simulate(jobs, 64, policy, predict=True)
+        wall = time.perf_counter() - t0
+        s = summarize(result)
+        runs.append({
+            "policy": label, "wall_s": round(wall, 3), "jobs_per_s": round(len(jobs) / wall, 1),
+            "avg_jct": s["avg_jct"], "avg_pred_err": s["avg_pred_err"], "events": s["events"],
+        })
+    return runs
+
+
+def main() -> None:
+    out = {"machine_cores": __import__("os").cpu_count()}
+    out["themis1_500apps_64gpus"] = bench_policies()
+    out["trace_0e4a51_64gpus_pcs_jct"] = bench_trace()
+    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
