@@ -133,6 +133,15 @@ class Engine:
             heapq.heappop(heap)
         return heap[0][0] if heap else INF
 
+    def next_event(self, next_arrival: float = INF) -> float:
+        """The earliest of the next arrival, completion and policy review."""
+        t = min(next_arrival, self.next_completion())
+        if self.review_at is not None and self.review_at < t:
+            t = max(self.review_at, self.now)
+        if t == INF:
+            raise RuntimeError(f"{self.policy.name}: active jobs can never finish (no GPU is allocated)")
+        return t
+
     # -- the loop ------------------------------------------------------------
     def advance(self, t: float) -> list[JobState]:
         """Move time to ``t`` (no later than the next completion); return jobs that finish at ``t``.
@@ -151,10 +160,11 @@ class Engine:
         while heap and heap[0][0] <= lim:
             end, jid = heapq.heappop(heap)
             if eta.get(jid) == end:
-                done.append(self.running[jid])
-        for job in done:
-            self.settle(job)
-            job.remaining = 0.0
+                job = self.running[jid]
+                self.settle(job)
+                job.remaining = 0.0
+                del eta[jid]  # a job re-pushed with the same ETA leaves a duplicate entry behind
+                done.append(job)
         return done
 
     def settle(self, job: JobState) -> None:
@@ -242,11 +252,7 @@ class Engine:
                 self.now = max(self.eta.values(), default=self.now)
                 self.active.clear()
                 break
-            t = self.next_completion()
-            if self.review_at is not None and self.review_at < t:
-                t = max(self.review_at, self.now)
-            if t == INF:
-                raise RuntimeError(f"{self.policy.name}: jobs can never finish (no GPU is allocated)")
+            t = self.next_event()
             done = self.advance(t)
             for job in done:
                 finish[job.spec.job_id] = t
@@ -290,12 +296,7 @@ def simulate(
     i, total = 0, len(arrivals)
     finished = 0
     while i < total or engine.active:
-        t = arrivals[i].submit_time if i < total else INF
-        t = min(t, engine.next_completion())
-        if engine.review_at is not None and engine.review_at < t:
-            t = max(engine.review_at, engine.now)
-        if t == INF:
-            raise RuntimeError(f"{policy.name}: active jobs can never finish (no GPU allocated)")
+        t = engine.next_event(arrivals[i].submit_time if i < total else INF)
         done = engine.advance(t)
         for job in done:
             rec = records[job.spec.job_id]
