@@ -176,3 +176,51 @@ def test_random_workloads(policy_name, workload):
         assert r.first_pred >= r.submit + spec.min_runtime * (1 - 1e-9) - 1e-9
         if r.bound is not None:
             assert r.finish <= r.bound + 1e-6 * max(1.0, r.bound), r
+
+
+def _schedule(result):
+    return [(r.job_id, r.start, r.finish) for r in result.records]
+
+
+@SETTINGS
+@given(workload=workloads())
+def test_wfq_single_queue_is_fifo_on_random_workloads(workload):
+    """WFQ with one queue and zeta_min = 0 is FIFO, rigid and min-GPU apps included."""
+    jobs, capacity = workload
+    fifo = simulate(jobs, capacity, create_policy("fifo"), predict=False)
+    wfq = simulate(jobs, capacity, WFQPolicy(WFQConfig((math.inf,), (1.0,), 0.0, 0.0)), predict=False)
+    assert _schedule(wfq) == _schedule(fifo)
+
+
+def _elastic(jobs):
+    """Every app elastic from one GPU, sizes made distinct (one WFQ queue per app)."""
+    out = []
+    for k, s in enumerate(jobs):
+        out.append(JobSpec(s.job_id, s.submit_time, s.service + k * 1e-3, s.max_gpus, s.speedup, min_gpus=1))
+    return out
+
+
+@SETTINGS
+@given(workload=workloads())
+def test_one_queue_per_app_equal_weights_is_fair_share(workload):
+    jobs, capacity = workload
+    jobs = _elastic(jobs)
+    sizes = sorted(j.service for j in jobs)
+    assert len(set(sizes)) == len(sizes)
+    thresholds = tuple((a + b) / 2 for a, b in zip(sizes, sizes[1:])) + (math.inf,)
+    wfq = WFQPolicy(WFQConfig(thresholds, (1.0,) * len(thresholds)))
+    got = simulate(jobs, capacity, wfq, predict=False)
+    fair = simulate(jobs, capacity, create_policy("fair"), predict=False)
+    assert [r.finish for r in got.records] == [r.finish for r in fair.records]
+
+
+@SETTINGS
+@given(workload=workloads())
+def test_fifo_predictions_exact_for_elastic_apps(workload):
+    """FIFO never delays an app for a later one when every app can start on one GPU,
+    so each prediction made at submission is the finish time."""
+    jobs, capacity = workload
+    result = simulate(_elastic(jobs), capacity, create_policy("fifo"), predict=True)
+    for r in result.records:
+        assert r.first_pred == r.finish, r
+        assert r.refreshes == 0, r

@@ -61,12 +61,15 @@ def test_themis_stage4_known_discrepancy():
     """Stage 4 of the published Themis schedule is not reproducible.
 
     The figure has J4 (arriving at t=10) wait until t=19 while J1 and J2 keep
-    alternating, then finish at 27 (J1 19, J2 16, J3 3). At t=10 J4's
-    finish-time-fairness ratio rho = (elapsed * 1/N + remaining) / service is
-    1.0 while J1 and J2, which have been sharing, have larger rho values, but
-    their rho falls as they run; once it drops below J4's rising rho, Themis
-    must serve J4, so J4 cannot wait until both are done. Our Themis (lease 1 s)
-    gives J1 24, J2 21, J3 3, J4 27: we pin these values so a change shows up.
+    alternating (J1 19, J2 16, J3 3, J4 27). But at t=10, with J3 done and
+    N = 3 apps sharing one GPU, J4's finish-time fairness ratio
+    rho = (elapsed / N + remaining) / service is 8/8 = 1.0, the largest: with
+    the remaining work the published schedule shows at t=10 (J1 5, J2 4),
+    J1 has (10/3 + 5)/10 = 0.83 and J2 (10/3 + 4)/8 = 0.92 (in our run,
+    J1 6 and J2 3 left: 0.93 and 0.79). Largest-rho-first must serve J4 at
+    once, so J4 cannot wait until both are done. Our Themis (lease 1 s)
+    gives J1 24, J2 21, J3 3, J4 27; these values are pinned so that any
+    change shows up.
     """
     result, finish = _run("themis", 4, lease=1.0)
     published = _published_finish(_fig("fig1a.json")["themis"][3])
