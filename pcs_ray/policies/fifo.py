@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
+from pcs_ray.policies.wfq import fifo_queue_bound
 from pcs_ray.state import JobState, Snapshot
 
 
@@ -16,6 +17,4 @@ class FIFOPolicy(SchedulingPolicy):
         return greedy_fill(snap.jobs, snap.capacity)
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
-        from pcs_ray.policies.wfq import fifo_queue_bound
-
         return fifo_queue_bound(snap, list(snap.jobs), job, snap.capacity, zeta=0.0)

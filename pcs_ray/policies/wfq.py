@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from itertools import groupby
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,6 @@ def thresholds_from_c2(sizes: Sequence[float], T: float) -> tuple[float, ...]:
     PCS artifact dropped it from the next queue's statistics). Returns upper
     thresholds, the last one inf.
     """
-    from itertools import groupby
-
     cuts: list[float] = []
     n = s1 = s2 = 0.0
     prev = None
@@ -224,10 +223,6 @@ class WFQPolicy(SchedulingPolicy):
         weights = self._weights
         shares = [0] * len(queues)
         open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
-        if len(open_q) == 1:
-            i = open_q[0]
-            shares[i] = min(usable[i], capacity)
-            return shares
         left = capacity
         while open_q:
             wsum = sum(weights[i] for i in open_q)
