@@ -369,6 +369,11 @@ def simulate_cmd(
 # -- entry point ------------------------------------------------------------------
 
 
+from pcs_ray.commands import register_all as _register_commands  # noqa: E402  (needs ``app``)
+
+_register_commands(app)
+
+
 def _one_line(message: str) -> str:
     return " ".join(message.split()) or "unknown error"
 
