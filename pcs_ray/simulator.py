@@ -230,7 +230,14 @@ class Engine:
                 del running[jid]
             changed.append(job)
         if self.placement is not None:
-            changed = self.placement.place(self.snapshot(), changed)
+            # The placement sees the whole allocation in policy order and may move jobs whose
+            # count did not change (non-sticky); such a move costs a checkpoint + restore.
+            counted = {job.spec.job_id for job in changed}
+            changed = self.placement.place(self.snapshot(), changed, alloc)
+            if self.overhead:
+                for job in changed:
+                    if job.alloc and job.spec.job_id not in counted:
+                        job.stall_until = now + self.overhead
         for job in changed:
             jid = job.spec.job_id
             if job.alloc:
