@@ -1,0 +1,188 @@
+"""The coordinator core without Ray: events in, actions out, journal replay, predictions, cancel, bad specs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal, StartRun, StopRun, UnknownJobError
+from pcs_ray.jobfile import JobSpecError
+from pcs_ray.policies import create_policy
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(journal=None, policy="fifo", gpus=8, per_node=4, clock=None, **kw):
+    clock = clock or Clock()
+    core = Coordinator(
+        ClusterSpec.homogeneous(gpus, per_node), create_policy(policy), journal if journal is not None else Journal(":memory:"),
+        checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny", "big"), **kw,
+    )
+    return core, clock
+
+
+def job(gpus=1, steps=100, step_time=0.1, **kw):
+    return {"workload": "tiny", "steps": steps, "gpus": gpus, "step_time": step_time, **kw}
+
+
+def starts(actions):
+    return {a.job_id: [(s.node, s.index) for s in a.request.gpus] for a in actions if isinstance(a, StartRun)}
+
+
+def test_submit_starts_on_free_gpus_and_queues_the_rest():
+    core, _ = make()
+    j1, a1 = core.submit(job(gpus=4))
+    assert starts(a1) == {j1: [("node0", i) for i in range(4)]}
+    req = a1[0].request
+    assert req.total_steps == 100 and req.attempt == 1 and req.checkpoint_dir.endswith(f"/{j1}")
+    j2, a2 = core.submit(job(gpus=4))
+    assert starts(a2) == {j2: [("node1", i) for i in range(4)]}
+    j3, a3 = core.submit(job(gpus=8))
+    assert a3 == [] and core.jobs[j3].state == "queued"
+
+
+def test_lease_style_preemption_is_a_stop_then_a_start_after_the_stop_completes():
+    # SRSF: a short job preempts a long one; its GPUs are reused only once the runner has stopped.
+    core, clock = make(policy="srsf", gpus=4, per_node=4)
+    long_id, _ = core.submit(job(gpus=4, steps=10_000))
+    clock.t += 10
+    short_id, actions = core.submit(job(gpus=4, steps=10))
+    assert actions == [StopRun(long_id, 1, "preempt")]
+    assert core.jobs[long_id].state == "stopping" and core.jobs[short_id].state == "queued"
+    clock.t += 1
+    actions = core.run_ended(long_id, 1, "preempted", step=120, step_time=0.1)
+    assert list(starts(actions)) == [short_id]
+    assert core.jobs[long_id].preemptions == 1 and core.jobs[long_id].steps == 120
+    clock.t += 2
+    actions = core.run_ended(short_id, 1, "finished", step=10)
+    [start] = actions
+    assert start.job_id == long_id and start.kind == "resume" and start.request.attempt == 2
+    assert core.jobs[short_id].state == "finished"
+
+
+def test_resize_when_an_elastic_job_gets_fewer_gpus():
+    core, clock = make(policy="fair", gpus=4, per_node=4)
+    a, acts = core.submit(job(gpus=4, min_gpus=1, steps=1000))
+    assert len(starts(acts)[a]) == 4
+    clock.t += 5
+    b, acts = core.submit(job(gpus=4, min_gpus=1, steps=1000))
+    assert acts == [StopRun(a, 1, "resize")]
+    acts = core.run_ended(a, 1, "preempted", step=50)
+    got = starts(acts)
+    assert len(got[a]) == 2 and len(got[b]) == 2 and not set(got[a]) & set(got[b])
+    assert {x.kind for x in acts} == {"resize", "start"}
+
+
+def test_stale_outcomes_are_ignored():
+    core, _ = make()
+    j, _ = core.submit(job())
+    assert core.run_ended(j, 7, "finished", step=100) == []
+    assert core.jobs[j].state == "running"
+
+
+def test_cancel_queued_and_running():
+    core, clock = make(gpus=4)
+    running, _ = core.submit(job(gpus=4))
+    queued, _ = core.submit(job(gpus=4))
+    assert core.cancel(queued) == []
+    assert core.jobs[queued].state == "cancelled"
+    assert core.cancel(running) == [StopRun(running, 1, "cancel")]
+    assert core.run_ended(running, 1, "preempted", step=3) == []
+    assert core.jobs[running].state == "cancelled"
+    with pytest.raises(UnknownJobError):
+        core.cancel(99)
+
+
+def test_failed_runner_resumes_then_gives_up_after_max_failures():
+    core, _ = make(max_failures=2)
+    j, _ = core.submit(job())
+    acts = core.run_ended(j, 1, "failed", step=0, error="actor died")
+    assert starts(acts) and core.jobs[j].attempt == 2
+    assert core.run_ended(j, 2, "failed", step=0, error="actor died") == []
+    assert core.jobs[j].state == "failed" and core.jobs[j].error == "actor died"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (job(workload="nope"), "unknown workload 'nope'"),
+        (job(gpus=9), "the cluster has 8"),
+        (job(steps=-5), "steps"),
+        (job(colour="red"), "colour"),
+        (job(min_gpus=3, gpus=2), "min_gpus (3) is larger than gpus (2)"),
+    ],
+)
+def test_bad_specs_are_rejected_and_not_journaled(spec, message):
+    journal = Journal(":memory:")
+    core, _ = make(journal)
+    before = len(journal)
+    with pytest.raises(JobSpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        core.submit(spec)
+    assert len(journal) == before and not core.jobs
+
+
+def test_predictions_use_measured_speed_and_refresh():
+    core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
+    j, _ = core.submit(job(steps=100, step_time=1.0))
+    assert core.predict(j)["predicted_completion"] == pytest.approx(1000 + 100)
+    clock.t += 10
+    core.progress(j, step=10, step_time=0.5)  # twice as fast as estimated
+    core.refresh_predictions()
+    assert core.predict(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
+    k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
+    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20)
+    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20)
+
+
+def test_a_late_runner_never_makes_the_model_finish_it():
+    core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
+    j, _ = core.submit(job(steps=10, step_time=1.0))
+    clock.t += 100  # far past its modelled end, no report
+    core.refresh_predictions(force=True)
+    assert core.jobs[j].state == "running"
+    assert core.predict(j)["predicted_completion"] > clock.t
+
+
+def test_journal_replay_rebuilds_state_and_requeues_lost_runners(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    core, clock = make(Journal(path), gpus=4)
+    a, _ = core.submit(job(gpus=4, steps=50))
+    b, _ = core.submit(job(gpus=2), submission_id="sub-b")
+    c, _ = core.submit(job(gpus=2))
+    clock.t += 3
+    core.progress(a, step=20, step_time=0.1)
+    core.run_ended(a, 1, "finished", step=50)  # b and c start now
+    core.cancel(c)  # c is stopping
+    core.journal.close()
+
+    clock.t += 5
+    again, _ = make(Journal(path), gpus=4, clock=clock)
+    assert again.epoch == core.epoch
+    assert again.recovered == 2  # b running, c stopping: their runners died with the coordinator
+    assert again.jobs[a].state == "finished" and again.jobs[a].finish == pytest.approx(3)
+    assert again.jobs[b].state == "queued" and again.jobs[c].state == "cancelled"
+    assert again.submit(job(), submission_id="sub-b") == (b, [])  # an acknowledged submission, not duplicated
+    actions = again.decide()
+    assert b in starts(actions) and c not in starts(actions)
+    assert again.next_id == c + 1
+
+
+def test_history_is_written_for_finished_jobs(tmp_path):
+    from solver.history import read_history_records
+
+    hist = tmp_path / "history.jsonl"
+    core, clock = make(history_path=hist)
+    j, _ = core.submit(job(gpus=2, steps=100, step_time=1.0, **{"class": "C"}))
+    clock.t += 30
+    core.progress(j, step=60, step_time=0.5)
+    core.run_ended(j, 1, "finished", step=100, step_time=0.5)
+    [rec] = read_history_records(hist)
+    assert rec.job_id == j and rec.gpus == 2 and rec.job_class == "C" and rec.model == "tiny"
+    assert rec.iteration_time == pytest.approx(1.0)  # 0.5 s per step on 2 GPUs, linear speedup
+    assert rec.finish_time == pytest.approx(1030)
