@@ -1,0 +1,139 @@
+"""Evaluate policies by simulation on workload samples, serially or as Ray tasks.
+
+A policy is named by a *spec* string: a decoded WFQ configuration's
+canonical JSON (``space.config_key``) or a baseline policy name (``fifo``,
+``srsf``, ...). Each (spec, sample) pair is simulated once with the core
+simulator, predictions on, and its objective values are cached; a
+candidate's value on a sample set is the mean over the set's samples.
+
+The Ray backend fans the missing pairs out as ``ray.remote`` tasks on
+whatever cluster is connected (``ray.init()`` finds one, or starts a local
+instance), one CPU each, no pool of its own; each sample is put in the
+object store once. Both backends run the same function on the same inputs,
+so they give identical numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+
+from pcs_ray.job import JobSpec
+from pcs_ray.policies import WFQConfig, WFQPolicy, create_policy
+from pcs_ray.simulator import simulate
+from solver.cache import EvaluationCache, Key
+from solver.objectives import Objective, measure, parse_objectives
+
+Samples = dict[str, list[list[JobSpec]]]  # split name -> samples
+Progress = Callable[[int, int], None]  # (done, total) simulations of one batch
+
+
+def make_policy(spec: str):
+    """The policy a spec names: WFQ from a config's JSON, else a registered policy."""
+    if spec.startswith("{"):
+        return WFQPolicy(WFQConfig.from_dict(json.loads(spec)))
+    return create_policy(spec)
+
+
+def simulate_spec(spec: str, jobs: Sequence[JobSpec], capacity: int, objectives: Sequence[str]) -> tuple[float, ...]:
+    """Objective values of one policy on one sample (the unit of work of both backends)."""
+    result = simulate(jobs, capacity, make_policy(spec), predict=True)
+    return measure(result, parse_objectives(objectives))
+
+
+class SerialBackend:
+    """In this process, one simulation after another."""
+
+    name = "serial"
+
+    def run(self, tasks: list[Key], samples: Samples, capacity: int, labels: list[str],
+            on_result: Callable[[Key, tuple[float, ...]], None]) -> None:
+        for key in tasks:
+            spec, split, i = key
+            on_result(key, simulate_spec(spec, samples[split][i], capacity, labels))
+
+
+class RayBackend:
+    """Ray tasks on the connected cluster; results handed back as they finish."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None) -> None:
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        self._task = ray.remote(num_cpus=1, max_retries=2)(simulate_spec)
+        self._refs: dict[tuple[str, int], object] = {}
+        self._shipped: int | None = None
+
+    def _sample_ref(self, samples: Samples, split: str, i: int):
+        if self._shipped != id(samples):
+            self._refs.clear()
+            self._shipped = id(samples)
+        ref = self._refs.get((split, i))
+        if ref is None:
+            ref = self._refs[(split, i)] = self._ray.put(samples[split][i])
+        return ref
+
+    def cluster_cpus(self) -> float:
+        return float(self._ray.cluster_resources().get("CPU", 0.0))
+
+    def run(self, tasks: list[Key], samples: Samples, capacity: int, labels: list[str],
+            on_result: Callable[[Key, tuple[float, ...]], None]) -> None:
+        ray = self._ray
+        pending = {
+            self._task.remote(spec, self._sample_ref(samples, split, i), capacity, labels): (spec, split, i)
+            for spec, split, i in tasks
+        }
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                on_result(pending.pop(ref), tuple(ray.get(ref)))
+
+
+class Evaluator:
+    """Mean objective values of policies on a split's samples, through the cache."""
+
+    def __init__(self, samples: Samples, capacity: int, objectives: Sequence[Objective],
+                 backend=None, cache: EvaluationCache | None = None) -> None:
+        self.samples = samples
+        self.capacity = capacity
+        self.objectives = tuple(objectives)
+        self.labels = [o.label for o in self.objectives]
+        self.backend = backend or SerialBackend()
+        self.cache = cache if cache is not None else EvaluationCache()
+        self.simulations = 0  # run by this evaluator (not from the cache)
+
+    def per_sample(self, spec: str, split: str) -> list[tuple[float, ...]]:
+        return [self.cache.get((spec, split, i)) for i in range(len(self.samples[split]))]
+
+    def evaluate(self, specs: Sequence[str], split: str = "train", progress: Progress | None = None) -> list[tuple[float, ...]]:
+        """Mean values per spec (inf where any sample gave inf); each missing pair simulated once."""
+        count = len(self.samples[split])
+        missing = list(dict.fromkeys(
+            (spec, split, i) for spec in specs for i in range(count) if (spec, split, i) not in self.cache
+        ))
+        done = 0
+
+        def store(key: Key, values: tuple[float, ...]) -> None:
+            nonlocal done
+            self.cache.put(key, values)
+            self.simulations += 1
+            done += 1
+            if progress is not None:
+                progress(done, len(missing))
+
+        if missing:
+            self.backend.run(missing, self.samples, self.capacity, self.labels, store)
+        return [self.mean(spec, split) for spec in specs]
+
+    def mean(self, spec: str, split: str) -> tuple[float, ...]:
+        rows = self.per_sample(spec, split)
+        out = []
+        for k in range(len(self.objectives)):
+            column = [r[k] for r in rows]
+            out.append(math.inf if any(not math.isfinite(v) for v in column) else sum(column) / len(column))
+        return tuple(out)
