@@ -44,6 +44,7 @@ class RunRequest:
     checkpoint_every: int = 0  # 0: only when asked to stop
     attempt: int = 0
     reporter: Any = None  # an actor handle with report_progress(job_id, step, step_time_s); fire-and-forget
+    report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -61,3 +62,7 @@ class RunOutcome:
     step_time_s: float | None = None
     error: str | None = None
     emulated: bool = False
+    start_step: int = 0  # the step this run resumed from (0: fresh start)
+    gpus: tuple[GPUSlot, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. a checkpoint fallback warning, the data source
+    timings: dict[str, float] | None = None  # wall-clock stamps (time.time()) of the run's phases

@@ -1,0 +1,115 @@
+"""Start, stop and kill jobs on exactly the GPUs placement chose.
+
+``launch(request)`` creates one :class:`executors.runner.Runner` actor per GPU
+in ``request.gpus`` with ``num_gpus=0`` and the GPU's custom resource
+(``<node>_gpu<i>``, see ``pcs_ray.resources``). That resource exists only on
+its own node, so it also pins the actor to the node (no separate node
+affinity is needed, and jobs spanning nodes work the same way). Several GPUs
+mean data-parallel training (torch DDP, one rank per GPU, rank 0 on the
+first GPU).
+
+``RunHandle.done`` is an object ref that resolves to a
+:class:`executors.api.RunOutcome` in every case: finished, preempted, or
+failed (a crash, or a runner killed by :meth:`RunHandle.kill`; then ``step``
+is the newest checkpoint's step, where the next launch resumes). A small
+zero-CPU watcher task produces it and frees the GPUs when the run ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import ray
+
+from executors.api import RunOutcome, RunRequest
+from executors.runner import RemoteRunner, failed_outcome
+from pcs_ray.resources import gpu_resource
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _watch(request: RunRequest, actors: list, runs: list) -> RunOutcome:
+    """Wait for every rank; on the first failure kill the other ranks (they would block in collectives)."""
+    pending = list(runs)
+    outcomes: dict[int, RunOutcome] = {}
+    try:
+        while pending:
+            [ready], pending = ray.wait(pending, num_returns=1)
+            rank = runs.index(ready)
+            try:
+                outcomes[rank] = ray.get(ready)
+            except Exception as exc:
+                outcomes[rank] = failed_outcome(request, f"runner rank {rank} died (killed or crashed): {type(exc).__name__}")
+            if outcomes[rank].status == "failed":
+                break
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+    failed = [o for o in outcomes.values() if o.status == "failed"]
+    if failed:
+        return failed_outcome(request, failed[0].error, timings=failed[0].timings)
+    return outcomes[0]
+
+
+@dataclass
+class RunHandle:
+    """A running job: its runner actors and the ref of its outcome."""
+
+    request: RunRequest
+    actors: list
+    done: ray.ObjectRef
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+    def request_stop(self) -> None:
+        """Ask every rank to checkpoint at the next step boundary and exit ("preempted"); returns at once."""
+        for actor in self.actors:
+            actor.request_stop.remote()
+
+    def kill(self) -> None:
+        """Hard-kill every rank; ``done`` then resolves to "failed" at the last checkpoint's step."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+    def outcome(self, timeout: float | None = None) -> RunOutcome:
+        return ray.get(self.done, timeout=timeout)
+
+
+def launch(request: RunRequest) -> RunHandle:
+    """Start (or resume from its checkpoint) ``request`` on exactly ``request.gpus``."""
+    if not request.gpus:
+        raise ValueError(f"job {request.job_id}: no GPUs given")
+    if len(set(request.gpus)) != len(request.gpus):
+        raise ValueError(f"job {request.job_id}: a GPU is listed twice in {request.gpus}")
+    if request.total_steps < 0:
+        raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
+    world_size = len(request.gpus)
+    actors = [
+        RemoteRunner.options(
+            num_cpus=0,
+            num_gpus=0,
+            resources={gpu_resource(slot.node, slot.index): 1},
+            max_concurrency=2,
+            max_restarts=0,
+            name=None,
+        ).remote(slot, rank, world_size)
+        for rank, slot in enumerate(request.gpus)
+    ]
+    master = actors[0].rendezvous.remote() if world_size > 1 else None
+    runs = [actor.run.remote(request, master) for actor in actors]
+    return RunHandle(request, actors, _watch.remote(request, actors, runs))
+
+
+def stop(handle: RunHandle, grace_s: float) -> RunOutcome:
+    """Request a stop; kill the runners if they have not stopped within ``grace_s`` seconds.
+
+    Blocks for at most ``grace_s`` (plus the kill). A killed job resumes from
+    its last checkpoint at its next launch.
+    """
+    handle.request_stop()
+    ready, _ = ray.wait([handle.done], timeout=grace_s)
+    if not ready:
+        handle.kill()
+    return ray.get(handle.done)

@@ -1,0 +1,85 @@
+"""The Ray actor that runs one rank of one job on one chosen GPU.
+
+It is created with ``num_gpus=0`` and the per-GPU custom resource of its GPU
+(see ``executors.launch``), so Ray puts it on the right node but leaves GPU
+visibility to us: the runner sets ``CUDA_VISIBLE_DEVICES`` to its GPU's
+index before anything touches CUDA. It is a threaded actor (two threads):
+``run`` trains while ``request_stop`` can still be delivered, and the loop
+stops at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+
+import ray
+
+from executors.api import GPUSlot, RunOutcome, RunRequest
+from executors.checkpoint import peek_step
+
+
+def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
+    """A failed run: it resumes from its newest checkpoint, whose step we report."""
+    return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
+
+
+class Runner:
+    """One rank of a job, pinned to ``gpu``."""
+
+    def __init__(self, gpu: GPUSlot, rank: int, world_size: int):
+        self.created = time.time()
+        self.gpu, self.rank, self.world_size = gpu, rank, world_size
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
+        self._stop = threading.Event()
+
+    def environment(self) -> dict:
+        """What this runner was given: its GPU visibility, Ray resources, node and process."""
+        context = ray.get_runtime_context()
+        return {
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "resources": context.get_assigned_resources(),
+            "node_id": context.get_node_id(),
+            "pid": os.getpid(),
+            "rank": self.rank,
+            "gpu": (self.gpu.node, self.gpu.index),
+        }
+
+    def rendezvous(self) -> tuple[str, int]:
+        """An address and free port on this node for torch.distributed (rank 0 only)."""
+        host = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return host, s.getsockname()[1]
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self, request: RunRequest, master: tuple[str, int] | None = None) -> RunOutcome:
+        timings = {"actor_created": self.created, "run_called": time.time()}
+        try:
+            import torch.distributed as dist
+
+            from executors.training import run_training, uses_real_gpu
+
+            if self.world_size > 1:
+                host, port = master
+                dist.init_process_group(
+                    "nccl" if uses_real_gpu() else "gloo",
+                    init_method=f"tcp://{host}:{port}",
+                    rank=self.rank,
+                    world_size=self.world_size,
+                )
+            try:
+                return run_training(request, self._stop.is_set, rank=self.rank, world_size=self.world_size, timings=timings)
+            finally:
+                if self.world_size > 1 and dist.is_initialized():
+                    dist.destroy_process_group()
+        except Exception as exc:
+            return failed_outcome(request, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}", timings=timings)
+
+
+RemoteRunner = ray.remote(Runner)

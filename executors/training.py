@@ -1,0 +1,270 @@
+"""One rank's deterministic, preemptible training loop.
+
+Determinism is what makes preemption free: a seeded CPU job that is stopped,
+checkpointed and resumed (on any GPUs) ends with weights bitwise identical to
+the same job run without interruption. That needs
+
+- the sample order to be a function of (seed, position) only: epoch ``e`` is
+  ``randperm(N)`` seeded by ``(seed, e)`` and the position (samples consumed)
+  is checkpointed;
+- every RNG the step may draw from (torch, CUDA, NumPy, Python) saved and
+  restored, per rank;
+- a fixed CPU thread count (``threads`` parameter) and deterministic kernels.
+
+Data parallelism: the global batch (``batch_size``) is split into contiguous
+shards, one per rank, and each rank's loss is ``sum(losses) * world / batch``
+so DDP's gradient average is the global-batch mean for any world size.
+
+What a changed world size guarantees: the same samples in the same order,
+the same global batch, the same number of optimizer steps and no lost or
+repeated step. It does not guarantee bitwise-equal weights: float sums
+reassociate differently across shards, BatchNorm statistics are per shard,
+and rank ``r``'s RNG state is restored only if rank ``r`` existed before
+(new ranks are seeded from ``(seed, rank, step)``). With an unchanged world
+size (any GPUs) the result is bitwise identical on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import default_collate
+
+from executors.api import RunOutcome, RunRequest
+from executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from workloads.models import get_workload
+
+log = logging.getLogger(__name__)
+
+
+class DataStream:
+    """The global sample order: seeded per-epoch permutations, positioned by samples consumed."""
+
+    def __init__(self, size: int, seed: int, samples_seen: int = 0):
+        if size <= 0:
+            raise ValueError("dataset is empty")
+        self.size, self.seed, self.samples_seen = size, seed, samples_seen
+        self._epoch, self._perm = -1, None
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.size, generator=generator)
+        return self._perm
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        """The next ``batch_size`` global sample indices (crossing epochs as needed)."""
+        out = []
+        for k in range(self.samples_seen, self.samples_seen + batch_size):
+            out.append(int(self._permutation(k // self.size)[k % self.size]))
+        self.samples_seen += batch_size
+        return out
+
+    def state(self) -> dict:
+        return {"samples_seen": self.samples_seen, "epoch": self.samples_seen // self.size, "offset": self.samples_seen % self.size}
+
+
+def shard(indices: list[int], rank: int, world_size: int) -> list[int]:
+    """Rank ``rank``'s contiguous share of a global batch (sizes differ by at most one)."""
+    bounds = np.linspace(0, len(indices), world_size + 1).round().astype(int)
+    return indices[bounds[rank] : bounds[rank + 1]]
+
+
+def uses_real_gpu() -> bool:
+    """True when this process sees a CUDA device (then nothing is emulated)."""
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+@dataclass
+class ProgressReporter:
+    """Fire-and-forget, throttled progress reports to the coordinator."""
+
+    target: object
+    job_id: str
+    interval_s: float
+    _last: float = field(default=float("-inf"))
+    _times: list = field(default_factory=list)
+
+    def step_done(self, step: int, step_time_s: float) -> None:
+        self._times.append(step_time_s)
+        now = time.monotonic()
+        if self.target is None or now - self._last < self.interval_s:
+            return
+        mean = sum(self._times) / len(self._times)
+        self._times.clear()
+        self._last = now
+        try:
+            self.target.report_progress.remote(self.job_id, step, mean)
+        except Exception as exc:  # a dead reporter must not stop training
+            log.warning("progress report for %s failed: %s", self.job_id, exc)
+
+
+def _build_optimizer(params: dict, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if params["optimizer"] == "adam":
+        return torch.optim.Adam(model.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
+    return torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=params["momentum"], weight_decay=params["weight_decay"])
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _configure_determinism(threads: int, real_gpu: bool) -> None:
+    torch.set_num_threads(max(1, int(threads)))
+    if real_gpu:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def _stop_agreed(should_stop: Callable[[], bool], world_size: int, device: torch.device) -> bool:
+    """Every rank stops at the same step boundary: stop if any rank was asked to."""
+    flag = bool(should_stop())
+    if world_size == 1:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item() > 0)
+
+
+def run_training(
+    request: RunRequest,
+    should_stop: Callable[[], bool] = lambda: False,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    timings: dict[str, float] | None = None,
+) -> RunOutcome:
+    """Train ``request`` from its newest checkpoint to ``total_steps`` or until asked to stop.
+
+    With ``world_size > 1`` the caller has initialised ``torch.distributed``;
+    rank 0 writes the checkpoints. Returns the outcome (never raises for a
+    training error: the caller reports it).
+    """
+    timings = dict(timings or {})
+    workload = get_workload(request.workload)
+    params = workload.resolve(request.params)
+    real_gpu = uses_real_gpu()
+    device = torch.device("cuda", 0) if real_gpu else torch.device("cpu")
+    if real_gpu:
+        torch.cuda.set_device(device)
+    emulated = not real_gpu
+    _configure_determinism(params["threads"], real_gpu)
+
+    _seed_everything(int(params["seed"]))
+    model = workload.build_model(params).to(device)
+    optimizer = _build_optimizer(params, model)
+    dataset = workload.build_dataset(params)
+    stream = DataStream(len(dataset), int(params["seed"]))
+    batch_size = int(params["batch_size"])
+    notes = [f"data: {getattr(dataset, 'source', type(dataset).__name__)}"]
+    if emulated:
+        notes.append(f"emulated GPUs: steps stretched x{request.slowdown:g}")
+
+    step = 0
+    loaded = load_checkpoint(request.checkpoint_dir)
+    if loaded is not None:
+        state = loaded.state
+        if state.get("workload") != request.workload:
+            raise ValueError(f"checkpoint {loaded.path} is for workload {state.get('workload')!r}, not {request.workload!r}")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        stream.samples_seen = int(state["data"]["samples_seen"])
+        step = int(state["step"])
+        rng = state["rng"]
+        if rank < len(rng):
+            restore_rng_state(rng[rank])
+        else:
+            _seed_everything(int(params["seed"]) * 7919 + rank * 104729 + step)
+        if loaded.fell_back:
+            notes.append(f"latest checkpoint unusable, resumed from {loaded.path.name}")
+    else:
+        # Each rank draws its own dropout masks; model init above was common to all ranks.
+        _seed_everything(int(params["seed"]) + rank)
+    start_step = step
+    timings["restored"] = time.time()
+
+    net = model
+    if world_size > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if real_gpu else None)
+    net.train()
+    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s)
+    last_saved = step
+
+    def checkpoint() -> None:
+        nonlocal last_saved
+        rng_states = [capture_rng_state()]
+        if world_size > 1:
+            gathered: list = [None] * world_size
+            dist.all_gather_object(gathered, rng_states[0])
+            rng_states = gathered
+        if rank == 0:
+            save_checkpoint(
+                request.checkpoint_dir,
+                {
+                    "job_id": request.job_id,
+                    "workload": request.workload,
+                    "step": step,
+                    "world_size": world_size,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "rng": rng_states,
+                    "data": stream.state(),
+                },
+            )
+        last_saved = step
+
+    step_time = None
+    stopped = False
+    while step < request.total_steps:
+        if _stop_agreed(should_stop, world_size, device):
+            stopped = True
+            break
+        began = time.perf_counter()
+        indices = shard(stream.next_batch(batch_size), rank, world_size)
+        inputs, targets = default_collate([dataset[i] for i in indices])
+        inputs, targets = inputs.to(device), targets.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(inputs), targets, reduction="sum") * (world_size / batch_size)
+        loss.backward()
+        optimizer.step()
+        if real_gpu:
+            torch.cuda.synchronize(device)
+        step += 1
+        if emulated and request.slowdown > 1.0:
+            time.sleep((time.perf_counter() - began) * (request.slowdown - 1.0))
+        step_time = time.perf_counter() - began
+        if step == start_step + 1:
+            timings["first_step"] = time.time()
+        if request.checkpoint_every and step % request.checkpoint_every == 0 and step < request.total_steps:
+            checkpoint()
+        if rank == 0:
+            reporter.step_done(step, step_time)
+
+    if step != last_saved:
+        checkpoint()
+    timings["saved"] = time.time()
+    return RunOutcome(
+        job_id=request.job_id,
+        status="preempted" if stopped else "finished",
+        step=step,
+        step_time_s=step_time,
+        emulated=emulated,
+        start_step=start_step,
+        gpus=tuple(request.gpus),
+        notes=tuple(notes),
+        timings=timings,
+    )
