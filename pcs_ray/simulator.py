@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -278,14 +280,23 @@ def simulate(
     overhead: float = 0.0,
     placement=None,
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
 ) -> SimResult:
     """Replay ``jobs`` through ``policy`` on ``capacity`` GPUs.
 
     With ``predict``, every arrival plays the current state forward (same
     policy, no future arrivals) and refreshes every active job's predicted
     finish; predictions run on a fork and never change the schedule.
+
+    ``workers > 1`` spreads the forward plays over that many processes. Each
+    process replays the whole (cheap, deterministic) schedule itself and plays
+    forward only every ``workers``-th arrival, so nothing but the forecasts
+    crosses a process boundary and the result is identical to ``workers=1``.
+    Progress is then reported only at the end.
     """
     started = time.perf_counter()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     arrivals = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
     ids = [j.job_id for j in arrivals]
     if len(set(ids)) != len(ids):
@@ -293,13 +304,38 @@ def simulate(
     for spec in arrivals:
         if spec.min_gpus > capacity:
             raise ValueError(f"job {spec.job_id} needs at least {spec.min_gpus} GPUs; the cluster has {capacity}")
+    workers = min(workers, len(arrivals)) if predict else 1
+    if workers > 1:
+        result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers)
+        if progress is not None:
+            progress(len(arrivals), len(arrivals))
+    else:
+        result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress)
+        _apply_forecasts(result, forecasts)
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _replay(
+    arrivals: list[JobSpec],
+    capacity: int,
+    policy: SchedulingPolicy,
+    overhead: float,
+    placement,
+    plays: tuple[int, int] | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[SimResult, list[dict[int, float]]]:
+    """The schedule itself; forward plays for arrivals ``k`` with ``k % n == r`` where ``plays == (r, n)``.
+
+    Returns the result (predictions not yet filled in) and the forecasts in arrival order.
+    """
     engine = Engine(capacity, policy, overhead=overhead, placement=placement)
     records = {
         s.job_id: JobRecord(s.job_id, s.submit_time, s.service, s.max_gpus, s.min_runtime) for s in arrivals
     }
     area_at_submit: dict[int, float] = {}
     timeline: list[tuple[float, int]] = []
-    predictions = 0
+    forecasts: list[dict[int, float]] = []
     i, total = 0, len(arrivals)
     finished = 0
     while i < total or engine.active:
@@ -314,32 +350,22 @@ def simulate(
             rec.avg_active = (engine.area - area_at_submit.pop(job.spec.job_id)) / life if life > 0 else 1.0
         engine.remove(done)
         finished += len(done)
-        arrived = []
+        arrived = None
         if i < total and arrivals[i].submit_time <= t:
             # One submission at a time, as users submit: simultaneous arrivals
             # each get their own prediction, made before the next one lands.
-            state = engine.admit(arrivals[i])
-            area_at_submit[state.spec.job_id] = engine.area
-            arrived.append(state)
+            arrived = engine.admit(arrivals[i])
+            area_at_submit[arrived.spec.job_id] = engine.area
             i += 1
         engine.reallocate()
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
-        if arrived and predict:
+        if arrived is not None and plays is not None:
             engine.settle_all()
-            snap = engine.snapshot()
-            for job in arrived:
-                records[job.spec.job_id].bound = policy.completion_bound(snap, job)
-            forecast = engine.fork().play_forward()
-            predictions += 1
-            for jid, when in forecast.items():
-                rec = records[jid]
-                if rec.first_pred is None:
-                    rec.first_pred = when
-                elif abs(when - rec.last_pred) > 1e-6 * max(1.0, when):
-                    rec.refreshes += 1
-                rec.last_pred = when
-        if progress is not None and (done or arrived):
+            records[arrived.spec.job_id].bound = policy.completion_bound(engine.snapshot(), arrived)
+            if (i - 1) % plays[1] == plays[0]:
+                forecasts.append(engine.fork().play_forward())
+        if progress is not None and (done or arrived is not None):
             progress(finished, total)
     result = SimResult(
         policy=policy.describe(),
@@ -347,7 +373,42 @@ def simulate(
         records=[records[s.job_id] for s in arrivals],
         utilization_timeline=timeline,
         events=engine.events,
-        predictions=predictions,
+        predictions=0,
     )
-    result.wall_s = time.perf_counter() - started
+    return result, forecasts
+
+
+def _apply_forecasts(result: SimResult, forecasts: list[dict[int, float]]) -> None:
+    """Fold the forecasts, in arrival order, into each job's first/last prediction and refresh count."""
+    records = {rec.job_id: rec for rec in result.records}
+    for forecast in forecasts:
+        for jid, when in forecast.items():
+            rec = records[jid]
+            if rec.first_pred is None:
+                rec.first_pred = when
+            elif abs(when - rec.last_pred) > 1e-6 * max(1.0, when):
+                rec.refreshes += 1
+            rec.last_pred = when
+    result.predictions = len(forecasts)
+
+
+def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
+    arrivals, capacity, policy, overhead, placement, plays = args
+    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays)
+    return (result if plays[0] == 0 else None), forecasts
+
+
+def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int) -> SimResult:
+    # spawn, not fork: the caller may hold threads (Ray, a progress bar) that fork would copy mid-state.
+    ctx = multiprocessing.get_context("spawn")
+    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers)) for r in range(workers)]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        shares = list(pool.map(_replay_share, tasks))
+    result = shares[0][0]
+    ordered: list[dict[int, float]] = []
+    for k in range(max(len(f) for _, f in shares)):
+        for _, forecasts in shares:
+            if k < len(forecasts):
+                ordered.append(forecasts[k])
+    _apply_forecasts(result, ordered)
     return result

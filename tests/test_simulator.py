@@ -156,6 +156,21 @@ def test_simulation_is_deterministic(name, kw):
     assert a.events == b.events
 
 
+@pytest.mark.parametrize("name", ["pcs", "themis"])
+def test_parallel_forward_plays_give_the_serial_result(name):
+    jobs = mixed(themis1(seed=24, n=40))
+    serial = simulate(jobs, 16, _make_policy(name, {}))
+    parallel = simulate(jobs, 16, _make_policy(name, {}), workers=3)
+    assert parallel.records == serial.records
+    assert parallel.predictions == serial.predictions == len(jobs)
+    assert parallel.utilization_timeline == serial.utilization_timeline
+
+
+def test_workers_must_be_positive():
+    with pytest.raises(ValueError, match="workers"):
+        simulate(themis1(n=5), 16, create_policy("fifo"), workers=0)
+
+
 def test_arrival_order_of_input_does_not_matter():
     jobs = mixed(themis1(seed=23, n=60))
     a = simulate(jobs, 16, create_policy("srsf"))

@@ -39,13 +39,21 @@ class ThemisPolicy(SchedulingPolicy):
         return (elapsed * fair_rate + job.remaining) / job.spec.service
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        if not snap.jobs:
+        jobs = snap.jobs
+        if not jobs:
             return {}
-        order = sorted(
-            snap.jobs,
-            key=lambda j: (-round(self.rho(snap, j), 9), j.alloc == 0, j.spec.submit_time, j.spec.job_id),
-        )
-        return greedy_fill(order, snap.capacity)
+        # rho() inlined: the fair share is the same for every app this round,
+        # and this runs at every lease expiry of every forward play.
+        share = snap.capacity / len(jobs)
+        now = snap.now
+        keyed = []
+        for job in jobs:
+            spec = job.spec
+            fair_rate = share if share <= 1 else fractional_speedup(job, share)
+            rho = ((now - spec.submit_time) * fair_rate + job.remaining) / spec.service
+            keyed.append((-round(rho, 9), job.alloc == 0, spec.submit_time, spec.job_id, job))
+        keyed.sort()  # job ids are unique, so the JobState itself is never compared
+        return greedy_fill([k[4] for k in keyed], snap.capacity)
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
         # A lone app, or apps that all fit, keep their GPUs until an event.
