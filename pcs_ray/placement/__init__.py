@@ -9,6 +9,8 @@ from __future__ import annotations
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.base import Placement, PlacementError
 from pcs_ray.placement.packed import PackedPlacement
+from pcs_ray.placement.pal import PALPlacement
+from pcs_ray.placement.pmfirst import PMFirstPlacement
 from pcs_ray.placement.random_ import RandomPlacement
 from pcs_ray.placement.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
 
@@ -18,6 +20,8 @@ PLACEMENTS: dict[str, tuple[type[Placement], dict]] = {
     "packed-nonsticky": (PackedPlacement, {"sticky": False}),
     "random-sticky": (RandomPlacement, {"sticky": True}),
     "random-nonsticky": (RandomPlacement, {"sticky": False}),
+    "pm-first": (PMFirstPlacement, {}),
+    "pal": (PALPlacement, {}),
 }
 
 
