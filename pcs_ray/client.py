@@ -1,0 +1,114 @@
+"""``pcs_ray.Client``: submit jobs to a running coordinator and follow them.
+
+::
+
+    client = Client()                      # the Ray cluster this process runs on (or address=...)
+    job = client.submit("job.yaml")        # or a dict / JobFile
+    print(job.id, job.predicted_completion, job.bound)   # absolute times (time.time() seconds)
+    client.wait(job.id)
+
+Every submission carries a fresh id, so a call retried after the coordinator
+restarted never creates a second job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pcs_ray.jobfile import JobFile, JobSpecError, load_job, parse_job
+
+TERMINAL = ("finished", "cancelled", "failed")
+
+
+@dataclass
+class JobHandle:
+    """What a submission returns: the job id, its predicted completion and WFQ's worst-case bound."""
+
+    id: int
+    predicted_completion: float | None
+    bound: float | None
+    client: "Client" = field(repr=False)
+
+    def status(self) -> dict:
+        return self.client.job(self.id)
+
+    def predict(self) -> dict:
+        return self.client.predict(self.id)
+
+    def wait(self, timeout: float | None = None) -> dict:
+        return self.client.wait(self.id, timeout)
+
+    def cancel(self) -> dict:
+        return self.client.cancel(self.id)
+
+
+def _ray_init(address: str | None, namespace: str) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_LOG_TO_DRIVER", "0")
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=namespace,
+             log_to_driver=False, logging_level="ERROR")
+
+
+class Client:
+    """A connection to the coordinator of the Ray cluster at ``address`` (default: this process's)."""
+
+    def __init__(self, address: str | None = None, coordinator=None) -> None:
+        from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
+
+        if coordinator is None:
+            _ray_init(address, NAMESPACE)
+            coordinator = get_coordinator()
+        self.actor = coordinator
+
+    def _call(self, method: str, *args):
+        import ray
+
+        reply = ray.get(getattr(self.actor, method).remote(*args))
+        if isinstance(reply, dict) and "error" in reply:
+            raise JobSpecError(reply["error"])
+        return reply
+
+    def submit(self, spec: str | Path | dict | JobFile) -> JobHandle:
+        """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction."""
+        if isinstance(spec, (str, Path)):
+            raw = load_job(spec).to_dict()
+        elif isinstance(spec, JobFile):
+            raw = spec.to_dict()
+        else:
+            raw = parse_job(spec).to_dict()  # shape errors here; cluster and workload checks at the coordinator
+        reply = self._call("submit", raw, uuid.uuid4().hex)
+        return JobHandle(reply["id"], reply["predicted_completion"], reply["bound"], self)
+
+    def status(self) -> dict:
+        """The whole cluster: every job with state, GPUs, progress and predictions."""
+        return self._call("status")
+
+    def job(self, job_id: int) -> dict:
+        for job in self.status()["jobs"]:
+            if job["id"] == int(job_id):
+                return job
+        raise JobSpecError(f"no job with id {job_id}")
+
+    def predict(self, job_id: int) -> dict:
+        return self._call("predict", int(job_id))
+
+    def cancel(self, job_id: int) -> dict:
+        return self._call("cancel", int(job_id))
+
+    def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:
+        """Block until the job is finished, cancelled or failed; returns its final status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["state"] in TERMINAL:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} is still {job['state']} after {timeout} s")
+            time.sleep(poll_s)

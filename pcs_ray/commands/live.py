@@ -1,0 +1,258 @@
+"""``pcs-ray start | submit | status | predict | cancel | stop | node-resources | demo``: the live system.
+
+All but ``node-resources`` and ``demo`` talk to a coordinator on an existing
+Ray cluster (``--address``, else ``RAY_ADDRESS``, else the local one), so
+they also work as ``ray job submit -- pcs-ray submit job.yaml --wait``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the running local cluster).")
+JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
+
+
+def _clock(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def _in(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    d = t - now
+    return f"{_clock(t)} (in {d:.0f} s)" if d >= 0 else f"{_clock(t)} ({-d:.0f} s ago)"
+
+
+def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
+    """The live table: job, state, GPUs, progress, predicted finish."""
+    now = status["now"]
+    table = Table(title=title, title_justify="left")
+    for col in ("id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"):
+        table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
+    for job in status["jobs"]:
+        done = job["state"] in ("finished", "cancelled", "failed")
+        pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else 0.0
+        step = "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else "")
+        finish = _clock(job["finish"]) if done else _in(job["predicted_completion"], now)
+        table.add_row(
+            str(job["id"]), job["name"], job["class"], job["state"], ",".join(job["gpus"]) or "-",
+            f"{job['steps']}/{job['total_steps']} {pct:3.0f}%", step, finish,
+            "-" if done else _clock(job["bound"]), str(job["preemptions"]),
+        )
+    table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
+    return table
+
+
+def _client(address: str | None):
+    from pcs_ray.client import Client
+
+    return Client(address)
+
+
+def start_cmd(
+    address: Annotated[str | None, ADDRESS] = None,
+    cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Cluster spec (YAML/JSON): GPU scores, UUIDs, topology. Default: the per-GPU resources registered in Ray.")] = None,
+    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy: pcs (with --pcs-config), pcs-jct, pcs-bal, pcs-pred, fifo, srsf, las, srtf, themis, afs, fair.")] = "pcs-bal",
+    pcs_config: Annotated[Path | None, typer.Option("--pcs-config", help="WFQ configuration JSON for --policy pcs (e.g. from `pcs-ray solve`).")] = None,
+    placement: Annotated[str, typer.Option("--placement", help="Placement policy (see pcs_ray.placement).")] = "packed-sticky",
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
+    grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
+) -> None:
+    """Start the coordinator on a Ray cluster (or report the one already running).
+
+    The coordinator is a detached, named Ray actor (namespace `pcs-ray`): it
+    outlives this command, is restarted by Ray if it dies, and rebuilds its
+    state from the journal in --state-dir.
+    """
+    import ray
+
+    from pcs_ray.cluster import load_cluster_spec
+    from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
+    from pcs_ray.coordinator.config import CoordinatorConfig, build_policy, cluster_dict
+    from pcs_ray.discovery import cluster_from_ray_nodes
+    from pcs_ray.policies import WFQConfig
+
+    wfq = WFQConfig.load(pcs_config).to_dict() if pcs_config is not None else None
+    if pcs_config is not None and policy == "pcs-bal":
+        policy = "pcs"
+    build_policy(policy, wfq)  # fail here, not inside the actor
+    from pcs_ray.placement import create_placement
+
+    declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
+    if declared is not None:
+        create_placement(placement, declared)
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
+             log_to_driver=False, logging_level="ERROR")
+    cluster = cluster_from_ray_nodes(ray.nodes(), declared)
+    config = CoordinatorConfig(
+        cluster=cluster_dict(cluster), state_dir=str(state_dir.expanduser().resolve()), policy=policy, wfq=wfq,
+        placement=placement, grace_s=grace,
+    )
+    print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), policy {policy}", file=sys.stderr)
+    actor = start_coordinator(config)
+    info = ray.get(actor.ping.remote())
+    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, state in {config.state_dir}")
+
+
+def submit_cmd(
+    job_file: Annotated[Path, typer.Argument(help="Job spec (YAML): workload, steps, gpus, class, params ...")],
+    address: Annotated[str | None, ADDRESS] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until the job ends; print predicted vs actual completion.")] = False,
+    as_json: Annotated[bool, JSON_OUT] = False,
+) -> None:
+    """Submit a training job; prints its id, predicted completion and worst-case bound at once."""
+    from pcs_ray.jobfile import load_job
+
+    load_job(job_file)  # a bad file fails before connecting
+    client = _client(address)
+    handle = client.submit(job_file)
+    now = time.time()
+    reply = {"id": handle.id, "predicted_completion": handle.predicted_completion, "bound": handle.bound}
+    if as_json and not wait:
+        print(json.dumps(reply))
+    elif not as_json:
+        print(f"job {handle.id} submitted: predicted completion {_in(handle.predicted_completion, now)}, "
+              f"bound {_clock(handle.bound)}")
+    if wait:
+        final = client.wait(handle.id)
+        if as_json:
+            print(json.dumps({**reply, "final": final}))
+        else:
+            err = ""
+            if final["finish"] and handle.predicted_completion:
+                jct = final["finish"] - final["submit"]
+                pred = handle.predicted_completion - final["submit"]
+                err = f", JCT {jct:.1f} s vs predicted {pred:.1f} s ({100 * abs(jct - pred) / pred:.0f}% off)"
+            print(f"job {handle.id} {final['state']} at {_clock(final['finish'])}{err}; "
+                  f"{final['preemptions']} preemption(s)")
+        if final["state"] != "finished":
+            raise typer.Exit(1)
+
+
+def status_cmd(
+    address: Annotated[str | None, ADDRESS] = None,
+    watch: Annotated[float, typer.Option("--watch", help="Refresh every N seconds until interrupted (0: once).")] = 0.0,
+    as_json: Annotated[bool, JSON_OUT] = False,
+) -> None:
+    """The live table: every job, its state, GPUs, progress and predicted finish."""
+    client = _client(address)
+    if as_json:
+        print(json.dumps(client.status()))
+        return
+    console = Console()
+    if not watch:
+        console.print(status_table(client.status()))
+        return
+    from rich.live import Live
+
+    with Live(status_table(client.status()), console=console, refresh_per_second=2) as live:
+        while True:
+            time.sleep(watch)
+            live.update(status_table(client.status()))
+
+
+def predict_cmd(
+    job_id: Annotated[int, typer.Argument(help="Job id from `pcs-ray submit`.")],
+    address: Annotated[str | None, ADDRESS] = None,
+    as_json: Annotated[bool, JSON_OUT] = False,
+) -> None:
+    """A job's current predicted completion and worst-case bound (refreshed on every cluster event)."""
+    reply = _client(address).predict(job_id)
+    if as_json:
+        print(json.dumps(reply))
+    else:
+        print(f"job {job_id} ({reply['state']}): predicted completion {_in(reply['predicted_completion'], time.time())}, "
+              f"bound {_clock(reply['bound'])}")
+
+
+def cancel_cmd(
+    job_id: Annotated[int, typer.Argument(help="Job id to cancel.")],
+    address: Annotated[str | None, ADDRESS] = None,
+) -> None:
+    """Cancel a job (a running one is stopped at its next step boundary)."""
+    view = _client(address).cancel(job_id)
+    print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if view["state"] in ("running", "stopping") else ""))
+
+
+def stop_cmd(
+    address: Annotated[str | None, ADDRESS] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for runners to checkpoint.")] = 60.0,
+) -> None:
+    """Checkpoint every running job and stop the coordinator; `pcs-ray start` resumes from the journal."""
+    import ray
+
+    from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
+    from pcs_ray.client import _ray_init
+
+    _ray_init(address, NAMESPACE)
+    actor = get_coordinator()
+    killed = ray.get(actor.drain.remote(timeout))
+    ray.kill(actor, no_restart=True)
+    print("coordinator stopped" + (f" ({killed} runner(s) killed after {timeout:.0f} s)" if killed else ""))
+
+
+def node_resources_cmd(
+    node_name: Annotated[str | None, typer.Option("--node-name", help="Name of this node in pcs-ray (default: the host name).")] = None,
+    cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Declared spec for nodes without NVML (logical GPUs).")] = None,
+    head: Annotated[bool, typer.Option("--head", help="Prefix --head (for the head node's `ray start`).")] = False,
+    address: Annotated[str | None, typer.Option("--address", help="Prefix --address=ADDR (for a worker's `ray start`).")] = None,
+    as_json: Annotated[bool, JSON_OUT] = False,
+) -> None:
+    """Print the `ray start` arguments that register this node's GPUs with pcs-ray.
+
+    One custom resource per GPU (`<node>_gpu<i>`: 1) so jobs can be pinned to
+    exact GPUs, plus labels. GPUs come from NVML (UUIDs, NVLink/PCIe matrix,
+    power, clocks) or, without NVML, from the node of that name in
+    --cluster-spec. Use: `ray start --head $(pcs-ray node-resources)`.
+    """
+    from pcs_ray.discovery import format_args, local_node, ray_start_args
+
+    node = local_node(node_name, cluster_spec)
+    args = ray_start_args(node, head=head, address=address)
+    if as_json:
+        print(json.dumps({"args": args, "node": node.to_dict()}))
+    else:
+        print(format_args(args))
+
+
+def demo_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the report (demo-report.json, demo-timeline.png).")] = Path("pcs-ray-demo"),
+    jobs: Annotated[int, typer.Option("--jobs", min=1, max=20, help="How many training jobs to submit.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the GPU variability sample.")] = 1,
+    live: Annotated[bool, typer.Option("--live/--no-live", help="Show the live table while it runs.")] = True,
+) -> None:
+    """Run the whole system on this machine: local Ray, 2 nodes x 4 logical GPUs, real training.
+
+    Starts an embedded Ray with logical GPUs (DGX-like links, real measured
+    variability), the coordinator (PCS WFQ), and submits a mix of real
+    PyTorch training jobs over time; shows the live table, then each job's
+    predicted vs actual JCT, preemptions and GPUs, and writes a JSON report
+    and a PNG timeline. Takes a few minutes.
+    """
+    from pcs_ray.demo import run_demo
+
+    report = run_demo(out, num_jobs=jobs, seed=seed, live=live)
+    print(f"average |predicted - actual| JCT error: {report['summary']['mean_abs_error_pct']:.1f}% "
+          f"({report['summary']['mean_abs_error_s']:.1f} s); report in {out}/")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("start")(start_cmd)
+    app.command("submit")(submit_cmd)
+    app.command("status")(status_cmd)
+    app.command("predict")(predict_cmd)
+    app.command("cancel")(cancel_cmd)
+    app.command("stop")(stop_cmd)
+    app.command("node-resources")(node_resources_cmd)
+    app.command("demo")(demo_cmd)

@@ -1,0 +1,198 @@
+"""The coordinator as a detached, named, restartable Ray actor: the thin edge around the core.
+
+Calls (submit, status, predict, cancel, progress reports) and a background
+loop share one lock around the Ray-free :class:`Coordinator`. The loop waits
+on the runners' ``done`` refs with a short timeout and never on a runner
+itself, so a slow or dead runner cannot stall decisions. Runners are owned
+by this actor; if it dies they die with it, and the restarted actor replays
+its journal and resumes their jobs from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import ray
+
+from pcs_ray.coordinator.actions import Action, StartRun, StopRun
+from pcs_ray.coordinator.config import CoordinatorConfig, build_core
+
+NAMESPACE = "pcs-ray"
+ACTOR_NAME = "coordinator"
+LOOP_WAIT_S = 0.2
+
+log = logging.getLogger("pcs_ray.coordinator")
+
+
+@dataclass
+class _Run:
+    attempt: int
+    handle: object  # executors.launch.RunHandle
+    kill_at: float | None = None
+
+
+def _load_launcher(path: str):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class CoordinatorService:
+    """The actor body. Its methods return plain dicts (user errors as ``{"error": ...}``)."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = CoordinatorConfig.from_dict(config)
+        self.core = build_core(self.config)
+        self.launch = _load_launcher(self.config.launcher)
+        self.lock = threading.RLock()
+        self.runs: dict[int, _Run] = {}
+        self.draining = False
+        self.me = ray.get_runtime_context().current_actor
+        with self.lock:
+            self._execute(self.core.decide())
+            self.core.refresh_predictions()
+        self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
+        self._loop_thread.start()
+
+    # -- carrying out actions ------------------------------------------------------
+    def _execute(self, actions: list[Action]) -> None:
+        while actions:
+            action = actions.pop(0)
+            if isinstance(action, StopRun):
+                run = self.runs.get(action.job_id)
+                if run is not None and run.attempt == action.attempt and run.kill_at is None:
+                    run.handle.request_stop()
+                    run.kill_at = time.monotonic() + self.config.grace_s
+            elif isinstance(action, StartRun) and not self.draining:
+                request = replace(action.request, reporter=self.me)
+                try:
+                    self.runs[action.job_id] = _Run(request.attempt, self.launch(request))
+                except Exception as e:  # a launch that cannot even start counts as a failed run
+                    log.exception("launching job %s failed", action.job_id)
+                    job = self.core.jobs[action.job_id]
+                    actions += self.core.run_ended(action.job_id, request.attempt, "failed", job.steps, error=str(e))
+
+    def _collect(self, ready: list) -> list[Action]:
+        actions: list[Action] = []
+        by_ref = {run.handle.done: jid for jid, run in self.runs.items()}
+        for ref in ready:
+            jid = by_ref.get(ref)
+            if jid is None:
+                continue
+            run = self.runs.pop(jid)
+            try:
+                outcome = ray.get(ref, timeout=0)
+                status, step, step_time, error = outcome.status, outcome.step, outcome.step_time_s, outcome.error
+                if outcome.emulated:
+                    self.core.jobs[jid].emulated = True
+            except Exception as e:  # the runner died or was killed: resume from its last checkpoint
+                status, step, step_time, error = "failed", self.core.jobs[jid].steps, None, type(e).__name__
+            actions += self.core.run_ended(jid, run.attempt, status, step, step_time, error)
+        return actions
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                refs = [run.handle.done for run in self.runs.values()]
+            ready: list = []
+            if refs:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOOP_WAIT_S)
+            else:
+                time.sleep(LOOP_WAIT_S)
+            with self.lock:
+                try:
+                    actions = self._collect(ready)
+                    now = time.monotonic()
+                    for run in self.runs.values():
+                        if run.kill_at is not None and now >= run.kill_at:
+                            run.handle.kill()
+                            run.kill_at = float("inf")
+                    actions += self.core.tick()
+                    self._execute(actions)
+                    self.core.refresh_predictions()
+                except Exception:  # keep deciding: one bad event must not stop the cluster
+                    log.exception("coordinator loop")
+
+    # -- the API -------------------------------------------------------------------
+    def submit(self, raw: dict, submission_id: str | None = None) -> dict:
+        with self.lock:
+            try:
+                jid, actions = self.core.submit(raw, submission_id)
+            except ValueError as e:
+                return {"error": str(e)}
+            self._execute(actions)
+            self.core.refresh_predictions()
+            return self.core.predict(jid)
+
+    def predict(self, job_id: int) -> dict:
+        with self.lock:
+            try:
+                return self.core.predict(int(job_id))
+            except ValueError as e:
+                return {"error": str(e)}
+
+    def cancel(self, job_id: int) -> dict:
+        with self.lock:
+            try:
+                self._execute(self.core.cancel(int(job_id)))
+            except ValueError as e:
+                return {"error": str(e)}
+            return self.core.job_view(self.core.jobs[int(job_id)])
+
+    def status(self) -> dict:
+        with self.lock:
+            self.core.refresh_predictions()
+            return self.core.status()
+
+    def report_progress(self, job_id: str, step: int, step_time_s: float | None = None, **extra) -> None:
+        with self.lock:
+            self.core.progress(int(job_id), int(step), step_time_s, bool(extra.get("emulated", False)))
+
+    def drain(self, timeout_s: float = 60.0) -> int:
+        """Stop every runner at a checkpoint (for ``pcs-ray stop``); returns how many were still running."""
+        with self.lock:
+            self.draining = True
+            for run in self.runs.values():
+                run.handle.request_stop()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.runs:
+                    return 0
+            time.sleep(LOOP_WAIT_S)
+        with self.lock:
+            for run in self.runs.values():
+                run.handle.kill()
+            return len(self.runs)
+
+    def ping(self) -> dict:
+        return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "epoch": self.core.epoch}
+
+
+def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
+    """Start the coordinator (or return the running one): detached, named, restarted on failure.
+
+    ``pin_here`` keeps it on this node, where its state folder (journal) lives.
+    """
+    options = dict(
+        name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=-1, max_concurrency=64, num_cpus=0,
+    )
+    if pin_here:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    actor = ray.remote(CoordinatorService).options(**options).remote(config.to_dict())
+    ray.get(actor.ping.remote())
+    return actor
+
+
+def get_coordinator():
+    """The running coordinator; a ValueError (one line for the CLI) when there is none."""
+    try:
+        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except ValueError:
+        raise ValueError("no pcs-ray coordinator is running on this Ray cluster (start one with `pcs-ray start`)") from None
