@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.base import Placement, PlacementError
+from pcs_ray.placement.combined import CombinedPlacement
+from pcs_ray.placement.mapa import MAPAPlacement
 from pcs_ray.placement.packed import PackedPlacement
 from pcs_ray.placement.pal import PALPlacement
 from pcs_ray.placement.pmfirst import PMFirstPlacement
@@ -22,6 +24,11 @@ PLACEMENTS: dict[str, tuple[type[Placement], dict]] = {
     "random-nonsticky": (RandomPlacement, {"sticky": False}),
     "pm-first": (PMFirstPlacement, {}),
     "pal": (PALPlacement, {}),
+    "mapa-baseline": (MAPAPlacement, {"variant": "baseline"}),
+    "mapa-topo": (MAPAPlacement, {"variant": "topo"}),
+    "mapa-greedy": (MAPAPlacement, {"variant": "greedy"}),
+    "mapa-preserve": (MAPAPlacement, {"variant": "preserve"}),
+    "combined": (CombinedPlacement, {}),
 }
 
 
