@@ -15,7 +15,7 @@ import moocore
 import numpy as np
 
 from solver.objectives import Objective
-from solver.space import config_key
+from solver.space import canonical_dict, config_key
 from pcs_ray.policies import WFQConfig
 
 FRONT_VERSION = 1
@@ -121,7 +121,9 @@ def front_table(points: Sequence[FrontPoint], objectives: Sequence[Objective], r
         cuts = ", ".join(f"{t:.0f}" for t in c.thresholds[:-1]) or "-"
         if len(cuts) > 40:
             cuts = cuts[:37] + "..."
-        row = [str(n), str(len(c.thresholds)), f"{p.genes.get('W', 0):.2f}", f"{c.zeta_min:.2f}", f"{c.delta:.2f}", cuts]
+        w = c.normalised_weights
+        steep = math.log(w[0] / w[1]) if len(w) > 1 else 0.0  # the W that gives these weights
+        row = [str(n), str(len(c.thresholds)), f"{steep:.2f}", f"{c.zeta_min:.2f}", f"{c.delta:.2f}", cuts]
         for k, o in enumerate(objectives):
             row += [format_value(p.train[k], o), format_value(p.test[k] if p.test else None, o)]
         table.add_row(*row)
@@ -154,7 +156,7 @@ def front_json(points: Sequence[FrontPoint], objectives: Sequence[Objective], re
             {
                 "index": n,
                 "parameters": {k: _num(v) for k, v in p.genes.items()},
-                "config": p.config.to_dict(),
+                "config": canonical_dict(p.config),
                 "train": _named(p.train, objectives),
                 "test": _named(p.test, objectives),
                 "train_std": _named(p.train_std, objectives),
@@ -213,3 +215,36 @@ def plot_front(path, points: Sequence[FrontPoint], objectives: Sequence[Objectiv
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+class FrontFileError(ValueError):
+    """A front file that cannot be read."""
+
+
+def read_front(path) -> tuple[tuple[Objective, ...], list[FrontPoint]]:
+    """Objectives and points of a front file written by ``front_json``."""
+    import json
+    from pathlib import Path
+
+    from solver.objectives import parse_objectives
+
+    p = Path(path)
+    if not p.is_file():
+        raise FrontFileError(f"no such front file: {path}")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+        objectives = parse_objectives(raw["objectives"])
+        points = []
+        for entry in raw["front"]:
+            def values(split):
+                named = entry.get(split)
+                if named is None:
+                    return None
+                return tuple(math.inf if named[o.label] is None else float(named[o.label]) for o in objectives)
+            points.append(FrontPoint(WFQConfig.from_dict(entry["config"], str(path)), dict(entry.get("parameters") or {}),
+                                     values("train"), values("test")))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise FrontFileError(f"{path}: not a front file written by 'pcs-ray solve' ({type(e).__name__}: {e})") from None
+    if raw.get("version") != FRONT_VERSION:
+        raise FrontFileError(f"{path}: front file version {raw.get('version')!r}, expected {FRONT_VERSION}")
+    return objectives, points

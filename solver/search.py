@@ -24,7 +24,7 @@ from pcs_ray.policies import WFQConfig
 from solver.cache import EvaluationCache
 from solver.checkpoint import Checkpoint
 from solver.evaluate import Evaluator
-from solver.front import FrontPoint, Reference, hypervolume, pareto_indices
+from solver.front import FrontPoint, Reference, normalised_hypervolume, pareto_indices
 from solver.objectives import Objective
 from solver.space import GENE_NAMES, SearchSpace, config_key, describe_genes
 from solver.spea2 import SPEA2, SearchError, SearchState
@@ -81,7 +81,8 @@ class GenerationReport:
     evaluations: int  # candidates evaluated so far (genomes, cached or not)
     simulations: int  # simulations this process ran so far
     front_size: int
-    hypervolume: float  # of the archive's train values, w.r.t. ``hv_ref``
+    hypervolume: float  # of the archive's train front, as a fraction of the box [0, hv_ref]
+    hv_ref: tuple[float, ...]  # 1.1 x the initial population's worst train values
     wall_s: float
 
 
@@ -149,9 +150,10 @@ class Search:
             if on_generation is not None:
                 train = [m.values for m in s.archive]
                 front = pareto_indices(train)
+                ref = tuple(s.extra["hv_ref"])
                 on_generation(GenerationReport(
                     s.generation, s.evaluations, self.evaluator.simulations, len(front),
-                    hypervolume([train[i] for i in front], s.extra["hv_ref"]), time.perf_counter() - started,
+                    normalised_hypervolume([train[i] for i in front], ref), ref, time.perf_counter() - started,
                 ))
             return time_limit is not None and time.perf_counter() - started >= time_limit
 

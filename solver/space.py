@@ -79,6 +79,11 @@ def config_key(config: WFQConfig) -> str:
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
+def canonical_dict(config: WFQConfig) -> dict:
+    """The configuration as written to files: the same numbers the solver simulated (see ``config_key``)."""
+    return json.loads(config_key(config))
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """Bounds and decoder for one workload (``sizes`` decide the thresholds)."""

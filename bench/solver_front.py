@@ -1,0 +1,126 @@
+"""Done-when experiment of the preference solver (issue 4).
+
+Runs the solver on themis1 (500 apps per sample, 64 GPUs) within a wall-time
+budget, Ray tasks on a fresh local Ray instance, then evaluates the front and
+the artifact's three themis1 configurations (and FIFO/SRSF/Themis/AFS) on the
+same held-out test samples. Prints one JSON object: wall times, evaluations,
+for each artifact configuration the front point that weakly dominates it (or
+null), and hypervolumes of the front and of the three artifact configurations
+for two stated reference points:
+
+* ``published``: 1.1 x the worst test value per objective among the three
+  artifact configurations (the region where they live);
+* ``references``: 1.1 x the worst test value among all reference policies.
+
+Usage: python bench/solver_front.py [--objectives jct:avg,pred_err:avg]
+       [--budget 600] [--population 40] [--seed 0] [--out DIR]
+The machine is shared with other jobs: wall times are pessimistic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pcs_ray.cli import BUNDLED_PCS  # noqa: E402
+from pcs_ray.paths import BUNDLED_DATA  # noqa: E402
+from pcs_ray.policies import WFQConfig  # noqa: E402
+from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
+from solver.front import (  # noqa: E402
+    dominance_report, front_json, hypervolume, normalised_hypervolume, plot_front, reference_point,
+)
+from solver.objectives import parse_objectives  # noqa: E402
+from solver.search import Problem, Search  # noqa: E402
+from solver.workload import WorkloadSource  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--objectives", default="jct:avg,pred_err:avg")
+    ap.add_argument("--budget", type=float, default=600.0, help="wall seconds for everything (search + test)")
+    ap.add_argument("--reserve", type=float, default=90.0, help="seconds kept for the test-sample evaluation")
+    ap.add_argument("--population", type=int, default=40)
+    ap.add_argument("--generations", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--test-samples", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--serial", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="folder for front.json and front.png")
+    args = ap.parse_args()
+
+    started = time.perf_counter()
+    objectives = parse_objectives(args.objectives)
+    problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, objectives, args.samples,
+                      args.test_samples, args.population, args.seed)
+    if not args.serial:
+        import ray
+
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    backend = SerialBackend() if args.serial else RayBackend()
+    ray_ready = time.perf_counter() - started
+    search = Search(problem, backend)
+    reports = []
+
+    def on_generation(r):
+        reports.append({"generation": r.generation, "evaluations": r.evaluations, "simulations": r.simulations,
+                        "front_size": r.front_size, "train_hv": round(r.hypervolume, 5), "wall_s": round(r.wall_s, 1)})
+        print(json.dumps(reports[-1]), file=sys.stderr, flush=True)
+
+    search_budget = args.budget - args.reserve - (time.perf_counter() - started)
+    state = search.run(args.generations, on_generation, time_limit=search_budget)
+    search_s = time.perf_counter() - started
+    points = search.front()
+    published_cfg = [(f"pcs-{k}", WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")) for k in BUNDLED_PCS]
+    refs = search.references(published_cfg)
+    total_s = time.perf_counter() - started
+
+    published = {r.label: r.test for r in refs if r.label.startswith("pcs-")}
+    front_test = [p.test for p in points]
+    result = {
+        "objectives": [o.label for o in objectives],
+        "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs",
+        "samples": args.samples, "test_samples": args.test_samples, "population": args.population,
+        "seed": args.seed, "backend": backend.name,
+        "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
+        "ray_start_s": round(ray_ready, 1), "search_s": round(search_s, 1), "total_wall_s": round(total_s, 1),
+        "generations": state.generation, "evaluations": state.evaluations,
+        "simulations": search.evaluator.simulations,
+        "distinct_configurations": len(search.evaluator.cache.specs("train")),
+        "front_size": len(points),
+        "dominated_by_front_point": dominance_report(front_test, published),
+        "published_test": {k: list(v) for k, v in published.items()},
+    }
+    for name, ref in (("published", reference_point([list(published.values())])),
+                      ("references", reference_point([[r.test for r in refs]]))):
+        result[f"hv_ref_{name}"] = {
+            "reference_point": list(ref),
+            "front": hypervolume(front_test, ref),
+            "published": hypervolume(list(published.values()), ref),
+            "front_normalised": normalised_hypervolume(front_test, ref),
+            "published_normalised": normalised_hypervolume(list(published.values()), ref),
+        }
+    result["all_published_weakly_dominated"] = all(v is not None for v in result["dominated_by_front_point"].values())
+    idx = result["dominated_by_front_point"]
+    result["dominating_points"] = {
+        k: {"test": list(points[i].test), "config": points[i].config.to_dict()} for k, i in idx.items() if i is not None
+    }
+    result["baselines_test"] = {r.label: list(r.test) for r in refs if not r.label.startswith("pcs-")}
+    result["progress"] = reports
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "front.json").write_text(json.dumps(front_json(points, objectives, refs, {}), indent=1))
+        plot_front(args.out / "front.png", points, objectives, refs, title=f"themis1 {args.objectives}")
+    search.close()
+    if not args.serial:
+        ray.shutdown()
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

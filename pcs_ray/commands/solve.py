@@ -1,0 +1,257 @@
+"""``pcs-ray solve``: search WFQ configurations for a workload and pick one from the front."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+SOLVE_HELP = """
+Search PCS's WFQ configurations for a workload and show the Pareto front of the chosen objectives
+(PCS §3.2-3.3): SPEA2 over WFQ(T, W, zeta_min, delta), every candidate simulated (predictions on) on
+**--samples** train samples of the workload, its objectives averaged; the front is then evaluated on
+**--test-samples** separate samples, and FIFO, SRSF, Themis, AFS and reference configurations are
+evaluated on the same samples for comparison.
+
+Workload: **--workload NAME** (CDF workload, default `themis1`, **--num-apps** apps per sample at
+**--load**), **--trace FILE** (PCS/Philly, testbed or Sia-Philly CSV) or **--history FILE** (the job
+history the coordinator records, JSON lines); traces and histories are bootstrap-resampled.
+
+Objectives (**--objectives**, comma-separated METRIC:MEASURE, all minimised): metric `jct`,
+`pred_err` or `unfairness`; measure `avg` or a percentile `pNN`, e.g. `jct:avg,pred_err:p99`.
+
+Simulations run as Ray tasks on the connected cluster (`ray.init()` finds one through RAY_ADDRESS
+or `ray start`, else starts a local instance), or in this process with **--serial**; the results are
+identical. Every simulation is cached in the checkpoint folder (default `OUT.ckpt`) together with the
+population after each generation: rerunning the same command resumes where it stopped.
+
+Output: progress per generation on stderr (front size, hypervolume of the train front relative to the
+first generation's worst values), a table of the front on stdout, **--out FILE.json** with every front
+configuration (loadable WFQ config, parameters, train/test objectives) and the references, and
+**--plot FILE.png**.
+
+Choosing: **--pick N** or **--prefer** "min jct:avg where pred_err:p99 <= 20" with **--front
+FILE.json** writes the chosen configuration to **--out** (a config `pcs-ray simulate --pcs-config`
+loads) and/or, with **--set**, where the coordinator reads it ($PCS_RAY_WFQ_CONFIG, default
+~/.pcs-ray/wfq_config.json).
+"""
+
+
+def _parse_reference(path: Path):
+    from pcs_ray.policies import WFQConfig
+
+    return (f"pcs:{path.stem}", WFQConfig.load(path))
+
+
+def _default_references(workload: str | None):
+    from pcs_ray.cli import BUNDLED_PCS
+    from pcs_ray.paths import BUNDLED_DATA
+    from pcs_ray.policies import WFQConfig
+
+    if workload != "themis1":
+        return []
+    return [(f"pcs-{k} (artifact)", WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")) for k in BUNDLED_PCS]
+
+
+def _pick(front: Path | None, pick: int | None, prefer: str | None, out: Path | None, set_config: bool,
+          split: str) -> None:
+    from rich.console import Console
+
+    from solver.front import front_table, read_front
+    from solver.preference import choose, default_config_path, write_wfq_config
+
+    if front is None:
+        raise ValueError("--pick/--prefer need --front FILE.json (a front written by 'pcs-ray solve --out')")
+    if pick is not None and prefer is not None:
+        raise ValueError("--pick and --prefer are mutually exclusive")
+    if out is None and not set_config:
+        raise ValueError("say where the chosen configuration goes: --out FILE.json and/or --set")
+    objectives, points = read_front(front)
+    if pick is not None:
+        if not 0 <= pick < len(points):
+            raise ValueError(f"--pick {pick}: the front in {front} has configurations 0..{len(points) - 1}")
+        index = pick
+    else:
+        index = choose(points, objectives, prefer, split)
+    config = points[index].config
+    err = Console(stderr=True)
+    err.print(front_table([points[index]], objectives, title=f"configuration {index} of {front}"))
+    if out is not None:
+        write_wfq_config(config, out)
+        err.print(f"wrote {out}")
+    if set_config:
+        path = write_wfq_config(config, default_config_path())
+        err.print(f"set the coordinator's WFQ configuration: {path}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("solve", help=SOLVE_HELP)
+    def solve_cmd(
+        workload: Annotated[str | None, typer.Option(
+            "--workload", metavar="NAME", help="CDF workload to sample  [default: themis1]", show_default=False)] = None,
+        trace: Annotated[Path | None, typer.Option("--trace", metavar="FILE", help="Trace CSV to resample.",
+                                                   show_default=False)] = None,
+        history: Annotated[Path | None, typer.Option(
+            "--history", metavar="FILE", help="Job history (JSON lines) to resample.", show_default=False)] = None,
+        num_apps: Annotated[int | None, typer.Option(
+            "--num-apps", metavar="N", help="Apps per sample  [default: 500, or the trace's size]",
+            show_default=False)] = None,
+        load: Annotated[float, typer.Option("--load", metavar="X", help="Offered load of generated samples.")] = 0.9,
+        gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
+        objectives: Annotated[str, typer.Option(
+            "--objectives", metavar="LIST", help="Comma-separated METRIC:MEASURE to minimise.")] = "jct:avg,pred_err:avg",
+        generations: Annotated[int, typer.Option(
+            "--generations", metavar="N", help="SPEA2 generations after the initial population.")] = 20,
+        population: Annotated[int, typer.Option("--population", metavar="M", help="Population (and archive) size.")] = 40,
+        samples: Annotated[int, typer.Option("--samples", metavar="K", help="Train samples per candidate.")] = 3,
+        test_samples: Annotated[int, typer.Option(
+            "--test-samples", metavar="L", help="Held-out samples the front is reported on.")] = 3,
+        seed: Annotated[int, typer.Option("--seed", metavar="S", help="Seed of samples and search.")] = 0,
+        time_limit: Annotated[float | None, typer.Option(
+            "--time-limit", metavar="SECONDS", help="Stop after the generation that passes this wall time.",
+            show_default=False)] = None,
+        no_delta: Annotated[bool, typer.Option(
+            "--no-delta", help="Search WFQ(T, W, zeta_min) only; leftovers relax zeta straight to 0.")] = False,
+        reference: Annotated[list[Path] | None, typer.Option(
+            "--reference-config", metavar="FILE", help="WFQ config JSON to draw on the front; repeatable  "
+            "[default: the artifact's three for themis1]", show_default=False)] = None,
+        out: Annotated[Path | None, typer.Option(
+            "--out", metavar="FILE.json", help="Write the front (or, with --pick/--prefer, the chosen config).",
+            show_default=False)] = None,
+        plot: Annotated[Path | None, typer.Option("--plot", metavar="FILE.png", help="Plot the front.",
+                                                  show_default=False)] = None,
+        checkpoint: Annotated[Path | None, typer.Option(
+            "--checkpoint", metavar="DIR", help="Checkpoint folder  [default: OUT.ckpt with --out, else none]",
+            show_default=False)] = None,
+        fresh: Annotated[bool, typer.Option("--fresh", help="Ignore an existing checkpoint and start over.")] = False,
+        serial: Annotated[bool, typer.Option("--serial", help="Simulate in this process instead of Ray tasks.")] = False,
+        ray_address: Annotated[str | None, typer.Option(
+            "--ray-address", metavar="ADDR", help="Ray cluster to use ('local' starts a new one)  [default: auto]",
+            show_default=False)] = None,
+        front: Annotated[Path | None, typer.Option(
+            "--front", metavar="FILE.json", help="Front file to pick from.", show_default=False)] = None,
+        pick: Annotated[int | None, typer.Option(
+            "--pick", metavar="N", help="Choose front configuration N.", show_default=False)] = None,
+        prefer: Annotated[str | None, typer.Option(
+            "--prefer", metavar="TEXT", help="Choose by preference, e.g. 'min jct:avg where pred_err:p99 <= 20'.",
+            show_default=False)] = None,
+        set_config: Annotated[bool, typer.Option(
+            "--set", help="Write the chosen configuration where the coordinator reads it.")] = False,
+        by_train: Annotated[bool, typer.Option(
+            "--by-train", help="--prefer judges train values instead of test values.")] = False,
+    ) -> None:
+        if pick is not None or prefer is not None or front is not None:
+            return _pick(front, pick, prefer, out, set_config, "train" if by_train else "test")
+        if set_config:
+            raise ValueError("--set needs --pick or --prefer (and --front)")
+        _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples,
+               test_samples, seed, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address)
+
+
+def _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples, test_samples,
+           seed, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from solver.evaluate import RayBackend, SerialBackend
+    from solver.front import front_json, front_table, hypervolume, normalised_hypervolume, plot_front, reference_point
+    from solver.objectives import parse_objectives
+    from solver.preference import resolve_source
+    from solver.search import Problem, Search
+
+    if generations < 1:
+        raise ValueError(f"--generations must be >= 1, got {generations}")
+    if population < 2:
+        raise ValueError(f"--population must be >= 2, got {population}")
+    if samples < 1 or test_samples < 1:
+        raise ValueError("--samples and --test-samples must be >= 1")
+    if gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {gpus}")
+    if not (load > 0 and math.isfinite(load)):
+        raise ValueError(f"--load must be a number > 0, got {load}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
+    if serial and ray_address is not None:
+        raise ValueError("--serial and --ray-address are mutually exclusive")
+    for path, opt in ((out, "--out"), (plot, "--plot")):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{opt}: folder {path.parent} does not exist")
+    goals = parse_objectives(objectives)
+    if workload is None and trace is None and history is None:
+        workload = "themis1"
+    source = resolve_source(workload, trace, history, None, num_apps, load)
+    refs = [_parse_reference(p) for p in reference] if reference else _default_references(workload)
+    problem = Problem(source, gpus, goals, samples, test_samples, population, seed, search_delta=not no_delta)
+    if checkpoint is None and out is not None:
+        checkpoint = Path(str(out) + ".ckpt")
+
+    err = Console(stderr=True)
+    backend = SerialBackend() if serial else RayBackend(ray_address)
+    started = time.perf_counter()
+    search = Search(problem, backend, checkpoint, fresh)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[status]}"), console=err, transient=False,
+                        disable=not err.is_terminal)
+    history_rows = []
+    try:
+        with progress:
+            task = progress.add_task("generations", total=generations + 1, status="")
+
+            def on_generation(r) -> None:
+                history_rows.append({"generation": r.generation, "evaluations": r.evaluations,
+                                     "simulations": r.simulations, "front_size": r.front_size,
+                                     "hypervolume": r.hypervolume, "wall_s": round(r.wall_s, 2)})
+                status = f"front {r.front_size}  HV {r.hypervolume:.4f}  simulations {r.simulations}"
+                progress.update(task, completed=r.generation + 1, status=status)
+                if not err.is_terminal:
+                    err.print(f"generation {r.generation}: {status}  {r.wall_s:.0f}s", highlight=False)
+
+            state = search.run(generations, on_generation, time_limit)
+            progress.update(task, description="test samples", status="")
+            points = search.front()
+            references = search.references(refs)
+    finally:
+        search.close()
+    wall = time.perf_counter() - started
+
+    ref_point = reference_point([[r.test for r in references]])
+    hv_front = hypervolume([p.test for p in points], ref_point)
+    published = [r for r in references if r.spec.startswith("{")]
+    about = {
+        "problem": search.describe(),
+        "generations": state.generation,
+        "evaluations": state.evaluations,
+        "distinct_configurations": len(search.evaluator.cache.specs("train")),
+        "simulations_this_run": search.evaluator.simulations,
+        "backend": backend.name,
+        "wall_s": round(wall, 2),
+        "reference_point": {"test": dict(zip([o.label for o in goals], ref_point)),
+                            "rule": "1.1 x the worst test value per objective among the reference policies"},
+        "hypervolume": {
+            "front_test": hv_front,
+            "front_test_normalised": normalised_hypervolume([p.test for p in points], ref_point),
+            "published_test": hypervolume([r.test for r in published], ref_point) if published else None,
+        },
+        "progress": history_rows,
+    }
+    out_console = Console() if Console().is_terminal else Console(width=200)
+    title = f"Pareto front: {source.label} on {gpus} GPUs, {state.generation} generations, {state.evaluations} evaluations"
+    out_console.print(front_table(points, goals, references, title=title))
+    hv_line = f"test hypervolume {hv_front:.6g} (reference point {', '.join(f'{v:.6g}' for v in ref_point)})"
+    if published:
+        hv_line += f"; published configurations {about['hypervolume']['published_test']:.6g}"
+    err.print(hv_line, highlight=False)
+    if out is not None:
+        payload = front_json(points, goals, references, about)
+        out.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        err.print(f"wrote {out}")
+    if plot is not None:
+        plot_front(plot, points, goals, references, title=title)
+        err.print(f"wrote {plot}")
+    sys.stdout.flush()
+

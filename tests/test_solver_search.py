@@ -1,0 +1,251 @@
+"""The solver end to end on small workloads: determinism, cache, resume after a kill, CLI, preference API."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pcs_ray import cli
+from pcs_ray.paths import REPO_ROOT
+from pcs_ray.policies import WFQConfig
+from solver.evaluate import Evaluator
+from solver.history import HistoryRecord, append_history
+from solver.objectives import parse_objectives
+from solver.preference import PreferenceError, PreferenceSolver, choose, default_config_path
+from solver.search import Problem, Search
+from solver.workload import WorkloadSource, bootstrap
+
+OBJ = parse_objectives("jct:avg,pred_err:avg")
+SMALL = ["solve", "--workload", "themis1", "--num-apps", "30", "--gpus", "8", "--population", "6",
+         "--samples", "2", "--test-samples", "1", "--serial", "--seed", "3"]
+
+
+def small_problem(**kw) -> Problem:
+    args = dict(source=WorkloadSource.generated("themis1", 30), gpus=8, objectives=OBJ, samples=2, test_samples=1,
+                population=6, seed=3)
+    args.update(kw)
+    return Problem(**args)
+
+
+def invoke(capsys, *args):
+    code = cli.run([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_search_is_deterministic_and_never_simulates_twice():
+    runs = []
+    for _ in range(2):
+        search = Search(small_problem())
+        state = search.run(3)
+        front = search.front()
+        runs.append((state.to_json(), [(p.spec, p.train, p.test) for p in front]))
+        distinct = len(search.evaluator.cache.specs("train"))
+        assert search.evaluator.simulations == distinct * 2 + len(front)  # 2 train samples, 1 test sample
+        assert state.evaluations == 6 * 4 > distinct  # repeated candidates came from the cache
+    assert runs[0] == runs[1]
+    other = Search(small_problem(seed=4))
+    other.run(3)
+    assert other.front()[0].train != runs[0][1][0][1] or len(other.front()) != len(runs[0][1])
+
+
+def test_front_is_non_dominated_and_test_samples_differ_from_train():
+    search = Search(small_problem())
+    search.run(2)
+    points = search.front()
+    for p in points:
+        assert not any(all(a <= b for a, b in zip(q.train, p.train)) and q.train != p.train for q in points)
+    assert all(p.test is not None and all(math.isfinite(v) for v in p.test) for p in points)
+    train_ids = {(j.submit_time, j.service) for s in search.train for j in s}
+    assert not train_ids & {(j.submit_time, j.service) for s in search.test for j in s}
+    refs = search.references([("mine", points[0].config)])
+    assert [r.label for r in refs] == ["fifo", "srsf", "themis", "afs", "mine"]
+    assert refs[-1].test == points[0].test  # the same configuration: the same cached numbers
+
+
+def test_ray_fan_out_gives_identical_results_to_serial(ray_local):
+    from solver.evaluate import RayBackend
+
+    serial = Search(small_problem())
+    serial_state = serial.run(2)
+    distributed = Search(small_problem(), backend=RayBackend())
+    ray_state = distributed.run(2)
+    assert ray_state.to_json() == serial_state.to_json()
+    assert [(p.spec, p.train, p.test) for p in distributed.front()] == [(p.spec, p.train, p.test) for p in serial.front()]
+    assert distributed.evaluator.simulations == serial.evaluator.simulations
+
+
+def test_evaluator_means_over_samples():
+    search = Search(small_problem(samples=3))
+    spec = "fifo"
+    mean = search.evaluator.evaluate([spec], "train")[0]
+    rows = search.evaluator.per_sample(spec, "train")
+    assert len(rows) == 3 and mean == pytest.approx(tuple(sum(c) / 3 for c in zip(*rows)))
+    assert mean[1] == pytest.approx(0.0, abs=1e-6)  # FIFO predicts exactly
+
+
+def _solve_cmd(out, generations):
+    return [sys.executable, "-m", "pcs_ray.cli", *SMALL, "--generations", str(generations), "--out", str(out)]
+
+
+def test_killed_solve_resumes_and_loses_no_evaluation(tmp_path):
+    generations = 25
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    killed = tmp_path / "killed.json"
+    state = tmp_path / "killed.json.ckpt" / "state.json"
+    proc = subprocess.Popen(_solve_cmd(killed, generations), cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if state.exists() and json.loads(state.read_text())["state"]["generation"] >= 3:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_at_kill = json.loads(state.read_text())["state"]["generation"]
+    assert 3 <= done_at_kill < generations, "the run finished before it could be killed"
+    cache = tmp_path / "killed.json.ckpt" / "evaluations.jsonl"
+    before = len(cache.read_text().splitlines()) - 1
+    resumed = subprocess.run(_solve_cmd(killed, generations), cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    after = len(cache.read_text().splitlines()) - 1
+    resumed_front = json.loads(killed.read_text())
+    assert resumed_front["simulations_this_run"] == after - before  # nothing simulated twice
+
+    whole = tmp_path / "whole.json"
+    full = subprocess.run(_solve_cmd(whole, generations), cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr
+    whole_front = json.loads(whole.read_text())
+    assert whole_front["front"] == resumed_front["front"]
+    assert whole_front["simulations_this_run"] == after  # the same set of simulations, none lost
+
+
+def test_cli_writes_front_plot_and_picks(capsys, tmp_path, monkeypatch):
+    out, png = tmp_path / "front.json", tmp_path / "front.png"
+    code, stdout, err = invoke(capsys, *SMALL, "--generations", "2", "--out", out, "--plot", png)
+    assert code == 0, err
+    assert "Pareto front" in stdout and "pcs-jct (artifact)" in stdout and "fifo" in stdout
+    front = json.loads(out.read_text())
+    assert front["objectives"] == ["jct:avg", "pred_err:avg"]
+    assert {r["label"] for r in front["references"]} >= {"fifo", "srsf", "themis", "afs", "pcs-bal (artifact)"}
+    assert front["hypervolume"]["front_test"] > 0 and png.stat().st_size > 1000
+    n = len(front["front"])
+    # pick by index: a config the simulator loads
+    config = tmp_path / "chosen.json"
+    code, _, err = invoke(capsys, "solve", "--front", out, "--pick", n - 1, "--out", config)
+    assert code == 0, err
+    assert json.loads(config.read_text()) == front["front"][n - 1]["config"]  # the numbers that were simulated
+    code, sim_out, err = invoke(capsys, "simulate", "--num-apps", "30", "--gpus", "8", "--policy", "pcs",
+                                "--pcs-config", config, "--json")
+    assert code == 0, err
+    assert json.loads(sim_out)["policy"] == "pcs:chosen"
+    # pick by preference, and set it where the coordinator reads it
+    monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(tmp_path / "live" / "wfq.json"))
+    code, _, err = invoke(capsys, "solve", "--front", out, "--prefer", "min jct:avg where pred_err:avg <= 1000",
+                          "--set")
+    assert code == 0, err
+    best = min(front["front"], key=lambda p: p["test"]["jct:avg"])
+    assert json.loads(default_config_path().read_text()) == best["config"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--objectives", "jct:avg,speed:avg"], "unknown objective metric 'speed'"),
+        (["--objectives", "jct:p200"], "unknown measure"),
+        (["--generations", "0"], "--generations must be >= 1"),
+        (["--generations", "-3"], "--generations must be >= 1"),
+        (["--population", "1"], "--population must be >= 2"),
+    ],
+)
+def test_cli_bad_options_are_one_line_errors(capsys, args, message):
+    code, out, err = invoke(capsys, *SMALL, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_cli_bad_workloads_are_one_line_errors(capsys, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text('{"v": 1, "job_id": 1}\n')
+    single = tmp_path / "single.jsonl"
+    append_history(single, HistoryRecord(1, 0.0, 2, 100.0))
+    trace = tmp_path / "one.csv"
+    trace.write_text("app_id,submit_time,service,num_jobs,sleep_time,model_name\n1,0,100,2,0,resnet\n")
+    base = ["solve", "--gpus", "8", "--serial", "--generations", "1"]
+    cases = [
+        (["--history", empty], "the job history is empty"),
+        (["--history", garbage], "missing"),
+        (["--history", tmp_path / "nope.jsonl"], "no such job-history file"),
+        (["--history", single], "has 1 job"),
+        (["--trace", trace], "has 1 job"),
+        (["--workload", "themis1", "--num-apps", "1"], "at least 2 apps"),
+        (["--workload", "nosuchworkload"], "unknown workload"),
+    ]
+    for extra, message in cases:
+        code, out, err = invoke(capsys, *base, *extra)
+        assert code == 2, (extra, err)
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, (extra, err)
+
+
+def test_history_workload_is_bootstrapped(tmp_path):
+    path = tmp_path / "h.jsonl"
+    for i in range(12):
+        append_history(path, HistoryRecord(i, 1000.0 + 50 * i, 1 + i % 4, 300.0 * (1 + i % 5), model="m"))
+    solver = PreferenceSolver()
+    solver.set_preference(("jct", "avg"), ("pred_err", "p99"))
+    front = solver.update_pareto_front(history=path, gpus=4, num_apps=20, samples=1, test_samples=1,
+                                       generations=1, population=4)
+    assert front and all(len(p.train) == 2 for p in front)
+    written = solver.set_wfq_config(0, tmp_path / "cfg.json")
+    assert WFQConfig.load(written) == front[0].config
+    sample = bootstrap(solver.search.problem.source.jobs, 20, 1)
+    assert [j.job_id for j in sample] == list(range(20)) and sample[0].submit_time == 0.0
+    assert {j.service for j in sample} <= {300.0 * k for k in range(1, 6)}
+
+
+def test_preference_errors(tmp_path):
+    solver = PreferenceSolver()
+    with pytest.raises(PreferenceError, match="set_preference"):
+        solver.update_pareto_front("themis1")
+    with pytest.raises(ValueError, match="unknown objective metric"):
+        solver.set_preference(("latency", "avg"))
+    solver.set_preference("jct:avg", "pred_err:p99")
+    with pytest.raises(PreferenceError, match="exactly one"):
+        solver.update_pareto_front("themis1", history=tmp_path / "h.jsonl")
+    with pytest.raises(PreferenceError, match="no configuration 0"):
+        solver.set_wfq_config(0)
+
+
+def test_choose_by_preference():
+    search = Search(small_problem())
+    search.run(1)
+    points = search.front()
+    objectives = search.problem.objectives
+    assert choose(points, objectives, "min pred_err:avg") == min(range(len(points)), key=lambda i: (points[i].test[1], i))
+    tight = sorted(p.test[1] for p in points)[len(points) // 2]
+    i = choose(points, objectives, f"min jct:avg where pred_err:avg <= {tight}")
+    assert points[i].test[1] <= tight
+    assert all(p.test[0] >= points[i].test[0] for p in points if p.test[1] <= tight)
+    with pytest.raises(PreferenceError, match="no configuration"):
+        choose(points, objectives, "min jct:avg where pred_err:avg <= -1")
+    with pytest.raises(PreferenceError, match="not an objective"):
+        choose(points, objectives, "min unfairness:p99")
+    with pytest.raises(PreferenceError, match="must read"):
+        choose(points, objectives, "fast please")
+
+
+def test_evaluator_serial_unit():
+    problem = small_problem()
+    search = Search(problem)
+    ev = Evaluator({"train": search.train}, problem.gpus, problem.objectives)
+    a = ev.evaluate(["fifo", "srsf", "fifo"], "train")
+    assert a[0] == a[2] and ev.simulations == 2 * 2

@@ -1,0 +1,116 @@
+"""Decoding WFQ(T, W, zeta_min, delta) genomes into concrete configurations, on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pcs_ray.job import JobSpec, linear_speedup
+from solver.objectives import ObjectiveError, parse_objective, parse_objectives
+from solver.space import SearchSpace, SpaceError, config_key, max_running_c2
+
+
+def job(i: int, service: float, speedup=None) -> JobSpec:
+    table = tuple(speedup) if speedup is not None else linear_speedup(2)
+    return JobSpec(job_id=i, submit_time=float(i), service=service, max_gpus=len(table) - 1, speedup=table)
+
+
+SIZES = (1.0, 2.0, 10.0, 11.0)
+
+
+def space(sizes=SIZES, speedups=None, search_delta=True) -> SearchSpace:
+    jobs = [job(i, s, speedups[i] if speedups else None) for i, s in enumerate(sizes)]
+    return SearchSpace.from_samples([jobs], search_delta)
+
+
+def test_c2_max_is_the_largest_running_c2():
+    # prefixes of 1, 2, 10, 11: C^2 = 0, 1/9, (35 - 169/9) / (169/9) = 146/169, 20.5/36
+    assert max_running_c2(SIZES) == pytest.approx(146 / 169)
+    s = space()
+    assert s.upper[0] == pytest.approx(146 / 169)
+    assert s.lower == (1e-3, -3.0, 0.0, 0.01) and s.upper[1:] == (3.0, 1.0, 0.9)
+
+
+@pytest.mark.parametrize(
+    "T, thresholds",
+    [
+        # {1,2}: C^2 = 1/9 > 0.1, cut at 1; {2,10}: 4/9 > 0.1, cut at 2; {10,11}: 1/441 stays
+        (0.1, (1.0, 2.0, math.inf)),
+        # {1,2} 1/9 ok; {1,2,10} 146/169 > 0.5, cut at 2; {10,11} stays
+        (0.5, (2.0, math.inf)),
+        # the top of the range is one queue (FIFO)
+        (146 / 169, (math.inf,)),
+    ],
+)
+def test_thresholds_from_T(T, thresholds):
+    assert space().decode([T, 0.0, 0.0, 0.5]).thresholds == thresholds
+
+
+def test_weights_are_exp_minus_i_W_normalised_and_quantised():
+    config = space().decode([0.1, 1.004, 0.0, 0.5])  # three queues, W quantised to 1.00
+    total = 1 + math.exp(-1) + math.exp(-2)
+    assert config.normalised_weights == pytest.approx((1 / total, math.exp(-1) / total, math.exp(-2) / total))
+    negative = space().decode([0.5, -0.5, 0.0, 0.5])  # two queues, larger jobs favoured
+    assert negative.normalised_weights == pytest.approx((1 / (1 + math.exp(0.5)), math.exp(0.5) / (1 + math.exp(0.5))))
+
+
+def test_one_queue_ignores_W_and_genes_are_clipped():
+    a = space().decode([5.0, 2.7, 0.0, 0.5])  # T above the range: clipped to C2max, one queue
+    b = space().decode([146 / 169, -1.3, 0.0, 0.5])
+    assert a.thresholds == (math.inf,) and a.weights == (1.0,)
+    assert config_key(a) == config_key(b)
+
+
+def test_zeta_below_every_efficiency_is_no_cap():
+    linear = space().decode([0.5, 1.0, 0.7, 0.33])
+    assert (linear.zeta_min, linear.delta) == (0.0, 0.0)  # linear jobs: efficiency 1 everywhere
+    sub = [(0, 1, 1.5, 1.8)] * 4  # efficiencies 1, 0.75, 0.6
+    s = space(speedups=sub)
+    assert (s.decode([0.5, 1.0, 0.55, 0.33]).zeta_min, s.decode([0.5, 1.0, 0.55, 0.33]).delta) == (0.0, 0.0)
+    capped = s.decode([0.5, 1.0, 0.7049, 0.1234])
+    assert (capped.zeta_min, capped.delta) == (0.7, 0.12)
+
+
+def test_without_delta_the_genome_has_three_genes():
+    s = space(speedups=[(0, 1, 1.5, 1.8)] * 4, search_delta=False)
+    assert s.dimensions == 3 and len(s.lower) == 3
+    assert s.decode([0.5, 1.0, 0.7]).delta == 0.0
+    with pytest.raises(SpaceError, match="expected 3 genes"):
+        s.decode([0.5, 1.0, 0.7, 0.1])
+
+
+def test_equal_behaviour_decodes_to_one_cache_key():
+    s = space()
+    assert config_key(s.decode([0.12, 1.001, 0.3, 0.2])) == config_key(s.decode([0.15, 0.999, 0.9, 0.8]))
+    assert config_key(s.decode([0.12, 1.0, 0.0, 0.2])) != config_key(s.decode([0.12, 1.5, 0.0, 0.2]))
+
+
+def test_extreme_W_with_many_queues_stays_a_valid_config():
+    sizes = [float(2 ** i) for i in range(300)]
+    s = space(sizes)
+    for W in (-3.0, 3.0):
+        config = s.decode([1e-3, W, 0.0, 0.5])
+        assert len(config.thresholds) > 250
+        assert all(w > 0 and math.isfinite(w) for w in config.normalised_weights)
+
+
+def test_a_workload_needs_two_jobs_of_different_sizes():
+    with pytest.raises(SpaceError, match="at least 2 jobs"):
+        space((5.0,))
+    with pytest.raises(SpaceError, match="same size"):
+        space((5.0, 5.0))
+
+
+def test_objective_parsing():
+    assert parse_objective("jct:avg").label == "jct:avg"
+    assert parse_objective("p99_pred_error").label == "pred_err:p99"
+    assert parse_objective("avg_jct").label == "jct:avg"
+    assert parse_objective("unfairness_p99.0").label == "unfairness:p99"
+    assert [o.label for o in parse_objectives([("jct", "avg"), ("pred_err", "p99"), ("pred_err", "avg")])] == [
+        "jct:avg", "pred_err:p99", "pred_err:avg"]
+    for bad, msg in (("speed:avg", "unknown objective metric"), ("jct:p0", "unknown measure"),
+                     ("jct:median", "unknown measure"), ("jct", "METRIC:MEASURE"), ("", "at least one"),
+                     ("jct:avg,jct:avg", "twice")):
+        with pytest.raises(ObjectiveError, match=msg):
+            parse_objectives(bad)
