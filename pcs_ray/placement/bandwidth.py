@@ -12,8 +12,10 @@ graph*. For a GPU subset, each ordering of it is one embedding:
   embedding (``data/mapa/effbw-dgx1v.json``); elsewhere the slowest used link;
 * preserved bandwidth: sum over the links among the GPUs left free.
 
-A subset's scores are the best over its embeddings (NCCL builds its own best
-ring). :class:`SubsetTable` precomputes them for every subset of a node size,
+An allocation is an embedding: the job's GPUs in rank order (``JobState.gpus``),
+its ring or chain following that order, as in MAPA, where each matching
+pattern is scored. :class:`SubsetTable` precomputes, for every subset of a
+node size, the best embedding by effective and by aggregated bandwidth,
 so matching a job is a vectorised filter on free GPUs, not a graph search.
 Subsets whose internal links are all alike (DGX-2, DGX A100, HGX H100) need
 one ordering; mixed ones are enumerated in full (fine for 8-GPU nodes and
@@ -143,8 +145,15 @@ class SubsetTable:
         used_codes = {c for row in topo.links for c in row if c != "X"}
         use_regression = regression is not None and regression.applies(used_codes, len(edges))
         m = len(members)
+        self.use_regression = use_regression
+        self.regression = regression if use_regression else None
+        self._bw, self._kind, self._edges = bw, kind, edges
         self.aggbw = np.zeros(m)
         self.effbw = np.full(m, np.inf)
+        self.effbw_of_agg = np.full(m, np.inf)
+        self.eff_order = members.copy()  # each subset in its best-effbw embedding's rank order
+        self.agg_order = members.copy()  # ... and in its best-aggbw embedding's
+        self.row_of = {int(mk): r for r, mk in enumerate(self.mask)}
         if len(edges) == 0:
             return
         if n > 1:
@@ -162,15 +171,29 @@ class SubsetTable:
                 placed = members[part][:, order_set]  # rows x orders x n
                 u, v = placed[..., edges[:, 0]], placed[..., edges[:, 1]]
                 agg = bw[u, v].sum(axis=-1)
-                if use_regression:
-                    k = kind[u, v]
-                    eff = regression.predict((k == 2).sum(-1), (k == 1).sum(-1), (k == 0).sum(-1))
-                else:
-                    eff = bw[u, v].min(axis=-1)
-                self.aggbw[part] = agg.max(axis=1)
-                self.effbw[part] = eff.max(axis=1)
-        self.regression_used = use_regression
-        self.row_of = {int(mk): r for r, mk in enumerate(self.mask)}
+                eff = self._score(u, v)
+                # first maximum: Greedy's embedding is the first with the most aggregated bandwidth
+                ka, ke = agg.argmax(axis=1), eff.argmax(axis=1)
+                idx = np.arange(len(part))
+                self.aggbw[part] = agg[idx, ka]
+                self.effbw[part] = eff[idx, ke]
+                self.effbw_of_agg[part] = eff[idx, ka]
+                self.agg_order[part] = placed[idx, ka]
+                self.eff_order[part] = placed[idx, ke]
+
+    def _score(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Effective bandwidth of embeddings given their edge endpoints (last axis = edges)."""
+        if self.use_regression:
+            k = self._kind[u, v]
+            return self.regression.predict((k == 2).sum(-1), (k == 1).sum(-1), (k == 0).sum(-1))
+        return self._bw[u, v].min(axis=-1)
+
+    def embedding_effbw(self, ranked_local_ids) -> float:
+        """Effective bandwidth of the embedding that puts rank i on ``ranked_local_ids[i]``."""
+        ids = np.asarray(ranked_local_ids, dtype=np.int64)
+        if len(self._edges) == 0:
+            return float("inf")
+        return float(self._score(ids[self._edges[:, 0]], ids[self._edges[:, 1]]))
 
     def feasible(self, free_bits: int) -> np.ndarray:
         """Rows whose members are all in ``free_bits``."""
@@ -229,23 +252,20 @@ class CommModel:
         return None if topo is None else subset_table(topo, n, pattern, self.regression)
 
     def effective_bandwidth(self, spec: JobSpec, node: int, local_ids) -> float | None:
-        """Best effective bandwidth (GB/s) of the job's pattern on these GPUs of ``node``."""
+        """Effective bandwidth (GB/s) of the job's pattern with rank i on ``local_ids[i]`` of ``node``."""
         n = len(local_ids)
         table = self.table(node, n, spec.pattern) if n > 1 else None
         if table is None:
             return None
-        bits = int(sum(1 << int(i) for i in local_ids))
-        return float(table.effbw[table.row_of[bits]])
+        return table.embedding_effbw(local_ids)
 
     def slowdowns(self, spec: JobSpec, table: SubsetTable) -> np.ndarray:
-        """Per-row slowdown of ``table`` for ``spec`` (ones when insensitive)."""
+        """Per-row slowdown of ``table`` for ``spec`` in each row's best embedding (ones when insensitive)."""
         if not spec.bw_sensitive or table.n < 2 or self.comm_fraction == 0:
             return np.ones(len(table.mask))
         out = self._slow.get(id(table))
         if out is None:
-            f = self.comm_fraction
-            eff = np.maximum(table.effbw, 1e-3)  # the regression can dip below zero far outside its data
-            out = self._slow[id(table)] = (1 - f) + f * np.maximum(table.effbw.max() / eff, 1.0)
+            out = self._slow[id(table)] = self.slowdown_at(table.effbw.max(), table.effbw)
         return out
 
     def slowdown(self, spec: JobSpec, node: int, local_ids) -> float:
@@ -253,10 +273,15 @@ class CommModel:
         if not spec.bw_sensitive or n < 2:
             return 1.0
         table = self.table(node, n, spec.pattern)
-        if table is None:
+        if table is None or self.comm_fraction == 0:
             return 1.0
-        bits = int(sum(1 << int(i) for i in local_ids))
-        return float(self.slowdowns(spec, table)[table.row_of[bits]])
+        return self.slowdown_at(table.effbw.max(), table.embedding_effbw(local_ids))
+
+    def slowdown_at(self, best: float, effective):
+        """``(1 - f) + f * best / effective``, never below 1 (vectorises over ``effective``)."""
+        f = self.comm_fraction
+        eff = np.maximum(effective, 1e-3)  # the regression can dip below zero far outside its data
+        return (1 - f) + f * np.maximum(best / eff, 1.0)
 
 
 __all__ = [

@@ -48,6 +48,9 @@ class Placement(ABC):
 
     name: ClassVar[str]
     sticky_default: ClassVar[bool] = True
+    #: Whether ``select`` returns GPUs in rank order (an embedding of the job's
+    #: communication pattern); otherwise they are kept in id order.
+    ranked: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -125,7 +128,7 @@ class Placement(ABC):
         if len(idx) > 1 and nodes.min() != nodes.max():
             return worst * self.locality_penalty
         if self.comm is not None and len(idx) > 1:
-            worst *= self.comm.slowdown(job.spec, int(nodes[0]), self.local[idx])
+            worst *= self.comm.slowdown(job.spec, int(nodes[0]), self.local[idx])  # rank order matters
         return worst
 
     # -- the interface ---------------------------------------------------------
@@ -219,7 +222,12 @@ class Placement(ABC):
         chosen = np.asarray(self.select(job, n, free, home), dtype=np.int64)
         if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
             raise PlacementError(f"{self.name}: job {job.spec.job_id} got {chosen.tolist()} for {n} free GPUs")
-        gpus = tuple(sorted(chosen.tolist()))
+        if set(home) == set(chosen.tolist()):
+            gpus = home  # the same GPUs: keep the rank order, nothing moves
+        elif self.ranked:
+            gpus = tuple(chosen.tolist())
+        else:
+            gpus = tuple(sorted(chosen.tolist()))
         self.owner[chosen] = job.spec.job_id
         self.held[job.spec.job_id] = gpus
         return gpus

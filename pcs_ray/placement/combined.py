@@ -37,6 +37,7 @@ class CombinedPlacement(PALPlacement, TopologyAware):
     """Minimise binned variability x locality x topology slowdown per job."""
 
     name = "combined"
+    ranked = True
 
     def __init__(self, cluster, *, tie_nodes: int = 8, **kw) -> None:
         super().__init__(cluster, **kw)
@@ -94,7 +95,7 @@ class CombinedPlacement(PALPlacement, TopologyAware):
             return (float(scores[gpus].max()), -kept, 0.0, 0), gpus
         table = self.table(node, n, job.spec.pattern)
         rows = table.feasible(int(bits[node]))
-        members = table.members[rows]
+        members = table.eff_order[rows]  # each subset in its best embedding
         glob = start + members
         product = scores[glob].max(axis=1) * self.comm_slowdowns(job, node, n, table)[rows]
         kept = np.isin(glob, list(home_set)).sum(axis=1) if home_set else np.zeros(len(rows))

@@ -23,6 +23,7 @@ import numpy as np
 from pcs_ray.placement.bandwidth import CommModel, SubsetTable, uniform_topology
 from pcs_ray.placement.base import Placement
 from pcs_ray.placement.packed import packed_select
+from pcs_ray.placement.topology import link_bandwidth, nvlinks
 from pcs_ray.state import JobState
 
 VARIANTS = ("baseline", "topo", "greedy", "preserve")
@@ -39,8 +40,9 @@ class TopologyAware(Placement):
         self._hw_model = CommModel(self.hw, comm_fraction=given.comm_fraction, regression=given.regression)
         self.sockets = [np.asarray(t.sockets(), dtype=np.int64) for t in self.hw]
         self._bit = np.int64(1) << self.local
-        self._bw = [np.asarray([[0.0 if c == "X" else b for c, b in zip(row, brow)]
-                                for row, brow in zip(t.links, _bw_matrix(t))]) for t in self.hw]
+        # Preserved bandwidth counts NVLinks only: PCIe is always there, NVLinks are what runs out.
+        self._bw = [np.asarray([[link_bandwidth(c) if nvlinks(c) else 0.0 for c in row] for row in t.links])
+                    for t in self.hw]
 
     def table(self, node: int, n: int, pattern: str) -> SubsetTable:
         return self._hw_model.table(node, n, pattern)
@@ -58,22 +60,22 @@ class TopologyAware(Placement):
         bw = self._bw[node]
         free_local = np.array([(bits >> i) & 1 for i in range(bw.shape[0])], dtype=bool)
         reach = bw[:, free_local].sum(axis=1)  # per GPU: bandwidth of its links to free GPUs
-        return reach[table.members[rows]].sum(axis=1) - table.internal[rows]
+        members = table.members[rows]
+        if table.n < 2:
+            return reach[members[:, 0]]
+        iu = np.triu_indices(table.n, 1)
+        internal = bw[members[:, iu[0]], members[:, iu[1]]].sum(axis=1)
+        return reach[members].sum(axis=1) - internal
 
     def to_global(self, node: int, local_ids) -> np.ndarray:
         return self.node_start[node] + np.asarray(local_ids, dtype=np.int64)
-
-
-def _bw_matrix(topo) -> list[list[float]]:
-    from pcs_ray.placement.topology import link_bandwidth
-
-    return [[0.0 if c == "X" else link_bandwidth(c) for c in row] for row in topo.links]
 
 
 class MAPAPlacement(TopologyAware):
     """One of MAPA's four pattern-selection policies (``variant``)."""
 
     name = "mapa"
+    ranked = True
 
     def __init__(self, cluster, *, variant: str = "preserve", **kw) -> None:
         if variant not in VARIANTS:
@@ -132,7 +134,8 @@ class MAPAPlacement(TopologyAware):
             k = int(np.argmax(score))  # first maximum: lowest ids within the node
             key = float(score[k])
             if best_key is None or key > best_key + 1e-9:
-                best_key, best = key, (node, table.members[rows[k]])
+                order = table.agg_order if self.variant == "greedy" else table.eff_order
+                best_key, best = key, (node, order[rows[k]])
         node, local_ids = best
         return self.to_global(node, local_ids)
 

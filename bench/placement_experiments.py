@@ -1,0 +1,241 @@
+"""Placement experiments (PAL and MAPA papers, and the combined policy); prints one JSON object.
+
+* ``sia``: the 7 Sia-Philly traces on 64 GPUs (16 nodes x 4), Longhorn
+  profiles sampled with several seeds, FIFO/LAS/SRTF, locality penalty
+  1.0..3.0. Average JCT per trace, placement and seed; geomean over traces
+  of the seed-mean normalised to Packed-Sticky.
+* ``dgx1``: MAPA's DGX-1 V100 experiment: 300 jobs of 1-5 GPUs (uniform),
+  ring pattern, a uniform mix of the paper's six networks (AlexNet,
+  Inception-v3, VGG-16, ResNet-50 bandwidth-sensitive; CaffeNet, GoogleNet
+  not), all queued at the start and dispatched in file order as MAPA's
+  simulator does (strict FIFO; also with the project's backfilling FIFO),
+  one node, identical GPUs. Effective-bandwidth percentiles of sensitive
+  jobs (as the paper: 1-GPU jobs at the regression's no-link value; and
+  multi-GPU jobs only) and average JCT.
+* ``mixed``: the combined policy's case (designed here): the Sia-Philly
+  traces on 8 DGX-1 V100 nodes (64 GPUs, 8 per node) with Longhorn
+  variability, locality penalty 1.7, ring patterns; bandwidth-sensitive =
+  multi-GPU ResNet-50, VGG-19, BERT, GPT-2 (as the trace reader marks them).
+  Both variability and links matter here.
+
+Usage: ``python bench/placement_experiments.py [sia|dgx1|mixed|all] [--seeds N] [--quick]``.
+Progress goes to stderr. Simulations run without predictions and with no
+migration overhead (the PAL paper counts checkpointing as negligible).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.paths import shared_data_dir
+from pcs_ray.placement import create_placement, read_topo
+from pcs_ray.placement.bandwidth import EffBWRegression
+from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.placement.stats import PlacementLog
+from pcs_ray.policies import create_policy
+from pcs_ray.policies.base import SchedulingPolicy
+from pcs_ray.simulator import simulate
+from pcs_ray.state import Snapshot
+from workloads.traces import read_sia_philly
+
+DATA = shared_data_dir()
+SIA = [DATA / "pal" / "sia-philly" / f"workload-{k}.csv" for k in range(1, 8)]
+DGX1 = DATA / "topology" / "dgx1-v100.topo"
+SIA_PLACEMENTS = ["packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal",
+                  "mapa-preserve", "combined"]
+DGX_PLACEMENTS = ["mapa-baseline", "mapa-topo", "mapa-greedy", "mapa-preserve", "pal", "combined"]
+MIXED_PLACEMENTS = ["packed-sticky", "pal", "mapa-preserve", "combined"]
+MAPA_MODELS = {"alexnet": True, "inception-v3": True, "vgg16": True, "resnet50": True, "caffenet": False,
+               "googlenet": False}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def avg_jct(result) -> float:
+    return float(np.mean([r.jct for r in result.records]))
+
+
+def geomean(xs) -> float:
+    return float(math.exp(np.mean(np.log(xs))))
+
+
+def run_one(jobs, cluster, policy: str, placement: str, seed: int):
+    place = PlacementLog(create_placement(placement, cluster, seed=seed))
+    res = simulate(jobs, cluster.num_gpus, create_policy(policy), placement=place, predict=False)
+    return res, place
+
+
+# -- Sia-Philly ------------------------------------------------------------------
+
+
+def sia(seeds: int, penalties, policies, placements) -> dict:
+    profile = load_profile("longhorn")
+    traces = {p.stem: read_sia_philly(p) for p in SIA}
+    out: dict = {"setup": {"gpus": 64, "gpus_per_node": 4, "profile": "longhorn", "seeds": seeds,
+                           "traces": list(traces)}, "runs": []}
+    for policy in policies:
+        for penalty in penalties:
+            table: dict[str, dict[str, list[float]]] = {}
+            started = time.perf_counter()
+            for seed in range(seeds):
+                cluster = apply_profile(ClusterSpec.homogeneous(64, 4, penalty), profile, seed)
+                for name, jobs in traces.items():
+                    for placement in placements:
+                        res, _ = run_one(jobs, cluster, policy, placement, seed)
+                        table.setdefault(placement, {}).setdefault(name, []).append(avg_jct(res))
+            per_trace = {pl: {t: float(np.mean(v)) for t, v in d.items()} for pl, d in table.items()}
+            base = per_trace["packed-sticky"]
+            norm = {pl: {t: v / base[t] for t, v in d.items()} for pl, d in per_trace.items()}
+            out["runs"].append({
+                "policy": policy, "locality_penalty": penalty,
+                "geomean_norm_avg_jct": {pl: geomean(list(d.values())) for pl, d in norm.items()},
+                "norm_avg_jct_per_trace": {pl: {t: round(v, 4) for t, v in d.items()} for pl, d in norm.items()},
+                "avg_jct_s_per_trace": {pl: {t: round(v, 1) for t, v in d.items()} for pl, d in per_trace.items()},
+                "avg_jct_s_per_seed": {pl: {t: [round(x, 1) for x in v] for t, v in d.items()}
+                                       for pl, d in table.items()},
+            })
+            log(f"sia {policy} L={penalty}: " + ", ".join(
+                f"{pl} {out['runs'][-1]['geomean_norm_avg_jct'][pl]:.3f}" for pl in placements)
+                + f" ({time.perf_counter() - started:.0f} s)")
+    return out
+
+
+# -- DGX-1 (MAPA) ------------------------------------------------------------------
+
+
+def mapa_jobs(seed: int, count: int = 300) -> list[JobSpec]:
+    """The MAPA job file: uniform 1..5 GPUs, uniform over six networks, queued in order."""
+    rng = np.random.default_rng(seed)
+    models = list(MAPA_MODELS)
+    jobs = []
+    for i in range(count):
+        n = int(rng.integers(1, 6))
+        model = models[int(rng.integers(len(models)))]
+        runtime = float(rng.uniform(200.0, 800.0))  # the paper's jobs ran minutes (p75 ~ 500 s)
+        jobs.append(JobSpec(job_id=i, submit_time=float(i) * 1e-3, service=runtime * n, max_gpus=n,
+                            speedup=linear_speedup(n), min_gpus=n, model=model, pattern="ring",
+                            bw_sensitive=MAPA_MODELS[model] and n > 1))
+    return jobs
+
+
+class JobFileFIFO(SchedulingPolicy):
+    """MAPA's dispatcher: the head of the job file starts when its GPUs are free; nothing overtakes it."""
+
+    name = "job-file-fifo"
+    reads_progress = False
+
+    def allocate(self, snap: Snapshot) -> dict[int, int]:
+        alloc, free = {}, snap.capacity
+        for job in snap.jobs:
+            if job.spec.max_gpus > free:
+                break
+            alloc[job.spec.job_id] = job.spec.max_gpus
+            free -= job.spec.max_gpus
+        return alloc
+
+
+def dgx1(seeds: int, placements, policy: str = "job-file") -> dict:
+    """Sensitive-job effective bandwidth as MAPA reports it (1-GPU jobs at the regression's
+    no-link value, 12.34 GB/s) and over multi-GPU jobs only, plus average JCT."""
+    topo = read_topo(DGX1)
+    one_gpu = float(EffBWRegression.from_json().predict(0, 0, 0))
+    out: dict = {"setup": {"node": "dgx1-v100", "jobs": 300, "gpus": "1..5", "pattern": "ring",
+                           "policy": policy, "seeds": seeds, "one_gpu_effbw": one_gpu}, "runs": {}}
+    for placement in placements:
+        jct, multi, every = [], [], []
+        for seed in range(seeds):
+            cluster = ClusterSpec.homogeneous(8, 8, 1.0)
+            place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
+            jobs = mapa_jobs(seed)
+            sched = JobFileFIFO() if policy == "job-file" else create_policy(policy)
+            res = simulate(jobs, 8, sched, placement=place, predict=False)
+            jct.append(avg_jct(res))
+            bw = place.job_bandwidth()
+            sens = [bw[j.job_id] for j in jobs if j.bw_sensitive]
+            ones = [one_gpu for j in jobs if MAPA_MODELS[j.model] and j.max_gpus == 1]
+            multi.append(np.percentile(sens, [0, 25, 50, 75, 100]))
+            every.append(np.percentile(sens + ones, [0, 25, 50, 75, 100]))
+        keys = ("min", "p25", "p50", "p75", "max")
+        out["runs"][placement] = {
+            "avg_jct_s": float(np.mean(jct)), "avg_jct_s_per_seed": [round(x, 1) for x in jct],
+            "sensitive_effbw_gbps_all": dict(zip(keys, np.mean(every, axis=0).round(2).tolist())),
+            "sensitive_effbw_gbps_multi_gpu": dict(zip(keys, np.mean(multi, axis=0).round(2).tolist())),
+            "p25_all_per_seed": [round(float(e[1]), 2) for e in every],
+        }
+        log(f"dgx1[{policy}] {placement}: avg JCT {np.mean(jct):.1f} s, sensitive effbw p25 "
+            f"{np.mean([e[1] for e in every]):.2f} (all) / {np.mean([m[1] for m in multi]):.2f} (multi-GPU) GB/s")
+    return out
+
+
+# -- mixed (combined) --------------------------------------------------------------
+
+
+def mixed(seeds: int, placements, penalty: float = 1.7) -> dict:
+    topo = read_topo(DGX1)
+    profile = load_profile("longhorn")
+    traces = {p.stem: read_sia_philly(p) for p in SIA}
+    out: dict = {"setup": {"nodes": "8 x dgx1-v100", "gpus": 64, "profile": "longhorn", "locality_penalty": penalty,
+                           "policy": "fifo", "seeds": seeds, "workload": "Sia-Philly traces 1-7, ring patterns"},
+                 "runs": {}}
+    table: dict[str, dict[str, list[float]]] = {}
+    effbw: dict[str, list[float]] = {}
+    for seed in range(seeds):
+        cluster = apply_profile(ClusterSpec.homogeneous(64, 8, penalty), profile, seed)
+        for name, jobs in traces.items():
+            for placement in placements:
+                place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
+                res = simulate(jobs, 64, create_policy("fifo"), placement=place, predict=False)
+                table.setdefault(placement, {}).setdefault(name, []).append(avg_jct(res))
+                s = place.summary().get("sensitive_effbw_gbps")
+                if s:
+                    effbw.setdefault(placement, []).append(s["p25"])
+        log(f"mixed seed {seed} done")
+    per_trace = {pl: {t: float(np.mean(v)) for t, v in d.items()} for pl, d in table.items()}
+    base = per_trace["packed-sticky"]
+    for pl, d in per_trace.items():
+        out["runs"][pl] = {
+            "geomean_norm_avg_jct": geomean([v / base[t] for t, v in d.items()]),
+            "avg_jct_s_per_trace": {t: round(v, 1) for t, v in d.items()},
+            "sensitive_effbw_p25_gbps": float(np.mean(effbw[pl])) if effbw.get(pl) else None,
+        }
+        log(f"mixed {pl}: geomean {out['runs'][pl]['geomean_norm_avg_jct']:.3f}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("which", nargs="?", default="all", choices=["sia", "dgx1", "mixed", "all"])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="FIFO and penalty 1.7 only for sia")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    report: dict = {}
+    if args.which in ("dgx1", "all"):
+        report["dgx1"] = dgx1(args.seeds, DGX_PLACEMENTS)
+        report["dgx1_backfill"] = dgx1(args.seeds, DGX_PLACEMENTS, policy="fifo")
+    if args.which in ("sia", "all"):
+        if args.quick:
+            report["sia"] = sia(args.seeds, [1.7], ["fifo"], SIA_PLACEMENTS)
+        else:
+            report["sia"] = sia(args.seeds, [1.7], ["fifo", "las", "srtf"], SIA_PLACEMENTS)
+            report["sia_penalty_sweep"] = sia(args.seeds, [1.0, 1.5, 2.0, 2.5, 3.0], ["fifo"],
+                                              ["packed-sticky", "pm-first", "pal"])
+    if args.which in ("mixed", "all"):
+        report["mixed"] = mixed(args.seeds, MIXED_PLACEMENTS)
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
