@@ -10,6 +10,9 @@ previous checkpoint, with a warning, when the latest is damaged. Payloads are
 plain ``torch.save`` dicts of tensors and Python scalars, loaded with
 ``weights_only=True`` (no pickled code runs on load).
 
+torch and NumPy are imported inside the functions that need them, so the
+launcher's light processes (the watcher reads ``peek_step``) stay small.
+
 Checkpoint directories must be on storage every node can read when jobs move
 between nodes (a shared file system on a real cluster).
 """
@@ -27,9 +30,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 LATEST = "latest.ckpt"
 PREVIOUS = "previous.ckpt"
@@ -69,6 +69,8 @@ def _fsync_dir(directory: Path) -> None:
 
 def save_checkpoint(directory: str | Path, state: dict) -> Path:
     """Write ``state`` as the new latest checkpoint of ``directory``; keep the old one as previous."""
+    import torch
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
@@ -96,6 +98,8 @@ def save_checkpoint(directory: str | Path, state: dict) -> Path:
 
 
 def _read_verified(path: Path) -> dict:
+    import torch
+
     with open(path, "rb") as f:
         header_line = f.readline(4096)
         payload = f.read()
@@ -123,6 +127,8 @@ def load_checkpoint(directory: str | Path) -> LoadedCheckpoint | None:
     for name in (LATEST, PREVIOUS):
         path = directory / name
         if not path.exists():
+            if name == LATEST and (directory / PREVIOUS).exists():
+                problems.append(f"{name}: missing")  # never happens by our writes: latest always exists
             continue
         try:
             state = _read_verified(path)
@@ -155,6 +161,9 @@ def peek_step(directory: str | Path) -> int | None:
 
 def capture_rng_state() -> dict[str, Any]:
     """The torch, CUDA, NumPy and Python RNG states, as ``weights_only``-loadable values."""
+    import numpy as np
+    import torch
+
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     version, internal, gauss_next = random.getstate()
     state: dict[str, Any] = {
@@ -169,6 +178,9 @@ def capture_rng_state() -> dict[str, Any]:
 
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Inverse of :func:`capture_rng_state` (CUDA states only when the device count matches)."""
+    import numpy as np
+    import torch
+
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))

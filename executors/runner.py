@@ -35,6 +35,7 @@ class Runner:
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         self._stop = threading.Event()
+        self._boundaries = 0
 
     def environment(self) -> dict:
         """What this runner was given: its GPU visibility, Ray resources, node and process."""
@@ -58,6 +59,14 @@ class Runner:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def boundaries_passed(self) -> int:
+        """How many step boundaries the training loop has reached (0: still starting up)."""
+        return self._boundaries
+
+    def _should_stop(self) -> bool:
+        self._boundaries += 1
+        return self._stop.is_set()
+
     def run(self, request: RunRequest, master: tuple[str, int] | None = None) -> RunOutcome:
         timings = {"actor_created": self.created, "run_called": time.time()}
         try:
@@ -74,7 +83,7 @@ class Runner:
                     world_size=self.world_size,
                 )
             try:
-                return run_training(request, self._stop.is_set, rank=self.rank, world_size=self.world_size, timings=timings)
+                return run_training(request, self._should_stop, rank=self.rank, world_size=self.world_size, timings=timings)
             finally:
                 if self.world_size > 1 and dist.is_initialized():
                     dist.destroy_process_group()

@@ -90,6 +90,7 @@ class ProgressReporter:
     target: object
     job_id: str
     interval_s: float
+    emulated: bool = False
     _last: float = field(default=float("-inf"))
     _times: list = field(default_factory=list)
 
@@ -102,7 +103,7 @@ class ProgressReporter:
         self._times.clear()
         self._last = now
         try:
-            self.target.report_progress.remote(self.job_id, step, mean)
+            self.target.report_progress.remote(self.job_id, step, mean, emulated=self.emulated)
         except Exception as exc:  # a dead reporter must not stop training
             log.warning("progress report for %s failed: %s", self.job_id, exc)
 
@@ -201,7 +202,7 @@ def run_training(
     if world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if real_gpu else None)
     net.train()
-    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s)
+    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated)
     last_saved = step
 
     def checkpoint() -> None:

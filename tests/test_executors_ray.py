@@ -1,0 +1,159 @@
+"""Runners on Ray: exact-GPU pinning, preempt/resume across GPUs, kills, DDP over gloo."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from executors.api import GPUSlot, RunRequest
+from executors.checkpoint import load_checkpoint, peek_step
+
+TOTAL = 30
+PARAMS = {"seed": 5, "num_samples": 64}
+SLOW = 10.0  # emulated slowdown: makes tiny steps long enough to stop mid-run
+
+
+@pytest.fixture(scope="module")
+def ray_env(ray_local):
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Recorder:
+        def __init__(self):
+            self.reports = []
+
+        def report_progress(self, job_id, step, step_time_s, **extra):
+            self.reports.append((job_id, step, step_time_s, extra))
+
+        def of(self, job_id):
+            return [r for r in self.reports if r[0] == job_id]
+
+    from executors import launch as launch_module
+
+    return ray, launch_module, Recorder.remote()
+
+
+def _request(job, gpus, directory, **kw) -> RunRequest:
+    kw.setdefault("params", PARAMS)
+    return RunRequest(job, "tiny_cnn", kw.pop("total_steps", TOTAL), tuple(GPUSlot(n, i) for n, i in gpus), str(directory), **kw)
+
+
+def _wait_until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.02)
+
+
+def _max_step(ray, recorder, job):
+    return max([r[1] for r in ray.get(recorder.of.remote(job))], default=0)
+
+
+def _same(a, b) -> bool:
+    a, b = load_checkpoint(a).state["model"], load_checkpoint(b).state["model"]
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def reference(ray_env, tmp_path_factory):
+    """The same job run once without interruption."""
+    _, launch_module, _ = ray_env
+    directory = tmp_path_factory.mktemp("reference")
+    outcome = launch_module.launch(_request("ref", [("node0", 0)], directory)).outcome(timeout=120)
+    assert (outcome.status, outcome.step) == ("finished", TOTAL)
+    return directory
+
+
+def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_env, reference, tmp_path):
+    ray, launch_module, recorder = ray_env
+    placements = [[("node0", 1)], [("node1", 2)], [("node0", 3)], [("node1", 0)]]
+    segments = []
+    for attempt, gpus in enumerate(placements):
+        request = _request("pre", gpus, tmp_path, slowdown=SLOW, reporter=recorder, report_interval_s=0.0, attempt=attempt)
+        handle = launch_module.launch(request)
+        if attempt < 3:
+            start = peek_step(tmp_path) or 0
+            _wait_until(lambda: _max_step(ray, recorder, "pre") >= start + 3)
+        if attempt == 1:
+            outcome = launch_module.stop(handle, grace_s=60)  # the blocking helper; stops well within the grace
+        else:
+            if attempt < 3:
+                handle.request_stop()  # returns at once
+            outcome = handle.outcome(timeout=120)
+        segments.append((outcome.status, outcome.start_step, outcome.step))
+        assert outcome.gpus == request.gpus and outcome.emulated
+    assert [s[0] for s in segments] == ["preempted"] * 3 + ["finished"]
+    for (_, _, end), (_, next_start, _) in zip(segments, segments[1:]):
+        assert next_start == end  # nothing lost, nothing repeated
+    assert 0 < segments[0][2] < segments[1][2] < segments[2][2] < TOTAL == segments[3][2]
+    assert _same(reference, tmp_path)
+    reports = ray.get(recorder.of.remote("pre"))
+    assert reports and all(extra == {"emulated": True} and t > 0 for _, _, t, extra in reports)
+
+
+def test_pinned_runner_killed_resumes_from_its_last_checkpoint(ray_env, reference, tmp_path):
+    ray, launch_module, _ = ray_env
+    handle = launch_module.launch(_request("kill", [("node1", 1)], tmp_path, slowdown=SLOW, checkpoint_every=4))
+    env = ray.get(handle.actors[0].environment.remote(), timeout=60)
+    assert env["cuda_visible_devices"] == "1"
+    assert env["resources"] == {"node1_gpu1": 1.0}  # num_gpus=0: no Ray GPU, just the chosen one
+    assert ray.available_resources().get("node1_gpu1", 0) == 0
+    _wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
+    handle.kill()
+    outcome = handle.outcome(timeout=60)
+    assert outcome.status == "failed" and "died" in outcome.error
+    assert outcome.step >= 8 and outcome.step % 4 == 0 and outcome.step == peek_step(tmp_path)
+    _wait_until(lambda: ray.available_resources().get("node1_gpu1", 0) == 1, timeout=30)  # the GPU is free again
+    resumed = launch_module.launch(_request("kill", [("node0", 2)], tmp_path)).outcome(timeout=120)
+    assert (resumed.status, resumed.start_step, resumed.step) == ("finished", outcome.step, TOTAL)
+    assert _same(reference, tmp_path)
+
+
+def test_stop_kills_a_runner_that_misses_the_grace_period(ray_env, tmp_path):
+    _, launch_module, _ = ray_env
+    handle = launch_module.launch(_request("slow", [("node0", 3)], tmp_path, slowdown=5000.0, reporter=None))
+    _wait_until(lambda: ray_env[0].get(handle.actors[0].boundaries_passed.remote()) >= 1)  # inside a ~25 s step
+    began = time.monotonic()
+    outcome = launch_module.stop(handle, grace_s=1.0)
+    assert outcome.status == "failed" and time.monotonic() - began < 30
+    assert outcome.step == 0  # no checkpoint yet: resumes from the start
+
+
+def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, tmp_path):
+    ray, launch_module, recorder = ray_env
+    whole = launch_module.launch(_request("ddp-ref", [("node0", 0), ("node0", 1)], tmp_path / "whole", total_steps=12)).outcome(timeout=120)
+    assert (whole.status, whole.step) == ("finished", 12)
+
+    parts = tmp_path / "parts"
+    first = launch_module.launch(_request("ddp", [("node0", 2), ("node1", 3)], parts, total_steps=12, slowdown=SLOW, reporter=recorder, report_interval_s=0.0))
+    _wait_until(lambda: _max_step(ray, recorder, "ddp") >= 3)
+    first.request_stop()
+    stopped = first.outcome(timeout=120)
+    assert stopped.status == "preempted" and 0 < stopped.step < 12
+    state = load_checkpoint(parts).state
+    assert state["world_size"] == 2 and len(state["rng"]) == 2
+    resumed = launch_module.launch(_request("ddp", [("node1", 0), ("node1", 1)], parts, total_steps=12)).outcome(timeout=120)
+    assert (resumed.status, resumed.start_step, resumed.step) == ("finished", stopped.step, 12)
+    assert _same(tmp_path / "whole", parts)  # same world size on other GPUs: bitwise identical
+
+    # a changed world size continues the same sample stream to the end (not bitwise: see executors.training)
+    shrunk = launch_module.launch(_request("ddp", [("node0", 0)], parts, total_steps=16)).outcome(timeout=120)
+    assert (shrunk.status, shrunk.start_step, shrunk.step) == ("finished", 12, 16)
+    assert load_checkpoint(parts).state["data"]["samples_seen"] == 16 * 8
+
+
+def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, tmp_path):
+    _, launch_module, _ = ray_env
+    outcome = launch_module.launch(_request("bad", [("node0", 0)], tmp_path, params={"no_such_param": 1})).outcome(timeout=120)
+    assert outcome.status == "failed" and "no_such_param" in outcome.error
+
+
+def test_launch_rejects_bad_requests_before_starting_anything(ray_env, tmp_path):
+    _, launch_module, _ = ray_env
+    with pytest.raises(ValueError, match="no GPUs"):
+        launch_module.launch(_request("x", [], tmp_path))
+    with pytest.raises(ValueError, match="twice"):
+        launch_module.launch(_request("x", [("node0", 0), ("node0", 0)], tmp_path))

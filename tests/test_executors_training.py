@@ -1,0 +1,132 @@
+"""The training loop in-process (no Ray): determinism across stops, data order, emulation, reports."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from executors import training
+from executors.api import GPUSlot, RunRequest
+from executors.checkpoint import LATEST, load_checkpoint
+from executors.training import DataStream, ProgressReporter, run_training, shard
+
+
+def _request(directory, total_steps=9, **kw) -> RunRequest:
+    kw.setdefault("params", {"seed": 11, "num_samples": 40})  # 40 samples / batch 8: epochs turn over during the run
+    return RunRequest("job", "tiny_cnn", total_steps, (GPUSlot("node0", 0),), str(directory), **kw)
+
+
+def _stop_after(n_steps: int):
+    calls = itertools.count()
+    return lambda: next(calls) >= n_steps
+
+
+def _weights(directory) -> dict:
+    return load_checkpoint(directory).state["model"]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_stopped_and_resumed_three_times_is_bitwise_identical(tmp_path):
+    whole = run_training(_request(tmp_path / "whole"))
+    assert whole.status == "finished" and whole.step == 9
+    starts = []
+    for _ in range(3):
+        part = run_training(_request(tmp_path / "parts"), _stop_after(2))
+        assert part.status == "preempted"
+        starts.append((part.start_step, part.step))
+    last = run_training(_request(tmp_path / "parts"))
+    assert starts == [(0, 2), (2, 4), (4, 6)] and (last.start_step, last.step, last.status) == (6, 9, "finished")
+    assert _same(_weights(tmp_path / "whole"), _weights(tmp_path / "parts"))
+    assert load_checkpoint(tmp_path / "parts").state["data"] == {"samples_seen": 72, "epoch": 1, "offset": 32}
+
+
+def test_a_lost_rng_state_would_be_detected(tmp_path):
+    """Guard for the test above: resuming without the RNG states (dropout masks differ) changes the weights."""
+    run_training(_request(tmp_path / "whole"))
+    run_training(_request(tmp_path / "parts"), _stop_after(4))
+    original = training.restore_rng_state
+    try:
+        training.restore_rng_state = lambda state: torch.manual_seed(12345)
+        run_training(_request(tmp_path / "parts"))
+    finally:
+        training.restore_rng_state = original
+    assert not _same(_weights(tmp_path / "whole"), _weights(tmp_path / "parts"))
+
+
+def test_periodic_checkpoints_and_resume_from_previous_after_corruption(tmp_path):
+    with pytest.warns(UserWarning, match="previous"):
+        run_training(_request(tmp_path / "a", checkpoint_every=3), _stop_after(7))  # checkpoints at 3, 6, then 7 on stop
+        (tmp_path / "a" / LATEST).write_bytes(b"garbage")
+        resumed = run_training(_request(tmp_path / "a"))
+    assert resumed.start_step == 6 and resumed.step == 9
+    assert any("previous.ckpt" in note for note in resumed.notes)
+    run_training(_request(tmp_path / "b"))
+    assert _same(_weights(tmp_path / "a"), _weights(tmp_path / "b"))  # redoing step 7 changes nothing
+
+
+def test_stop_before_the_first_step_writes_nothing_and_finished_job_stays_finished(tmp_path):
+    out = run_training(_request(tmp_path, total_steps=3), lambda: True)
+    assert out.status == "preempted" and out.step == 0 and load_checkpoint(tmp_path) is None
+    run_training(_request(tmp_path, total_steps=3))
+    again = run_training(_request(tmp_path, total_steps=3))
+    assert (again.status, again.start_step, again.step) == ("finished", 3, 3)
+
+
+def test_checkpoint_of_another_workload_is_refused(tmp_path):
+    run_training(_request(tmp_path, total_steps=1))
+    with pytest.raises(ValueError, match="tiny_cnn"):
+        run_training(RunRequest("job", "transformer", 2, (GPUSlot("n", 0),), str(tmp_path)))
+
+
+def test_data_stream_order_is_a_function_of_position():
+    whole = DataStream(10, seed=3)
+    batches = [whole.next_batch(4) for _ in range(5)]  # 20 samples: two full epochs
+    assert sorted(batches[0] + batches[1] + batches[2][:2]) == list(range(10))
+    resumed = DataStream(10, seed=3, samples_seen=8)
+    assert resumed.next_batch(4) == batches[2]
+    assert DataStream(10, seed=4).next_batch(10) != DataStream(10, seed=3).next_batch(10)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_shards_cover_the_global_batch_in_order(world):
+    batch = list(range(100, 108))
+    parts = [shard(batch, r, world) for r in range(world)]
+    assert sum(parts, []) == batch
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_logical_gpus_stretch_each_step_by_the_slowdown(tmp_path, monkeypatch):
+    slept = []
+    monkeypatch.setattr(training.time, "sleep", slept.append)
+    out = run_training(_request(tmp_path, total_steps=3, slowdown=2.5))
+    assert out.emulated and any("x2.5" in n for n in out.notes)
+    assert len(slept) == 3 and all(s > 0 for s in slept)
+    slept.clear()
+    run_training(_request(tmp_path / "plain", total_steps=3, slowdown=1.0))
+    assert slept == []
+
+
+class _FakeActor:
+    def __init__(self):
+        self.calls = []
+        self.report_progress = self
+
+    def remote(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+
+def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
+    target = _FakeActor()
+    reporter = ProgressReporter(target, "j", interval_s=3600, emulated=True)
+    for step in range(1, 6):
+        reporter.step_done(step, 0.5)
+    assert target.calls == [(("j", 1, 0.5), {"emulated": True})]  # first step at once, then at most one per interval
+    target = _FakeActor()
+    run_training(_request(tmp_path, total_steps=4, reporter=target, report_interval_s=0.0))
+    assert [args[1] for args, _ in target.calls] == [1, 2, 3, 4]
+    assert all(args[2] > 0 and kw == {"emulated": True} for args, kw in target.calls)
