@@ -1,0 +1,113 @@
+"""The coordinator actor on Ray with real runners (tiny workload, logical GPUs).
+
+End to end: jobs submitted through the client run on the GPUs placement
+chose and finish with their full step budget. Recovery: killing the
+coordinator actor mid-run, and again while a preemption is in flight, loses
+no job and no acknowledged submission; the restarted actor replays its
+journal and the jobs resume from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+
+TIMEOUT = 120
+
+
+def _tiny(steps, gpus=1, **kw):
+    return {"workload": "tiny_cnn", "steps": steps, "gpus": gpus, "step_time": 0.02,
+            "params": {"num_samples": 256}, **kw}
+
+
+@pytest.fixture
+def coordinator(ray_local, tmp_path):
+    from pcs_ray.coordinator.actor import start_coordinator
+
+    started = []
+
+    def start(cluster: ClusterSpec, policy: str = "fifo", **kw):
+        config = CoordinatorConfig(
+            cluster=cluster_dict(cluster), state_dir=str(tmp_path / "state"), policy=policy, grace_s=15.0,
+            progress_journal_every=0.0, **kw,
+        )
+        actor = start_coordinator(config)
+        started.append(actor)
+        return actor
+
+    yield start
+    for actor in started:
+        ray_local.kill(actor, no_restart=True)
+    time.sleep(0.5)  # let the name free up for the next test
+
+
+def _wait_for(predicate, timeout=TIMEOUT, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _kill_and_wait_restart(ray, actor):
+    before = ray.get(actor.ping.remote())
+    ray.kill(actor, no_restart=False)
+    after = ray.get(actor.ping.remote(), timeout=TIMEOUT)  # served by the restarted actor
+    assert after["epoch"] == before["epoch"]
+    return after
+
+
+def test_jobs_run_on_the_chosen_gpus_and_finish(coordinator, ray_local):
+    from pcs_ray.client import Client
+
+    actor = coordinator(ClusterSpec.homogeneous(8, 4))
+    client = Client(coordinator=actor)
+    a = client.submit(_tiny(30, gpus=2))
+    b = client.submit(_tiny(20))
+    assert a.id != b.id and a.predicted_completion > time.time() - 1 and a.bound is not None
+    finals = [client.wait(h.id, timeout=TIMEOUT) for h in (a, b)]
+    assert [f["state"] for f in finals] == ["finished", "finished"]
+    assert [f["steps"] for f in finals] == [30, 20]
+    assert finals[0]["segments"][0]["gpus"] == ["node0:0", "node0:1"]
+    assert finals[1]["segments"][0]["gpus"] == ["node0:2"]
+    assert finals[0]["emulated"] and finals[0]["step_time"] > 0
+    with pytest.raises(ValueError, match="unknown workload"):
+        client.submit({"workload": "nope", "steps": 3})
+    with pytest.raises(ValueError, match="the cluster has 8"):
+        client.submit(_tiny(3, gpus=9))
+
+
+def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordinator, ray_local):
+    from pcs_ray.client import Client
+
+    # One GPU and SRSF: a short arrival preempts the long job, so a preemption is easy to catch in flight.
+    actor = coordinator(ClusterSpec.homogeneous(1), policy="srsf")
+    client = Client(coordinator=actor)
+    long_job = client.submit(_tiny(400, checkpoint_every=20))
+    _wait_for(lambda: client.job(long_job.id)["steps"] >= 30, what="the long job to make progress")
+
+    # 1. Killed mid-run: the job resumes from a checkpoint on the restarted coordinator.
+    info = _kill_and_wait_restart(ray_local, actor)
+    assert info["recovered"] == 1
+    job = _wait_for(lambda: (j := client.job(long_job.id))["state"] == "running" and j["attempts"] >= 2 and j, what="resume")
+    assert job["segments"][-1]["kind"] in ("resume", "migrate")
+
+    # 2. Killed during a preemption: submit a short job (SRSF stops the long one), kill at once.
+    _wait_for(lambda: client.job(long_job.id)["step_time"], what="a progress report after the restart")
+    short = client.submit(_tiny(10))
+    assert client.job(long_job.id)["state"] == "stopping"
+    _kill_and_wait_restart(ray_local, actor)
+    ids = {j["id"] for j in client.status()["jobs"]}
+    assert {long_job.id, short.id} <= ids  # the acknowledged submission survived
+
+    finals = {h.id: client.wait(h.id, timeout=TIMEOUT) for h in (short, long_job)}
+    assert finals[short.id]["state"] == "finished" and finals[short.id]["steps"] == 10
+    assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == 400
+    assert finals[short.id]["finish"] < finals[long_job.id]["finish"]  # SRSF ran the short one first
+    assert finals[long_job.id]["attempts"] >= 3

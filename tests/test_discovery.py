@@ -1,0 +1,135 @@
+"""Cluster discovery: NVML through a fake pynvml, the declared-spec fallback, ray start arguments, Ray's view."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from pcs_ray.cluster import ClusterSpec, ClusterSpecError
+from pcs_ray.discovery import cluster_from_ray_nodes, local_node, nvml_inventory, ray_start_args
+from pcs_ray.placement.topology import parse_topo
+from pcs_ray.paths import shared_data_dir
+
+
+class FakeNVML:
+    """Just enough of pynvml: four GPUs, NVLink pairs 0-1 (x2) and 2-3 (x1), PCIe levels otherwise."""
+
+    NVML_FEATURE_ENABLED = 1
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_NVLINK_MAX_LINKS = 4
+
+    class NVMLError(Exception):
+        pass
+
+    LINKS = {0: [1, 1], 1: [0, 0], 2: [3], 3: [2]}  # gpu -> remote GPU of each active link
+
+    def __init__(self, count=4, fail_init=False):
+        self.count, self.fail_init, self.shut = count, fail_init, False
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise self.NVMLError("library not found")
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-fake-{h}".encode()
+
+    def nvmlDeviceGetName(self, h):
+        return b"Fake V100"
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return 300_000 if h != 3 else 250_000
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return 1530 if kind == self.NVML_CLOCK_SM else 877
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1380 + h
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=f"00000000:0{h}:00.0".encode())
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= 2:
+            raise self.NVMLError("not supported")
+        return self.NVML_FEATURE_ENABLED if link < len(self.LINKS[h]) else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        return self.nvmlDeviceGetPciInfo(self.LINKS[h][link])
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 20 if (a < 2) == (b < 2) else 50  # same switch: PXB; across sockets: SYS
+
+
+def test_nvml_inventory_reads_uuids_power_clocks_and_links():
+    nvml = FakeNVML()
+    node = nvml_inventory("gpu-box", nvml)
+    assert [g.uuid for g in node.gpus] == [f"GPU-fake-{i}" for i in range(4)]
+    assert node.gpus[3].power_limit_w == 250.0 and node.gpus[0].max_sm_clock_mhz == 1530
+    assert node.gpus[2].sm_clock_mhz == 1382 and node.gpus[0].name == "Fake V100"
+    assert node.topology.links == [
+        ["X", "NV2", "SYS", "SYS"],
+        ["NV2", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "NV1"],
+        ["SYS", "SYS", "NV1", "X"],
+    ]
+    assert nvml.shut and node.source == "nvml"
+    assert node.node_spec().gpus[1].uuid == "GPU-fake-1"
+
+
+def test_nvml_matrix_matches_the_topo_file_format():
+    text = (shared_data_dir() / "topology" / "dgx1-v100.topo").read_text()
+    parsed = parse_topo(text)
+    # Same type and codes either way: the matrix built from NVML is a TopoMatrix too.
+    assert type(parsed) is type(nvml_inventory("x", FakeNVML()).topology)
+
+
+def test_no_nvml_falls_back_to_the_declared_spec(tmp_path):
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - {name: n1, gpus: 2}\n  - {name: n2, gpus: 4}\n")
+    node = local_node("n2", spec, nvml=FakeNVML(fail_init=True))
+    assert node.source == "cluster-spec" and [g.index for g in node.gpus] == [0, 1, 2, 3]
+    with pytest.raises(ClusterSpecError, match="no node named 'n3'"):
+        local_node("n3", spec, nvml=FakeNVML(fail_init=True))
+    with pytest.raises(ClusterSpecError, match="no GPUs found by NVML"):
+        local_node("n3", None, nvml=FakeNVML(fail_init=True))
+    assert nvml_inventory("x", FakeNVML(count=0)) is None
+
+
+def test_ray_start_args_register_one_resource_per_gpu():
+    node = nvml_inventory("box-1", FakeNVML())
+    args = ray_start_args(node, head=True)
+    assert args[0] == "--head" and "--num-gpus=4" in args
+    resources = json.loads(next(a for a in args if a.startswith("--resources=")).split("=", 1)[1])
+    assert resources == {f"box-1_gpu{i}": 1 for i in range(4)}
+    labels = next(a for a in args if a.startswith("--labels="))
+    assert "pcs-ray/node=box-1" in labels
+    assert ray_start_args(node, address="10.0.0.1:6379")[0] == "--address=10.0.0.1:6379"
+
+
+def test_cluster_from_ray_nodes_keeps_declared_scores():
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 8, "GPU": 2, "a_gpu0": 1, "a_gpu1": 1}},
+        {"Alive": True, "Resources": {"b_gpu0": 1, "node:10.0.0.2": 1}},
+        {"Alive": False, "Resources": {"c_gpu0": 1}},
+    ]
+    base = ClusterSpec.model_validate({
+        "locality_penalty": 1.5,
+        "nodes": [{"name": "a", "gpus": [{"index": 0, "uuid": "U0", "scores": {"A": 1.3}}, {"index": 1, "uuid": "U1"}]}],
+    })
+    spec = cluster_from_ray_nodes(nodes, base)
+    assert [n.name for n in spec.nodes] == ["a", "b"] and spec.num_gpus == 3
+    assert spec.score(0, "A") == 1.3 and spec.locality_penalty == 1.5
+    with pytest.raises(ClusterSpecError, match="no per-GPU resources"):
+        cluster_from_ray_nodes([{"Alive": True, "Resources": {"CPU": 1}}])
