@@ -156,6 +156,14 @@ class Placement(ABC):
             jid = job.spec.job_id
             if jid in self.held and counts.get(jid, 0) != len(self.held[jid]):
                 old[jid] = self._free(jid)
+        if alloc is not None and len(self.held) > len(running):
+            # jobs the allocation leaves out lose their GPUs even if the caller did not list them
+            for jid in [jid for jid in self.held if counts.get(jid, 0) == 0]:
+                self._free(jid)
+                job = by_id.get(jid)
+                if job is not None:
+                    touched[jid] = job
+                    changed.append(job)
         if self.sticky:
             todo = [j for j in running if j.spec.job_id not in self.held]
         else:
