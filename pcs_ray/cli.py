@@ -223,12 +223,29 @@ Policies (`--policy`, repeatable or comma-separated; default `all`):
   predictability), each of which can also be named on its own; with **--pcs-config FILE** one run
   per file, labelled `pcs:<file stem>`
 
+Placement (**--placement**; without it every GPU is equal and nothing pays a locality penalty):
+
+* `packed-sticky` (Tiresias), `packed-nonsticky` (Gandiva): fewest nodes per app
+* `random-sticky`, `random-nonsticky`: random free GPUs
+* `pm-first`: variability-sensitive classes (A first) get the GPUs with the best binned scores
+* `pal`: PM-First's scores traded against locality through PAL's L x V matrix
+* `mapa-baseline`, `mapa-topo`, `mapa-greedy`, `mapa-preserve`: MAPA on each node's NVLink topology
+* `combined`: the lowest variability x locality x topology slowdown per app
+
+Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
+samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
+slowest GPU's score, times **--locality-penalty** when spread over nodes, times a topology slowdown
+(bandwidth-sensitive apps on poorly linked GPUs) when **--topology** gives the nodes' links
+(`nvidia-smi topo -m` output; nodes then default to its size).
+
 Output: a comparison table on stdout (average JCT also normalised to the first policy), or with
 **--json** exactly one JSON object: for one policy, its metrics (`policy`, `jobs`, `gpus`,
 `avg_jct`, `p50_jct`, `p99_jct`, `makespan`, `avg_pred_err`, `p99_pred_err`, `avg_unfairness`,
 `p99_unfairness`, `utilization` (0..1), `wall_s`, ...) plus `workload` (what ran) and `config`
-(the policy's parameters); for several policies `{"runs": [one such object per policy],
-"workload": {...}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
+(the policy's parameters), and with **--placement** a `placement` object (its name and settings,
+`migrations`, `jobs_across_nodes`, and on nodes with a topology `sensitive_effbw_gbps`: min, p25,
+p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
+apps); for several policies `{"runs": [one such object per policy], "workload": {...}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
 when it is a terminal.
 """
 
@@ -272,6 +289,20 @@ def simulate_cmd(
     per_job: Annotated[Path | None, typer.Option(
         "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds).",
         show_default=False)] = None,
+    placement: Annotated[str | None, typer.Option(
+        "--placement", metavar="NAME", help="Which GPUs each app gets (see below)  [default: none: all GPUs equal]",
+        show_default=False)] = None,
+    profile: Annotated[str | None, typer.Option(
+        "--profile", metavar="NAME|FILE", help="GPU variability profile: longhorn, frontera, ls6, 32gpu or a CSV.",
+        show_default=False)] = None,
+    profile_seed: Annotated[int, typer.Option(
+        "--profile-seed", metavar="N", help="Seed for sampling the profile onto the cluster's GPUs.")] = 0,
+    topology: Annotated[Path | None, typer.Option(
+        "--topology", metavar="FILE", help="`nvidia-smi topo -m` output applied to every node.",
+        show_default=False)] = None,
+    locality_penalty: Annotated[float | None, typer.Option(
+        "--locality-penalty", metavar="X", help="Slowdown (>= 1) of an app spread over nodes  [default: the "
+        "cluster spec's, else 1.0]", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of the table.")] = False,
 ) -> None:
     # Imported here so `pcs-ray --help` stays fast.
@@ -309,8 +340,23 @@ def simulate_cmd(
         raise UsageError(f"--per-job: {per_job} is a folder")
 
     runs = resolve_policies(policy or ["all"], list(pcs_config or []))
+    if placement is None and (profile is not None or topology is not None or locality_penalty is not None):
+        raise UsageError("--profile, --topology and --locality-penalty need --placement")
+    if topology is not None and gpus_per_node is None and cluster is None:
+        from pcs_ray.placement.topology import read_topo
+
+        gpus_per_node = read_topo(topology).size  # one topology per node: nodes of its size
     spec = load_cluster_spec(cluster) if cluster is not None else ClusterSpec.homogeneous(gpus, gpus_per_node)
-    capacity = spec.num_gpus  # placement on the spec's GPUs comes later
+    setup = None
+    if placement is not None:
+        from pcs_ray.placement.configure import configure_placement
+
+        setup = configure_placement(
+            spec, placement, profile=profile, profile_seed=profile_seed,
+            topology=str(topology) if topology is not None else None, locality_penalty=locality_penalty,
+        )
+        spec = setup.cluster
+    capacity = spec.num_gpus
 
     if trace is not None:
         jobs = read_trace(trace, speedup=(speedup or Speedup.linear).value)
@@ -325,6 +371,9 @@ def simulate_cmd(
         "jobs": len(jobs), "gpus": capacity, "nodes": len(spec.nodes), "gpus_per_node": spec.gpus_per_node,
         "cluster": str(cluster) if cluster is not None else None, "overhead": overhead, "predict": predict,
     })
+    if setup is not None:
+        about["placement"] = setup.about
+        title += f", placement {setup.name}"
     title += f" on {capacity} GPUs ({len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''})"
 
     # -- run -------------------------------------------------------------------
@@ -338,14 +387,17 @@ def simulate_cmd(
     with progress:
         for run in runs:
             task = progress.add_task(run.label, total=len(jobs))
+            placed = setup.new() if setup is not None else None
             result = simulate(
-                jobs, capacity, run.policy, predict=predict, overhead=overhead,
+                jobs, capacity, run.policy, predict=predict, overhead=overhead, placement=placed,
                 progress=lambda done, total, task=task: progress.update(task, completed=done),
             )
             progress.remove_task(task)
             summary = summarize(result)
             summary["policy"] = run.label
             summary["config"] = result.policy
+            if placed is not None:
+                summary["placement"] = {**placed.describe(), **placed.summary()}
             summaries.append(summary)
             results.append((run.label, result))
 

@@ -38,11 +38,12 @@ class PlacementLog:
         self.now = snap.now
         touched = self.inner.place(snap, changed, alloc)
         for job in touched:
-            self._close(job.spec.job_id)
+            jid = job.spec.job_id
+            before = self._since.get(jid)
+            self._close(jid)
             if job.gpus:
-                jid = job.spec.job_id
-                if jid in self.gpus_of and job.gpus:
-                    self.moves[jid] = self.moves.get(jid, 0) + 1
+                if before is not None and len(before[2]) == len(job.gpus) and set(before[2]) != set(job.gpus):
+                    self.moves[jid] = self.moves.get(jid, 0) + 1  # same count, other GPUs: a migration
                 self.gpus_of[jid] = len(job.gpus)
                 self.sensitive[jid] = job.spec.bw_sensitive
                 self.spread[jid] = self.spread.get(jid, False) or self.inner.spans(job.gpus)
