@@ -77,8 +77,15 @@ class RunHandle:
         return ray.get(self.done, timeout=timeout)
 
 
-def launch(request: RunRequest) -> RunHandle:
-    """Start (or resume from its checkpoint) ``request`` on exactly ``request.gpus``."""
+def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle:
+    """Start (or resume from its checkpoint) ``request`` on exactly ``request.gpus``.
+
+    ``after``: the ``done`` ref of the job's previous run, when that run is
+    still stopping. The new runners start at once (process start and imports
+    overlap the stop) and begin restoring only once it has ended, so a
+    migration to other GPUs costs less than stop-then-launch. GPUs the old
+    run still holds are simply waited for by Ray.
+    """
     if not request.gpus:
         raise ValueError(f"job {request.job_id}: no GPUs given")
     if len(set(request.gpus)) != len(request.gpus):
@@ -98,7 +105,7 @@ def launch(request: RunRequest) -> RunHandle:
         for rank, slot in enumerate(request.gpus)
     ]
     master = actors[0].rendezvous.remote() if world_size > 1 else None
-    runs = [actor.run.remote(request, master) for actor in actors]
+    runs = [actor.run.remote(request, master, after) for actor in actors]
     return RunHandle(request, actors, _watch.remote(request, actors, runs))
 
 

@@ -141,6 +141,91 @@ def _stop_agreed(should_stop: Callable[[], bool], world_size: int, device: torch
     return bool(tensor.item() > 0)
 
 
+class TrainingSession:
+    """One rank's model, optimizer, data position and RNG: build, restore, step, snapshot.
+
+    The runner loop below and the Ray Tune trainable of ``bench/live_overhead.py``
+    both drive this class, so they train the very same way.
+    """
+
+    def __init__(self, workload_name: str, params: dict | None, *, rank: int = 0, world_size: int = 1):
+        self.workload_name, self.rank, self.world_size = workload_name, rank, world_size
+        workload = get_workload(workload_name)
+        self.params = workload.resolve(params)
+        self.real_gpu = uses_real_gpu()
+        self.device = torch.device("cuda", 0) if self.real_gpu else torch.device("cpu")
+        if self.real_gpu:
+            torch.cuda.set_device(self.device)
+        _configure_determinism(self.params["threads"], self.real_gpu)
+        self.seed = int(self.params["seed"])
+        _seed_everything(self.seed)
+        self.model = workload.build_model(self.params).to(self.device)
+        self.optimizer = _build_optimizer(self.params, self.model)
+        self.dataset = workload.build_dataset(self.params)
+        self.stream = DataStream(len(self.dataset), self.seed)
+        self.batch_size = int(self.params["batch_size"])
+        self.step = 0
+        # Each rank draws its own dropout masks; the model init above was common to all ranks.
+        _seed_everything(self.seed + rank)
+        self.net = self.model
+        if world_size > 1:
+            self.net = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=[0] if self.real_gpu else None)
+        self.net.train()
+
+    @property
+    def data_source(self) -> str:
+        return getattr(self.dataset, "source", type(self.dataset).__name__)
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint ``state`` (see :meth:`snapshot`)."""
+        if state.get("workload") != self.workload_name:
+            raise ValueError(f"checkpoint is for workload {state.get('workload')!r}, not {self.workload_name!r}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.stream.samples_seen = int(state["data"]["samples_seen"])
+        self.step = int(state["step"])
+        rng = state["rng"]
+        if self.rank < len(rng):
+            restore_rng_state(rng[self.rank])
+        else:  # a rank that did not exist before: seeded from where it joins
+            _seed_everything(self.seed * 7919 + self.rank * 104729 + self.step)
+
+    def train_step(self) -> None:
+        """One optimizer step on this rank's shard of the next global batch."""
+        indices = shard(self.stream.next_batch(self.batch_size), self.rank, self.world_size)
+        inputs, targets = default_collate([self.dataset[i] for i in indices])
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.net(inputs), targets, reduction="sum") * (self.world_size / self.batch_size)
+        loss.backward()
+        self.optimizer.step()
+        if self.real_gpu:
+            torch.cuda.synchronize(self.device)
+        self.step += 1
+
+    def rng_states(self) -> list:
+        """Every rank's RNG states (a collective when distributed)."""
+        mine = capture_rng_state()
+        if self.world_size == 1:
+            return [mine]
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        return gathered
+
+    def snapshot(self, rng_states: list, **extra) -> dict:
+        """The checkpoint payload: model, optimizer, RNG states of every rank, data position, step."""
+        return {
+            **extra,
+            "workload": self.workload_name,
+            "step": self.step,
+            "world_size": self.world_size,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_states,
+            "data": self.stream.state(),
+        }
+
+
 def run_training(
     request: RunRequest,
     should_stop: Callable[[], bool] = lambda: False,
@@ -152,116 +237,56 @@ def run_training(
     """Train ``request`` from its newest checkpoint to ``total_steps`` or until asked to stop.
 
     With ``world_size > 1`` the caller has initialised ``torch.distributed``;
-    rank 0 writes the checkpoints. Returns the outcome (never raises for a
-    training error: the caller reports it).
+    rank 0 writes the checkpoints.
     """
     timings = dict(timings or {})
-    workload = get_workload(request.workload)
-    params = workload.resolve(request.params)
-    real_gpu = uses_real_gpu()
-    device = torch.device("cuda", 0) if real_gpu else torch.device("cpu")
-    if real_gpu:
-        torch.cuda.set_device(device)
-    emulated = not real_gpu
-    _configure_determinism(params["threads"], real_gpu)
-
-    _seed_everything(int(params["seed"]))
-    model = workload.build_model(params).to(device)
-    optimizer = _build_optimizer(params, model)
-    dataset = workload.build_dataset(params)
-    stream = DataStream(len(dataset), int(params["seed"]))
-    batch_size = int(params["batch_size"])
-    notes = [f"data: {getattr(dataset, 'source', type(dataset).__name__)}"]
+    session = TrainingSession(request.workload, request.params, rank=rank, world_size=world_size)
+    emulated = not session.real_gpu
+    notes = [f"data: {session.data_source}"]
     if emulated:
         notes.append(f"emulated GPUs: steps stretched x{request.slowdown:g}")
-
-    step = 0
     loaded = load_checkpoint(request.checkpoint_dir)
     if loaded is not None:
-        state = loaded.state
-        if state.get("workload") != request.workload:
-            raise ValueError(f"checkpoint {loaded.path} is for workload {state.get('workload')!r}, not {request.workload!r}")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        stream.samples_seen = int(state["data"]["samples_seen"])
-        step = int(state["step"])
-        rng = state["rng"]
-        if rank < len(rng):
-            restore_rng_state(rng[rank])
-        else:
-            _seed_everything(int(params["seed"]) * 7919 + rank * 104729 + step)
+        session.restore(loaded.state)
         if loaded.fell_back:
             notes.append(f"latest checkpoint unusable, resumed from {loaded.path.name}")
-    else:
-        # Each rank draws its own dropout masks; model init above was common to all ranks.
-        _seed_everything(int(params["seed"]) + rank)
-    start_step = step
+    start_step = last_saved = session.step
     timings["restored"] = time.time()
-
-    net = model
-    if world_size > 1:
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if real_gpu else None)
-    net.train()
     reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated)
-    last_saved = step
 
     def checkpoint() -> None:
         nonlocal last_saved
-        rng_states = [capture_rng_state()]
-        if world_size > 1:
-            gathered: list = [None] * world_size
-            dist.all_gather_object(gathered, rng_states[0])
-            rng_states = gathered
+        rng_states = session.rng_states()
         if rank == 0:
-            save_checkpoint(
-                request.checkpoint_dir,
-                {
-                    "job_id": request.job_id,
-                    "workload": request.workload,
-                    "step": step,
-                    "world_size": world_size,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "rng": rng_states,
-                    "data": stream.state(),
-                },
-            )
-        last_saved = step
+            save_checkpoint(request.checkpoint_dir, session.snapshot(rng_states, job_id=request.job_id))
+        last_saved = session.step
 
     step_time = None
     stopped = False
-    while step < request.total_steps:
-        if _stop_agreed(should_stop, world_size, device):
+    while session.step < request.total_steps:
+        if _stop_agreed(should_stop, world_size, session.device):
             stopped = True
             break
         began = time.perf_counter()
-        indices = shard(stream.next_batch(batch_size), rank, world_size)
-        inputs, targets = default_collate([dataset[i] for i in indices])
-        inputs, targets = inputs.to(device), targets.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(inputs), targets, reduction="sum") * (world_size / batch_size)
-        loss.backward()
-        optimizer.step()
-        if real_gpu:
-            torch.cuda.synchronize(device)
-        step += 1
+        session.train_step()
         if emulated and request.slowdown > 1.0:
             time.sleep((time.perf_counter() - began) * (request.slowdown - 1.0))
         step_time = time.perf_counter() - began
-        if step == start_step + 1:
-            timings["first_step"] = time.time()
+        timings["last_step_end"] = time.time()
+        timings.setdefault("first_step", timings["last_step_end"])
+        step = session.step
         if request.checkpoint_every and step % request.checkpoint_every == 0 and step < request.total_steps:
             checkpoint()
         if rank == 0:
             reporter.step_done(step, step_time)
 
-    if step != last_saved:
+    if session.step != last_saved:
         checkpoint()
     timings["saved"] = time.time()
     return RunOutcome(
         job_id=request.job_id,
         status="preempted" if stopped else "finished",
-        step=step,
+        step=session.step,
         step_time_s=step_time,
         emulated=emulated,
         start_step=start_step,

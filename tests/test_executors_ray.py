@@ -70,10 +70,13 @@ def reference(ray_env, tmp_path_factory):
 def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_env, reference, tmp_path):
     ray, launch_module, recorder = ray_env
     placements = [[("node0", 1)], [("node1", 2)], [("node0", 3)], [("node1", 0)]]
+
+    def request(attempt):
+        return _request("pre", placements[attempt], tmp_path, slowdown=SLOW, reporter=recorder, report_interval_s=0.0, attempt=attempt)
+
     segments = []
-    for attempt, gpus in enumerate(placements):
-        request = _request("pre", gpus, tmp_path, slowdown=SLOW, reporter=recorder, report_interval_s=0.0, attempt=attempt)
-        handle = launch_module.launch(request)
+    handle = launch_module.launch(request(0))
+    for attempt in range(4):
         if attempt < 3:
             start = peek_step(tmp_path) or 0
             _wait_until(lambda: _max_step(ray, recorder, "pre") >= start + 3)
@@ -82,9 +85,13 @@ def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_e
         else:
             if attempt < 3:
                 handle.request_stop()  # returns at once
+            if attempt == 2:  # the next run starts now and restores once this one has checkpointed
+                following = launch_module.launch(request(3), after=handle.done)
             outcome = handle.outcome(timeout=120)
         segments.append((outcome.status, outcome.start_step, outcome.step))
-        assert outcome.gpus == request.gpus and outcome.emulated
+        assert outcome.gpus == request(attempt).gpus and outcome.emulated
+        if attempt < 3:
+            handle = following if attempt == 2 else launch_module.launch(request(attempt + 1))
     assert [s[0] for s in segments] == ["preempted"] * 3 + ["finished"]
     for (_, _, end), (_, next_start, _) in zip(segments, segments[1:]):
         assert next_start == end  # nothing lost, nothing repeated
