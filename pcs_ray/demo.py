@@ -34,14 +34,14 @@ DEMO_WFQ = {"class_thresholds": [15.0, 60.0, "inf"], "class_rates": [1.0, 0.3679
 
 # (arrival s, name, workload, steps, gpus, min_gpus, class, params, estimated 1-GPU step s)
 DEMO_JOBS = [
-    (0, "resnet18-a", "resnet18", 60, 2, 2, "A", {"batch_size": 8, "num_samples": 1024}, 0.15),
-    (2, "tinycnn-d", "tiny_cnn", 1500, 1, 1, "D", {"num_samples": 1024}, 0.012),
-    (6, "transformer-b", "transformer", 160, 4, 1, "B", {"batch_size": 16, "num_samples": 2048}, 0.12),
-    (12, "mobilenet-c", "mobilenet_v2", 80, 2, 2, "C", {"batch_size": 8, "num_samples": 1024}, 0.09),
-    (20, "tinycnn-a4", "tiny_cnn", 1200, 4, 4, "A", {"num_samples": 1024}, 0.012),
-    (30, "vgg11-c", "vgg11", 30, 1, 1, "C", {"batch_size": 8, "num_samples": 512}, 0.31),
-    (40, "transformer-b2", "transformer", 60, 2, 1, "B", {"batch_size": 16, "num_samples": 1024}, 0.12),
-    (50, "resnet18-short", "resnet18", 20, 1, 1, "A", {"batch_size": 8, "num_samples": 512}, 0.15),
+    (0, "resnet18-a", "resnet18", 40, 2, 2, "A", {"batch_size": 8, "num_samples": 1024}, 0.15),
+    (2, "tinycnn-d", "tiny_cnn", 1000, 1, 1, "D", {"num_samples": 1024}, 0.012),
+    (6, "transformer-b", "transformer", 120, 4, 1, "B", {"batch_size": 16, "num_samples": 2048}, 0.12),
+    (12, "mobilenet-c", "mobilenet_v2", 60, 2, 2, "C", {"batch_size": 8, "num_samples": 1024}, 0.09),
+    (20, "tinycnn-a4", "tiny_cnn", 800, 4, 4, "A", {"num_samples": 1024}, 0.012),
+    (30, "vgg11-c", "vgg11", 20, 1, 1, "C", {"batch_size": 8, "num_samples": 512}, 0.31),
+    (40, "transformer-b2", "transformer", 50, 2, 1, "B", {"batch_size": 16, "num_samples": 1024}, 0.12),
+    (50, "resnet18-short", "resnet18", 15, 1, 1, "A", {"batch_size": 8, "num_samples": 512}, 0.15),
 ]
 
 
@@ -156,8 +156,13 @@ def run_demo(out: str | Path, num_jobs: int = 8, seed: int = 1, live: bool = Tru
             while pending and time.time() - t0 >= pending[0][0]:
                 _, spec = pending.pop(0)
                 handle = client.submit(spec)
-                submitted[handle.id] = {"spec": spec, "predicted": handle.predicted_completion, "bound": handle.bound}
-            return client.status()
+                submitted[handle.id] = {"spec": spec, "predicted": handle.predicted_completion, "bound": handle.bound,
+                                        "history": []}
+            status = client.status()
+            for j in status["jobs"]:
+                if j["state"] not in ("finished", "cancelled", "failed") and j["predicted_completion"] is not None:
+                    submitted[j["id"]]["history"].append((status["now"], j["predicted_completion"]))
+            return status
 
         status = step()
         with Live(status_table(status, "pcs-ray demo (live)"), console=err, refresh_per_second=2,
@@ -195,6 +200,8 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
         jct = j["finish"] - j["submit"] if j["state"] == "finished" else None
         pred = sub.get("predicted")
         pred_jct = pred - j["submit"] if pred is not None else None
+        mid = _prediction_at(sub.get("history", []), j["submit"] + jct / 2) if jct else None
+        mid_jct = mid - j["submit"] if mid is not None else None
         jobs.append({
             "id": j["id"], "name": j["name"], "workload": j["workload"], "class": j["class"], "state": j["state"],
             "demand": j["demand"], "steps": j["steps"], "total_steps": j["total_steps"],
@@ -202,6 +209,8 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "jct_s": jct, "predicted_jct_s": pred_jct,
             "bound_jct_s": None if sub.get("bound") is None else sub["bound"] - j["submit"],
             "error_pct": None if jct is None or not pred_jct else 100.0 * abs(jct - pred_jct) / pred_jct,
+            "midlife_predicted_jct_s": mid_jct,
+            "midlife_error_pct": None if jct is None or not mid_jct else 100.0 * abs(jct - mid_jct) / mid_jct,
             "signed_error_s": None if jct is None or pred_jct is None else jct - pred_jct,
             "preemptions": j["preemptions"], "attempts": j["attempts"], "emulated": j["emulated"],
             "segments": [
@@ -211,6 +220,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             ],
         })
     errs = [j["error_pct"] for j in jobs if j["error_pct"] is not None]
+    mid_errs = [j["midlife_error_pct"] for j in jobs if j["midlife_error_pct"] is not None]
     abs_s = [abs(j["signed_error_s"]) for j in jobs if j["signed_error_s"] is not None]
     finished = [j for j in jobs if j["state"] == "finished"]
     return {
@@ -221,6 +231,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "jobs": len(jobs), "finished": len(finished),
             "mean_abs_error_pct": float(np.mean(errs)) if errs else float("nan"),
             "mean_abs_error_s": float(np.mean(abs_s)) if abs_s else float("nan"),
+            "mean_abs_error_midlife_pct": float(np.mean(mid_errs)) if mid_errs else float("nan"),
             "avg_jct_s": float(np.mean([j["jct_s"] for j in finished])) if finished else None,
             "makespan_s": max((j["finish_s"] for j in finished), default=None),
             "preemptions": sum(j["preemptions"] for j in jobs),
@@ -230,23 +241,32 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
     }
 
 
+def _prediction_at(history: list, t: float) -> float | None:
+    """The prediction in force at time ``t`` (the last one made at or before it)."""
+    before = [p for when, p in history if when <= t]
+    return before[-1] if before else None
+
+
 def result_table(report: dict):
     from rich.table import Table
 
     table = Table(title="pcs-ray demo: predicted (at submission) vs actual JCT", title_justify="left")
-    for col in ("job", "class", "GPUs (demand)", "state", "predicted JCT", "actual JCT", "error", "preempt", "GPUs used"):
+    for col in ("job", "class", "GPUs (demand)", "state", "predicted JCT", "actual JCT", "error", "mid-life error",
+                "preempt", "GPUs used"):
         table.add_column(col)
     for j in report["jobs"]:
         used = sorted({g for s in j["segments"] for g in s["gpus"]})
         fmt = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731
         table.add_row(
             j["name"], j["class"], f"{j['demand'][0]}..{j['demand'][1]}", j["state"], fmt(j["predicted_jct_s"]),
-            fmt(j["jct_s"]), "-" if j["error_pct"] is None else f"{j['error_pct']:.0f}%", str(j["preemptions"]),
+            fmt(j["jct_s"]), "-" if j["error_pct"] is None else f"{j['error_pct']:.0f}%",
+            "-" if j["midlife_error_pct"] is None else f"{j['midlife_error_pct']:.0f}%", str(j["preemptions"]),
             ",".join(used),
         )
     s = report["summary"]
     table.caption = (f"{s['finished']}/{s['jobs']} finished, {s['preemptions']} preemption(s), "
-                     f"mean |error| {s['mean_abs_error_pct']:.1f}% ({s['mean_abs_error_s']:.1f} s), wall {s['wall_s']:.0f} s")
+                     f"mean |error| at submission {s['mean_abs_error_pct']:.1f}% ({s['mean_abs_error_s']:.1f} s), "
+                     f"at mid-life {s['mean_abs_error_midlife_pct']:.1f}%, wall {s['wall_s']:.0f} s")
     return table
 
 

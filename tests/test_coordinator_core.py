@@ -135,9 +135,11 @@ def test_predictions_use_measured_speed_and_refresh():
     core.progress(j, step=10, step_time=0.5)  # twice as fast as estimated
     core.refresh_predictions()
     assert core.predict(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
+    # j ran at half its estimate: the estimates of jobs not yet measured are scaled the same way (EMA).
+    assert core.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
     k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
-    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20)
-    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20)
+    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20 * 0.85)
+    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20 * 0.85)
 
 
 def test_a_late_runner_never_makes_the_model_finish_it():

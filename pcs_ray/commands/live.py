@@ -243,8 +243,10 @@ def demo_cmd(
     from pcs_ray.demo import run_demo
 
     report = run_demo(out, num_jobs=jobs, seed=seed, live=live)
-    print(f"average |predicted - actual| JCT error: {report['summary']['mean_abs_error_pct']:.1f}% "
-          f"({report['summary']['mean_abs_error_s']:.1f} s); report in {out}/")
+    s = report["summary"]
+    print(f"average |predicted - actual| JCT error: {s['mean_abs_error_pct']:.1f}% at submission "
+          f"({s['mean_abs_error_s']:.1f} s), {s['mean_abs_error_midlife_pct']:.1f}% at mid-life; "
+          f"{s['finished']}/{s['jobs']} jobs finished in {s['wall_s']:.0f} s; report in {out}/")
 
 
 def register(app: typer.Typer) -> None:

@@ -42,13 +42,14 @@ class LiveJob:
     job_id: int
     spec: JobFile
     submit: float
-    t1: float  # estimated seconds per step on one nominal GPU
+    t1: float  # seconds per step on one nominal GPU: the estimate until its runner measures it
     state: str = "queued"  # queued | running | stopping | finished | cancelled | failed
     gpus: tuple[int, ...] = ()  # held by its runner while running or stopping
     attempt: int = 0
     steps: int = 0
     reported_at: float | None = None
     step_time: float | None = None  # measured seconds per step on ``gpus``
+    measured: bool = False  # ``t1`` comes from its runner, not from the estimate
     slowdown: float = 1.0  # the model's slowdown for ``gpus``
     started_at: float | None = None  # launch of the current attempt
     first_start: float | None = None
@@ -109,6 +110,9 @@ class Coordinator:
         self.active: dict[int, LiveJob] = {}  # not terminal, submission order
         self.by_submission: dict[str, int] = {}
         self.measured_t1: dict[str, float] = {}  # workload -> last measured 1-GPU step time
+        # Measured / estimated step time, over jobs that have run: estimates of jobs
+        # not yet measured are scaled by it (users' guesses are off in one direction).
+        self.estimate_ratio = 1.0
         self.next_id = 1
         self.epoch: float | None = None
         self._dirty: set[int] = set()  # jobs whose modelled remaining must be re-synced
@@ -219,7 +223,12 @@ class Coordinator:
         if step_time and job.gpus:
             job.step_time = step_time
             n = min(len(job.gpus), job.spec.gpus)
-            job.t1 = step_time * self._speedup(job)[n] / job.slowdown
+            t1 = step_time * self._speedup(job)[n] / job.slowdown
+            if not job.measured:
+                self.estimate_ratio = 0.7 * self.estimate_ratio + 0.3 * (t1 / job.t1)
+                self._dirty.update(j.job_id for j in self.active.values() if not j.measured)
+            job.t1, job.measured = t1, True
+            self.measured_t1[job.spec.workload] = t1
         self._dirty.add(job.job_id)
 
     # -- the job model ---------------------------------------------------------
@@ -238,7 +247,8 @@ class Coordinator:
         steps_left = job.spec.steps - job.steps
         if job.state == "running" and job.reported_at is not None and job.step_time:
             steps_left -= (now - job.reported_at) / job.step_time
-        return max(steps_left, ClusterModel.SLIVER) * job.t1
+        t1 = job.t1 if job.measured else job.t1 * self.estimate_ratio
+        return max(steps_left, ClusterModel.SLIVER) * t1
 
     def _sync_model(self, now: float) -> None:
         self.model.set_clock(now)
@@ -257,10 +267,13 @@ class Coordinator:
         self._dirty.clear()
 
     # -- events ------------------------------------------------------------------
-    def submit(self, raw: dict | JobFile, submission_id: str | None = None) -> tuple[int, list[Action]]:
+    def submit(
+        self, raw: dict | JobFile, submission_id: str | None = None, *, refresh: bool = True
+    ) -> tuple[int, list[Action]]:
         """Validate, journal and admit a job; return its id and the actions it causes.
 
         A repeated ``submission_id`` (a client retrying) returns the first job, not a new one.
+        ``refresh=False`` leaves the forward play to the caller (a batch of submissions).
         """
         if submission_id and submission_id in self.by_submission:
             return self.by_submission[submission_id], []
@@ -275,7 +288,8 @@ class Coordinator:
         actions = self.decide()
         job = self.jobs[jid]
         job.bound = self._bound(jid)
-        self.refresh_predictions()
+        if refresh:
+            self.refresh_predictions()
         return jid, actions
 
     def cancel(self, jid: int) -> list[Action]:

@@ -28,6 +28,13 @@ def default_placement(cluster: ClusterSpec):
     return create_placement("packed-sticky", cluster)
 
 
+def placement_changes_rates(cluster: ClusterSpec) -> bool:
+    """Whether which GPUs a job gets can change its speed (scores, links or a locality penalty)."""
+    if cluster.locality_penalty > 1.0 or any(node.topology for node in cluster.nodes):
+        return True
+    return any(s != 1.0 for node in cluster.nodes for gpu in node.gpus for s in gpu.scores.values())
+
+
 class ClusterModel:
     """One ``Engine`` plus the operations the coordinator needs on it. Times are coordinator seconds."""
 
@@ -39,6 +46,7 @@ class ClusterModel:
         self.policy = policy
         self.placement = default_placement(cluster) if placement is None else placement
         self.engine = Engine(cluster.num_gpus, policy, placement=self.placement, check=True)
+        self.placement_matters = placement_changes_rates(cluster)
 
     # -- membership ------------------------------------------------------------
     def admit(self, spec: JobSpec) -> None:
@@ -92,7 +100,10 @@ class ClusterModel:
         """Finish time of every active job if nothing else arrives (a forward play on a fork)."""
         if not self.engine.active:
             return {}
-        return self.engine.fork().play_forward()
+        fork = self.engine.fork()
+        if not self.placement_matters:
+            fork.placement = None  # every GPU set runs every job at the same rate: counts decide alone
+        return fork.play_forward()
 
     def bound(self, job_id: int) -> float | None:
         e = self.engine
