@@ -214,7 +214,7 @@ def node_resources_cmd(
     One custom resource per GPU (`<node>_gpu<i>`: 1) so jobs can be pinned to
     exact GPUs, plus labels. GPUs come from NVML (UUIDs, NVLink/PCIe matrix,
     power, clocks) or, without NVML, from the node of that name in
-    --cluster-spec. Use: `ray start --head $(pcs-ray node-resources)`.
+    --cluster-spec. The output is shell-quoted: `eval ray start $(pcs-ray node-resources --head)`.
     """
     from pcs_ray.discovery import format_args, local_node, ray_start_args
 
