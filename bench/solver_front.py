@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--test-samples", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--serial", action="store_true")
+    ap.add_argument("--front-size", type=int, default=None, help="thin the front to this many points (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="folder for front.json and front.png")
     args = ap.parse_args()
 
@@ -75,7 +76,7 @@ def main() -> None:
     search_budget = args.budget - args.reserve - (time.perf_counter() - started)
     state = search.run(args.generations, on_generation, time_limit=search_budget)
     search_s = time.perf_counter() - started
-    points = search.front()
+    points = search.front(args.front_size)
     published_cfg = [(f"pcs-{k}", WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")) for k in BUNDLED_PCS]
     refs = search.references(published_cfg)
     total_s = time.perf_counter() - started

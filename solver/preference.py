@@ -130,7 +130,7 @@ class PreferenceSolver:
         self, workload: str | None = None, *, trace=None, history=None, jobs=None, gpus: int = 64,
         num_apps: int | None = None, load: float = 0.9, samples: int = 3, test_samples: int = 3,
         generations: int = 20, population: int = 40, seed: int = 0, backend=None, checkpoint=None,
-        time_limit: float | None = None, on_generation=None,
+        time_limit: float | None = None, on_generation=None, max_points: int | None = None,
     ) -> list[FrontPoint]:
         """Search WFQ configurations; returns the front (train and test values), best first objective first."""
         if not self.objectives:
@@ -140,7 +140,7 @@ class PreferenceSolver:
         search = Search(problem, backend, checkpoint)
         try:
             search.run(generations, on_generation, time_limit)
-            self.front = search.front()
+            self.front = search.front(max_points)
         finally:
             search.close()
         self.search = search

@@ -27,7 +27,7 @@ from solver.evaluate import Evaluator
 from solver.front import FrontPoint, Reference, normalised_hypervolume, pareto_indices
 from solver.objectives import Objective
 from solver.space import GENE_NAMES, SearchSpace, config_key, describe_genes
-from solver.spea2 import SPEA2, SearchError, SearchState
+from solver.spea2 import SPEA2, SearchError, SearchState, truncate
 from solver.workload import WorkloadSource
 
 BASELINES = ("fifo", "srsf", "themis", "afs")
@@ -174,9 +174,13 @@ class Search:
         values = [self.evaluator.mean(s, "train") for s in specs]
         return [specs[i] for i in pareto_indices(values)]
 
-    def front(self, progress=None) -> list[FrontPoint]:
-        """The train front, evaluated on the test samples, sorted by the first objective's train value."""
+    def front(self, max_points: int | None = None, progress=None) -> list[FrontPoint]:
+        """The train front (thinned to ``max_points`` by SPEA2 truncation), evaluated on the test samples,
+        sorted by the first objective's train value."""
         specs = self.train_front()
+        if max_points is not None and len(specs) > max_points:
+            keep = truncate([self.evaluator.mean(s, "train") for s in specs], max_points)
+            specs = [specs[i] for i in keep]
         self.evaluator.evaluate(specs, "test", progress)
         points = []
         for spec in specs:

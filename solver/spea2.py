@@ -214,3 +214,22 @@ class SPEA2:
         finally:
             random.setstate(saved)
 
+
+
+def truncate(values: Sequence[Values], k: int) -> list[int]:
+    """Indices of ``k`` of the points chosen by SPEA2's archive truncation (keeps the spread of a front)."""
+    if k >= len(values):
+        return list(range(len(values)))
+    fitness = _fitness_class(len(values[0]))
+    inds = []
+    for i, v in enumerate(values):
+        ind = _Individual([float(i)])
+        ind.fitness = fitness()
+        ind.fitness.values = tuple(v)
+        inds.append(ind)
+    saved = random.getstate()
+    random.seed("spea2:truncate")
+    try:
+        return sorted(int(ind[0]) for ind in tools.selSPEA2(inds, k))
+    finally:
+        random.setstate(saved)

@@ -72,3 +72,14 @@ def test_bad_settings():
         SPEA2([0.0], [1.0], 1, 1)
     with pytest.raises(SearchError, match="lower < upper"):
         SPEA2([1.0], [1.0], 1, 4)
+
+
+def test_truncation_keeps_the_ends_and_spreads_the_rest():
+    from solver.spea2 import truncate
+
+    front = [(x / 100, 1 - math.sqrt(x / 100)) for x in range(101)]
+    keep = truncate(front, 10)
+    assert len(keep) == 10 and keep[0] == 0 and keep[-1] == 100
+    gaps = [math.dist(front[a], front[b]) for a, b in zip(keep, keep[1:])]
+    assert max(gaps) <= 2.5 * min(gaps)  # evenly spread in objective space (a plain prefix would fail)
+    assert truncate(front[:5], 10) == [0, 1, 2, 3, 4]

@@ -112,6 +112,9 @@ def register(app: typer.Typer) -> None:
         test_samples: Annotated[int, typer.Option(
             "--test-samples", metavar="L", help="Held-out samples the front is reported on.")] = 3,
         seed: Annotated[int, typer.Option("--seed", metavar="S", help="Seed of samples and search.")] = 0,
+        front_size: Annotated[int | None, typer.Option(
+            "--front-size", metavar="N", help="Report at most N configurations, thinned by SPEA2 truncation  "
+            "[default: --population]", show_default=False)] = None,
         time_limit: Annotated[float | None, typer.Option(
             "--time-limit", metavar="SECONDS", help="Stop after the generation that passes this wall time.",
             show_default=False)] = None,
@@ -150,11 +153,11 @@ def register(app: typer.Typer) -> None:
         if set_config:
             raise ValueError("--set needs --pick or --prefer (and --front)")
         _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples,
-               test_samples, seed, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address)
+               test_samples, seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address)
 
 
 def _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples, test_samples,
-           seed, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address) -> None:
+           seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -174,6 +177,8 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
     if not (load > 0 and math.isfinite(load)):
         raise ValueError(f"--load must be a number > 0, got {load}")
+    if front_size is not None and front_size < 1:
+        raise ValueError(f"--front-size must be >= 1, got {front_size}")
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
     if serial and ray_address is not None:
@@ -213,7 +218,7 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
 
             state = search.run(generations, on_generation, time_limit)
             progress.update(task, description="test samples", status="")
-            points = search.front()
+            points = search.front(front_size or population)
             references = search.references(refs)
     finally:
         search.close()
@@ -227,6 +232,7 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
         "generations": state.generation,
         "evaluations": state.evaluations,
         "distinct_configurations": len(search.evaluator.cache.specs("train")),
+        "non_dominated_configurations": len(search.train_front()),
         "simulations_this_run": search.evaluator.simulations,
         "backend": backend.name,
         "wall_s": round(wall, 2),
