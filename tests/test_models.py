@@ -39,7 +39,8 @@ def test_unknown_or_bad_parameters_are_rejected():
 
 
 @pytest.mark.parametrize("name", ["resnet18", "vgg11", "mobilenet_v2", "tiny_cnn", "transformer"])
-def test_every_workload_builds_and_runs_a_batch(name):
+def test_every_workload_builds_and_runs_a_batch(name, monkeypatch):
+    monkeypatch.delenv("PCS_RAY_DATASETS", raising=False)
     workload = get_workload(name)
     params = workload.resolve({"num_samples": 16})
     model, dataset = workload.build_model(params), workload.build_dataset(params)
@@ -105,6 +106,8 @@ def test_real_cifar10_loader_reads_the_torchvision_format(tmp_path, monkeypatch)
     # the image workloads use it when data_root holds it
     workload = get_workload("tiny_cnn")
     assert workload.build_dataset(workload.resolve({"data_root": str(tmp_path)})).source == "cifar10"
+    monkeypatch.setenv("PCS_RAY_DATASETS", str(tmp_path))  # the operator's default for every job
+    assert workload.build_dataset(workload.resolve({})).source == "cifar10"
 
 
 def test_damaged_cifar10_is_an_error_not_silently_replaced(tmp_path):

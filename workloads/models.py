@@ -16,6 +16,7 @@ Every dataset is indexable, so the training loop owns the sample order
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +30,7 @@ CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 NUM_CLASSES = 10
+DATASETS_ENV = "PCS_RAY_DATASETS"
 
 
 class UnknownWorkloadError(ValueError):
@@ -189,7 +191,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "lr": 0.01,
     "momentum": 0.9,
     "weight_decay": 5e-4,
-    "data_root": None,
+    "data_root": None,  # None: $PCS_RAY_DATASETS if set (a folder holding cifar-10-batches-py)
     "num_samples": None,  # generated data only; None: the workload's default
     "threads": 1,  # torch CPU threads per rank; fixed so CPU results are reproducible
 }
@@ -221,7 +223,8 @@ class Workload:
 
 def _image_dataset(default_samples: int) -> Callable[[dict], Dataset]:
     def build(params: dict) -> Dataset:
-        return load_cifar10(params["data_root"], seed=params["seed"], num_samples=params["num_samples"] or default_samples)
+        root = params["data_root"] if params["data_root"] is not None else os.environ.get(DATASETS_ENV)
+        return load_cifar10(root, seed=params["seed"], num_samples=params["num_samples"] or default_samples)
 
     return build
 
