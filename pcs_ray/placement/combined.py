@@ -45,7 +45,7 @@ class CombinedPlacement(PALPlacement, TopologyAware):
         self.has_topology = any(t is not None for t in self.topologies)
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
-        if n > self.gpus_per_node:
+        if n > self.gpus_per_node or (n == 1 and not self.has_topology):
             return self.pm_first(job, n, free, home)
         within, w_score = self._best_within(job, n, free, home)
         if n == 1:
