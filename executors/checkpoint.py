@@ -97,6 +97,14 @@ def save_checkpoint(directory: str | Path, state: dict) -> Path:
     return latest
 
 
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Delete half-written files a killed writer left behind (call when no writer of this job runs)."""
+    stale = [p for p in Path(directory).glob(".*.tmp")] if Path(directory).is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def _read_verified(path: Path) -> dict:
     import torch
 

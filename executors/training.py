@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch.utils.data import default_collate
 
 from executors.api import RunOutcome, RunRequest
-from executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from executors.checkpoint import capture_rng_state, load_checkpoint, remove_stale_temporaries, restore_rng_state, save_checkpoint
 from workloads.models import get_workload
 
 log = logging.getLogger(__name__)
@@ -245,6 +245,8 @@ def run_training(
     notes = [f"data: {session.data_source}"]
     if emulated:
         notes.append(f"emulated GPUs: steps stretched x{request.slowdown:g}")
+    if rank == 0:
+        remove_stale_temporaries(request.checkpoint_dir)  # a previous runner killed mid-write
     loaded = load_checkpoint(request.checkpoint_dir)
     if loaded is not None:
         session.restore(loaded.state)

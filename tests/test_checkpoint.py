@@ -17,6 +17,7 @@ from executors.checkpoint import (
     capture_rng_state,
     load_checkpoint,
     peek_step,
+    remove_stale_temporaries,
     restore_rng_state,
     save_checkpoint,
 )
@@ -111,3 +112,13 @@ def test_rng_state_survives_a_checkpoint(tmp_path):
     expected = torch.rand(3)
     restore_rng_state(restored)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_writer_killed_mid_write_leaves_the_latest_intact(tmp_path):
+    save_checkpoint(tmp_path, _state(3))
+    torn = tmp_path / f".{LATEST}.99999.tmp"
+    torn.write_bytes(b'{"magic": "pcs-ray-checkpoint"}\n' + b"\x00" * 100)  # killed before fsync + rename
+    assert load_checkpoint(tmp_path).state["step"] == 3
+    assert remove_stale_temporaries(tmp_path) == [torn] and not torn.exists()
+    save_checkpoint(tmp_path, _state(4))
+    assert load_checkpoint(tmp_path).state["step"] == 4
