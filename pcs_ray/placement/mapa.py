@@ -58,7 +58,7 @@ class TopologyAware(Placement):
         one is minimising the other.
         """
         bw = self._bw[node]
-        free_local = np.array([(bits >> i) & 1 for i in range(bw.shape[0])], dtype=bool)
+        free_local = ((bits >> np.arange(bw.shape[0])) & 1).astype(bool)
         reach = bw[:, free_local].sum(axis=1)  # per GPU: bandwidth of its links to free GPUs
         members = table.members[rows]
         if table.n < 2:
