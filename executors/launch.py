@@ -101,7 +101,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
             max_concurrency=2,
             max_restarts=0,
             name=None,
-        ).remote(slot, rank, world_size)
+        ).remote(slot, rank, world_size, request.workload)
         for rank, slot in enumerate(request.gpus)
     ]
     master = actors[0].rendezvous.remote() if world_size > 1 else None

@@ -30,17 +30,20 @@ def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
 class Runner:
     """One rank of a job, pinned to ``gpu``."""
 
-    def __init__(self, gpu: GPUSlot, rank: int, world_size: int):
+    def __init__(self, gpu: GPUSlot, rank: int, world_size: int, workload: str | None = None):
         self.created = time.time()
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         self._stop = threading.Event()
         self._boundaries = 0
         # Import the heavy modules now: with ``launch(after=...)`` this overlaps the previous run's stop.
-        import torchvision  # noqa: F401
+        import importlib
 
         import executors.training  # noqa: F401
+        from workloads.models import WORKLOADS
 
+        for module in WORKLOADS[workload].imports if workload in WORKLOADS else ():
+            importlib.import_module(module)
         self.warmed = time.time()
 
     def environment(self) -> dict:

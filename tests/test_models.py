@@ -119,3 +119,23 @@ def test_damaged_cifar10_is_an_error_not_silently_replaced(tmp_path):
 def test_missing_cifar10_falls_back_to_generated(tmp_path):
     assert load_cifar10(tmp_path, num_samples=10).source == "generated"
     assert load_cifar10(None, num_samples=10).source == "generated"
+
+
+def test_transform_is_torchvisions_to_tensor_and_normalize_bitwise():
+    from PIL import Image
+    from torchvision import transforms
+
+    from workloads.models import CIFAR10_MEAN, CIFAR10_STD, CifarTransform
+
+    reference = transforms.Compose([transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
+    ours = CifarTransform()
+    data = GeneratedCIFAR10(20, seed=9)
+    for i in range(20):
+        image = data.raw(i)[0]
+        expected = reference(Image.fromarray(image))
+        assert torch.equal(ours(image), expected) and torch.equal(ours(Image.fromarray(image)), expected)
+
+
+def test_runner_warm_imports_are_declared_for_torchvision_models():
+    assert get_workload("resnet18").imports == ("torchvision",)
+    assert get_workload("tiny_cnn").imports == ()

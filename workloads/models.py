@@ -40,10 +40,22 @@ class UnknownWorkloadError(ValueError):
 # --------------------------------------------------------------------------- data
 
 
-def _cifar_transform():
-    from torchvision import transforms
+class CifarTransform:
+    """torchvision's ``ToTensor()`` + ``Normalize(mean, std)``, the same ops, without importing torchvision.
 
-    return transforms.Compose([transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
+    Importing torchvision costs seconds (it pulls in torch._dynamo), which every
+    runner start would pay even for workloads that use no torchvision model.
+    Takes a PIL image (torchvision's CIFAR10) or an HWC ``uint8`` array.
+    """
+
+    def __init__(self, mean=CIFAR10_MEAN, std=CIFAR10_STD):
+        self.mean = torch.as_tensor(mean, dtype=torch.float32)[:, None, None]
+        self.std = torch.as_tensor(std, dtype=torch.float32)[:, None, None]
+
+    def __call__(self, image) -> torch.Tensor:
+        array = np.array(image, dtype=np.uint8, copy=True)
+        tensor = torch.from_numpy(array).permute(2, 0, 1).contiguous().to(torch.float32).div(255)
+        return tensor.sub_(self.mean).div_(self.std)
 
 
 class GeneratedCIFAR10(Dataset):
@@ -58,7 +70,7 @@ class GeneratedCIFAR10(Dataset):
     def __init__(self, num_samples: int = 50_000, seed: int = 0, transform=None):
         self.num_samples = int(num_samples)
         self.seed = int(seed)
-        self.transform = transform if transform is not None else _cifar_transform()
+        self.transform = transform if transform is not None else CifarTransform()
         rng = np.random.default_rng([self.seed, 0xC1FA])
         self._templates = rng.integers(0, 256, size=(NUM_CLASSES, 32, 32, 3), dtype=np.uint8)
 
@@ -76,10 +88,8 @@ class GeneratedCIFAR10(Dataset):
         return image, label
 
     def __getitem__(self, index: int):
-        from PIL import Image
-
         image, label = self.raw(index)
-        return self.transform(Image.fromarray(image)), label
+        return self.transform(image), label
 
 
 def load_cifar10(data_root: str | Path | None, *, seed: int = 0, num_samples: int = 50_000, train: bool = True) -> Dataset:
@@ -92,7 +102,7 @@ def load_cifar10(data_root: str | Path | None, *, seed: int = 0, num_samples: in
     if data_root is not None and (Path(data_root) / CIFAR10_FOLDER).is_dir():
         from torchvision.datasets import CIFAR10
 
-        dataset = CIFAR10(str(data_root), train=train, download=False, transform=_cifar_transform())
+        dataset = CIFAR10(str(data_root), train=train, download=False, transform=CifarTransform())
         dataset.source = "cifar10"
         return dataset
     return GeneratedCIFAR10(num_samples=num_samples, seed=seed)
@@ -206,6 +216,7 @@ class Workload:
     build_model: Callable[[dict], nn.Module]
     build_dataset: Callable[[dict], Dataset]
     defaults: dict
+    imports: tuple[str, ...] = ()  # heavy modules a runner can import while it waits to start
 
     def resolve(self, params: dict | None) -> dict:
         """Defaults overlaid with ``params``; unknown keys are an error, not ignored."""
@@ -240,9 +251,9 @@ def _text_model(params: dict) -> nn.Module:
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload("resnet18", "torchvision ResNet-18 on CIFAR-10", _torchvision("resnet18"), _image_dataset(50_000), {}),
-        Workload("vgg11", "torchvision VGG-11 (CIFAR head) on CIFAR-10", _vgg11_cifar, _image_dataset(50_000), {"lr": 0.005}),
-        Workload("mobilenet_v2", "torchvision MobileNetV2 on CIFAR-10", _torchvision("mobilenet_v2"), _image_dataset(50_000), {}),
+        Workload("resnet18", "torchvision ResNet-18 on CIFAR-10", _torchvision("resnet18"), _image_dataset(50_000), {}, ("torchvision",)),
+        Workload("vgg11", "torchvision VGG-11 (CIFAR head) on CIFAR-10", _vgg11_cifar, _image_dataset(50_000), {"lr": 0.005}, ("torchvision",)),
+        Workload("mobilenet_v2", "torchvision MobileNetV2 on CIFAR-10", _torchvision("mobilenet_v2"), _image_dataset(50_000), {}, ("torchvision",)),
         Workload("transformer", "small Transformer encoder classifying generated text", _text_model, _text_dataset, {"optimizer": "adam", "lr": 0.001, "seq_len": 64, "vocab_size": 1000}),
         Workload("tiny_cnn", "tiny CNN on CIFAR-10-format data (tests)", lambda params: TinyCNN(), _image_dataset(2_048), {"batch_size": 8, "lr": 0.05}),
     )
