@@ -197,15 +197,21 @@ def plot_front(path, points: Sequence[FrontPoint], objectives: Sequence[Objectiv
         finite = sorted((v for v in values if math.isfinite(v[a]) and math.isfinite(v[b])), key=lambda v: v[a])
         ax.plot([_axis_value(v[a], oa) for v in finite], [_axis_value(v[b], ob) for v in finite],
                 "o-" if len(objectives) == 2 else "o", color="tab:blue", label="front (test samples)", markersize=5)
-        for n, v in enumerate(values):
-            if math.isfinite(v[a]) and math.isfinite(v[b]):
-                ax.annotate(str(n), (_axis_value(v[a], oa), _axis_value(v[b], ob)), fontsize=7,
-                            textcoords="offset points", xytext=(3, 3))
+        if len(values) <= 30:  # numbers match the table's rows; beyond that they only clutter
+            for n, v in enumerate(values):
+                if math.isfinite(v[a]) and math.isfinite(v[b]):
+                    ax.annotate(str(n), (_axis_value(v[a], oa), _axis_value(v[b], ob)), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
         markers = iter("s^vD<>ph*X")
+        shown = [v for v in values] + [r.test for r in references]
         for r in references:
             if math.isfinite(r.test[a]) and math.isfinite(r.test[b]):
                 ax.plot(_axis_value(r.test[a], oa), _axis_value(r.test[b], ob), next(markers, "x"), linestyle="none",
-                        label=r.label, markersize=8)
+                        label=r.label, markersize=8, alpha=0.85)
+        for axis, k, o in ((ax.set_xscale, a, oa), (ax.set_yscale, b, ob)):
+            top = max((v[k] for v in shown if math.isfinite(v[k])), default=0.0)
+            if o.metric != "jct" and top > 50:  # percentages spanning decades (FIFO's unfairness, Themis' errors)
+                axis("symlog", linthresh=1.0)
         ax.set_xlabel(_axis_label(oa))
         ax.set_ylabel(_axis_label(ob))
         ax.grid(alpha=0.3)

@@ -202,13 +202,13 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[status]}"), console=err, transient=False,
                         disable=not err.is_terminal)
-    history_rows = []
+    progress_rows = []
     try:
         with progress:
             task = progress.add_task("generations", total=generations + 1, status="")
 
             def on_generation(r) -> None:
-                history_rows.append({"generation": r.generation, "evaluations": r.evaluations,
+                progress_rows.append({"generation": r.generation, "evaluations": r.evaluations,
                                      "simulations": r.simulations, "front_size": r.front_size,
                                      "hypervolume": r.hypervolume, "wall_s": round(r.wall_s, 2)})
                 status = f"front {r.front_size}  HV {r.hypervolume:.4f}  simulations {r.simulations}"
@@ -243,7 +243,7 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
             "front_test_normalised": normalised_hypervolume([p.test for p in points], ref_point),
             "published_test": hypervolume([r.test for r in published], ref_point) if published else None,
         },
-        "progress": history_rows,
+        "progress": progress_rows,
     }
     out_console = Console() if Console().is_terminal else Console(width=200)
     title = f"Pareto front: {source.label} on {gpus} GPUs, {state.generation} generations, {state.evaluations} evaluations"
