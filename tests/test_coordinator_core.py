@@ -139,7 +139,10 @@ def test_predictions_use_measured_speed_and_refresh():
     assert core.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
     k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
     assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20 * 0.85)
-    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20 * 0.85)
+    # The first report came 10 s after the start with 10 steps of 0.5 s done: 5 s of start-up (EMA from 0).
+    assert core.restart_overhead == pytest.approx(0.3 * 5.0)
+    # FIFO's bound serves the queue one job at a time, plus k's own start-up.
+    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20 * 0.85 + 1.5)
 
 
 def test_a_late_runner_never_makes_the_model_finish_it():

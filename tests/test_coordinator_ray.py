@@ -58,7 +58,9 @@ def _wait_for(predicate, timeout=TIMEOUT, what="condition"):
 def _kill_and_wait_restart(ray, actor):
     before = ray.get(actor.ping.remote())
     ray.kill(actor, no_restart=False)
-    after = ray.get(actor.ping.remote(), timeout=TIMEOUT)  # served by the restarted actor
+    # The kill is asynchronous: wait for an answer from the restarted process.
+    after = _wait_for(lambda: (p := ray.get(actor.ping.remote(), timeout=TIMEOUT))["pid"] != before["pid"] and p,
+                      what="the coordinator to restart")
     assert after["epoch"] == before["epoch"]
     return after
 
@@ -102,7 +104,8 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
     _wait_for(lambda: client.job(long_job.id)["step_time"], what="a progress report after the restart")
     short = client.submit(_tiny(10))
     assert client.job(long_job.id)["state"] == "stopping"
-    _kill_and_wait_restart(ray_local, actor)
+    info = _kill_and_wait_restart(ray_local, actor)
+    assert info["recovered"] >= 1  # the stopping job (or the short one, if it had already started)
     ids = {j["id"] for j in client.status()["jobs"]}
     assert {long_job.id, short.id} <= ids  # the acknowledged submission survived
 

@@ -48,7 +48,10 @@ def ray_head(tmp_path):
     head = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          f"--temp-dir={temp_dir}", "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dash}", "--disable-usage-stats", *shlex.split(node_args)],
+         f"--dashboard-port={dash}", "--disable-usage-stats", *shlex.split(node_args),
+         # Unique agent ports too: another Ray on this machine may hold the defaults (52365, ...).
+         f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+         f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
@@ -66,7 +69,7 @@ def ray_head(tmp_path):
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
         try:
-            head.wait(timeout=30)
+            head.wait(timeout=15)
         except subprocess.TimeoutExpired:
             head.kill()
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 NAMESPACE = "pcs-ray"
 ACTOR_NAME = "coordinator"
 LOOP_WAIT_S = 0.2
+REFRESH_EVERY_S = 1.0  # progress reports alone re-run the forward play at most this often
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -94,6 +96,7 @@ class CoordinatorService:
         return actions
 
     def _loop(self) -> None:
+        last_refresh = 0.0
         while True:
             with self.lock:
                 refs = [run.handle.done for run in self.runs.values()]
@@ -112,7 +115,9 @@ class CoordinatorService:
                             run.kill_at = float("inf")
                     actions += self.core.tick()
                     self._execute(actions)
-                    self.core.refresh_predictions()
+                    if ready or actions or now - last_refresh >= REFRESH_EVERY_S:
+                        self.core.refresh_predictions()
+                        last_refresh = now
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
 
@@ -143,8 +148,7 @@ class CoordinatorService:
             return self.core.job_view(self.core.jobs[int(job_id)])
 
     def status(self) -> dict:
-        with self.lock:
-            self.core.refresh_predictions()
+        with self.lock:  # predictions are at most REFRESH_EVERY_S old: the loop refreshes them
             return self.core.status()
 
     def report_progress(self, job_id: str, step: int, step_time_s: float | None = None, **extra) -> None:
@@ -169,7 +173,8 @@ class CoordinatorService:
             return len(self.runs)
 
     def ping(self) -> dict:
-        return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "epoch": self.core.epoch}
+        return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "epoch": self.core.epoch,
+                "pid": os.getpid()}
 
 
 def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):

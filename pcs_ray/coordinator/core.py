@@ -52,6 +52,7 @@ class LiveJob:
     measured: bool = False  # ``t1`` comes from its runner, not from the estimate
     slowdown: float = 1.0  # the model's slowdown for ``gpus``
     started_at: float | None = None  # launch of the current attempt
+    start_step: int = 0  # ``steps`` when the current attempt was launched
     first_start: float | None = None
     finish: float | None = None
     preemptions: int = 0
@@ -170,6 +171,7 @@ class Coordinator:
         if kind == "start":
             job.state, job.attempt, job.gpus = "running", data["attempt"], tuple(data["gpus"])
             job.slowdown, job.started_at, job.reported_at, job.step_time = data["slowdown"], t, None, None
+            job.start_step = job.steps
             job.stop_reason = None
             if job.first_start is None:
                 job.first_start = t
@@ -216,8 +218,8 @@ class Coordinator:
 
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
         if job.reported_at is None and job.started_at is not None and step_time:
-            # First report of this attempt: the time before its first step is the restart overhead.
-            overhead = max(0.0, t - job.started_at - step_time)
+            # First report of this attempt: the time not spent on its steps is the restart overhead.
+            overhead = max(0.0, t - job.started_at - max(1, step - job.start_step) * step_time)
             self.restart_overhead = 0.7 * self.restart_overhead + 0.3 * overhead
         job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
         if step_time and job.gpus:
@@ -417,9 +419,14 @@ class Coordinator:
         self._predictions_stale = False
 
     def _bound(self, jid: int) -> float | None:
+        """The policy's worst-case finish, plus the job's own start-up if it has not started training yet."""
         if jid not in self.model:
             return None
-        return self.model.bound(jid)
+        bound = self.model.bound(jid)
+        job = self.jobs[jid]
+        if bound is not None and job.reported_at is None:
+            bound += self.restart_overhead
+        return bound
 
     def predict(self, jid: int) -> dict:
         """The job's current prediction and bound (absolute seconds); cheap: no forward play."""
