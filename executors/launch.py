@@ -17,7 +17,6 @@ zero-CPU watcher task produces it and frees the GPUs when the run ends.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import ray
