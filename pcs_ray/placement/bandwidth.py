@@ -139,7 +139,7 @@ class SubsetTable:
         members = np.asarray(list(itertools.combinations(range(size), n)), dtype=np.int64).reshape(-1, n)
         self.members = members
         self.mask = (np.int64(1) << members).sum(axis=1)
-        iu = np.triu_indices(n, 1)
+        iu = self.pairs = np.triu_indices(n, 1)
         self.internal = bw[members[:, iu[0]], members[:, iu[1]]].sum(axis=1) if n > 1 else np.zeros(len(members))
         edges = np.asarray(pattern_edges(self.pattern, n), dtype=np.int64).reshape(-1, 2)
         used_codes = {c for row in topo.links for c in row if c != "X"}

@@ -77,7 +77,8 @@ class CombinedPlacement(PALPlacement, TopologyAware):
                 if bound > best_key[0] + 1e-12:
                     break
                 ties += 1
-                if ties > self.tie_nodes:
+                # only links can break a tie: a node without a topology cannot beat an earlier one
+                if ties > self.tie_nodes or self.topologies[node] is None:
                     break
             key, gpus = self._best_on_node(job, n, node, free, scores, bits, home_set)
             if best_key is None or key < best_key:
@@ -98,7 +99,8 @@ class CombinedPlacement(PALPlacement, TopologyAware):
         members = table.eff_order[rows]  # each subset in its best embedding
         glob = start + members
         product = scores[glob].max(axis=1) * self.comm_slowdowns(job, node, n, table)[rows]
-        kept = np.isin(glob, list(home_set)).sum(axis=1) if home_set else np.zeros(len(rows))
+        kept = np.isin(glob, list(home_set)).sum(axis=1) if home_set and self.node[next(iter(home_set))] == node \
+            else np.zeros(len(rows))
         removed = self.removed_bandwidth(node, int(bits[node]), table, rows)
         order = np.lexsort((np.arange(len(rows)), removed, -kept, np.round(product, 12)))
         k = int(order[0])

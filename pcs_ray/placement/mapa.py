@@ -63,7 +63,7 @@ class TopologyAware(Placement):
         members = table.members[rows]
         if table.n < 2:
             return reach[members[:, 0]]
-        iu = np.triu_indices(table.n, 1)
+        iu = table.pairs
         internal = bw[members[:, iu[0]], members[:, iu[1]]].sum(axis=1)
         return reach[members].sum(axis=1) - internal
 
