@@ -158,3 +158,16 @@ def test_combined_without_topology_is_pal():
     pal = simulate(jobs, 64, create_policy("fifo"), placement=create_placement("pal", cluster), predict=False)
     comb = simulate(jobs, 64, create_policy("fifo"), placement=create_placement("combined", cluster), predict=False)
     assert [r.finish for r in pal.records] == [r.finish for r in comb.records]
+
+
+def test_topology_named_in_the_cluster_spec(tmp_path):
+    from pcs_ray.cluster import load_cluster_spec
+
+    (tmp_path / "dgx1.topo").write_text((DATA / "topology" / "dgx1-v100.topo").read_text())
+    (tmp_path / "cluster.yaml").write_text("nodes:\n  - {name: a, gpus: 8, topology: dgx1.topo}\n  - {name: b, gpus: 8}\n")
+    cluster = load_cluster_spec(tmp_path / "cluster.yaml")
+    p = create_placement("mapa-preserve", cluster)
+    assert p.topologies[0].links == DGX1.links and p.topologies[1] is None
+    free = np.zeros(16, dtype=bool)
+    free[[0, 1, 4]] = True
+    assert set(p.select(job(1, 2, True), 2, free, ()).tolist()) == {0, 4}
