@@ -211,3 +211,26 @@ def test_pal_selection_equals_the_literal_matrix_traversal(seed):
     assert bins[chosen].max() == pytest.approx(v)
     if within or penalty > 1.0:  # with L = 1 an across entry may land on one node by chance
         assert p.spans(list(chosen)) == (not within)
+
+
+def test_adopting_running_jobs_after_a_restart():
+    cluster = spec_with_scores([[1.0, 1.3], [1.0, 1.0]], penalty=2.0)
+    p = create_placement("pal", cluster)
+    a = job(1, 2)
+    a.gpus = (1, 2)
+    p.adopt(a)
+    assert p.assignment() == {1: (1, 2)} and a.slowdown == pytest.approx(1.3 * 2.0)
+    b = job(2, 2)
+    with pytest.raises(PlacementError, match="cannot adopt"):
+        b.gpus = (2, 3)
+        p.adopt(b)
+    b.gpus = ()
+    touched = place(p, [a, b], changed=[b])
+    # PAL is non-sticky: the adopted job moves to the node of nominal GPUs, the new one takes the rest.
+    assert a.gpus == (2, 3) and b.gpus == (0, 1) and a in touched and a.slowdown == 1.0
+    sticky = create_placement("packed-sticky", cluster)
+    a.gpus = (1, 2)
+    sticky.adopt(a)
+    b.gpus = ()
+    assert place(sticky, [a, b], changed=[b]) == [b]
+    assert a.gpus == (1, 2) and set(b.gpus) == {0, 3}

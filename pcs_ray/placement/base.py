@@ -192,6 +192,21 @@ class Placement(ABC):
         if job.spec.job_id in self.held:
             self._free(job.spec.job_id)
 
+    def adopt(self, job: JobState) -> None:
+        """Record GPUs ``job`` already holds (``job.gpus``), e.g. when a coordinator restarts
+        with jobs still running; its slowdown is set from them."""
+        gpus = tuple(int(g) for g in job.gpus)
+        jid = job.spec.job_id
+        if jid in self.held:
+            self._free(jid)
+        taken = [g for g in gpus if not 0 <= g < self.num_gpus or self.owner[g] >= 0]
+        if taken:
+            raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
+        if gpus:
+            self.owner[list(gpus)] = jid
+            self.held[jid] = gpus
+        job.slowdown = self.slowdown(job, gpus)
+
     def fork(self) -> "Placement":
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
