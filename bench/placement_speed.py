@@ -12,7 +12,8 @@
    round, which places every job from an empty cluster, is reported apart.
 2. MAPA matching: one ``select`` for a job of 2..8 GPUs on an 8-GPU DGX-1
    V100 and a 16-GPU DGX-2 node, with random GPUs busy (enough left free),
-   after the node's subset tables are built (their one-time cost is reported too).
+   after the node's subset tables are built (their one-time cost is reported too),
+   and for comparison the same matching with networkx's VF2 (every embedding enumerated and scored).
 
 Usage: ``python bench/placement_speed.py [--rounds N] [--sizes 64,256,...]``.
 Timings are wall-clock on a shared machine; other work running at the same time adds noise.
@@ -155,6 +156,42 @@ def matching(topo_file: str, sizes=range(2, 9), trials: int = 300, seed: int = 0
     return out
 
 
+def vf2_matching(topo_file: str, sizes=range(2, 6), trials: int = 10, seed: int = 0) -> dict:
+    """The same matching done MAPA's way for comparison: enumerate every embedding of the ring
+    in the free part of the hardware graph with networkx's VF2 and score each one."""
+    import networkx as nx
+    from networkx.algorithms import isomorphism
+
+    from pcs_ray.placement.bandwidth import pattern_edges
+    from pcs_ray.placement.topology import hardware_graph
+
+    topo = read_topo(TOPO / topo_file)
+    hw = hardware_graph(topo)
+    reg = default_regression()
+    rng = np.random.default_rng(seed)
+    out = {"topology": topo_file, "per_size": {}}
+    for n in sizes:
+        pattern = nx.Graph(pattern_edges("ring", n))
+        times, embeddings = [], []
+        for _ in range(trials):
+            free = [v for v in hw.nodes if rng.random() > 0.25]
+            if len(free) < n:
+                free = list(hw.nodes)
+            t0 = time.perf_counter()
+            best, count = -np.inf, 0
+            matcher = isomorphism.GraphMatcher(hw.subgraph(free), pattern)
+            for mapping in matcher.subgraph_monomorphisms_iter():
+                inv = {p: h for h, p in mapping.items()}
+                kinds = [min(hw[inv[a]][inv[b]]["nvlinks"], 2) for a, b in pattern.edges]
+                best = max(best, float(reg.predict(kinds.count(2), kinds.count(1), kinds.count(0))))
+                count += 1
+            times.append(time.perf_counter() - t0)
+            embeddings.append(count)
+        out["per_size"][n] = {"median_ms": round(float(np.median(times)) * 1e3, 3),
+                              "median_embeddings": int(np.median(embeddings))}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=30)
@@ -173,6 +210,9 @@ def main() -> None:
         row = matching(topo_file)
         log(f"matching {topo_file}: " + ", ".join(f"{n}: {v['median_ms']} ms" for n, v in row["per_size"].items()))
         report["matching"].append(row)
+    row = vf2_matching("dgx1-v100.topo")
+    log("networkx VF2 matching dgx1-v100.topo: " + ", ".join(f"{n}: {v['median_ms']} ms" for n, v in row["per_size"].items()))
+    report["vf2_matching_for_comparison"] = row
     report["wall_s"] = round(time.perf_counter() - started, 1)
     report["note"] = "wall-clock on a shared 2-core machine; concurrent work by others adds noise"
     print(json.dumps(report, indent=1))
