@@ -19,8 +19,9 @@
   Both variability and links matter here.
 
 Usage: ``python bench/placement_experiments.py [sia|dgx1|mixed|all] [--seeds N] [--quick]``.
-Progress goes to stderr. Simulations run without predictions and with no
-migration overhead (the PAL paper counts checkpointing as negligible).
+Progress goes to stderr. Simulations run without predictions and, unless
+``--overhead S`` says otherwise, with no cost for migrations and restarts
+(the PAL paper counts checkpointing as negligible).
 """
 
 from __future__ import annotations
@@ -70,9 +71,12 @@ def geomean(xs) -> float:
     return float(math.exp(np.mean(np.log(xs))))
 
 
+OVERHEAD = 0.0  # seconds a migration or restart costs (--overhead)
+
+
 def run_one(jobs, cluster, policy: str, placement: str, seed: int):
     place = PlacementLog(create_placement(placement, cluster, seed=seed))
-    res = simulate(jobs, cluster.num_gpus, create_policy(policy), placement=place, predict=False)
+    res = simulate(jobs, cluster.num_gpus, create_policy(policy), placement=place, predict=False, overhead=OVERHEAD)
     return res, place
 
 
@@ -159,7 +163,7 @@ def dgx1(seeds: int, placements, policy: str = "job-file") -> dict:
             place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
             jobs = mapa_jobs(seed)
             sched = JobFileFIFO() if policy == "job-file" else create_policy(policy)
-            res = simulate(jobs, 8, sched, placement=place, predict=False)
+            res = simulate(jobs, 8, sched, placement=place, predict=False, overhead=OVERHEAD)
             jct.append(avg_jct(res))
             bw = place.job_bandwidth()
             sens = [bw[j.job_id] for j in jobs if j.bw_sensitive]
@@ -195,7 +199,7 @@ def mixed(seeds: int, placements, penalty: float = 1.7) -> dict:
         for name, jobs in traces.items():
             for placement in placements:
                 place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
-                res = simulate(jobs, 64, create_policy("fifo"), placement=place, predict=False)
+                res = simulate(jobs, 64, create_policy("fifo"), placement=place, predict=False, overhead=OVERHEAD)
                 table.setdefault(placement, {}).setdefault(name, []).append(avg_jct(res))
                 s = place.summary().get("sensitive_effbw_gbps")
                 if s:
@@ -218,7 +222,10 @@ def main() -> None:
     ap.add_argument("which", nargs="?", default="all", choices=["sia", "dgx1", "mixed", "all"])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="FIFO and penalty 1.7 only for sia")
+    ap.add_argument("--overhead", type=float, default=0.0, help="seconds each migration or restart costs")
     args = ap.parse_args()
+    global OVERHEAD
+    OVERHEAD = args.overhead
     started = time.perf_counter()
     report: dict = {}
     if args.which in ("dgx1", "all"):
@@ -233,6 +240,7 @@ def main() -> None:
                                               ["packed-sticky", "pm-first", "pal"])
     if args.which in ("mixed", "all"):
         report["mixed"] = mixed(args.seeds, MIXED_PLACEMENTS)
+    report["overhead_s"] = OVERHEAD
     report["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report, indent=1))
 
