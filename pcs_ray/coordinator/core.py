@@ -230,7 +230,8 @@ class Coordinator:
                 self.estimate_ratio = 0.7 * self.estimate_ratio + 0.3 * (t1 / job.t1)
                 self._dirty.update(j.job_id for j in self.active.values() if not j.measured)
             job.t1, job.measured = t1, True
-            self.measured_t1[job.spec.workload] = t1
+            if n == 1:  # only a 1-GPU run measures t1 directly, with no speedup model in between
+                self.measured_t1[job.spec.workload] = t1
         self._dirty.add(job.job_id)
 
     # -- the job model ---------------------------------------------------------
@@ -330,7 +331,8 @@ class Coordinator:
             self._apply_progress(job, self.now(), step, step_time, job.emulated)
         if status == "finished":
             self._record("finished", jid, step=step)
-            self._record("measured", None, workload=job.spec.workload, t1=job.t1)
+            if job.spec.workload in self.measured_t1:
+                self._record("measured", None, workload=job.spec.workload, t1=self.measured_t1[job.spec.workload])
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step)
