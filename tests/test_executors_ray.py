@@ -131,15 +131,16 @@ def test_stop_kills_a_runner_that_misses_the_grace_period(ray_env, tmp_path):
 
 def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, tmp_path):
     ray, launch_module, recorder = ray_env
-    whole = launch_module.launch(_request("ddp-ref", [("node0", 0), ("node0", 1)], tmp_path / "whole", total_steps=12)).outcome(timeout=120)
-    assert (whole.status, whole.step) == ("finished", 12)
-
+    # the uninterrupted reference and the first, interrupted segment run side by side (disjoint GPUs)
+    reference = launch_module.launch(_request("ddp-ref", [("node0", 0), ("node0", 1)], tmp_path / "whole", total_steps=12))
     parts = tmp_path / "parts"
     first = launch_module.launch(_request("ddp", [("node0", 2), ("node1", 3)], parts, total_steps=12, slowdown=SLOW, reporter=recorder, report_interval_s=0.0))
     _wait_until(lambda: _max_step(ray, recorder, "ddp") >= 3)
     first.request_stop()
     stopped = first.outcome(timeout=120)
     assert stopped.status == "preempted" and 0 < stopped.step < 12
+    whole = reference.outcome(timeout=120)
+    assert (whole.status, whole.step) == ("finished", 12)
     state = load_checkpoint(parts).state
     assert state["world_size"] == 2 and len(state["rng"]) == 2
     resumed = launch_module.launch(_request("ddp", [("node1", 0), ("node1", 1)], parts, total_steps=12)).outcome(timeout=120)
