@@ -1,4 +1,4 @@
-"""Live-system overhead benchmark (issue 5, item 7).
+"""Live-system overhead benchmark: part (a) of issue 5 item 7 (part (b) is bench/coordinator_latency.py).
 
 (a) Preempt -> resume cycle of a ResNet-18 job (batch 32, CIFAR-10-format
     data), measured in one run, side by side:
