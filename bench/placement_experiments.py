@@ -31,7 +31,6 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 

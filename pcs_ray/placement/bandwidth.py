@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -150,7 +149,6 @@ class SubsetTable:
         self._bw, self._kind, self._edges = bw, kind, edges
         self.aggbw = np.zeros(m)
         self.effbw = np.full(m, np.inf)
-        self.effbw_of_agg = np.full(m, np.inf)
         self.eff_order = members.copy()  # each subset in its best-effbw embedding's rank order
         self.agg_order = members.copy()  # ... and in its best-aggbw embedding's
         self.row_of = {int(mk): r for r, mk in enumerate(self.mask)}
@@ -177,7 +175,6 @@ class SubsetTable:
                 idx = np.arange(len(part))
                 self.aggbw[part] = agg[idx, ka]
                 self.effbw[part] = eff[idx, ke]
-                self.effbw_of_agg[part] = eff[idx, ka]
                 self.agg_order[part] = placed[idx, ka]
                 self.eff_order[part] = placed[idx, ke]
 

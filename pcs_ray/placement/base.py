@@ -113,6 +113,7 @@ class Placement(ABC):
         return self.raw_scores(job_class)
 
     def free_mask(self) -> np.ndarray:
+        """Which GPUs no job holds."""
         return self.owner < 0
 
     def spans(self, gpus: Sequence[int]) -> bool:
@@ -259,21 +260,9 @@ class Placement(ABC):
         return np.bincount(self.node[free], minlength=self.num_nodes)
 
 
-def home_bonus(num_gpus: int, home: tuple[int, ...], eps: float = 1e-9) -> np.ndarray | float:
-    """A tiny key reduction for a job's previous GPUs, so ties keep it where it was."""
-    if not home:
-        return 0.0
-    bonus = np.zeros(num_gpus)
-    bonus[list(home)] = eps
-    return bonus
-
-
-
-
-
 def create_placement(name: str, cluster: ClusterSpec, **kwargs) -> Placement:
     """The registry's builder (``pcs_ray.placement.create_placement``), reachable from here too."""
     from pcs_ray.placement import create_placement as build
 
     return build(name, cluster, **kwargs)
-__all__ = ["Placement", "PlacementError", "create_placement", "home_bonus"]
+__all__ = ["Placement", "PlacementError", "create_placement"]

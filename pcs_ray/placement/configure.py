@@ -8,7 +8,6 @@ every node, and each run gets a fresh placement object wrapped in a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pcs_ray.cluster import ClusterSpec
