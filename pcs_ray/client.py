@@ -102,6 +102,20 @@ class Client:
     def cancel(self, job_id: int) -> dict:
         return self._call("cancel", int(job_id))
 
+    # -- external executors (a Ray Tune sweep, see executors.tune) ------------------
+    def assignment(self, job_id: int) -> dict:
+        """The GPUs (custom resource names) an ``executor: external`` job may use now."""
+        return self._call("assignment", int(job_id))
+
+    def external_ended(self, job_id: int, attempt: int, status: str, step: int, step_time_s: float | None = None) -> dict:
+        return self._call("external_ended", int(job_id), int(attempt), status, int(step), step_time_s)
+
+    def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
+        return self._call("set_demand", int(job_id), gpus, steps)
+
+    def report_progress(self, job_id: int, step: int, step_time_s: float | None) -> None:
+        self.actor.report_progress.remote(str(job_id), int(step), step_time_s)
+
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:
         """Block until the job is finished, cancelled or failed; returns its final status."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -11,6 +11,8 @@
     step_time: 0.5          # optional estimate, seconds per step on one GPU
     checkpoint_every: 50    # optional, steps between periodic checkpoints (0: only on preemption)
     params: {batch_size: 32, seed: 1}
+    executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
+                            # the GPUs the coordinator assigns and acknowledges each change
 
 Every problem is one line naming the field: an unknown workload, more GPUs
 than the cluster has, negative sizes, unknown fields.
@@ -46,6 +48,7 @@ class JobFile(BaseModel):
     step_time: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     checkpoint_every: int = Field(default=0, ge=0)
     params: dict[str, Any] = Field(default_factory=dict)
+    executor: Literal["runner", "external"] = "runner"
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> "JobFile":
@@ -75,6 +78,8 @@ def parse_job(
         job = JobFile.model_validate(raw)
     except ValidationError as e:
         raise JobSpecError(_format_validation_error(e, source)) from None
+    if job.executor == "external":
+        workloads = None  # the coordinator never launches it: the label is the caller's
     if workloads is not None and job.workload not in workloads:
         valid = ", ".join(sorted(workloads)) or "none registered"
         raise JobSpecError(f"{source}: workload: unknown workload {job.workload!r}; valid workloads: {valid}")

@@ -155,6 +155,32 @@ class CoordinatorService:
         with self.lock:
             self.core.progress(int(job_id), int(step), step_time_s, bool(extra.get("emulated", False)))
 
+    # -- external executors (``executor: external`` jobs, e.g. a Ray Tune sweep) --------
+    def assignment(self, job_id: int) -> dict:
+        with self.lock:
+            try:
+                return self.core.assignment(int(job_id))
+            except ValueError as e:
+                return {"error": str(e)}
+
+    def external_ended(self, job_id: int, attempt: int, status: str, step: int, step_time_s: float | None = None) -> dict:
+        """The executor acknowledges a stop (``preempted``) or reports the end (``finished``/``failed``)."""
+        with self.lock:
+            try:
+                self._execute(self.core.run_ended(int(job_id), int(attempt), status, int(step), step_time_s))
+                self.core.refresh_predictions()
+                return self.core.assignment(int(job_id))
+            except ValueError as e:
+                return {"error": str(e)}
+
+    def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
+        with self.lock:
+            try:
+                self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
+                return self.core.assignment(int(job_id))
+            except ValueError as e:
+                return {"error": str(e)}
+
     def drain(self, timeout_s: float = 60.0) -> int:
         """Stop every runner at a checkpoint (for ``pcs-ray stop``); returns how many were still running."""
         with self.lock:

@@ -27,6 +27,7 @@ from pcs_ray.coordinator.model import ClusterModel
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.jobfile import JobFile, parse_job
 from pcs_ray.policies.base import SchedulingPolicy
+from pcs_ray.resources import gpu_resource
 
 TERMINAL = ("finished", "cancelled", "failed")
 
@@ -196,6 +197,13 @@ class Coordinator:
                     job.error = data.get("error")
             self._close_segment(job, t)
             job.state, job.gpus, job.reported_at, job.started_at = "queued", (), None, None
+            self._dirty.add(jid)
+        elif kind == "demand":
+            job.spec = job.spec.model_copy(update=data["update"])
+            if jid in self.model:  # re-admitted with the new size; placement re-decides its GPUs
+                self.model.remove(jid)
+                self.model.engine.prev_alloc.pop(jid, None)  # else the same id's allocation looks unchanged
+                self.model.admit(self._job_spec(job))
             self._dirty.add(jid)
         elif kind in TERMINAL:
             if "step" in data:
@@ -380,10 +388,13 @@ class Coordinator:
                 continue  # not scheduled, or its GPUs are still being vacated
             for g in want:
                 held[g] = job.job_id
-            actions.append(self._start(job, want))
+            start = self._start(job, want)
+            if start is not None:
+                actions.append(start)
         return actions
 
-    def _start(self, job: LiveJob, gpus: tuple[int, ...]) -> StartRun:
+    def _start(self, job: LiveJob, gpus: tuple[int, ...]) -> StartRun | None:
+        """Journal the start; the action to launch a runner (None for an external executor, which polls)."""
         last = job.segments[-1]["gpus"] if job.segments else None
         if last is None and job.steps == 0:
             kind = "start"
@@ -394,6 +405,8 @@ class Coordinator:
         attempt = job.attempt + 1
         slowdown = self.model.slowdown(job.job_id)
         self._record("start", job.job_id, attempt=attempt, gpus=list(gpus), kind=kind, slowdown=slowdown)
+        if job.spec.executor == "external":
+            return None
         request = RunRequest(
             job_id=str(job.job_id), workload=job.spec.workload, total_steps=job.spec.steps,
             gpus=tuple(self.slot(g) for g in gpus), checkpoint_dir=str(self.checkpoint_root / str(job.job_id)),
@@ -401,6 +414,42 @@ class Coordinator:
             attempt=attempt,
         )
         return StartRun(job.job_id, kind, request)
+
+    # -- external executors (a Ray Tune sweep runs the job on the GPUs it is given) --
+    def assignment(self, jid: int) -> dict:
+        """What an external executor may use: ``gpus`` of the current ``attempt`` while running;
+        while stopping, only ``target`` (the GPUs it keeps), then it acknowledges with :meth:`run_ended`."""
+        job = self._job(jid)
+        target = self.model.gpus(jid) if job.state == "stopping" and jid in self.model else job.gpus
+        return {
+            "id": jid, "state": job.state, "attempt": job.attempt, "steps": job.steps,
+            "gpus": [self.resource(g) for g in job.gpus], "target": [self.resource(g) for g in target],
+        }
+
+    def set_demand(self, jid: int, *, gpus: int | None = None, steps: int | None = None) -> list[Action]:
+        """An external job changed size (a sweep's trials stopped early or finished): new most
+        GPUs and total steps; its GPUs go back to the policy at once."""
+        job = self._job(jid)
+        update = {k: v for k, v in (("gpus", gpus), ("steps", steps)) if v is not None}
+        if job.done or not update:
+            return []
+        if "gpus" in update:
+            update["gpus"] = max(1, int(update["gpus"]))
+            if job.spec.min_gpus is not None:
+                update["min_gpus"] = min(job.spec.min_gpus, update["gpus"])
+        if "steps" in update:
+            update["steps"] = max(1, int(update["steps"]))
+        if all(getattr(job.spec, k) == v for k, v in update.items()):
+            return []
+        self._record("demand", jid, update=update)
+        actions = self.decide()
+        self.refresh_predictions(force=True)
+        return actions
+
+    def resource(self, gid: int) -> str:
+        """The Ray custom resource that pins work to GPU ``gid``."""
+        s = self.slot(gid)
+        return gpu_resource(s.node, s.index)
 
     def slot(self, gid: int) -> GPUSlot:
         return GPUSlot(self.cluster.node_of(gid).name, self.cluster.gpu(gid).index)
