@@ -89,9 +89,12 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
     from pcs_ray.client import Client
 
     # One GPU and SRSF: a short arrival preempts the long job, so a preemption is easy to catch in flight.
-    actor = coordinator(ClusterSpec.homogeneous(1), policy="srsf")
+    # Its GPU is 3x slow for class A: runners stretch each step (no CPU), so the long job lasts long
+    # enough to be caught mid-run even on an idle machine.
+    slow_gpu = ClusterSpec.model_validate({"nodes": [{"name": "node0", "gpus": [{"index": 0, "uuid": "GPU-s", "scores": {"A": 3.0}}]}]})
+    actor = coordinator(slow_gpu, policy="srsf")
     client = Client(coordinator=actor)
-    long_job = client.submit(_tiny(400, checkpoint_every=20))
+    long_job = client.submit(_tiny(600, checkpoint_every=50))
     _wait_for(lambda: client.job(long_job.id)["steps"] >= 30, what="the long job to make progress")
 
     # 1. Killed mid-run: the job resumes from a checkpoint on the restarted coordinator.
@@ -111,6 +114,6 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
 
     finals = {h.id: client.wait(h.id, timeout=TIMEOUT) for h in (short, long_job)}
     assert finals[short.id]["state"] == "finished" and finals[short.id]["steps"] == 10
-    assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == 400
+    assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == 600
     assert finals[short.id]["finish"] < finals[long_job.id]["finish"]  # SRSF ran the short one first
     assert finals[long_job.id]["attempts"] >= 3
