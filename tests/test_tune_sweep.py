@@ -1,0 +1,137 @@
+"""A Ray Tune sweep scheduled by pcs-ray: preempted and resumed while another app comes and goes.
+
+The coordinator core runs in-process (Ray-free, behind ``LocalCoordinator``)
+with a 2-GPU cluster whose GPUs are the ``node0_gpu0/1`` custom resources of
+the session's local Ray. The competing app is a runner job whose start and
+finish this test plays (it holds GPUs in the coordinator's accounting only);
+the sweep's trials are real Tune trials training tiny_cnn on CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.policies import create_policy
+
+ITERS, STEPS_PER_ITER = 4, 2
+
+
+def _coordinator(tmp_path, gpus=2, policy="fair"):
+    from executors.tune import LocalCoordinator
+
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+                       checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",), restart_overhead=2.0)
+    return LocalCoordinator(core)
+
+
+class _Competitor(threading.Thread):
+    """Another app: a 1-GPU job that arrives, runs ``hold_s`` and leaves, ``rounds`` times."""
+
+    def __init__(self, link, rounds: int, hold_s: float, gap_s: float) -> None:
+        super().__init__(daemon=True)
+        self.link, self.rounds, self.hold_s, self.gap_s = link, rounds, hold_s, gap_s
+        self.done = threading.Event()
+        self.stop = threading.Event()
+        self.first = self._arrive()
+
+    def _arrive(self) -> int:
+        with self.link.lock:
+            jid, _ = self.link.core.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": 1, "step_time": 0.01})
+            return jid
+
+    def _leave(self, jid: int) -> None:
+        while not self.stop.is_set():  # it can finish only once it has started (its GPU may be being vacated)
+            with self.link.lock:
+                job = self.link.core.jobs[jid]
+                if job.state == "running":
+                    self.link._externals_only(self.link.core.run_ended(jid, job.attempt, "finished", 1000))
+                    return
+            time.sleep(0.1)
+
+    def run(self) -> None:
+        jid = self.first
+        for r in range(self.rounds):
+            if self.stop.wait(self.hold_s):
+                break
+            self._leave(jid)
+            if r == self.rounds - 1 or self.stop.wait(self.gap_s):
+                break
+            jid = self._arrive()
+        self.done.set()
+
+
+def _config(lr, momentum):
+    return {"workload": "tiny_cnn", "params": {"lr": lr, "momentum": momentum, "num_samples": 128},
+            "iterations": ITERS, "steps_per_iteration": STEPS_PER_ITER}
+
+
+def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_path):
+    from ray import tune
+
+    from executors.tune import PCSTuner, reference_run, session_trainable
+
+    link = _coordinator(tmp_path)
+    competitor = _Competitor(link, rounds=3, hold_s=6.0, gap_s=5.0)  # holds a GPU before the sweep arrives
+    results: list[dict] = []
+
+    class Collect(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            results.append({"trial": trial.trial_id, **{k: result[k] for k in (
+                "training_iteration", "step", "gpu_resources", "cuda_visible_devices", "loss", "weights_sha256")}})
+
+    began = time.time()
+    tuner = PCSTuner(
+        session_trainable,
+        param_space={**_config(tune.grid_search([0.05, 0.1, 0.02]), tune.grid_search([0.0, 0.9])),
+                     "iterations": ITERS},
+        iterations=ITERS, client=link, iteration_time=0.5, storage_path=str(tmp_path / "tune"), grace_s=20,
+        callbacks=[Collect()],
+    )
+    prediction = tuner.predict()
+    assert time.time() - began < 1.0 and prediction["predicted_completion"] > began
+    assert len(link.assignment(tuner.job_id)["gpus"]) == 1  # the competitor holds the other GPU
+    competitor.start()
+    try:
+        grid = tuner.fit()
+    finally:
+        competitor.stop.set()
+        competitor.join(10)
+    sched = tuner.scheduler
+    assert not grid.errors, grid.errors
+    assert len(grid) == 6
+
+    # Preempted and resumed several times, never losing or repeating an iteration.
+    assert sched.log.acks >= 2 and len(sched.log.pauses) >= 2, sched.log
+    resumed = [tid for tid, p in sched.log.placements.items() if len(p) >= 2]
+    assert resumed, sched.log.placements
+    by_trial: dict[str, list[dict]] = {}
+    for r in results:
+        by_trial.setdefault(r["trial"], []).append(r)
+    for tid, rs in by_trial.items():
+        iters = [r["training_iteration"] for r in rs]
+        assert iters == list(range(1, ITERS + 1)), (tid, iters)
+        assert [r["step"] for r in rs] == [STEPS_PER_ITER * i for i in iters]
+        # Pinned: every result came from GPUs the coordinator assigned to this trial.
+        placed = {",".join(g) for g in sched.log.placements[tid]}
+        for r in rs:
+            assert r["gpu_resources"] in placed, (r, placed)
+            assert r["cuda_visible_devices"] == ",".join(g.rsplit("_gpu", 1)[1] for g in r["gpu_resources"].split(","))
+    assert {g for p in sched.log.placements.values() for gs in p for g in gs} <= {"node0_gpu0", "node0_gpu1"}
+
+    # Bitwise identical to uninterrupted runs.
+    for result in grid:
+        ref = reference_run(result.config)
+        assert result.metrics["weights_sha256"] == ref["weights_sha256"]
+        assert result.metrics["loss"] == ref["loss"] and result.metrics["step"] == ref["step"]
+
+    final = link.core.jobs[tuner.job_id]
+    assert final.state == "finished" and final.steps == 6 * ITERS and final.preemptions >= 2
+    error = 100 * abs(final.finish - (prediction["predicted_completion"] - link.core.epoch)) / max(
+        1e-9, prediction["predicted_completion"] - link.core.epoch - final.submit)
+    print(f"sweep JCT {final.finish - final.submit:.1f}s, first prediction error {error:.0f}%, "
+          f"acks {sched.log.acks}, pauses {len(sched.log.pauses)}, hard stops {sched.log.hard_stops}")
