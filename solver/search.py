@@ -130,7 +130,11 @@ class Search:
 
     def run(self, generations: int, on_generation: Callable[[GenerationReport], None] | None = None,
             time_limit: float | None = None, progress=None) -> SearchState:
-        """SPEA2 for ``generations`` generations (resuming from the checkpoint), stopping early after ``time_limit`` s."""
+        """SPEA2 for ``generations`` generations (resuming from the checkpoint).
+
+        Stops early after the generation that passes ``time_limit`` seconds, or
+        when ``on_generation`` returns True.
+        """
         if generations < 1:
             raise SearchError(f"generations must be >= 1, got {generations}")
         started = time.perf_counter()
@@ -147,15 +151,16 @@ class Search:
             s.extra["genes_of"] = self.genes_of
             if self.checkpoint is not None:
                 self.checkpoint.save(s)
+            stop = False
             if on_generation is not None:
                 train = [m.values for m in s.archive]
                 front = pareto_indices(train)
                 ref = tuple(s.extra["hv_ref"])
-                on_generation(GenerationReport(
+                stop = bool(on_generation(GenerationReport(
                     s.generation, s.evaluations, self.evaluator.simulations, len(front),
                     normalised_hypervolume([train[i] for i in front], ref), ref, time.perf_counter() - started,
-                ))
-            return time_limit is not None and time.perf_counter() - started >= time_limit
+                )))
+            return stop or (time_limit is not None and time.perf_counter() - started >= time_limit)
 
         evaluate = (lambda gs: self.evaluate_genomes(gs, progress)) if progress else self.evaluate_genomes
         if state is not None and state.generation >= generations:
