@@ -177,6 +177,10 @@ class PCSTuneScheduler(TrialScheduler):
         self._finished = False
         self._demand = (self.spec["gpus"], self.spec["steps"])
 
+    def __getstate__(self) -> dict:
+        # Tune pickles its config for experiment restore; the live link to the coordinator stays here.
+        return {**self.__dict__, "coordinator": None}
+
     # -- the app -----------------------------------------------------------------
     def register(self) -> dict:
         """Submit the sweep as one app; returns its first prediction (absolute times)."""
