@@ -249,3 +249,23 @@ def test_evaluator_serial_unit():
     ev = Evaluator({"train": search.train}, problem.gpus, problem.objectives)
     a = ev.evaluate(["fifo", "srsf", "fifo"], "train")
     assert a[0] == a[2] and ev.simulations == 2 * 2
+
+
+def test_on_generation_can_stop_the_search():
+    search = Search(small_problem())
+    state = search.run(10, on_generation=lambda report: report.generation == 1)
+    assert state.generation == 1 and state.evaluations == 12
+
+
+def test_cli_workload_option_conflicts(capsys, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("app_id,submit_time,service,num_jobs,sleep_time,model_name\n1,0,100,2,0,a\n2,0,50,1,5,b\n")
+    for extra, message in (
+        (["--trace", trace, "--load", "0.5"], "--load applies only to generated workloads"),
+        (["--speedup", "model"], "--speedup applies only to --trace"),
+        (["--workload", "themis1", "--trace", trace], "exactly one of workload, trace"),
+        (["--serial", "--ray-address", "local"], "mutually exclusive"),
+        (["--front", tmp_path / "none.json", "--pick", "0", "--out", tmp_path / "c.json"], "no such front file"),
+    ):
+        code, _, err = invoke(capsys, "solve", "--generations", "1", *extra)
+        assert code == 2 and message in err and err.count("\n") == 1, (extra, err)

@@ -101,7 +101,11 @@ def register(app: typer.Typer) -> None:
         num_apps: Annotated[int | None, typer.Option(
             "--num-apps", metavar="N", help="Apps per sample  [default: 500, or the trace's size]",
             show_default=False)] = None,
-        load: Annotated[float, typer.Option("--load", metavar="X", help="Offered load of generated samples.")] = 0.9,
+        load: Annotated[float | None, typer.Option(
+            "--load", metavar="X", help="Offered load of generated samples  [default: 0.9]", show_default=False)] = None,
+        speedup: Annotated[str | None, typer.Option(
+            "--speedup", metavar="KIND", help="Speedup curves of a PCS/Philly trace's apps: linear or model  "
+            "[default: linear]", show_default=False)] = None,
         gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
         objectives: Annotated[str, typer.Option(
             "--objectives", metavar="LIST", help="Comma-separated METRIC:MEASURE to minimise.")] = "jct:avg,pred_err:avg",
@@ -152,11 +156,11 @@ def register(app: typer.Typer) -> None:
             return _pick(front, pick, prefer, out, set_config, "train" if by_train else "test")
         if set_config:
             raise ValueError("--set needs --pick or --prefer (and --front)")
-        _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples,
+        _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, generations, population, samples,
                test_samples, seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address)
 
 
-def _solve(workload, trace, history, num_apps, load, gpus, objectives, generations, population, samples, test_samples,
+def _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, generations, population, samples, test_samples,
            seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -175,6 +179,11 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
         raise ValueError("--samples and --test-samples must be >= 1")
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
+    if load is not None and (trace is not None or history is not None):
+        raise ValueError("--load applies only to generated workloads (--workload), not to --trace or --history")
+    if speedup is not None and trace is None:
+        raise ValueError("--speedup applies only to --trace files")
+    load = 0.9 if load is None else load
     if not (load > 0 and math.isfinite(load)):
         raise ValueError(f"--load must be a number > 0, got {load}")
     if front_size is not None and front_size < 1:
@@ -189,7 +198,7 @@ def _solve(workload, trace, history, num_apps, load, gpus, objectives, generatio
     goals = parse_objectives(objectives)
     if workload is None and trace is None and history is None:
         workload = "themis1"
-    source = resolve_source(workload, trace, history, None, num_apps, load)
+    source = resolve_source(workload, trace, history, None, num_apps, load, speedup or "linear")
     refs = [_parse_reference(p) for p in reference] if reference else _default_references(workload)
     problem = Problem(source, gpus, goals, samples, test_samples, population, seed, search_delta=not no_delta)
     if checkpoint is None and out is not None:
