@@ -437,7 +437,8 @@ def session_trainable(config: dict) -> None:
     """Train a registered workload (``executors.training.TrainingSession``) as a Tune function trainable.
 
     ``config``: ``workload``, ``params`` (lr, momentum, seed, ...), ``iterations``,
-    ``steps_per_iteration``. Every iteration reports ``loss`` (on a fixed
+    ``steps_per_iteration``, optionally ``sleep_s`` (stretch each iteration: a slower trial) and
+    ``variant`` (a grid point given as a dict, merged into the config). Every iteration reports ``loss`` (on a fixed
     held-out batch), ``step``, ``weights_sha256`` and the GPUs it ran on, with
     a checkpoint of the whole session (model, optimizer, RNG, data position),
     so a pause at any result loses nothing and the resumed run is bitwise the same.
@@ -449,6 +450,7 @@ def session_trainable(config: dict) -> None:
     from executors.checkpoint import load_checkpoint, save_checkpoint
     from executors.training import TrainingSession
 
+    config = {**config, **config.get("variant", {})}
     gpus = pin_trial_gpus()
     session = TrainingSession(config["workload"], config.get("params"))
     checkpoint = tune.get_checkpoint()
@@ -459,6 +461,7 @@ def session_trainable(config: dict) -> None:
     while session.step < config["iterations"] * per_iter:
         for _ in range(per_iter):
             session.train_step()
+        time.sleep(float(config.get("sleep_s", 0.0)))
         metrics = {"loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model),
                    "gpu_resources": ",".join(gpus), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                    "pid": os.getpid()}
@@ -496,6 +499,7 @@ def reference_run(config: dict) -> dict:
     """The same training without Tune and without interruption: the final metrics a sweep must reproduce."""
     from executors.training import TrainingSession
 
+    config = {**config, **config.get("variant", {})}
     session = TrainingSession(config["workload"], config.get("params"))
     per_iter = int(config.get("steps_per_iteration", 1))
     for _ in range(config["iterations"] * per_iter):

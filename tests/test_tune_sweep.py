@@ -135,3 +135,34 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
         1e-9, prediction["predicted_completion"] - link.core.epoch - final.submit)
     print(f"sweep JCT {final.finish - final.submit:.1f}s, first prediction error {error:.0f}%, "
           f"acks {sched.log.acks}, pauses {len(sched.log.pauses)}, hard stops {sched.log.hard_stops}")
+
+
+def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from executors.tune import PCSTuner, session_trainable
+
+    link = _coordinator(tmp_path, policy="fifo")
+    good = {"params": {"lr": 0.05, "momentum": 0.9, "num_samples": 128}}
+    bad = {"params": {"lr": 2.0, "momentum": 0.9, "num_samples": 128}, "sleep_s": 2.0}  # worse and slower: ASHA sees it second
+    tuner = PCSTuner(
+        session_trainable,
+        param_space={"workload": "tiny_cnn", "iterations": 6, "steps_per_iteration": 1, "sleep_s": 0.5,
+                     "variant": tune.grid_search([good, bad])},
+        iterations=6, client=link, iteration_time=0.5, storage_path=str(tmp_path / "tune"), metric="loss", mode="min",
+        scheduler=ASHAScheduler(time_attr="training_iteration", max_t=6, grace_period=1, reduction_factor=2),
+    )
+    assert len(link.assignment(tuner.job_id)["gpus"]) == 2
+    with link.lock:  # FIFO: another app waits behind the sweep, which holds both GPUs
+        other, _ = link.core.submit({"workload": "tiny_cnn", "steps": 10, "gpus": 1, "step_time": 0.1})
+    assert link.core.jobs[other].state == "queued"
+    grid = tuner.fit()
+    assert not grid.errors
+    sched = tuner.scheduler
+    stopped = {r.config["variant"]["params"]["lr"]: r.metrics["training_iteration"] for r in grid}
+    assert stopped[2.0] < 6 and stopped[0.05] == 6 and len(sched.log.stopped_early) == 1
+    sweep, started = link.core.jobs[tuner.job_id], link.core.jobs[other]
+    # The other app got a GPU while the sweep's remaining trial was still training.
+    assert started.first_start is not None and started.first_start < sweep.finish
+    assert sweep.spec.gpus == 1 and sweep.state == "finished"

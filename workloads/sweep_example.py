@@ -1,0 +1,75 @@
+"""An AutoML sweep (learning rate x momentum) that pcs-ray schedules: run it against a pcs-ray cluster.
+
+::
+
+    pcs-ray start --cluster-spec cluster.yaml
+    ray job submit --address http://127.0.0.1:8265 -- python workloads/sweep_example.py --workload resnet18
+
+The sweep is one app to the coordinator (``pcs-ray status`` / ``pcs-ray predict
+ID`` show it); its trials are ordinary Tune function trainables that report a
+checkpoint every iteration, so preempting one loses nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", default="tiny_cnn", help="registered model (tiny_cnn, resnet18, ...)")
+    ap.add_argument("--lr", type=float, nargs="+", default=[0.01, 0.05, 0.1])
+    ap.add_argument("--momentum", type=float, nargs="+", default=[0.0, 0.9])
+    ap.add_argument("--iterations", type=int, default=5, help="Tune iterations per trial")
+    ap.add_argument("--steps-per-iteration", type=int, default=2)
+    ap.add_argument("--num-samples", type=int, default=256, help="dataset size (generated CIFAR-10-format data)")
+    ap.add_argument("--iteration-time", type=float, default=1.0, help="estimated seconds per iteration on one GPU")
+    ap.add_argument("--address", default=None, help="Ray address (default: this job's cluster)")
+    ap.add_argument("--storage", default=None, help="Tune storage path (default ~/ray_results)")
+    ap.add_argument("--asha", action="store_true", help="stop weak trials early with ASHA")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from ray import tune
+
+    from executors.tune import PCSTuner, session_trainable
+    from pcs_ray.client import Client
+
+    client = Client(args.address)
+    inner = None
+    if args.asha:
+        from ray.tune.schedulers import ASHAScheduler
+
+        inner = ASHAScheduler(time_attr="training_iteration", max_t=args.iterations, grace_period=1, reduction_factor=2)
+    tuner = PCSTuner(
+        session_trainable,
+        param_space={"workload": args.workload, "iterations": args.iterations,
+                     "steps_per_iteration": args.steps_per_iteration,
+                     "params": {"lr": tune.grid_search(args.lr), "momentum": tune.grid_search(args.momentum),
+                                "num_samples": args.num_samples}},
+        iterations=args.iterations, client=client, iteration_time=args.iteration_time, scheduler=inner,
+        metric="loss" if inner else None, mode="min" if inner else None,
+        name=f"sweep-{args.workload}", storage_path=args.storage,
+    )
+    first = tuner.predict()
+    print(f"sweep {tuner.job_id} submitted: predicted completion {first['predicted_completion'] - time.time():+.1f}s "
+          f"from now ({tuner.scheduler.num_trials} trials)", flush=True)
+    grid = tuner.fit()
+    job = client.job(tuner.job_id)
+    jct = job["finish"] - job["submit"]
+    predicted = first["predicted_completion"] - job["submit"]
+    print(f"sweep {tuner.job_id} {job['state']}: JCT {jct:.1f}s, predicted {predicted:.1f}s at submission "
+          f"(error {100 * abs(jct - predicted) / predicted:.0f}%), preemptions {job['preemptions']}", flush=True)
+    best = grid.get_best_result(metric="loss", mode="min")
+    print(json.dumps({"best_config": best.config["params"], "best_loss": best.metrics["loss"],
+                      "errors": len(grid.errors), "stopped_early": len(tuner.scheduler.log.stopped_early)}), flush=True)
+    return 1 if grid.errors or job["state"] != "finished" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
