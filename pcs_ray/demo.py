@@ -208,7 +208,7 @@ def run_demo(out: str | Path, num_jobs: int = 8, seed: int = 1, live: bool = Tru
         shutil.rmtree(ray_tmp, ignore_errors=True)
     (out / "demo-report.json").write_text(json.dumps(report, indent=2))
     plot_report(report, out / "demo-timeline.png")
-    Console().print(result_table(report))
+    Console(width=None if sys.stdout.isatty() else 160).print(result_table(report))  # pipes: no truncated names
     return report
 
 
