@@ -145,11 +145,12 @@ def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
 
     link = _coordinator(tmp_path, policy="fifo")
     good = {"params": {"lr": 0.05, "momentum": 0.9, "num_samples": 128}}
-    bad = {"params": {"lr": 2.0, "momentum": 0.9, "num_samples": 128}, "sleep_s": 2.0}  # worse and slower: ASHA sees it second
+    slow = {**good, "sleep_s": 2.5}  # the same, slower (ASHA ties continue): still training when ...
+    bad = {"params": {"lr": 2.0, "momentum": 0.9, "num_samples": 128}}  # ... this one starts (after good) and is cut
     tuner = PCSTuner(
         session_trainable,
-        param_space={"workload": "tiny_cnn", "iterations": 6, "steps_per_iteration": 1, "sleep_s": 0.5,
-                     "variant": tune.grid_search([good, bad])},
+        param_space={"workload": "tiny_cnn", "iterations": 6, "steps_per_iteration": 1, "sleep_s": 0.2,
+                     "variant": tune.grid_search([good, slow, bad])},
         iterations=6, client=link, iteration_time=0.5, storage_path=str(tmp_path / "tune"), metric="loss", mode="min",
         scheduler=ASHAScheduler(time_attr="training_iteration", max_t=6, grace_period=1, reduction_factor=2),
     )
@@ -160,8 +161,8 @@ def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
     grid = tuner.fit()
     assert not grid.errors
     sched = tuner.scheduler
-    stopped = {r.config["variant"]["params"]["lr"]: r.metrics["training_iteration"] for r in grid}
-    assert stopped[2.0] < 6 and stopped[0.05] == 6 and len(sched.log.stopped_early) == 1
+    stopped = {(r.config["variant"]["params"]["lr"], "sleep_s" in r.config["variant"]): r.metrics["training_iteration"] for r in grid}
+    assert stopped[2.0, False] < 6 and stopped[0.05, False] == stopped[0.05, True] == 6 and len(sched.log.stopped_early) == 1
     sweep, started = link.core.jobs[tuner.job_id], link.core.jobs[other]
     # The other app got a GPU while the sweep's remaining trial was still training.
     assert started.first_start is not None and started.first_start < sweep.finish
