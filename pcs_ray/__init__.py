@@ -6,3 +6,12 @@ simulator, the predictor and the solver.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # ``from pcs_ray import Client`` without importing Ray for users of the pure core.
+    if name == "Client":
+        from pcs_ray.client import Client
+
+        return Client
+    raise AttributeError(f"module 'pcs_ray' has no attribute {name!r}")
