@@ -126,6 +126,8 @@ class SweepLog:
     hard_stops: int = 0
     acks: int = 0
     stopped_early: list[str] = field(default_factory=list)
+    startups: list[float] = field(default_factory=list)  # seconds from a first start to its first result, less the iteration
+    resumes: list[float] = field(default_factory=list)  # the same for restarts from a checkpoint
 
 
 class PCSTuneScheduler(TrialScheduler):
@@ -140,6 +142,7 @@ class PCSTuneScheduler(TrialScheduler):
         gpus_per_trial: int = 1,
         cpus_per_trial: float = 1.0,
         iteration_time: float | None = None,
+        trial_startup_s: float = 5.0,
         name: str = "tune-sweep",
         workload: str = "tune",
         job_class: str = "A",
@@ -153,12 +156,13 @@ class PCSTuneScheduler(TrialScheduler):
         self.coordinator = coordinator
         self.num_trials, self.iterations, self.gpt, self.cpus = num_trials, iterations, gpus_per_trial, cpus_per_trial
         self.iteration_time = iteration_time
+        self.trial_startup_s = trial_startup_s  # actor start + restore, per trial start: estimate, then measured
         self.spec = {
             "workload": workload, "name": name, "class": job_class, "executor": "external",
             "steps": num_trials * iterations, "gpus": num_trials * gpus_per_trial, "min_gpus": gpus_per_trial,
         }
         if iteration_time:
-            self.spec["step_time"] = iteration_time * gpus_per_trial  # GPU-seconds per iteration
+            self.spec["step_time"] = self._gpu_seconds_per_iteration(iteration_time)
         self.inner = inner or FIFOScheduler()
         self.grace_s, self.poll_s, self.report_s = grace_s, poll_s, report_s
         self.job_id: int | None = None
@@ -173,6 +177,7 @@ class PCSTuneScheduler(TrialScheduler):
         self._polled = -math.inf
         self._reported = -math.inf
         self._iter_time: float | None = None
+        self._chosen_at: dict[str, float] = {}
         self._acked = 0
         self._finished = False
         self._demand = (self.spec["gpus"], self.spec["steps"])
@@ -216,6 +221,11 @@ class PCSTuneScheduler(TrialScheduler):
         took = result.get("time_this_iter_s")
         if took:
             self._iter_time = took if self._iter_time is None else 0.8 * self._iter_time + 0.2 * took
+            chosen = self._chosen_at.pop(tid, None)
+            if chosen is not None:  # first result of this start: the rest was start-up and restore
+                startup = max(0.0, time.monotonic() - chosen - took)
+                (self.log.resumes if len(self.log.placements.get(tid, ())) > 1 else self.log.startups).append(startup)
+                self.trial_startup_s = 0.5 * self.trial_startup_s + 0.5 * startup
         decision = self.inner.on_trial_result(tune_controller, trial, result)
         self._report_progress()
         if decision == TrialScheduler.STOP or it >= self.iterations:
@@ -264,6 +274,7 @@ class PCSTuneScheduler(TrialScheduler):
         trial.update_resources({"CPU": self.cpus, "GPU": 0, **{g: 1 for g in gpus}})
         self.placed[trial.trial_id] = _Placed(trial, gpus)
         self.launching.add(trial.trial_id)
+        self._chosen_at[trial.trial_id] = time.monotonic()
         self.log.placements.setdefault(trial.trial_id, []).append(gpus)
         return trial
 
@@ -351,11 +362,15 @@ class PCSTuneScheduler(TrialScheduler):
             self._assignment = self.coordinator.set_demand(self.job_id, gpus=demand[0], steps=demand[1])
             self._polled = time.monotonic()
 
+    def _gpu_seconds_per_iteration(self, iteration_time: float) -> float:
+        """One trial iteration's GPU-seconds, each trial's start-up spread over its iterations."""
+        return (iteration_time + self.trial_startup_s / self.iterations) * self.gpt
+
     def _step_time(self, a: dict | None) -> float | None:
         """Seconds per sweep step on its GPUs, so that x GPUs = GPU-seconds per trial iteration."""
         if self._iter_time is None or not a or not a.get("gpus"):
             return None
-        return self._iter_time * self.gpt / len(a["gpus"])
+        return self._gpu_seconds_per_iteration(self._iter_time) / len(a["gpus"])
 
     def _report_progress(self) -> None:
         now = time.monotonic()
@@ -394,6 +409,7 @@ class PCSTuner:
         gpus_per_trial: int = 1,
         cpus_per_trial: float = 1.0,
         iteration_time: float | None = None,
+        trial_startup_s: float = 5.0,
         scheduler: TrialScheduler | None = None,
         metric: str | None = None,
         mode: str | None = None,
@@ -408,7 +424,7 @@ class PCSTuner:
         self.scheduler = PCSTuneScheduler(
             client, num_trials=count_trials(param_space, num_samples), iterations=iterations,
             gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial, iteration_time=iteration_time,
-            name=name, inner=scheduler, grace_s=grace_s,
+            trial_startup_s=trial_startup_s, name=name, inner=scheduler, grace_s=grace_s,
         )
         self.submitted_at = time.time()
         self.scheduler.register()

@@ -1,0 +1,206 @@
+"""What scheduling a Ray Tune sweep through pcs-ray costs: 8 trials on 4 logical GPUs, three ways.
+
+1. ``tune_fifo``: Tune's FIFO scheduler, one GPU per trial, no preemption (the floor).
+2. ``pcs_ray``: :class:`executors.tune.PCSTuneScheduler` on a 4-GPU in-process coordinator
+   (``fair`` policy) while another 2-GPU app arrives and leaves a few times, so trials are
+   preempted (checkpointed), parked and resumed on the GPUs the coordinator picks.
+3. ``tune_pause_resume``: Tune's own pause/resume (what PBT does): a FIFO scheduler that
+   PAUSEs trials as often as pcs-ray preempted them; FIFO resumes them at once.
+
+Per-preemption cost: for pcs-ray, from the moment a paused trial is given GPUs again to its
+next result, less that iteration's own time (actor start + restore); for Tune's pause/resume,
+from the PAUSE decision to the trial's next result, less the iteration (save, stop, start,
+restore). Prints one JSON object. The machine is shared: timings are noisy.
+
+    .venv/bin/python bench/tune_overhead.py [--trials 8 --gpus 4 --iterations 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def log(msg: str) -> None:
+    print(f"[tune_overhead] {msg}", file=sys.stderr, flush=True)
+
+
+def space(args) -> dict:
+    from ray import tune
+
+    lrs = [0.01, 0.02, 0.05, 0.1]
+    return {"workload": "tiny_cnn", "iterations": args.iterations, "steps_per_iteration": args.steps_per_iteration,
+            "params": {"lr": tune.grid_search(lrs[: max(1, args.trials // 2)]), "momentum": tune.grid_search([0.0, 0.9]),
+                       "num_samples": 128}}
+
+
+class Timeline:
+    """Every result's wall time per trial (a Tune callback fills it)."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, list[tuple[float, dict]]] = {}
+
+    def callback(self):
+        from ray import tune
+
+        outer = self
+
+        class Collect(tune.Callback):
+            def on_trial_result(self, iteration, trials, trial, result, **info):
+                outer.results.setdefault(trial.trial_id, []).append((time.monotonic(), dict(result)))
+
+        return Collect()
+
+
+def summary(xs: list[float]) -> dict:
+    return {"n": len(xs), "median": statistics.median(xs) if xs else None, "mean": statistics.fmean(xs) if xs else None}
+
+
+def run_tune(args, work: Path, name: str, pauses: int) -> dict:
+    from ray import tune
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+    from executors.tune import session_trainable
+
+    paused_at: dict[str, float] = {}
+    budget = {"left": pauses}
+    timeline = Timeline()
+
+    class PauseEvery(FIFOScheduler):
+        """Pause each trial once at iteration ``k`` (round robin over trials) until ``pauses`` are spent."""
+
+        def on_trial_result(self, tc, trial, result):
+            it = result["training_iteration"]
+            if budget["left"] > 0 and it < args.iterations and trial.trial_id not in paused_at:
+                budget["left"] -= 1
+                paused_at[trial.trial_id] = time.monotonic()
+                return TrialScheduler.PAUSE
+            return TrialScheduler.CONTINUE
+
+    began = time.monotonic()
+    grid = tune.Tuner(
+        tune.with_resources(session_trainable, {"CPU": 1, "GPU": 1}),
+        param_space=space(args),
+        tune_config=tune.TuneConfig(scheduler=PauseEvery(), reuse_actors=False),
+        run_config=tune.RunConfig(name=name, storage_path=str(work), verbose=0, callbacks=[timeline.callback()]),
+    ).fit()
+    wall = time.monotonic() - began
+    costs = []
+    for tid, t0 in paused_at.items():
+        after = [(t, r) for t, r in timeline.results[tid] if t > t0]
+        if after:
+            costs.append(after[0][0] - t0 - after[0][1]["time_this_iter_s"])
+    return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs)}
+
+
+class Competitor(threading.Thread):
+    """A 2-GPU app that arrives, holds its GPUs ``hold_s`` and leaves, ``rounds`` times (accounting only)."""
+
+    def __init__(self, link, rounds: int, hold_s: float, gap_s: float) -> None:
+        super().__init__(daemon=True)
+        self.link, self.rounds, self.hold_s, self.gap_s = link, rounds, hold_s, gap_s
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        for _ in range(self.rounds):
+            if self.stop.wait(self.gap_s):
+                return
+            with self.link.lock:
+                jid, _ = self.link.core.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": 2, "step_time": 0.01})
+            if self.stop.wait(self.hold_s):
+                return
+            while not self.stop.is_set():
+                with self.link.lock:
+                    job = self.link.core.jobs[jid]
+                    if job.state == "running":
+                        self.link.core.run_ended(jid, job.attempt, "finished", 1000)
+                        break
+                time.sleep(0.1)
+
+
+def run_pcs(args, work: Path) -> dict:
+    from executors.tune import LocalCoordinator, PCSTuner, session_trainable
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator import Coordinator, Journal
+    from pcs_ray.policies import create_policy
+
+    core = Coordinator(ClusterSpec.homogeneous(args.gpus, args.gpus), create_policy("fair"), Journal(":memory:"),
+                       checkpoint_root=work / "ckpt", workloads=("tiny_cnn",), restart_overhead=3.0)
+    link = LocalCoordinator(core)
+    competitor = Competitor(link, args.rounds, hold_s=args.hold_s, gap_s=args.gap_s)
+    began = time.monotonic()
+    tuner = PCSTuner(session_trainable, param_space=space(args), iterations=args.iterations, client=link,
+                     iteration_time=args.iteration_time, storage_path=str(work), name="pcs", grace_s=20)
+    predicted_after_s = time.monotonic() - began
+    first = tuner.predict()
+    competitor.start()
+    try:
+        grid = tuner.fit()
+    finally:
+        competitor.stop.set()
+        competitor.join(10)
+    wall = time.monotonic() - began
+    sweep = core.jobs[tuner.job_id]
+    jct = sweep.finish - sweep.submit
+    predicted = first["predicted_completion"] - core.epoch - sweep.submit
+    sched = tuner.scheduler
+    return {
+        "wall_s": wall, "errors": len(grid.errors), "pauses": len(sched.log.pauses), "hard_stops": sched.log.hard_stops,
+        "acknowledged_changes": sched.log.acks, "coordinator_preemptions": sweep.preemptions,
+        "per_pause_cost_s": summary(sched.log.resumes), "first_start_cost_s": summary(sched.log.startups),
+        "prediction": {"available_after_s": predicted_after_s, "predicted_jct_s": predicted, "actual_jct_s": jct,
+                       "error_pct": 100 * abs(jct - predicted) / predicted,
+                       "note": "predicted at submission; the competitor's later arrivals are unknown to it"},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--steps-per-iteration", type=int, default=2)
+    ap.add_argument("--iteration-time", type=float, default=0.5)
+    ap.add_argument("--rounds", type=int, default=3, help="competitor arrivals (forced preemptions)")
+    ap.add_argument("--hold-s", type=float, default=6.0)
+    ap.add_argument("--gap-s", type=float, default=4.0)
+    args = ap.parse_args()
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from pcs_ray.resources import node_gpu_resources
+
+    ray.init(num_cpus=args.gpus, num_gpus=args.gpus, resources=node_gpu_resources("node0", args.gpus),
+             include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="tune-overhead-") as tmp:
+            work = Path(tmp)
+            log("tune FIFO, no preemption")
+            fifo = run_tune(args, work, "fifo", pauses=0)
+            log("pcs-ray with a competing app")
+            pcs = run_pcs(args, work)
+            log(f"tune pause/resume x{pcs['pauses']}")
+            pbt = run_tune(args, work, "pause", pauses=max(1, pcs["pauses"]))
+    finally:
+        ray.shutdown()
+    print(json.dumps({
+        "trials": args.trials, "gpus": args.gpus, "iterations": args.iterations, "tune_fifo": fifo, "pcs_ray": pcs,
+        "tune_pause_resume": pbt,
+        "pcs_over_fifo_wall": pcs["wall_s"] / fifo["wall_s"],
+        "note": "pcs_ray also loses GPUs to the competing app for part of its run; compare per-pause costs for overhead",
+    }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
