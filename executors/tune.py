@@ -72,11 +72,12 @@ class LocalCoordinator:
     def submit(self, raw: dict):
         with self.lock:
             jid, actions = self.core.submit(raw)
-            self._externals_only(actions)
+            self._hold(actions)
             return SimpleNamespace(id=jid, **{k: v for k, v in self.core.predict(jid).items() if k != "id"})
 
-    def _externals_only(self, actions) -> None:
-        if actions:  # nothing here launches runners: apps besides sweeps are played by the caller
+    def _hold(self, actions) -> None:
+        """Keep actions for runner jobs: nothing here launches runners; the caller plays the other apps."""
+        if actions:
             self.pending_actions = getattr(self, "pending_actions", []) + list(actions)
 
     def assignment(self, jid: int) -> dict:
@@ -85,13 +86,13 @@ class LocalCoordinator:
 
     def external_ended(self, jid: int, attempt: int, status: str, step: int, step_time_s=None) -> dict:
         with self.lock:
-            self._externals_only(self.core.run_ended(jid, attempt, status, step, step_time_s))
+            self._hold(self.core.run_ended(jid, attempt, status, step, step_time_s))
             self.core.refresh_predictions()
             return self.core.assignment(jid)
 
     def set_demand(self, jid: int, gpus=None, steps=None) -> dict:
         with self.lock:
-            self._externals_only(self.core.set_demand(jid, gpus=gpus, steps=steps))
+            self._hold(self.core.set_demand(jid, gpus=gpus, steps=steps))
             return self.core.assignment(jid)
 
     def report_progress(self, jid: int, step: int, step_time_s) -> None:
@@ -105,7 +106,7 @@ class LocalCoordinator:
 
     def cancel(self, jid: int) -> None:
         with self.lock:
-            self._externals_only(self.core.cancel(jid))
+            self._hold(self.core.cancel(jid))
 
 
 # -- the scheduler ---------------------------------------------------------------
@@ -167,6 +168,7 @@ class PCSTuneScheduler(TrialScheduler):
         self.grace_s, self.poll_s, self.report_s = grace_s, poll_s, report_s
         self.job_id: int | None = None
         self.first_prediction: dict | None = None
+        self.first_prediction_s: float | None = None  # submit -> first prediction, seconds
         self.placed: dict[str, _Placed] = {}
         self.launching: set[str] = set()
         self.order: list[Trial] = []
@@ -190,9 +192,11 @@ class PCSTuneScheduler(TrialScheduler):
     def register(self) -> dict:
         """Submit the sweep as one app; returns its first prediction (absolute times)."""
         if self.job_id is None:
+            began = time.monotonic()
             handle = self.coordinator.submit(self.spec)
             self.job_id = handle.id
             self.first_prediction = self.predict()
+            self.first_prediction_s = time.monotonic() - began
         return self.first_prediction
 
     def predict(self) -> dict:

@@ -49,7 +49,7 @@ class _Competitor(threading.Thread):
             with self.link.lock:
                 job = self.link.core.jobs[jid]
                 if job.state == "running":
-                    self.link._externals_only(self.link.core.run_ended(jid, job.attempt, "finished", 1000))
+                    self.link._hold(self.link.core.run_ended(jid, job.attempt, "finished", 1000))
                     return
             time.sleep(0.1)
 

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     )
     first = tuner.predict()
     print(f"sweep {tuner.job_id} submitted: predicted completion {first['predicted_completion'] - time.time():+.1f}s "
-          f"from now ({tuner.scheduler.num_trials} trials)", flush=True)
+          f"from now ({tuner.scheduler.num_trials} trials; predicted in {tuner.scheduler.first_prediction_s:.2f}s)", flush=True)
     grid = tuner.fit()
     job = client.job(tuner.job_id)
     jct = job["finish"] - job["submit"]
