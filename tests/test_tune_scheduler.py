@@ -1,0 +1,123 @@
+"""PCSTuneScheduler's decisions on stand-in trials (no Ray started): parking, mapping GPUs to trials,
+pausing at a result, hard stops after the grace period (never while saving), acknowledgement."""
+
+from __future__ import annotations
+
+import time
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import TrialScheduler
+
+from executors.tune import LocalCoordinator, PCSTuneScheduler, count_trials
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.policies import create_policy
+
+
+class FakeTrial:
+    def __init__(self, tid: str) -> None:
+        self.trial_id, self.status, self.is_saving, self.resources = tid, Trial.PENDING, False, None
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+
+    def update_resources(self, resources: dict) -> None:
+        assert self.status != Trial.RUNNING
+        self.resources = resources
+
+
+class FakeController:
+    def __init__(self) -> None:
+        self.hard_paused: list[str] = []
+
+    def pause_trial(self, trial, should_checkpoint: bool = True) -> None:
+        assert not trial.is_saving and not should_checkpoint
+        self.hard_paused.append(trial.trial_id)
+        trial.status = Trial.PAUSED
+
+
+def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+                       checkpoint_root="/tmp/ckpt", workloads=("tiny",))
+    link = LocalCoordinator(core)
+    sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,
+                             grace_s=grace_s, poll_s=0.0)
+    tc = FakeController()
+    ts = [FakeTrial(f"t{i}") for i in range(trials)]
+    for t in ts:
+        sched.on_trial_add(tc, t)
+    return core, link, sched, tc, ts
+
+
+def start_all(sched, tc):
+    """What Tune does with each chosen trial: stage it, then run it."""
+    chosen = []
+    while (t := sched.choose_trial_to_run(tc)) is not None:
+        assert sched.choose_trial_to_run(tc) is t  # idempotent until Tune stages it
+        t.status = Trial.RUNNING
+        chosen.append(t)
+    return chosen
+
+
+def test_new_trials_are_parked_and_only_floor_k_over_g_run_on_the_assigned_gpus():
+    core, link, sched, tc, ts = setup(gpus=5, trials=4, gpt=2)
+    assert all(t.status == Trial.PAUSED for t in ts)  # parked: Tune would start PENDING trials by itself
+    assert sched.job_id is not None and sched.first_prediction["predicted_completion"] is not None
+    chosen = start_all(sched, tc)
+    assert len(chosen) == 2  # 5 GPUs, 2 per trial
+    pinned = [sorted(k for k in t.resources if "_gpu" in k) for t in chosen]
+    assert pinned == [["node0_gpu0", "node0_gpu1"], ["node0_gpu2", "node0_gpu3"]]
+    assert all(t.resources["GPU"] == 0 for t in chosen)
+
+
+def test_preempted_trial_pauses_at_its_next_result_then_the_sweep_acknowledges():
+    core, link, sched, tc, ts = setup(gpus=2, trials=3)
+    a, b = start_all(sched, tc)
+    with link.lock:
+        other, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 1, "step_time": 0.1})
+    assert core.jobs[sched.job_id].state == "stopping"
+    decisions = {t.trial_id: sched.on_trial_result(tc, t, {"training_iteration": 1, "time_this_iter_s": 0.1})
+                 for t in (a, b)}
+    paused = [tid for tid, d in decisions.items() if d == TrialScheduler.PAUSE]
+    assert len(paused) == 1 and core.jobs[sched.job_id].state == "stopping"
+    next(t for t in (a, b) if t.trial_id in paused).status = Trial.PAUSED  # Tune saved and stopped it
+    assert sched.choose_trial_to_run(tc) is None  # nothing to start: one GPU, one trial running
+    assert sched.log.acks == 1 and core.jobs[sched.job_id].state == "running"
+    assert core.jobs[other].state == "running" and core.jobs[sched.job_id].steps == 2
+
+
+def test_a_trial_that_does_not_report_is_stopped_hard_after_grace_but_never_while_saving():
+    core, link, sched, tc, ts = setup(gpus=2, trials=2, grace_s=0.2)
+    a, b = start_all(sched, tc)
+    with link.lock:
+        core.submit({"workload": "tiny", "steps": 100, "gpus": 1, "step_time": 0.1})
+    a.is_saving = b.is_saving = True
+    sched.choose_trial_to_run(tc)
+    time.sleep(0.3)
+    sched.choose_trial_to_run(tc)
+    assert tc.hard_paused == []  # saving: wait (a pause now would lose the checkpoint)
+    a.is_saving = b.is_saving = False
+    sched.choose_trial_to_run(tc)
+    assert len(tc.hard_paused) == 1 and sched.log.hard_stops == 1
+    sched.choose_trial_to_run(tc)
+    assert sched.log.acks == 1 and link.assignment(sched.job_id)["attempt"] == 2
+    assert len(link.assignment(sched.job_id)["gpus"]) == 1
+
+
+def test_inner_stop_shrinks_demand_and_the_end_is_reported():
+    core, link, sched, tc, ts = setup(gpus=4, trials=2)
+    a, b = start_all(sched, tc)
+    assert sched.on_trial_result(tc, a, {"training_iteration": 5, "time_this_iter_s": 0.1}) == TrialScheduler.STOP
+    assert core.jobs[sched.job_id].spec.gpus == 1
+    a.status = Trial.TERMINATED
+    sched.on_trial_complete(tc, a, {})
+    b.status = Trial.TERMINATED
+    sched.on_trial_complete(tc, b, {"training_iteration": 5})
+    assert core.jobs[sched.job_id].state == "finished"
+
+
+def test_count_trials_multiplies_grids_and_samples():
+    from ray import tune
+
+    space = {"a": tune.grid_search([1, 2, 3]), "p": {"m": tune.grid_search([0, 1])}, "c": 5}
+    assert count_trials(space, 2) == 12
