@@ -44,7 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objectives", default="jct:avg,pred_err:avg")
     ap.add_argument("--budget", type=float, default=600.0, help="wall seconds for everything (search + test)")
-    ap.add_argument("--margin", type=float, default=1.3,
+    ap.add_argument("--margin", type=float, default=2.0,
                     help="stop searching when elapsed + margin x (estimated time of the remaining work) reaches --budget")
     ap.add_argument("--population", type=int, default=40)
     ap.add_argument("--generations", type=int, default=500)

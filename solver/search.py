@@ -170,11 +170,15 @@ class Search:
     # -- results -----------------------------------------------------------------------
 
     def train_front(self) -> list[str]:
-        """Specs of the non-dominated configurations among everything evaluated on all train samples."""
+        """Specs of the non-dominated configurations among all the search evaluated on every train sample.
+
+        Only configurations the search itself produced count: reference
+        configurations evaluated through the same cache never enter the front.
+        """
         count = len(self.train)
         specs = sorted(
-            s for s in self.evaluator.cache.specs("train")
-            if s.startswith("{") and all(self.evaluator.cache.get((s, "train", i)) is not None for i in range(count))
+            s for s in self.genes_of
+            if all(self.evaluator.cache.get((s, "train", i)) is not None for i in range(count))
         )
         values = [self.evaluator.mean(s, "train") for s in specs]
         return [specs[i] for i in pareto_indices(values)]

@@ -269,3 +269,16 @@ def test_cli_workload_option_conflicts(capsys, tmp_path):
     ):
         code, _, err = invoke(capsys, "solve", "--generations", "1", *extra)
         assert code == 2 and message in err and err.count("\n") == 1, (extra, err)
+
+
+def test_reference_configurations_never_enter_the_front():
+    from pcs_ray.paths import BUNDLED_DATA
+
+    search = Search(small_problem())
+    published = WFQConfig.load(BUNDLED_DATA / "PCS_config_themis1_pred.json")
+    spec = search.references([("pcs-pred", published)])[-1].spec  # evaluated through the same cache
+    for i in range(len(search.train)):  # pretend it beats everything: it must still stay out
+        search.evaluator.cache._values[(spec, "train", i)] = (0.0, 0.0)
+    search.run(1)
+    assert spec not in search.train_front()
+    assert spec not in {p.spec for p in search.front()}
