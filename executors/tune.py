@@ -213,6 +213,8 @@ class PCSTuneScheduler(TrialScheduler):
     def on_trial_add(self, tune_controller, trial: Trial) -> None:
         self.register()
         self.inner.on_trial_add(tune_controller, trial)
+        if any(t is trial for t in self.order):
+            return  # a failed trial Tune requeues (PENDING): it restarts on its own GPUs from its checkpoint
         if trial.status == Trial.PENDING:
             trial.set_status(Trial.PAUSED)  # parked: Tune would start every PENDING trial by itself
         self.order.append(trial)
@@ -250,8 +252,8 @@ class PCSTuneScheduler(TrialScheduler):
         self._trial_ended(tune_controller, trial)
 
     def on_trial_error(self, tune_controller, trial: Trial) -> None:
+        # Called before a retry as well as on the final failure: the trial's status tells later (_sync).
         self.inner.on_trial_error(tune_controller, trial)
-        self._trial_ended(tune_controller, trial)
 
     def on_trial_remove(self, tune_controller, trial: Trial) -> None:
         self.inner.on_trial_remove(tune_controller, trial)
@@ -327,6 +329,13 @@ class PCSTuneScheduler(TrialScheduler):
                     tc.pause_trial(p.trial, should_checkpoint=False)
                     self.log.hard_stops += 1
                     p.evict_at = math.inf
+        if any(t.status == Trial.ERROR and t.trial_id not in self.stopped for t in self.order):
+            for t in self.order:
+                if t.status == Trial.ERROR and t.trial_id not in self.stopped:
+                    self._trial_ended(tc, t)  # failed for good (retries spent)
+            a = self._assignment
+            if a is None or self._finished:
+                return
         if a["state"] == "stopping" and a["attempt"] != self._acked and all(
             set(p.gpus) <= allowed for p in self.placed.values()
         ):

@@ -121,3 +121,16 @@ def test_count_trials_multiplies_grids_and_samples():
 
     space = {"a": tune.grid_search([1, 2, 3]), "p": {"m": tune.grid_search([0, 1])}, "c": 5}
     assert count_trials(space, 2) == 12
+
+
+def test_a_retried_trial_keeps_its_gpus_and_a_failed_one_gives_them_back():
+    core, link, sched, tc, ts = setup(gpus=2, trials=2)
+    a, b = start_all(sched, tc)
+    sched.on_trial_error(tc, a)  # Tune retries it: error notice, PENDING, added again
+    a.status = Trial.PENDING
+    sched.on_trial_add(tc, a)
+    assert a.status == Trial.PENDING and len(sched.order) == 2 and "t0" in sched.placed
+    sched.on_trial_error(tc, b)  # retries spent: Tune marks it ERROR
+    b.status = Trial.ERROR
+    sched.choose_trial_to_run(tc)
+    assert "t1" in sched.stopped and "t1" not in sched.placed and core.jobs[sched.job_id].spec.gpus == 1
