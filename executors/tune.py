@@ -333,9 +333,7 @@ class PCSTuneScheduler(TrialScheduler):
             for t in self.order:
                 if t.status == Trial.ERROR and t.trial_id not in self.stopped:
                     self._trial_ended(tc, t)  # failed for good (retries spent)
-            a = self._assignment
-            if a is None or self._finished:
-                return
+            return  # the assignment may have changed: the next step looks again
         if a["state"] == "stopping" and a["attempt"] != self._acked and all(
             set(p.gpus) <= allowed for p in self.placed.values()
         ):
