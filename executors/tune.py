@@ -224,7 +224,9 @@ class PCSTuneScheduler(TrialScheduler):
         it = int(result.get("training_iteration", 0))
         self.log.iterations.setdefault(tid, []).append(it)
         self.done_iters[tid] = min(it, self.iterations)
-        took = result.get("time_this_iter_s")
+        # A trainable's own iteration time, where it reports one: Tune's time_this_iter_s of a
+        # restored function trainable also holds its set-up and restore.
+        took = result.get("iter_s") or result.get("time_this_iter_s")
         if took:
             self._iter_time = took if self._iter_time is None else 0.8 * self._iter_time + 0.2 * took
             chosen = self._chosen_at.pop(tid, None)
@@ -465,7 +467,8 @@ def session_trainable(config: dict) -> None:
 
     ``config``: ``workload``, ``params`` (lr, momentum, seed, ...), ``iterations``,
     ``steps_per_iteration``, optionally ``sleep_s`` (stretch each iteration: a slower trial) and
-    ``variant`` (a grid point given as a dict, merged into the config). Every iteration reports ``loss`` (on a fixed
+    ``variant`` (a grid point given as a dict, merged into the config). Every iteration reports ``iter_s`` (its own
+    compute time), ``loss`` (on a fixed
     held-out batch), ``step``, ``weights_sha256`` and the GPUs it ran on, with
     a checkpoint of the whole session (model, optimizer, RNG, data position),
     so a pause at any result loses nothing and the resumed run is bitwise the same.
@@ -486,10 +489,11 @@ def session_trainable(config: dict) -> None:
             session.restore(load_checkpoint(d).state)
     per_iter = int(config.get("steps_per_iteration", 1))
     while session.step < config["iterations"] * per_iter:
+        began = time.perf_counter()
         for _ in range(per_iter):
             session.train_step()
         time.sleep(float(config.get("sleep_s", 0.0)))
-        metrics = {"loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model),
+        metrics = {"iter_s": time.perf_counter() - began, "loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model),
                    "gpu_resources": ",".join(gpus), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                    "pid": os.getpid()}
         with tempfile.TemporaryDirectory() as d:
