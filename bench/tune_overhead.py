@@ -7,10 +7,12 @@
 3. ``tune_pause_resume``: Tune's own pause/resume (what PBT does): a FIFO scheduler that
    PAUSEs trials as often as pcs-ray preempted them; FIFO resumes them at once.
 
-Per-preemption cost: for pcs-ray, from the moment a paused trial is given GPUs again to its
-next result, less that iteration's own time (actor start + restore); for Tune's pause/resume,
-from the PAUSE decision to the trial's next result, less the iteration (save, stop, start,
-restore). Prints one JSON object. The machine is shared: timings are noisy.
+Per-preemption cost, the same way for both: from the moment the scheduler hands a paused
+trial back to Tune (pcs-ray: GPUs given again; Tune: FIFO's ``choose_trial_to_run``) to its
+next result, less that iteration's own compute time (``iter_s``): actor start, set-up,
+restore. The sweep's estimate of seconds per iteration comes from a one-trial calibration
+run on this machine. Prints one JSON object (Tune's tables go to stderr). The machine is
+shared and its 2 cores back every logical GPU: timings are noisy.
 
     .venv/bin/python bench/tune_overhead.py [--trials 8 --gpus 4 --iterations 4]
 """
@@ -18,6 +20,7 @@ restore). Prints one JSON object. The machine is shared: timings are noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -72,6 +75,7 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
     from executors.tune import session_trainable
 
     paused_at: dict[str, float] = {}
+    resumed_at: dict[str, float] = {}
     budget = {"left": pauses}
     timeline = Timeline()
 
@@ -86,6 +90,12 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
                 return TrialScheduler.PAUSE
             return TrialScheduler.CONTINUE
 
+        def choose_trial_to_run(self, tc):
+            trial = super().choose_trial_to_run(tc)
+            if trial is not None and trial.trial_id in paused_at and trial.trial_id not in resumed_at:
+                resumed_at[trial.trial_id] = time.monotonic()
+            return trial
+
     began = time.monotonic()
     grid = tune.Tuner(
         tune.with_resources(session_trainable, {"CPU": 1, "GPU": 1}),
@@ -95,10 +105,10 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
     ).fit()
     wall = time.monotonic() - began
     costs = []
-    for tid, t0 in paused_at.items():
+    for tid, t0 in resumed_at.items():
         after = [(t, r) for t, r in timeline.results[tid] if t > t0]
         if after:
-            costs.append(after[0][0] - t0 - after[0][1]["time_this_iter_s"])
+            costs.append(after[0][0] - t0 - after[0][1]["iter_s"])
     return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs)}
 
 
@@ -142,10 +152,20 @@ def run_pcs(args, work: Path) -> dict:
                      iteration_time=args.iteration_time, storage_path=str(work), name="pcs", grace_s=20)
     predicted_after_s = time.monotonic() - began
     first = tuner.predict()
+    samples: list[tuple[float, float]] = []  # (when, predicted completion), both relative to the epoch
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(2.0):
+            samples.append((core.now(), tuner.predict()["predicted_completion"] - core.epoch))
+
+    sampler = threading.Thread(target=sample, daemon=True)
     competitor.start()
+    sampler.start()
     try:
         grid = tuner.fit()
     finally:
+        done.set()
         competitor.stop.set()
         competitor.join(10)
     wall = time.monotonic() - began
@@ -153,14 +173,28 @@ def run_pcs(args, work: Path) -> dict:
     jct = sweep.finish - sweep.submit
     predicted = first["predicted_completion"] - core.epoch - sweep.submit
     sched = tuner.scheduler
+    mid = min(samples, key=lambda s: abs(s[0] - sweep.submit - jct / 2), default=None)
     return {
         "wall_s": wall, "errors": len(grid.errors), "pauses": len(sched.log.pauses), "hard_stops": sched.log.hard_stops,
         "acknowledged_changes": sched.log.acks, "coordinator_preemptions": sweep.preemptions,
         "per_pause_cost_s": summary(sched.log.resumes), "first_start_cost_s": summary(sched.log.startups),
         "prediction": {"available_after_s": predicted_after_s, "predicted_jct_s": predicted, "actual_jct_s": jct,
                        "error_pct": 100 * abs(jct - predicted) / predicted,
-                       "note": "predicted at submission; the competitor's later arrivals are unknown to it"},
+                       "mid_run_error_pct": None if mid is None else 100 * abs(sweep.finish - mid[1]) / (mid[1] - sweep.submit),
+                       "note": "at submission and at half the run; the competitor's later arrivals are unknown to it"},
     }
+
+
+def calibrate(args) -> float:
+    """Seconds per iteration of one trial alone on this machine (what a user would measure once)."""
+    from executors.tune import reference_run
+
+    one = {"workload": "tiny_cnn", "iterations": 2, "steps_per_iteration": args.steps_per_iteration,
+           "params": {"num_samples": 128}}
+    reference_run({**one, "iterations": 1})  # warm caches and imports
+    began = time.perf_counter()
+    reference_run(one)
+    return (time.perf_counter() - began) / 2
 
 
 def main() -> int:
@@ -169,7 +203,7 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--steps-per-iteration", type=int, default=2)
-    ap.add_argument("--iteration-time", type=float, default=0.5)
+    ap.add_argument("--iteration-time", type=float, default=None, help="default: measured by a calibration run")
     ap.add_argument("--rounds", type=int, default=3, help="competitor arrivals (forced preemptions)")
     ap.add_argument("--hold-s", type=float, default=6.0)
     ap.add_argument("--gap-s", type=float, default=4.0)
@@ -180,10 +214,13 @@ def main() -> int:
 
     from pcs_ray.resources import node_gpu_resources
 
+    if args.iteration_time is None:
+        args.iteration_time = calibrate(args)
+        log(f"calibrated: {args.iteration_time:.2f} s per iteration")
     ray.init(num_cpus=args.gpus, num_gpus=args.gpus, resources=node_gpu_resources("node0", args.gpus),
              include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
-        with tempfile.TemporaryDirectory(prefix="tune-overhead-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="tune-overhead-") as tmp, contextlib.redirect_stdout(sys.stderr):
             work = Path(tmp)
             log("tune FIFO, no preemption")
             fifo = run_tune(args, work, "fifo", pauses=0)
@@ -194,7 +231,8 @@ def main() -> int:
     finally:
         ray.shutdown()
     print(json.dumps({
-        "trials": args.trials, "gpus": args.gpus, "iterations": args.iterations, "tune_fifo": fifo, "pcs_ray": pcs,
+        "trials": args.trials, "gpus": args.gpus, "iterations": args.iterations,
+        "iteration_time_estimate_s": args.iteration_time, "tune_fifo": fifo, "pcs_ray": pcs,
         "tune_pause_resume": pbt,
         "pcs_over_fifo_wall": pcs["wall_s"] / fifo["wall_s"],
         "note": "pcs_ray also loses GPUs to the competing app for part of its run; compare per-pause costs for overhead",
