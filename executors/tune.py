@@ -325,10 +325,12 @@ class PCSTuneScheduler(TrialScheduler):
                     del self.placed[tid]
                     self.launching.discard(tid)
                 elif p.evict_at is None:
-                    p.evict_at = now + self.grace_s
-                elif now >= p.evict_at and status == Trial.RUNNING and not p.trial.is_saving:
+                    # A trial that has not reported since it started has nothing newer to save: stop it now.
+                    p.evict_at = now if tid in self._chosen_at else now + self.grace_s
+                if p.evict_at is not None and now >= p.evict_at and status == Trial.RUNNING and not p.trial.is_saving:
                     # Past the grace period: stop now, resume from the last reported checkpoint.
                     tc.pause_trial(p.trial, should_checkpoint=False)
+                    self._chosen_at.pop(tid, None)
                     self.log.hard_stops += 1
                     p.evict_at = math.inf
         if any(t.status == Trial.ERROR and t.trial_id not in self.stopped for t in self.order):

@@ -73,24 +73,30 @@ def test_new_trials_are_parked_and_only_floor_k_over_g_run_on_the_assigned_gpus(
 def test_preempted_trial_pauses_at_its_next_result_then_the_sweep_acknowledges():
     core, link, sched, tc, ts = setup(gpus=2, trials=3)
     a, b = start_all(sched, tc)
+    for t in (a, b):
+        sched.on_trial_result(tc, t, {"training_iteration": 1, "time_this_iter_s": 0.1})
     with link.lock:
         other, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 1, "step_time": 0.1})
     assert core.jobs[sched.job_id].state == "stopping"
-    decisions = {t.trial_id: sched.on_trial_result(tc, t, {"training_iteration": 1, "time_this_iter_s": 0.1})
+    decisions = {t.trial_id: sched.on_trial_result(tc, t, {"training_iteration": 2, "time_this_iter_s": 0.1})
                  for t in (a, b)}
     paused = [tid for tid, d in decisions.items() if d == TrialScheduler.PAUSE]
     assert len(paused) == 1 and core.jobs[sched.job_id].state == "stopping"
     next(t for t in (a, b) if t.trial_id in paused).status = Trial.PAUSED  # Tune saved and stopped it
     assert sched.choose_trial_to_run(tc) is None  # nothing to start: one GPU, one trial running
     assert sched.log.acks == 1 and core.jobs[sched.job_id].state == "running"
-    assert core.jobs[other].state == "running" and core.jobs[sched.job_id].steps == 2
+    assert core.jobs[other].state == "running" and core.jobs[sched.job_id].steps == 4
 
 
 def test_a_trial_that_does_not_report_is_stopped_hard_after_grace_but_never_while_saving():
     core, link, sched, tc, ts = setup(gpus=2, trials=2, grace_s=0.2)
     a, b = start_all(sched, tc)
+    for t in (a, b):  # both have reported: each has work since its start that a pause would save
+        sched.on_trial_result(tc, t, {"training_iteration": 1, "time_this_iter_s": 0.1})
     with link.lock:
         core.submit({"workload": "tiny", "steps": 100, "gpus": 1, "step_time": 0.1})
+    sched.choose_trial_to_run(tc)
+    assert tc.hard_paused == []  # within the grace period: it pauses at its next result
     a.is_saving = b.is_saving = True
     sched.choose_trial_to_run(tc)
     time.sleep(0.3)
@@ -134,3 +140,14 @@ def test_a_retried_trial_keeps_its_gpus_and_a_failed_one_gives_them_back():
     b.status = Trial.ERROR
     sched.choose_trial_to_run(tc)
     assert "t1" in sched.stopped and "t1" not in sched.placed and core.jobs[sched.job_id].spec.gpus == 1
+
+
+def test_a_trial_still_starting_is_stopped_at_once_when_its_gpu_is_taken():
+    core, link, sched, tc, ts = setup(gpus=2, trials=2, grace_s=60.0)
+    a, b = start_all(sched, tc)  # neither has reported yet: nothing newer than its checkpoint to save
+    with link.lock:
+        core.submit({"workload": "tiny", "steps": 100, "gpus": 1, "step_time": 0.1})
+    sched.choose_trial_to_run(tc)
+    assert len(tc.hard_paused) == 1
+    sched.choose_trial_to_run(tc)
+    assert sched.log.acks == 1 and len(link.assignment(sched.job_id)["gpus"]) == 1
