@@ -51,6 +51,7 @@ class Timeline:
 
     def __init__(self) -> None:
         self.results: dict[str, list[tuple[float, dict]]] = {}
+        self.started: dict[str, float] = {}
 
     def callback(self):
         from ray import tune
@@ -58,6 +59,9 @@ class Timeline:
         outer = self
 
         class Collect(tune.Callback):
+            def on_trial_start(self, iteration, trials, trial, **info):
+                outer.started.setdefault(trial.trial_id, time.monotonic())
+
             def on_trial_result(self, iteration, trials, trial, result, **info):
                 outer.results.setdefault(trial.trial_id, []).append((time.monotonic(), dict(result)))
 
@@ -109,7 +113,10 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
         after = [(t, r) for t, r in timeline.results[tid] if t > t0]
         if after:
             costs.append(after[0][0] - t0 - after[0][1]["iter_s"])
-    return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs)}
+    first = [timeline.results[tid][0][0] - t0 - timeline.results[tid][0][1]["iter_s"]
+             for tid, t0 in timeline.started.items() if timeline.results.get(tid)]
+    return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs),
+            "first_start_cost_s": summary(first)}
 
 
 class Competitor(threading.Thread):
@@ -137,7 +144,7 @@ class Competitor(threading.Thread):
                 time.sleep(0.1)
 
 
-def run_pcs(args, work: Path) -> dict:
+def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
     from executors.tune import LocalCoordinator, PCSTuner, session_trainable
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
@@ -149,7 +156,8 @@ def run_pcs(args, work: Path) -> dict:
     competitor = Competitor(link, args.rounds, hold_s=args.hold_s, gap_s=args.gap_s)
     began = time.monotonic()
     tuner = PCSTuner(session_trainable, param_space=space(args), iterations=args.iterations, client=link,
-                     iteration_time=args.iteration_time, storage_path=str(work), name="pcs", grace_s=20)
+                     iteration_time=args.iteration_time, trial_startup_s=trial_startup_s, storage_path=str(work),
+                     name="pcs", grace_s=20)
     predicted_after_s = time.monotonic() - began
     first = tuner.predict()
     samples: list[tuple[float, float]] = []  # (when, predicted completion), both relative to the epoch
@@ -225,7 +233,10 @@ def main() -> int:
             log("tune FIFO, no preemption")
             fifo = run_tune(args, work, "fifo", pauses=0)
             log("pcs-ray with a competing app")
-            pcs = run_pcs(args, work)
+            # The sweep's start-up estimate: what the previous sweep on this cluster measured.
+            startup = fifo["first_start_cost_s"]["median"] or 5.0
+            pcs = run_pcs(args, work, startup)
+            pcs["trial_startup_estimate_s"] = startup
             log(f"tune pause/resume x{pcs['pauses']}")
             pbt = run_tune(args, work, "pause", pauses=max(1, pcs["pauses"]))
     finally:
