@@ -18,10 +18,10 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.policies import create_policy
 
-ITERS, STEPS_PER_ITER = 4, 2
+ITERS, STEPS_PER_ITER = 5, 2
 
 
-def _coordinator(tmp_path, gpus=2, policy="fair"):
+def _coordinator(tmp_path, gpus=2, policy="srsf"):
     from executors.tune import LocalCoordinator
 
     core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
@@ -30,18 +30,20 @@ def _coordinator(tmp_path, gpus=2, policy="fair"):
 
 
 class _Competitor(threading.Thread):
-    """Another app: a 1-GPU job that arrives, runs ``hold_s`` and leaves, ``rounds`` times."""
+    """Another, shorter app (SRSF runs it first): a 1-GPU job that holds a GPU before the sweep arrives,
+    leaves, and comes back ``rounds`` times as a 2-GPU job while a trial is mid-training; it leaves
+    once the sweep has given its GPUs up."""
 
-    def __init__(self, link, rounds: int, hold_s: float, gap_s: float) -> None:
+    def __init__(self, link, rounds: int) -> None:
         super().__init__(daemon=True)
-        self.link, self.rounds, self.hold_s, self.gap_s = link, rounds, hold_s, gap_s
-        self.done = threading.Event()
+        self.link, self.rounds = link, rounds
         self.stop = threading.Event()
+        self.sched = None
         self.first = self._arrive()
 
-    def _arrive(self) -> int:
+    def _arrive(self, gpus: int = 1) -> int:
         with self.link.lock:
-            jid, _ = self.link.core.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": 1, "step_time": 0.01})
+            jid, _ = self.link.core.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": gpus, "step_time": 0.01})
             return jid
 
     def _leave(self, jid: int) -> None:
@@ -53,21 +55,33 @@ class _Competitor(threading.Thread):
                     return
             time.sleep(0.1)
 
+    def _until(self, cond, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if cond():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def _mid_training(self) -> bool:
+        s = self.sched
+        return any(p.trial.status == "RUNNING" and tid not in s._chosen_at and 0 < s.done_iters.get(tid, 0) < ITERS - 1
+                   for tid, p in list(s.placed.items()))
+
     def run(self) -> None:
-        jid = self.first
-        for r in range(self.rounds):
-            if self.stop.wait(self.hold_s):
-                break
+        s = self.sched
+        self._until(lambda: any(s.done_iters.values()))
+        self._leave(self.first)
+        for _ in range(self.rounds):
+            if not self._until(self._mid_training):
+                return
+            jid = self._arrive(gpus=2)
             self._leave(jid)
-            if r == self.rounds - 1 or self.stop.wait(self.gap_s):
-                break
-            jid = self._arrive()
-        self.done.set()
 
 
 def _config(lr, momentum):
     return {"workload": "tiny_cnn", "params": {"lr": lr, "momentum": momentum, "num_samples": 128},
-            "iterations": ITERS, "steps_per_iteration": STEPS_PER_ITER}
+            "iterations": ITERS, "steps_per_iteration": STEPS_PER_ITER, "sleep_s": 2.0}
 
 
 def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_path):
@@ -76,13 +90,13 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
     from executors.tune import PCSTuner, reference_run, session_trainable
 
     link = _coordinator(tmp_path)
-    competitor = _Competitor(link, rounds=3, hold_s=6.0, gap_s=5.0)  # holds a GPU before the sweep arrives
+    competitor = _Competitor(link, rounds=2)  # holds a GPU before the sweep arrives
     results: list[dict] = []
 
     class Collect(tune.Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info):
             results.append({"trial": trial.trial_id, **{k: result[k] for k in (
-                "training_iteration", "step", "gpu_resources", "cuda_visible_devices", "loss", "weights_sha256")}})
+                "pid", "training_iteration", "step", "gpu_resources", "cuda_visible_devices", "loss", "weights_sha256")}})
 
     began = time.time()
     tuner = PCSTuner(
@@ -95,6 +109,7 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
     prediction = tuner.predict()
     assert time.time() - began < 1.0 and prediction["predicted_completion"] > began
     assert len(link.assignment(tuner.job_id)["gpus"]) == 1  # the competitor holds the other GPU
+    competitor.sched = tuner.scheduler
     competitor.start()
     try:
         grid = tuner.fit()
@@ -112,6 +127,9 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
     by_trial: dict[str, list[dict]] = {}
     for r in results:
         by_trial.setdefault(r["trial"], []).append(r)
+    # Resumed mid-training: a trial's results come from another process after a preemption.
+    moves = sum(sum(1 for x, y in zip(rs, rs[1:]) if x["pid"] != y["pid"]) for rs in by_trial.values())
+    assert moves >= 2, by_trial
     for tid, rs in by_trial.items():
         iters = [r["training_iteration"] for r in rs]
         assert iters == list(range(1, ITERS + 1)), (tid, iters)
