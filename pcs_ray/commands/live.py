@@ -247,6 +247,8 @@ def demo_cmd(
     print(f"average |predicted - actual| JCT error: {s['mean_abs_error_pct']:.1f}% at submission "
           f"({s['mean_abs_error_s']:.1f} s), {s['mean_abs_error_midlife_pct']:.1f}% at mid-life; "
           f"{s['finished']}/{s['jobs']} jobs finished in {s['wall_s']:.0f} s; report in {out}/")
+    if s["finished"] < s["jobs"]:
+        raise typer.Exit(1)  # the report is written, but a demo that lost jobs must not look green
 
 
 def register(app: typer.Typer) -> None:
