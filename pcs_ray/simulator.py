@@ -198,7 +198,10 @@ class Engine:
             job.alloc = 0
 
     def reallocate(self) -> None:
-        if self.policy.reads_progress or self.placement is not None:
+        # A non-sticky placement may move (and so re-rate) any running job, which must be
+        # settled at its old rate first; a sticky one only places jobs whose count changed,
+        # and those are settled below.
+        if self.policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
             self.settle_all()
         snap = self.snapshot()
         alloc = self.policy.allocate(snap)

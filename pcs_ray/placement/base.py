@@ -149,7 +149,9 @@ class Placement(ABC):
             counts = {j.spec.job_id: j.alloc for j in running}
         else:
             counts = alloc
-            by_id = {j.spec.job_id: j for j in snap.jobs}
+            # The engine's snapshot is a view of its id -> job dict: use that dict rather than
+            # rebuild it, which would cost O(all queued jobs) on every event of a forward play.
+            by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
             running = [by_id[jid] for jid, n in alloc.items() if n > 0]
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
