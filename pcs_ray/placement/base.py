@@ -152,14 +152,15 @@ class Placement(ABC):
             # The engine's snapshot is a view of its id -> job dict: use that dict rather than
             # rebuild it, which would cost O(all queued jobs) on every event of a forward play.
             by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
-            running = [by_id[jid] for jid, n in alloc.items() if n > 0]
+            running = None  # built only when needed: this runs on every event of a forward play
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
         for job in changed:
             jid = job.spec.job_id
             if jid in self.held and counts.get(jid, 0) != len(self.held[jid]):
                 old[jid] = self._free(jid)
-        if alloc is not None and len(self.held) > len(running):
+        num_running = len(running) if running is not None else sum(1 for n in alloc.values() if n > 0)
+        if alloc is not None and len(self.held) > num_running:
             # jobs the allocation leaves out lose their GPUs even if the caller did not list them
             for jid in [jid for jid in self.held if counts.get(jid, 0) == 0]:
                 self._free(jid)
@@ -167,9 +168,14 @@ class Placement(ABC):
                 if job is not None:
                     touched[jid] = job
                     changed.append(job)
-        if self.sticky:
+        if running is None and self.sticky:
+            held = self.held
+            todo = [by_id[jid] for jid, n in alloc.items() if n > 0 and jid not in held]
+        elif self.sticky:
             todo = [j for j in running if j.spec.job_id not in self.held]
         else:
+            if running is None:
+                running = [by_id[jid] for jid, n in alloc.items() if n > 0]
             for job in running:
                 jid = job.spec.job_id
                 if jid in self.held:
