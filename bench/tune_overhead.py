@@ -42,7 +42,7 @@ def space(args) -> dict:
 
     lrs = [0.01, 0.02, 0.05, 0.1]
     return {"workload": "tiny_cnn", "iterations": args.iterations, "steps_per_iteration": args.steps_per_iteration,
-            "params": {"lr": tune.grid_search(lrs[: max(1, args.trials // 2)]), "momentum": tune.grid_search([0.0, 0.9]),
+            "sleep_s": args.sleep_s, "params": {"lr": tune.grid_search(lrs[: max(1, args.trials // 2)]), "momentum": tune.grid_search([0.0, 0.9]),
                        "num_samples": 128}}
 
 
@@ -202,7 +202,7 @@ def calibrate(args) -> float:
     reference_run({**one, "iterations": 1})  # warm caches and imports
     began = time.perf_counter()
     reference_run(one)
-    return (time.perf_counter() - began) / 2
+    return (time.perf_counter() - began) / 2 + args.sleep_s
 
 
 def main() -> int:
@@ -212,6 +212,9 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--steps-per-iteration", type=int, default=2)
     ap.add_argument("--iteration-time", type=float, default=None, help="default: measured by a calibration run")
+    ap.add_argument("--sleep-s", type=float, default=1.0,
+                    help="added to every iteration, so trials train for a while after their start-up (else every "
+                         "preemption lands on a trial still starting)")
     ap.add_argument("--rounds", type=int, default=3, help="competitor arrivals (forced preemptions)")
     ap.add_argument("--hold-s", type=float, default=6.0)
     ap.add_argument("--gap-s", type=float, default=4.0)
@@ -237,8 +240,9 @@ def main() -> int:
             startup = fifo["first_start_cost_s"]["median"] or 5.0
             pcs = run_pcs(args, work, startup)
             pcs["trial_startup_estimate_s"] = startup
-            log(f"tune pause/resume x{pcs['pauses']}")
-            pbt = run_tune(args, work, "pause", pauses=max(1, pcs["pauses"]))
+            preemptions = pcs["pauses"] + pcs["hard_stops"]
+            log(f"tune pause/resume x{preemptions}")
+            pbt = run_tune(args, work, "pause", pauses=max(1, preemptions))
     finally:
         ray.shutdown()
     print(json.dumps({
