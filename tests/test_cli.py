@@ -66,6 +66,15 @@ def test_json_is_deterministic_for_a_seed(capsys):
     assert a["avg_jct"] == b["avg_jct"] != c["avg_jct"]
 
 
+def test_workers_give_the_same_json(capsys):
+    args = ["simulate", "--num-apps", "30", "--gpus", "8", "-p", "pcs-jct", "--json"]
+    serial = run_json(capsys, *args)
+    parallel = run_json(capsys, *args, "--workers", "2")
+    for d in (serial, parallel):
+        d.pop("wall_s", None)
+    assert parallel == serial
+
+
 def test_no_predict_gives_null_errors(capsys):
     data = run_json(capsys, *SMALL, "--policy", "srsf", "--no-predict")
     assert data["avg_pred_err"] is None and data["p99_pred_err"] is None
@@ -217,6 +226,8 @@ BAD_INPUTS = {
     "bad speedup": (["--speedup", "quadratic"], "--speedup"),
     "per-job folder missing": (["--per-job", "{missing}/x.csv"], "--per-job"),
     "unknown option": (["--gpu", "4"], "No such option"),
+    "zero workers": (["--workers", "0"], "--workers must be >= 1"),
+    "workers with placement": (["--workers", "2", "--placement", "pal"], "does not combine with --placement"),
 }
 
 
