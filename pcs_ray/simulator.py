@@ -125,6 +125,28 @@ class Engine:
             self.index.add(job)
         return job
 
+    # -- for a live caller (the coordinator keeps its model true with these) -----
+    def set_clock(self, now: float) -> None:
+        """Move the clock to ``now`` without processing events (the caller reports them)."""
+        if now > self.now:
+            self.area += (now - self.now) * len(self.active)
+            self.now = now
+
+    def set_remaining(self, job_id: int, remaining: float, stall_until: float = 0.0) -> None:
+        """Overwrite a job's remaining service (GPU-seconds at one nominal GPU) as of now,
+        e.g. from a runner's measured progress; its finish time follows."""
+        job = self.active[job_id]
+        job.remaining = max(remaining, 1e-9)
+        job.anchor = self.now
+        job.stall_until = stall_until
+        if job.alloc:
+            end = max(self.now, stall_until) + job.remaining / job.rate()
+            self.eta[job_id] = end
+            heapq.heappush(self.eta_heap, (end, job_id))
+            if len(self.eta_heap) > 4 * len(self.eta) + 64:  # drop stale entries now and then
+                self.eta_heap = [(t, j) for j, t in self.eta.items()]
+                heapq.heapify(self.eta_heap)
+
     def snapshot(self) -> Snapshot:
         # A live view, not a copy: a snapshot is only valid for the round it is made in.
         return Snapshot(self.now, self.capacity, self.active.values(), self.index)

@@ -13,8 +13,6 @@ job whose modelled finish has passed is kept a sliver of work short of done.
 
 from __future__ import annotations
 
-import heapq
-
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.job import JobSpec
 from pcs_ray.placement import create_placement
@@ -62,25 +60,11 @@ class ClusterModel:
 
     # -- keeping the model true --------------------------------------------------
     def set_clock(self, now: float) -> None:
-        e = self.engine
-        if now > e.now:
-            e.area += (now - e.now) * len(e.active)
-            e.now = now
+        self.engine.set_clock(now)
 
     def set_remaining(self, job_id: int, remaining: float, stall_until: float = 0.0) -> None:
         """Overwrite a job's remaining service (GPU-seconds at one nominal GPU) as of now."""
-        e = self.engine
-        job = e.active[job_id]
-        job.remaining = max(remaining, 1e-9)
-        job.anchor = e.now
-        job.stall_until = stall_until
-        if job.alloc:
-            end = max(e.now, stall_until) + job.remaining / job.rate()
-            e.eta[job_id] = end
-            heapq.heappush(e.eta_heap, (end, job_id))
-            if len(e.eta_heap) > 4 * len(e.eta) + 64:  # drop stale entries now and then
-                e.eta_heap = [(t, j) for j, t in e.eta.items()]
-                heapq.heapify(e.eta_heap)
+        self.engine.set_remaining(job_id, remaining, stall_until)
 
     def reallocate(self) -> None:
         self.engine.reallocate()
