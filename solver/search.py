@@ -140,10 +140,12 @@ class Search:
         started = time.perf_counter()
         state = self.checkpoint.load() if self.checkpoint is not None else None
         if state is not None:
-            for m in state.population + state.archive:
-                self.genes_of.setdefault(config_key(self.space.decode(m.genes)), list(m.genes))
+            # The saved first-seen genomes come first: a configuration met in an earlier
+            # generation keeps that genome, exactly as in a run that was never interrupted.
             for spec, genes in state.extra.get("genes_of", {}).items():
                 self.genes_of.setdefault(spec, genes)
+            for m in state.population + state.archive:
+                self.genes_of.setdefault(config_key(self.space.decode(m.genes)), self.space.clip(m.genes))
 
         def finished(s: SearchState) -> bool:
             if "hv_ref" not in s.extra:

@@ -78,6 +78,17 @@ def ray_head(tmp_path):
             pass
 
 
+def ray_job_submit(ray_head, entrypoint: list[str]):
+    """``ray job submit -- ENTRYPOINT`` to the loopback head, retried while its job agent comes up."""
+    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--", *entrypoint]
+    deadline = time.monotonic() + 90
+    while True:  # the head's job agent comes up a little after its dashboard
+        submitted = _run(submit, ray_head["env"], timeout=240, check=False)
+        if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
+            return submitted
+        time.sleep(3)
+
+
 def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     env = ray_head["env"]
     start = _run([str(VENV_BIN / "pcs-ray"), "start", "--address", ray_head["gcs"], "--cluster-spec",
@@ -85,14 +96,7 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     assert "coordinator running" in start.stdout
     job = tmp_path / "job.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 15\ngpus: 2\nstep_time: 0.02\nparams: {num_samples: 256}\n")
-    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--",
-              "pcs-ray", "submit", str(job), "--wait"]
-    deadline = time.monotonic() + 90
-    while True:  # the head's job agent comes up a little after its dashboard
-        submitted = _run(submit, env, timeout=240, check=False)
-        if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
-            break
-        time.sleep(3)
+    submitted = ray_job_submit(ray_head, ["pcs-ray", "submit", str(job), "--wait"])
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     out = submitted.stdout
     assert "job 1 submitted: predicted completion" in out

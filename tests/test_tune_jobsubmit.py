@@ -6,24 +6,17 @@ Reuses the loopback head fixture of the live cluster manager's job-submit test.
 from __future__ import annotations
 
 import json
-import time
 
-from test_live_jobsubmit import VENV_BIN, _run, ray_head  # noqa: F401  (ray_head is a fixture)
+from test_live_jobsubmit import VENV_BIN, _run, ray_head, ray_job_submit  # noqa: F401  (ray_head is a fixture)
 
 
 def test_ray_job_submit_runs_a_sweep_scheduled_by_pcs_ray(ray_head, tmp_path):  # noqa: F811
     env = ray_head["env"]
     _run([str(VENV_BIN / "pcs-ray"), "start", "--address", ray_head["gcs"], "--cluster-spec", str(ray_head["spec"]),
           "--policy", "fifo", "--state-dir", str(ray_head["state"])], env)
-    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--",
-              str(VENV_BIN / "python"), "-m", "workloads.sweep_example", "--lr", "0.05", "0.1", "--momentum", "0.0", "0.9",
-              "--iterations", "2", "--num-samples", "128", "--iteration-time", "2", "--storage", str(tmp_path / "tune")]
-    deadline = time.monotonic() + 90
-    while True:  # the head's job agent comes up a little after its dashboard
-        submitted = _run(submit, env, timeout=240, check=False)
-        if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
-            break
-        time.sleep(3)
+    submitted = ray_job_submit(ray_head, [
+        str(VENV_BIN / "python"), "-m", "workloads.sweep_example", "--lr", "0.05", "0.1", "--momentum", "0.0", "0.9",
+        "--iterations", "2", "--num-samples", "128", "--iteration-time", "2", "--storage", str(tmp_path / "tune")])
     out = submitted.stdout
     assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:]
     assert "sweep 1 submitted: predicted completion" in out and "sweep 1 finished: JCT" in out
