@@ -430,10 +430,7 @@ def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers:
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         shares = list(pool.map(_replay_share, tasks))
     result = shares[0][0]
-    ordered: list[dict[int, float]] = []
-    for k in range(max(len(f) for _, f in shares)):
-        for _, forecasts in shares:
-            if k < len(forecasts):
-                ordered.append(forecasts[k])
-    _apply_forecasts(result, ordered)
+    # Process r played arrivals r, r + workers, ...: arrival k is its (k // workers)-th forecast.
+    total = sum(len(forecasts) for _, forecasts in shares)
+    _apply_forecasts(result, [shares[k % workers][1][k // workers] for k in range(total)])
     return result

@@ -25,6 +25,12 @@ def fractional_speedup(job: JobState, share: float) -> float:
     return table[lo] + (share - lo) * (table[lo + 1] - table[lo])
 
 
+def _rho(job: JobState, now: float, share: float) -> float:
+    """Elapsed time at the fair rate plus the remaining work, over the whole service."""
+    fair_rate = fractional_speedup(job, share)
+    return ((now - job.spec.submit_time) * fair_rate + job.remaining) / job.spec.service
+
+
 class ThemisPolicy(SchedulingPolicy):
     name = "themis"
 
@@ -34,24 +40,20 @@ class ThemisPolicy(SchedulingPolicy):
         self.lease = lease
 
     def rho(self, snap: Snapshot, job: JobState) -> float:
-        fair_rate = fractional_speedup(job, snap.capacity / len(snap.jobs))
-        elapsed = snap.now - job.spec.submit_time
-        return (elapsed * fair_rate + job.remaining) / job.spec.service
+        return _rho(job, snap.now, snap.capacity / len(snap.jobs))
 
     def allocate(self, snap: Snapshot) -> Allocation:
         jobs = snap.jobs
         if not jobs:
             return {}
-        # rho() inlined: the fair share is the same for every app this round,
-        # and this runs at every lease expiry of every forward play.
+        # The fair share is the same for every app this round: compute it once
+        # (this runs at every lease expiry of every forward play).
         share = snap.capacity / len(jobs)
         now = snap.now
         keyed = []
         for job in jobs:
             spec = job.spec
-            fair_rate = share if share <= 1 else fractional_speedup(job, share)
-            rho = ((now - spec.submit_time) * fair_rate + job.remaining) / spec.service
-            keyed.append((-round(rho, 9), job.alloc == 0, spec.submit_time, spec.job_id, job))
+            keyed.append((-round(_rho(job, now, share), 9), job.alloc == 0, spec.submit_time, spec.job_id, job))
         keyed.sort()  # job ids are unique, so the JobState itself is never compared
         return greedy_fill([k[4] for k in keyed], snap.capacity)
 
