@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 import multiprocessing
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Sequence
@@ -149,7 +150,7 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         # A live view, not a copy: a snapshot is only valid for the round it is made in.
-        return Snapshot(self.now, self.capacity, self.active.values(), self.index)
+        return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand)
 
     def next_completion(self) -> float:
         heap, eta = self.eta_heap, self.eta
@@ -222,23 +223,29 @@ class Engine:
     def reallocate(self) -> None:
         # A non-sticky placement may move (and so re-rate) any running job, which must be
         # settled at its old rate first; a sticky one only places jobs whose count changed,
-        # and those are settled below.
-        if self.policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
+        # and those are settled in _apply.
+        policy = self.policy
+        if policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
             self.settle_all()
-        snap = self.snapshot()
-        alloc = self.policy.allocate(snap)
+        snap = Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand)
+        alloc = policy.allocate(snap)
         if self.check:
-            validate_allocation(snap, alloc, self.policy.name)
-        now = self.now
-        changed: list[JobState] = []
-        active, running = self.active, self.running
+            validate_allocation(snap, alloc, policy.name)
         prev = self.prev_alloc
-        if alloc == prev:
-            moved = []
-        else:
-            moved = [jid for jid, n in alloc.items() if prev.get(jid) != n]
-            moved += [jid for jid in prev if jid not in alloc and jid in active]  # finished jobs are gone
         self.prev_alloc = alloc
+        # A non-sticky placement may move jobs even when no count changed.
+        if alloc != prev or self.placement is not None:
+            self._apply(alloc, prev)
+        self.review_at = policy.next_review(snap, alloc)
+        self.events += 1
+
+    def _apply(self, alloc: dict[int, int], prev: dict[int, int]) -> None:
+        """Give every job its new count (and GPUs), settling it at its old rate first; new ETAs."""
+        now, overhead = self.now, self.overhead
+        active, running, eta, heap = self.active, self.running, self.eta, self.eta_heap
+        moved = [jid for jid, n in alloc.items() if prev.get(jid) != n]
+        moved += [jid for jid in prev if jid not in alloc and jid in active]  # finished jobs are gone
+        changed: list[JobState] = []
         for jid in moved:
             job = active[jid]
             n = alloc.get(jid, 0)
@@ -247,8 +254,8 @@ class Engine:
                 job.preemptions += 1
             if n and job.start_time is None:
                 job.start_time = now
-            elif n and self.overhead:
-                job.stall_until = now + self.overhead  # checkpoint + restore before it moves again
+            elif n and overhead:
+                job.stall_until = now + overhead  # checkpoint + restore before it moves again
             self.busy += n - job.alloc
             job.alloc = n
             if n:
@@ -261,19 +268,18 @@ class Engine:
             # count did not change (non-sticky); such a move costs a checkpoint + restore.
             counted = {job.spec.job_id for job in changed}
             changed = self.placement.place(self.snapshot(), changed, alloc)
-            if self.overhead:
+            if overhead:
                 for job in changed:
                     if job.alloc and job.spec.job_id not in counted:
-                        job.stall_until = now + self.overhead
+                        job.stall_until = now + overhead
         for job in changed:
             jid = job.spec.job_id
             if job.alloc:
-                end = self.eta[jid] = max(now, job.stall_until) + job.remaining / job.rate()
-                heapq.heappush(self.eta_heap, (end, jid))
+                stall = job.stall_until
+                end = eta[jid] = (now if now > stall else stall) + job.remaining / job.rate()
+                heapq.heappush(heap, (end, jid))
             else:
-                self.eta.pop(jid, None)
-        self.review_at = self.policy.next_review(snap, alloc)
-        self.events += 1
+                eta.pop(jid, None)
 
     def play_forward(self) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction)."""
@@ -288,11 +294,13 @@ class Engine:
                 break
             t = self.next_event()
             done = self.advance(t)
-            for job in done:
-                finish[job.spec.job_id] = t
-            self.remove(done)
-            if self.active:
-                self.reallocate()
+            if done:  # most rounds of a leased policy are reviews: nothing to remove
+                for job in done:
+                    finish[job.spec.job_id] = t
+                self.remove(done)
+                if not self.active:
+                    break
+            self.reallocate()
         return finish
 
 
@@ -423,12 +431,22 @@ def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
     return (result if plays[0] == 0 else None), forecasts
 
 
+def _start_method() -> str:
+    """fork when this process has a single thread (starts in milliseconds instead of re-importing
+    everything); spawn otherwise, since fork would copy other threads' locks (Ray, a progress bar) mid-state."""
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
 def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int) -> SimResult:
-    # spawn, not fork: the caller may hold threads (Ray, a progress bar) that fork would copy mid-state.
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(_start_method())
     tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers)) for r in range(workers)]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        shares = list(pool.map(_replay_share, tasks))
+    # This process takes share 0 itself while the others run: one process fewer to start and
+    # no result to ship back for the share that carries the schedule.
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx) as pool:
+        others = [pool.submit(_replay_share, task) for task in tasks[1:]]
+        shares = [_replay_share(tasks[0])] + [f.result() for f in others]
     result = shares[0][0]
     # Process r played arrivals r, r + workers, ...: arrival k is its (k // workers)-th forecast.
     total = sum(len(forecasts) for _, forecasts in shares)

@@ -28,6 +28,7 @@ class JobState:
     preemptions: int = 0
     anchor: float = 0.0  # remaining/attained are exact as of this time (settled lazily)
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
+    _fair: dict[float, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def new(cls, spec: JobSpec, now: float = 0.0) -> "JobState":
@@ -56,11 +57,11 @@ class JobState:
     def clone(self) -> "JobState":
         return JobState(
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
-            self.stall_until, self.slowdown, self.preemptions, self.anchor, self._caps,
+            self.stall_until, self.slowdown, self.preemptions, self.anchor, self._caps, self._fair,
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs 4x, and one is made every round
 class Snapshot:
     """What a scheduling policy sees: time, capacity and the active apps in arrival order.
 
@@ -72,3 +73,4 @@ class Snapshot:
     capacity: int
     jobs: Collection[JobState]  # iterate only; may be a live view valid for this round
     index: object = None
+    demand: int | None = None  # sum of max_gpus over ``jobs``, when the caller keeps it

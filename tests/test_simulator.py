@@ -156,8 +156,11 @@ def test_simulation_is_deterministic(name, kw):
     assert a.events == b.events
 
 
-@pytest.mark.parametrize("name", ["pcs", "themis"])
-def test_parallel_forward_plays_give_the_serial_result(name):
+@pytest.mark.parametrize("name,start", [("pcs", "fork"), ("themis", "fork"), ("themis", "spawn")])
+def test_parallel_forward_plays_give_the_serial_result(name, start, monkeypatch):
+    import pcs_ray.simulator as sim
+
+    monkeypatch.setattr(sim, "_start_method", lambda: start)
     jobs = mixed(themis1(seed=24, n=40))
     serial = simulate(jobs, 16, _make_policy(name, {}))
     parallel = simulate(jobs, 16, _make_policy(name, {}), workers=3)
@@ -370,3 +373,19 @@ def test_job_whose_eta_returns_to_an_earlier_value_finishes_once(predict):
     finish = {r.job_id: r.finish for r in result.records}
     assert finish[5] == pytest.approx(18.0)
     assert all(f is not None for f in finish.values())
+
+
+def test_forward_play_processes_are_spawned_while_other_threads_run():
+    """fork would copy another thread's locks mid-state (Ray, a progress bar)."""
+    import threading
+
+    import pcs_ray.simulator as sim
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert sim._start_method() == "spawn"
+    finally:
+        stop.set()
+        t.join()

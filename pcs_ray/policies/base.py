@@ -67,7 +67,7 @@ def greedy_fill(order: Iterable[JobState], capacity: int, limit=None) -> Allocat
             break
         spec = job.spec
         want = spec.max_gpus if limit is None else limit(job)
-        n = min(want, free)
+        n = want if want < free else free  # not min(): this runs for every job in every round
         if n >= spec.min_gpus and n > 0:
             alloc[spec.job_id] = n
             free -= n

@@ -9,6 +9,8 @@ app keeps its GPUs on a tie, which is what the PCS toy example (Fig. 1a) shows.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
 from pcs_ray.state import JobState, Snapshot
 
@@ -25,10 +27,26 @@ def fractional_speedup(job: JobState, share: float) -> float:
     return table[lo] + (share - lo) * (table[lo + 1] - table[lo])
 
 
-def _rho(job: JobState, now: float, share: float) -> float:
-    """Elapsed time at the fair rate plus the remaining work, over the whole service."""
-    fair_rate = fractional_speedup(job, share)
-    return ((now - job.spec.submit_time) * fair_rate + job.remaining) / job.spec.service
+def ranked(jobs: Iterable[JobState], now: float, share: float) -> list[tuple]:
+    """``(-rho quantised, waiting, submit time, job id, rho, job)`` per job, unsorted.
+
+    rho is elapsed time at the fair rate plus the remaining work, over the
+    whole service. Quantising it to 1e-9 (an int: far cheaper than
+    round(x, 9)) keeps float noise from breaking a tie. The fair rate
+    (``fractional_speedup`` at the fair ``share``) is memoised per job: the
+    share only changes when an app arrives or leaves, but Themis asks at every
+    lease expiry of every forward play.
+    """
+    out = []
+    for job in jobs:
+        spec = job.spec
+        memo = job._fair
+        fair = memo.get(share)
+        if fair is None:
+            fair = memo[share] = fractional_speedup(job, share)
+        rho = ((now - spec.submit_time) * fair + job.remaining) / spec.service
+        out.append((-(rho * 1e9).__round__(), job.alloc == 0, spec.submit_time, spec.job_id, rho, job))
+    return out
 
 
 class ThemisPolicy(SchedulingPolicy):
@@ -40,26 +58,20 @@ class ThemisPolicy(SchedulingPolicy):
         self.lease = lease
 
     def rho(self, snap: Snapshot, job: JobState) -> float:
-        return _rho(job, snap.now, snap.capacity / len(snap.jobs))
+        return ranked((job,), snap.now, snap.capacity / len(snap.jobs))[0][4]
 
     def allocate(self, snap: Snapshot) -> Allocation:
         jobs = snap.jobs
         if not jobs:
             return {}
-        # The fair share is the same for every app this round: compute it once
-        # (this runs at every lease expiry of every forward play).
-        share = snap.capacity / len(jobs)
-        now = snap.now
-        keyed = []
-        for job in jobs:
-            spec = job.spec
-            keyed.append((-round(_rho(job, now, share), 9), job.alloc == 0, spec.submit_time, spec.job_id, job))
-        keyed.sort()  # job ids are unique, so the JobState itself is never compared
-        return greedy_fill([k[4] for k in keyed], snap.capacity)
+        keyed = ranked(jobs, snap.now, snap.capacity / len(jobs))
+        keyed.sort()  # job ids are unique, so rho and the JobState are never compared
+        return greedy_fill([k[5] for k in keyed], snap.capacity)
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
         # A lone app, or apps that all fit, keep their GPUs until an event.
-        if sum(j.spec.max_gpus for j in snap.jobs) <= snap.capacity:
+        demand = snap.demand if snap.demand is not None else sum(j.spec.max_gpus for j in snap.jobs)
+        if demand <= snap.capacity:
             return None
         return snap.now + self.lease
 
