@@ -243,7 +243,8 @@ class Engine:
         """Give every job its new count (and GPUs), settling it at its old rate first; new ETAs."""
         now, overhead = self.now, self.overhead
         active, running, eta, heap = self.active, self.running, self.eta, self.eta_heap
-        moved = [jid for jid, n in alloc.items() if prev.get(jid) != n]
+        get = prev.get  # bound once: this diff runs over every allocated job in every round
+        moved = [jid for jid, n in alloc.items() if get(jid) != n]
         moved += [jid for jid in prev if jid not in alloc and jid in active]  # finished jobs are gone
         changed: list[JobState] = []
         for jid in moved:
