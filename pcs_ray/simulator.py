@@ -160,9 +160,12 @@ class Engine:
 
     def next_event(self, next_arrival: float = INF) -> float:
         """The earliest of the next arrival, completion and policy review."""
-        t = min(next_arrival, self.next_completion())
-        if self.review_at is not None and self.review_at < t:
-            t = max(self.review_at, self.now)
+        t = self.next_completion()
+        if next_arrival < t:
+            t = next_arrival
+        review = self.review_at
+        if review is not None and review < t:
+            t = review if review > self.now else self.now
         if t == INF:
             raise RuntimeError(f"{self.policy.name}: active jobs can never finish (no GPU is allocated)")
         return t
@@ -250,7 +253,8 @@ class Engine:
         for jid in moved:
             job = active[jid]
             n = alloc.get(jid, 0)
-            self.settle(job)
+            if job.anchor != now:  # policies that read progress had every running job settled already
+                self.settle(job)
             if job.alloc and not n:
                 job.preemptions += 1
             if n and job.start_time is None:
