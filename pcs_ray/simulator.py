@@ -230,7 +230,7 @@ class Engine:
         policy = self.policy
         if policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
             self.settle_all()
-        snap = Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand)
+        snap = self.snapshot()
         alloc = policy.allocate(snap)
         if self.check:
             validate_allocation(snap, alloc, policy.name)
