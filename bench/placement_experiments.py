@@ -148,6 +148,15 @@ class JobFileFIFO(SchedulingPolicy):
         return alloc
 
 
+def dgx1_run(placement: str, seed: int, policy: str = "job-file", topo=None):
+    """One DGX-1 run: (result, placement log, jobs)."""
+    cluster = ClusterSpec.homogeneous(8, 8, 1.0)
+    place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo or read_topo(DGX1)))
+    jobs = mapa_jobs(seed)
+    sched = JobFileFIFO() if policy == "job-file" else create_policy(policy)
+    return simulate(jobs, 8, sched, placement=place, predict=False, overhead=OVERHEAD), place, jobs
+
+
 def dgx1(seeds: int, placements, policy: str = "job-file") -> dict:
     """Sensitive-job effective bandwidth as MAPA reports it (1-GPU jobs at the regression's
     no-link value, 12.34 GB/s) and over multi-GPU jobs only, plus average JCT."""
@@ -158,11 +167,7 @@ def dgx1(seeds: int, placements, policy: str = "job-file") -> dict:
     for placement in placements:
         jct, multi, every = [], [], []
         for seed in range(seeds):
-            cluster = ClusterSpec.homogeneous(8, 8, 1.0)
-            place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
-            jobs = mapa_jobs(seed)
-            sched = JobFileFIFO() if policy == "job-file" else create_policy(policy)
-            res = simulate(jobs, 8, sched, placement=place, predict=False, overhead=OVERHEAD)
+            res, place, jobs = dgx1_run(placement, seed, policy, topo)
             jct.append(avg_jct(res))
             bw = place.job_bandwidth()
             sens = [bw[j.job_id] for j in jobs if j.bw_sensitive]
