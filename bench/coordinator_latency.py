@@ -69,9 +69,9 @@ def variable_cluster(nodes: int, per_node: int, seed: int) -> ClusterSpec:
     import csv
 
     from pcs_ray.cluster import GPUSpec, NodeSpec
-    from pcs_ray.paths import shared_data_dir
+    from pcs_ray.data import data_dir
 
-    with (shared_data_dir() / "pal" / "variability" / "32gpu-variability.csv").open(newline="") as f:
+    with (data_dir() / "pal" / "variability" / "32gpu-variability.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     pick = random.Random(seed)
     out = []

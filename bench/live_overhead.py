@@ -72,7 +72,7 @@ def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, 
     imports overlap the stop); otherwise launch it once the stopped run's outcome is in."""
     import ray
 
-    from executors.api import GPUSlot, RunRequest
+    from pcs_ray.contract import GPUSlot, RunRequest
     from executors.launch import launch
 
     @ray.remote(num_cpus=0)

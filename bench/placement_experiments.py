@@ -36,7 +36,7 @@ import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement, read_topo
 from pcs_ray.placement.bandwidth import EffBWRegression
 from pcs_ray.placement.profiles import apply_profile, load_profile
@@ -47,7 +47,7 @@ from pcs_ray.simulator import simulate
 from pcs_ray.state import Snapshot
 from workloads.traces import read_sia_philly
 
-DATA = shared_data_dir()
+DATA = data_dir()
 SIA = [DATA / "pal" / "sia-philly" / f"workload-{k}.csv" for k in range(1, 8)]
 DGX1 = DATA / "topology" / "dgx1-v100.topo"
 SIA_PLACEMENTS = ["packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal",

@@ -31,14 +31,14 @@ import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement, read_topo
 from pcs_ray.placement.bandwidth import default_regression, subset_table
 from pcs_ray.placement.profiles import apply_profile, load_profile
 from pcs_ray.state import JobState, Snapshot
 from workloads.traces import read_sia_philly
 
-DATA = shared_data_dir()
+DATA = data_dir()
 TOPO = DATA / "topology"
 SETUPS = {  # placement -> (GPUs per node, topology file or None)
     "pal": (4, None),
@@ -163,7 +163,7 @@ def vf2_matching(topo_file: str, sizes=range(2, 6), trials: int = 10, seed: int 
     from networkx.algorithms import isomorphism
 
     from pcs_ray.placement.bandwidth import pattern_edges
-    from pcs_ray.placement.topology import hardware_graph
+    from pcs_ray.topology import hardware_graph
 
     topo = read_topo(TOPO / topo_file)
     hw = hardware_graph(topo)

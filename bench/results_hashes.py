@@ -26,11 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-DATA = shared_data_dir()
+DATA = data_dir()
 
 # The columns that existed before any refactoring: later columns (explanations) are not hashed.
 COLUMNS = ("job_id", "submit", "service", "max_gpus", "start", "finish", "jct", "first_pred", "last_pred",

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pcs_ray.metrics import summarize  # noqa: E402
-from pcs_ray.paths import BUNDLED_DATA, shared_data_dir  # noqa: E402
+from pcs_ray.data import data_dir, pcs_config  # noqa: E402
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy  # noqa: E402
 from pcs_ray.simulator import simulate  # noqa: E402
 from workloads.generator import generate_workload  # noqa: E402
@@ -37,7 +37,7 @@ def peak_rss_mib() -> float:
 
 
 def bench_trace(workers: int) -> dict:
-    data = shared_data_dir() / "pcs"
+    data = data_dir() / "pcs"
     jobs = read_pcs_trace(data / "traces" / "trace_0e4a51.csv")
     policy = WFQPolicy(WFQConfig.load(data / "configs" / "PCS_config_0e4a51_jct.json"))
     t0 = time.perf_counter()
@@ -61,7 +61,7 @@ def bench_policies() -> list[dict]:
     runs = []
     policies = [(n, create_policy(n)) for n in POLICIES if n != "pcs"]
     for kind in ("jct", "bal", "pred"):
-        policies.append((f"pcs-{kind}", WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{kind}.json"))))
+        policies.append((f"pcs-{kind}", WFQPolicy(WFQConfig.load(pcs_config("themis1", kind)))))
     for label, policy in policies:
         walls = {}
         for workers in (1, 2):

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pcs_ray.cli import BUNDLED_PCS  # noqa: E402
-from pcs_ray.paths import BUNDLED_DATA  # noqa: E402
+from pcs_ray.data import pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.front import (  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> None:
     ray_ready = time.perf_counter() - started
     search = Search(problem, backend)
     # References first: a fixed cost (Themis takes ~3 s a simulation), so the search can spend the rest.
-    published_cfg = [(f"pcs-{k}", WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")) for k in BUNDLED_PCS]
+    published_cfg = [(f"pcs-{k}", WFQConfig.load(pcs_config("themis1", k))) for k in BUNDLED_PCS]
     refs = search.references(published_cfg)
     references_s = time.perf_counter() - started - ray_ready
     reports = []

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pcs_ray.cli import BUNDLED_PCS  # noqa: E402
-from pcs_ray.paths import BUNDLED_DATA  # noqa: E402
+from pcs_ray.data import pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> None:
     ends, c2_at = record_cuts(sizes)
     out = {"objectives": args.objectives, "train_sizes": len(sizes), "reachable_first_cuts": len(ends), "configs": {}}
     for kind in BUNDLED_PCS:
-        cfg = WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{kind}.json")
+        cfg = WFQConfig.load(pcs_config("themis1", kind))
         t1 = cfg.thresholds[0]
         i = bisect.bisect_right(ends, t1)
         below = ends[i - 1] if i > 0 else None

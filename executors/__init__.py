@@ -1,6 +1,6 @@
 """pcs-ray executors: run real training on exactly the GPUs placement chose.
 
-- ``api``: the coordinator <-> runner contract (``GPUSlot``, ``RunRequest``, ``RunOutcome``).
+- the coordinator <-> runner contract (``GPUSlot``, ``RunRequest``, ``RunOutcome``) is ``pcs_ray.contract``, in the core.
 - ``launch``: ``launch(request) -> RunHandle`` (``done``, ``request_stop()``, ``kill()``), ``stop(handle, grace_s)``.
 - ``runner``: the Ray actor, one per GPU (``num_gpus=0`` + the GPU's custom resource; sets ``CUDA_VISIBLE_DEVICES``).
 - ``training``: the deterministic, preemptible loop (``TrainingSession``, ``run_training``); DDP for several GPUs.

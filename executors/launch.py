@@ -9,7 +9,7 @@ mean data-parallel training (torch DDP, one rank per GPU, rank 0 on the
 first GPU).
 
 ``RunHandle.done`` is an object ref that resolves to a
-:class:`executors.api.RunOutcome` in every case: finished, preempted, or
+:class:`pcs_ray.contract.RunOutcome` in every case: finished, preempted, or
 failed (a crash, or a runner killed by :meth:`RunHandle.kill`; then ``step``
 is the newest checkpoint's step, where the next launch resumes). A small
 zero-CPU watcher task produces it and frees the GPUs when the run ends.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import ray
 
-from executors.api import RunOutcome, RunRequest
+from pcs_ray.contract import RunOutcome, RunRequest
 from executors.runner import RemoteRunner, failed_outcome
 from pcs_ray.resources import gpu_resource
 

@@ -18,7 +18,7 @@ import traceback
 
 import ray
 
-from executors.api import GPUSlot, RunOutcome, RunRequest
+from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from executors.checkpoint import peek_step
 
 

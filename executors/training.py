@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import default_collate
 
-from executors.api import RunOutcome, RunRequest
+from pcs_ray.contract import RunOutcome, RunRequest
 from executors.checkpoint import capture_rng_state, load_checkpoint, remove_stale_temporaries, restore_rng_state, save_checkpoint
 from workloads.models import get_workload
 

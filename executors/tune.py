@@ -2,7 +2,7 @@
 
 ::
 
-    tuner = PCSTuner(trainable, param_space=..., iterations=20, client=pcs_ray.Client())
+    tuner = PCSTuner(trainable, param_space=..., iterations=20, client=pcs_ray.client.Client())
     print(tuner.predict()["predicted_completion"])   # at once, before any trial ran
     results = tuner.fit()
 
@@ -63,7 +63,7 @@ def pin_trial_gpus() -> list[str]:
 
 # -- the coordinator, in-process or through Ray ----------------------------------
 class LocalCoordinator:
-    """The Ray-free coordinator core behind the same calls as :class:`pcs_ray.Client` (tests, benches)."""
+    """The Ray-free coordinator core behind the same calls as :class:`pcs_ray.client.Client` (tests, benches)."""
 
     def __init__(self, core) -> None:
         self.core = core

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pcs_ray.cluster import ClusterSpec, ClusterSpecError, load_cluster_spec
-from pcs_ray.paths import BUNDLED_DATA
+from pcs_ray.data import pcs_config
 from pcs_ray.policies import POLICIES, ConfigError, SchedulingPolicy, WFQConfig, WFQPolicy, create_policy
 from workloads.errors import WorkloadError
 
@@ -97,7 +97,7 @@ class PolicyRun:
 def _pcs_runs(pcs_configs: list[Path]) -> list[PolicyRun]:
     if not pcs_configs:
         return [
-            PolicyRun(f"pcs-{k}", WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")))
+            PolicyRun(f"pcs-{k}", WFQPolicy(WFQConfig.load(pcs_config("themis1", k))))
             for k in BUNDLED_PCS
         ]
     stems = [p.stem for p in pcs_configs]
@@ -124,7 +124,7 @@ def resolve_policies(names: list[str], pcs_configs: list[Path]) -> list[PolicyRu
             runs.extend(_pcs_runs(pcs_configs))
         elif name.startswith("pcs-") and name[4:] in BUNDLED_PCS:
             key = name[4:]
-            runs.append(PolicyRun(name, WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{key}.json"))))
+            runs.append(PolicyRun(name, WFQPolicy(WFQConfig.load(pcs_config("themis1", key)))))
         else:
             runs.append(PolicyRun(name, create_policy(name)))
     seen: set[str] = set()
@@ -351,7 +351,7 @@ def simulate_cmd(
     if placement is None and (profile is not None or topology is not None or locality_penalty is not None):
         raise UsageError("--profile, --topology and --locality-penalty need --placement")
     if topology is not None and gpus_per_node is None and cluster is None:
-        from pcs_ray.placement.topology import read_topo
+        from pcs_ray.topology import read_topo
 
         gpus_per_node = read_topo(topology).size  # one topology per node: nodes of its size
     spec = load_cluster_spec(cluster) if cluster is not None else ClusterSpec.homogeneous(gpus, gpus_per_node)

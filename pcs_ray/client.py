@@ -1,4 +1,4 @@
-"""``pcs_ray.Client``: submit jobs to a running coordinator and follow them.
+"""``pcs_ray.client.Client``: submit jobs to a running coordinator and follow them.
 
 ::
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 
 NODES, GPUS_PER_NODE = ("node0", "node1"), 4
 DEADLINE_S = 280.0  # stop waiting (and report what finished) well inside five minutes
@@ -77,9 +77,9 @@ def _calibration_jobs() -> list[dict]:
 
 def _half_dgx_topology(folder: Path) -> Path | None:
     """GPUs 0-3 of a DGX-1 V100 (one NVLink hybrid-cube-mesh half), as an `nvidia-smi topo -m` file."""
-    from pcs_ray.placement.topology import read_topo
+    from pcs_ray.topology import read_topo
 
-    src = shared_data_dir() / "topology" / "dgx1-v100.topo"
+    src = data_dir() / "topology" / "dgx1-v100.topo"
     if not src.is_file():
         return None
     full = read_topo(src)
@@ -94,7 +94,7 @@ def _half_dgx_topology(folder: Path) -> Path | None:
 
 def _variability_scores(seed: int) -> list[dict[str, float]] | None:
     """Per-class PM-scores of 8 GPUs drawn without repetition from PAL's measured 32-GPU profile."""
-    path = shared_data_dir() / "pal" / "variability" / "32gpu-variability.csv"
+    path = data_dir() / "pal" / "variability" / "32gpu-variability.csv"
     if not path.is_file():
         return None
     with path.open(newline="") as f:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec, ClusterSpecError, GPUSpec, NodeSpec, load_cluster_spec, sim_uuid
-from pcs_ray.placement.topology import TopoMatrix
+from pcs_ray.topology import TopoMatrix
 from pcs_ray.resources import gpu_resource
 
 # NVML's common-ancestor levels -> nvidia-smi topo -m codes.
@@ -160,7 +160,7 @@ def local_node(node_name: str | None = None, spec_path: str | Path | None = None
             gpus = [GPUInfo(index=g.index, uuid=g.uuid) for g in node.gpus]
             topo = None
             if node.topology:
-                from pcs_ray.placement.topology import read_topo
+                from pcs_ray.topology import read_topo
 
                 topo = read_topo(node.topology)
             return NodeInventory(node.name, gpus, topo, "cluster-spec", ["logical GPUs (no NVML device)"])

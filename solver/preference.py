@@ -24,7 +24,7 @@ from pathlib import Path
 from pcs_ray.job import JobSpec
 from pcs_ray.policies import WFQConfig
 from solver.front import FrontPoint
-from solver.history import read_history
+from workloads.history import read_history
 from solver.objectives import Objective, parse_objective, parse_objectives
 from solver.search import Problem, Search
 from solver.space import canonical_dict

@@ -7,18 +7,20 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
 import yaml
 
 from pcs_ray import cli
-from pcs_ray.paths import BUNDLED_DATA, REPO_ROOT, shared_data_dir
+from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 SMALL = ["simulate", "--workload", "themis1", "--num-apps", "30", "--gpus", "16"]
-TRACE = shared_data_dir() / "pcs" / "traces" / "trace_51b7ef.csv"
-needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason=f"shared reference trace not found at {TRACE}")
+TRACE = data_dir() / "pcs" / "traces" / "trace_51b7ef.csv"
 
 SUMMARY_KEYS = {
     "policy", "jobs", "gpus", "avg_jct", "p50_jct", "p99_jct", "makespan", "avg_pred_err", "p99_pred_err",
@@ -99,8 +101,8 @@ def test_default_runs_every_policy(capsys):
 
 
 def test_pcs_config_files_are_labelled_by_stem(capsys, tmp_path):
-    a = shutil.copy(BUNDLED_DATA / "PCS_config_themis1_jct.json", tmp_path / "mine.json")
-    b = shutil.copy(BUNDLED_DATA / "PCS_config_themis1_pred.json", tmp_path / "other.json")
+    a = shutil.copy(pcs_config("themis1", "jct"), tmp_path / "mine.json")
+    b = shutil.copy(pcs_config("themis1", "pred"), tmp_path / "other.json")
     data = run_json(capsys, *SMALL, "-p", "fifo,pcs", "--pcs-config", a, "--pcs-config", b)
     assert [r["policy"] for r in data["runs"]] == ["fifo", "pcs:mine", "pcs:other"]
     bundled = run_json(capsys, *SMALL, "-p", "pcs-jct")
@@ -118,7 +120,6 @@ def test_cluster_spec_sets_the_capacity(capsys, tmp_path):
     assert (split["workload"]["nodes"], split["workload"]["gpus_per_node"]) == (3, None)
 
 
-@needs_trace
 def test_real_trace(capsys):
     data = run_json(capsys, "simulate", "--trace", TRACE, "--gpus", "8", "-p", "fifo,pcs-bal")
     with TRACE.open() as f:
@@ -128,10 +129,7 @@ def test_real_trace(capsys):
     assert data["workload"]["source"] == "trace" and data["workload"]["speedup"] == "linear"
 
 
-@needs_trace
 def test_real_trace_with_model_speedups(capsys):
-    if not (shared_data_dir() / "pcs" / "speedup-curves.json").is_file():
-        pytest.skip("no speedup curves")
     linear = run_json(capsys, "simulate", "--trace", TRACE, "--gpus", "8", "-p", "srtf")
     model = run_json(capsys, "simulate", "--trace", TRACE, "--gpus", "8", "-p", "srtf", "--speedup", "model")
     assert model["workload"]["speedup"] == "model"

@@ -179,7 +179,7 @@ def test_journal_replay_rebuilds_state_and_requeues_lost_runners(tmp_path):
 
 
 def test_history_is_written_for_finished_jobs(tmp_path):
-    from solver.history import read_history_records
+    from workloads.history import read_history_records
 
     hist = tmp_path / "history.jsonl"
     core, clock = make(history_path=hist)

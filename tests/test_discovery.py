@@ -9,8 +9,8 @@ import pytest
 
 from pcs_ray.cluster import ClusterSpec, ClusterSpecError
 from pcs_ray.discovery import cluster_from_ray_nodes, local_node, nvml_inventory, ray_start_args
-from pcs_ray.placement.topology import parse_topo
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.topology import parse_topo
+from pcs_ray.data import data_dir
 
 
 class FakeNVML:
@@ -89,7 +89,7 @@ def test_nvml_inventory_reads_uuids_power_clocks_and_links():
 
 
 def test_nvml_matrix_matches_the_topo_file_format():
-    text = (shared_data_dir() / "topology" / "dgx1-v100.topo").read_text()
+    text = (data_dir() / "topology" / "dgx1-v100.topo").read_text()
     parsed = parse_topo(text)
     # Same type and codes either way: the matrix built from NVML is a TopoMatrix too.
     assert type(parsed) is type(nvml_inventory("x", FakeNVML()).topology)

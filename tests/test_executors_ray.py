@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from executors.api import GPUSlot, RunRequest
+from pcs_ray.contract import GPUSlot, RunRequest
 from executors.checkpoint import load_checkpoint, peek_step
 
 TOTAL = 30

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from executors import training
-from executors.api import GPUSlot, RunRequest
+from pcs_ray.contract import GPUSlot, RunRequest
 from executors.checkpoint import LATEST, load_checkpoint
 from executors.training import DataStream, ProgressReporter, run_training, shard
 

@@ -10,13 +10,13 @@ import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.bandwidth import CommModel, EffBWRegression, pattern_edges, subset_table
-from pcs_ray.placement.topology import read_topo
+from pcs_ray.topology import read_topo
 from pcs_ray.state import JobState, Snapshot
 
-DATA = shared_data_dir()
+DATA = data_dir()
 DGX1 = read_topo(DATA / "topology" / "dgx1-v100.topo")
 EFFBW_JSON = DATA / "mapa" / "effbw-dgx1v.json"
 ONE_NODE = ClusterSpec.homogeneous(8, 8)

@@ -10,14 +10,14 @@ import pytest
 from pcs_ray.cli import run
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.profiles import apply_profile, load_profile
 from pcs_ray.policies import create_policy
 from pcs_ray.simulator import simulate
 from workloads.traces import read_sia_philly
 
-DATA = shared_data_dir()
+DATA = data_dir()
 SIA1 = DATA / "pal" / "sia-philly" / "workload-1.csv"
 DGX1 = DATA / "topology" / "dgx1-v100.topo"
 

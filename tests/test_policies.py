@@ -15,7 +15,7 @@ import random
 import pytest
 
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import BUNDLED_DATA, shared_data_dir
+from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, create_policy
 from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate_allocation
 from pcs_ray.policies.themis import ThemisPolicy, fractional_speedup
@@ -23,9 +23,8 @@ from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
 from pcs_ray.state import JobState, Snapshot
 from workloads.demand import SubLinearDemand, speedup_table
 
-DATA = shared_data_dir()
+DATA = data_dir()
 CONFIG_DIR = DATA / "pcs" / "configs"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared reference data not found at {DATA}")
 
 # A sub-linear table whose efficiencies speedup(k)/k are (1, .75, .72, .6):
 # far from the zeta steps used below, so no test sits on a rounding boundary.
@@ -533,13 +532,12 @@ def test_fifo_completion_bound_is_sequential():
 
 
 def _config_files():
-    files = sorted(BUNDLED_DATA.glob("PCS_config_*.json"))
+    files = sorted((data_dir() / "pcs" / "configs").glob("PCS_config_*.json"))
     if CONFIG_DIR.is_dir():
         files += sorted(CONFIG_DIR.glob("*.json"))
     return files
 
 
-@needs_data
 def test_shared_config_folder_is_not_empty():
     assert len(list(CONFIG_DIR.glob("*.json"))) >= 30
 
@@ -795,7 +793,7 @@ def _contract_policies():
         pytest.param(create_policy("themis", lease=10.0), id="themis-10"),
         pytest.param(WFQPolicy(WFQConfig((50.0, 400.0, math.inf), (0.6, 0.3, 0.1), 0.7, 0.1)), id="pcs-3q-zeta"),
         pytest.param(WFQPolicy(WFQConfig((100.0, math.inf), (0.2, 0.8), 0.95, 0.0)), id="pcs-2q-zeta-delta0"),
-        pytest.param(WFQPolicy(WFQConfig.load(BUNDLED_DATA / "PCS_config_themis1_jct.json")), id="pcs-themis1-jct"),
+        pytest.param(WFQPolicy(WFQConfig.load(pcs_config("themis1", "jct"))), id="pcs-themis1-jct"),
     ]
     return out
 

@@ -12,14 +12,14 @@ import pytest
 
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.metrics import summarize
-from pcs_ray.paths import BUNDLED_DATA, shared_data_dir
+from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy
 from pcs_ray.simulator import simulate
 from pcs_ray.state import JobState
 from workloads.demand import SubLinearDemand, speedup_table
 from workloads.generator import generate_workload
 
-DATA = shared_data_dir()
+DATA = data_dir()
 PHILLY = DATA / "pcs" / "traces" / "trace_0e4a51.csv"
 
 
@@ -130,7 +130,7 @@ def _all_policies():
 
 def _make_policy(name, kw):
     if name == "pcs" and not kw:
-        return WFQPolicy(WFQConfig.load(BUNDLED_DATA / "PCS_config_themis1_jct.json"))
+        return WFQPolicy(WFQConfig.load(pcs_config("themis1", "jct")))
     return create_policy(name, **kw)
 
 
@@ -270,7 +270,7 @@ def test_overhead_rejects_negative():
     ],
 )
 def test_wfq_completion_bound_holds(config, make):
-    policy = WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{config}.json"))
+    policy = WFQPolicy(WFQConfig.load(pcs_config("themis1", config)))
     result = simulate(make(), 16, policy)
     bounded = [r for r in result.records if r.bound is not None]
     assert len(bounded) >= 40  # the check is not vacuous
@@ -334,7 +334,6 @@ def test_simulate_input_errors(jobs, capacity, fragment):
 # --- a real trace ---------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not PHILLY.is_file(), reason=f"no trace at {PHILLY}")
 def test_philly_trace_fifo_64_gpus():
     from workloads.traces import read_pcs_trace
 

@@ -7,20 +7,23 @@ import math
 import os
 import signal
 import subprocess
+from pathlib import Path
 import sys
 import time
 
 import pytest
 
 from pcs_ray import cli
-from pcs_ray.paths import REPO_ROOT
+from pcs_ray.data import pcs_config
 from pcs_ray.policies import WFQConfig
 from solver.evaluate import Evaluator
-from solver.history import HistoryRecord, append_history
+from workloads.history import HistoryRecord, append_history
 from solver.objectives import parse_objectives
 from solver.preference import PreferenceError, PreferenceSolver, choose, default_config_path
 from solver.search import Problem, Search
 from solver.workload import WorkloadSource, bootstrap
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 OBJ = parse_objectives("jct:avg,pred_err:avg")
 SMALL = ["solve", "--workload", "themis1", "--num-apps", "30", "--gpus", "8", "--population", "6",
@@ -272,10 +275,10 @@ def test_cli_workload_option_conflicts(capsys, tmp_path):
 
 
 def test_reference_configurations_never_enter_the_front():
-    from pcs_ray.paths import BUNDLED_DATA
+    from pcs_ray.data import pcs_config
 
     search = Search(small_problem())
-    published = WFQConfig.load(BUNDLED_DATA / "PCS_config_themis1_pred.json")
+    published = WFQConfig.load(pcs_config("themis1", "pred"))
     spec = search.references([("pcs-pred", published)])[-1].spec  # evaluated through the same cache
     for i in range(len(search.train)):  # pretend it beats everything: it must still stay out
         search.evaluator.cache._values[(spec, "train", i)] = (0.0, 0.0)

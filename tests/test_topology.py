@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pcs_ray.paths import shared_data_dir
-from pcs_ray.placement.topology import TopologyError, hardware_graph, link_bandwidth, nvlinks, parse_topo, read_topo
+from pcs_ray.data import data_dir
+from pcs_ray.topology import TopologyError, hardware_graph, link_bandwidth, nvlinks, parse_topo, read_topo
 
-TOPO = shared_data_dir() / "topology"
+TOPO = data_dir() / "topology"
 FIXTURES = {  # file -> (GPUs, sockets)
     "dgx1-v100.topo": (8, [0, 0, 0, 0, 1, 1, 1, 1]),
     "dgx1-p100.topo": (8, [0, 0, 0, 0, 1, 1, 1, 1]),

@@ -12,12 +12,11 @@ import pytest
 
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.metrics import summarize
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from pcs_ray.policies import create_policy
 from pcs_ray.simulator import simulate
 
-DATA = shared_data_dir() / "pcs" / "reference"
-pytestmark = pytest.mark.skipif(not (DATA / "fig1a.json").is_file(), reason=f"no PCS reference data in {DATA}")
+DATA = data_dir() / "pcs" / "reference"
 
 
 def _fig(name):

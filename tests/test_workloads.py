@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from pcs_ray.paths import BUNDLED_DATA, shared_data_dir
+from pcs_ray.data import data_dir
 from workloads.errors import WorkloadError
 from workloads.generator import EmpiricalCDF, available_workloads, generate_workload
 from workloads.traces import (
@@ -20,8 +20,7 @@ from workloads.traces import (
     read_trace,
 )
 
-DATA = shared_data_dir()
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared reference data not found at {DATA}")
+DATA = data_dir()
 PHILLY = DATA / "pcs" / "traces" / "trace_0e4a51.csv"
 WORKLOADS = DATA / "pcs" / "workloads"
 
@@ -34,7 +33,6 @@ def _csv_rows(path):
 # --- PCS / Philly -----------------------------------------------------------
 
 
-@needs_data
 def test_pcs_trace_arrivals_are_cumulative_sleep_times():
     jobs = read_pcs_trace(PHILLY)
     rows = _csv_rows(PHILLY)
@@ -52,7 +50,6 @@ def test_pcs_trace_arrivals_are_cumulative_sleep_times():
     assert [(j.submit_time, j.job_id) for j in jobs] == sorted((j.submit_time, j.job_id) for j in jobs)
 
 
-@needs_data
 def test_pcs_trace_model_speedup_curves():
     curves = json.loads((DATA / "pcs" / "speedup-curves.json").read_text())["models"]
     jobs = read_pcs_trace(PHILLY, speedup="model")
@@ -72,7 +69,6 @@ def test_pcs_trace_unknown_model_falls_back_to_linear(tmp_path):
     assert job.speedup == (0.0, 1.0, 2.0, 3.0, 4.0)
 
 
-@needs_data
 def test_testbed_traces():
     path = DATA / "pcs" / "testbed" / "trace_themis1_scaled.csv"
     rows = _csv_rows(path)
@@ -88,7 +84,6 @@ def test_testbed_traces():
 # --- Sia-Philly -------------------------------------------------------------
 
 
-@needs_data
 def test_sia_philly_rigid_jobs_and_class_mapping():
     path = DATA / "pal" / "sia-philly" / "workload-1.csv"
     jobs = read_sia_philly(path)
@@ -190,7 +185,7 @@ def test_cdf_out_of_order_rows_and_jumps(tmp_path):
 
 
 def test_cdf_mean_matches_sampling_on_real_files():
-    for path in [BUNDLED_DATA / "cdf-app-service-times-themis1.csv",
+    for path in [data_dir() / "pcs" / "workloads" / "cdf-app-service-times-themis1.csv",
                  *sorted(WORKLOADS.glob("cdf-app-service-times-workload_*.csv"))[:3]]:
         cdf = EmpiricalCDF.from_csv(path)
         assert np.all(np.diff(cdf.probs) >= 0)
@@ -219,7 +214,7 @@ def test_generator_is_deterministic():
 
 
 def test_generator_bundled_themis1_offered_load():
-    jobs = generate_workload("themis1", 2000, 64, load=0.7, seed=1, dirs=[BUNDLED_DATA])
+    jobs = generate_workload("themis1", 2000, 64, load=0.7, seed=1, dirs=[data_dir() / "pcs" / "workloads"])
     assert jobs[0].submit_time == 0
     offered = sum(j.service for j in jobs) / (64 * jobs[-1].submit_time)
     assert offered == pytest.approx(0.7, rel=0.25)
@@ -227,7 +222,6 @@ def test_generator_bundled_themis1_offered_load():
     assert max(j.max_gpus for j in jobs) > 1  # themis1 apps are multi-job sweeps
 
 
-@needs_data
 @pytest.mark.parametrize("name", ["workload_0e4a51", "philly", "gavel"])
 def test_generator_shared_workloads(name):
     jobs = generate_workload(name, 500, 32, load=1.2, seed=3)
@@ -239,12 +233,12 @@ def test_generator_shared_workloads(name):
 
 def test_generator_unknown_workload_lists_available(tmp_path):
     with pytest.raises(WorkloadError, match=r"unknown workload 'nope'.*available: .*themis1"):
-        generate_workload("nope", 10, 8, dirs=[tmp_path, BUNDLED_DATA])
-    assert "themis1" in available_workloads([BUNDLED_DATA])
+        generate_workload("nope", 10, 8, dirs=[tmp_path, data_dir() / "pcs" / "workloads"])
+    assert "themis1" in available_workloads([data_dir() / "pcs" / "workloads"])
 
 
 @pytest.mark.parametrize("kw", [{"num_apps": 0}, {"num_gpus": 0}, {"load": 0}, {"load": -1}])
 def test_generator_validates_arguments(kw):
     args = {"num_apps": 10, "num_gpus": 8, "load": 0.9} | kw
     with pytest.raises(WorkloadError):
-        generate_workload("themis1", dirs=[BUNDLED_DATA], **args)
+        generate_workload("themis1", dirs=[data_dir() / "pcs" / "workloads"], **args)

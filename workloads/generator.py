@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import pcs_workload_dirs
+from pcs_ray.data import data_dir
 from workloads.errors import WorkloadError
 
 SERVICE = "app-service-times"
@@ -115,7 +115,7 @@ def available_workloads(dirs: list[str | Path] | None = None) -> list[str]:
     """Names that have a service-time CDF in any of ``dirs``."""
     prefix = f"cdf-{SERVICE}-"
     names = set()
-    for d in map(Path, dirs if dirs is not None else pcs_workload_dirs()):
+    for d in map(Path, dirs if dirs is not None else [data_dir() / "pcs" / "workloads"]):
         if d.is_dir():
             names.update(p.name[len(prefix) : -len(".csv")] for p in d.glob(f"{prefix}*.csv"))
     return sorted(names)
@@ -148,7 +148,7 @@ def generate_workload(
         raise WorkloadError(f"num_gpus must be >= 1, got {num_gpus}")
     if not (load > 0 and math.isfinite(load)):
         raise WorkloadError(f"load must be > 0, got {load}")
-    search = [Path(d) for d in (dirs if dirs is not None else pcs_workload_dirs())]
+    search = [Path(d) for d in (dirs if dirs is not None else [data_dir() / "pcs" / "workloads"])]
 
     def cdf(quantity: str) -> EmpiricalCDF | None:
         path = _cdf_path(quantity, name, search)

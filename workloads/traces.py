@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.paths import shared_data_dir
+from pcs_ray.data import data_dir
 from workloads.demand import TabulatedDemand, load_speedup_curves, speedup_table
 from workloads.errors import WorkloadError
 
@@ -41,7 +41,7 @@ SIA_BW_HEAVY = frozenset({"resnet50", "vgg19", "bert", "gpt2"})
 
 
 def default_curves_path() -> Path:
-    return shared_data_dir() / "pcs" / "speedup-curves.json"
+    return data_dir() / "pcs" / "speedup-curves.json"
 
 
 @dataclass(frozen=True)

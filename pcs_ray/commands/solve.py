@@ -50,12 +50,12 @@ def _parse_reference(path: Path):
 
 def _default_references(workload: str | None):
     from pcs_ray.cli import BUNDLED_PCS
-    from pcs_ray.paths import BUNDLED_DATA
+    from pcs_ray.data import pcs_config
     from pcs_ray.policies import WFQConfig
 
     if workload != "themis1":
         return []
-    return [(f"pcs-{k} (artifact)", WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{k}.json")) for k in BUNDLED_PCS]
+    return [(f"pcs-{k} (artifact)", WFQConfig.load(pcs_config("themis1", k))) for k in BUNDLED_PCS]
 
 
 def _pick(front: Path | None, pick: int | None, prefer: str | None, out: Path | None, set_config: bool,

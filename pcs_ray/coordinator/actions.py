@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executors.api import RunRequest
+from pcs_ray.contract import RunRequest
 
 
 @dataclass(frozen=True)

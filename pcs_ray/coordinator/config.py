@@ -16,7 +16,7 @@ from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.jobfile import registered_workloads
-from pcs_ray.paths import BUNDLED_DATA
+from pcs_ray.data import pcs_config
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy, WFQConfig, WFQPolicy, create_policy
 
@@ -66,7 +66,7 @@ def build_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
             raise ValueError("policy 'pcs' needs a WFQ configuration (--pcs-config FILE)")
         return WFQPolicy(WFQConfig.from_dict(wfq, "pcs config"))
     if key.startswith("pcs-") and key[4:] in BUNDLED_PCS:
-        return WFQPolicy(WFQConfig.load(BUNDLED_DATA / f"PCS_config_themis1_{key[4:]}.json"))
+        return WFQPolicy(WFQConfig.load(pcs_config("themis1", key[4:])))
     return create_policy(key)
 
 

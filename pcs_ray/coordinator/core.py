@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from executors.api import GPUSlot, RunRequest
+from pcs_ray.contract import GPUSlot, RunRequest
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator.actions import Action, StartRun, StopRun
 from pcs_ray.coordinator.journal import Journal
@@ -527,7 +527,7 @@ class Coordinator:
     def _write_history(self, job: LiveJob) -> None:
         if self.history_path is None:
             return
-        from solver.history import HistoryRecord, append_history
+        from workloads.history import HistoryRecord, append_history
 
         append_history(self.history_path, HistoryRecord(
             job_id=job.job_id, submit_time=self.wall(job.submit), gpus=job.spec.gpus,

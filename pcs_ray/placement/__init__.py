@@ -14,7 +14,7 @@ from pcs_ray.placement.packed import PackedPlacement
 from pcs_ray.placement.pal import PALPlacement
 from pcs_ray.placement.pmfirst import PMFirstPlacement
 from pcs_ray.placement.random_ import RandomPlacement
-from pcs_ray.placement.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
+from pcs_ray.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
 
 #: name -> (class, fixed keyword arguments)
 PLACEMENTS: dict[str, tuple[type[Placement], dict]] = {

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from pcs_ray.job import JobSpec
-from pcs_ray.paths import shared_data_dir
-from pcs_ray.placement.topology import PCIE_CODES, TopoMatrix, link_bandwidth, nvlinks
+from pcs_ray.data import data_dir
+from pcs_ray.topology import PCIE_CODES, TopoMatrix, link_bandwidth, nvlinks
 
 PATTERNS = ("ring", "tree", "all-to-all")
 _ALIASES = {"ring": "ring", "tree": "tree", "chain": "tree", "all-to-all": "all-to-all", "alltoall": "all-to-all",
@@ -86,7 +86,7 @@ class EffBWRegression:
 
     @classmethod
     def from_json(cls, path: str | Path | None = None) -> "EffBWRegression":
-        p = Path(path) if path is not None else shared_data_dir() / "mapa" / "effbw-dgx1v.json"
+        p = Path(path) if path is not None else data_dir() / "mapa" / "effbw-dgx1v.json"
         try:
             raw = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:

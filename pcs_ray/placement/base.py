@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.placement.topology import TopoMatrix, read_topo
+from pcs_ray.topology import TopoMatrix, read_topo
 from pcs_ray.state import JobState, Snapshot
 
 

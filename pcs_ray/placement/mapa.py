@@ -23,7 +23,7 @@ import numpy as np
 from pcs_ray.placement.bandwidth import CommModel, SubsetTable, uniform_topology
 from pcs_ray.placement.base import Placement
 from pcs_ray.placement.packed import packed_select
-from pcs_ray.placement.topology import link_bandwidth, nvlinks
+from pcs_ray.topology import link_bandwidth, nvlinks
 from pcs_ray.state import JobState
 
 VARIANTS = ("baseline", "topo", "greedy", "preserve")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.paths import shared_data_dir
+from pcs_ray import data
 
 CLASSES = ("A", "B", "C", "D")
 
@@ -81,7 +81,7 @@ def _draw(rng: np.random.Generator, available: int, wanted: int) -> np.ndarray:
 
 def load_profile(name_or_path: str | Path, data_dir: str | Path | None = None) -> VariabilityProfile:
     """A named profile (``longhorn``, ``frontera``, ``ls6``, ``32gpu``) or a CSV file."""
-    base = Path(data_dir) if data_dir is not None else shared_data_dir() / "pal" / "variability"
+    base = Path(data_dir) if data_dir is not None else data.data_dir() / "pal" / "variability"
     key = str(name_or_path).lower()
     if key in _APP_FILES:
         cache: dict[str, np.ndarray] = {}

@@ -1,0 +1,147 @@
+"""Packages in tiers, ground first, and no import cycles between files.
+
+Tiers: the pure core (``pcs_ray`` minus the coordinator, client and CLI) <
+``workloads`` < ``solver`` and ``executors`` < ``pcs_ray.coordinator`` and
+``pcs_ray.client`` < the CLI (``pcs_ray.cli``, ``pcs_ray.commands``). A module
+may import its own tier or lower ones, never a higher one (a same-tier import
+between ``solver`` and ``executors`` is not allowed either: they are siblings).
+Every import counts, also those inside functions, because a lazy import is
+still a dependency. The core and ``workloads`` must not import Ray, and the
+core must not import torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("pcs_ray", "workloads", "solver", "executors")
+
+
+def within(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def tier_of(module: str) -> tuple[int, str]:
+    """(rank, group): a module may import groups of lower rank, or its own group."""
+    if within(module, "pcs_ray.cli", "pcs_ray.commands", "pcs_ray.__main__"):
+        return 4, "cli"
+    if within(module, "pcs_ray.coordinator", "pcs_ray.client"):
+        return 3, "coordinator"
+    top = module.split(".")[0]
+    if top in ("solver", "executors"):
+        return 2, top
+    if top == "workloads":
+        return 1, "workloads"
+    return 0, "core"
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def imports_of(module: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """(imported project module, line) for every import statement in the file.
+
+    Only what the statement names counts: the parent packages Python initialises on the way
+    are not edges, or every package whose ``__init__`` re-exports its modules would be a cycle.
+    """
+    is_pkg = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            target = name
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.append((target, node.lineno))
+    return found
+
+
+def graph() -> tuple[nx.DiGraph, dict[tuple[str, str], int]]:
+    known = modules()
+    g = nx.DiGraph()
+    lines = {}
+    for mod, path in known.items():
+        g.add_node(mod)
+        for target, line in imports_of(mod, path, known):
+            g.add_edge(mod, target)
+            lines.setdefault((mod, target), line)
+    return g, lines
+
+
+def third_party(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_every_import_goes_down_a_tier():
+    g, lines = graph()
+    known = modules()
+    bad = []
+    for src, dst in g.edges:
+        (rs, gs), (rd, gd) = tier_of(src), tier_of(dst)
+        if rd > rs or (rd == rs and gs != gd):
+            bad.append(f"{known[src].relative_to(ROOT)}:{lines[(src, dst)]} imports {dst} ({gd} tier) from the {gs} tier")
+    assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles_between_files():
+    g, lines = graph()
+    cycles = [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_core_and_workloads_need_neither_ray_nor_torch_in_the_core():
+    known = modules()
+    bad = defaultdict(set)
+    for mod, path in known.items():
+        rank, _ = tier_of(mod)
+        deps = third_party(path)
+        if rank <= 1 and "ray" in deps:
+            bad[mod].add("ray")
+        if rank == 0 and deps & {"torch", "torchvision"}:
+            bad[mod] |= deps & {"torch", "torchvision"}
+    assert not bad, "\n".join(f"{m} imports {sorted(d)}" for m, d in sorted(bad.items()))
+
+
+def test_the_checker_sees_an_upward_import(tmp_path):
+    """The parser resolves relative and absolute imports, so a violation cannot hide."""
+    pkg = tmp_path / "pcs_ray" / "placement"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pcs_ray" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .x import y\n")
+    (pkg / "x.py").write_text("def f():\n    from pcs_ray.coordinator import core\n")
+    known = {"pcs_ray": tmp_path / "pcs_ray/__init__.py", "pcs_ray.placement": pkg / "__init__.py",
+             "pcs_ray.placement.x": pkg / "x.py", "pcs_ray.coordinator": tmp_path / "c.py",
+             "pcs_ray.coordinator.core": tmp_path / "cc.py"}
+    assert ("pcs_ray.placement.x", 1) in imports_of("pcs_ray.placement", pkg / "__init__.py", known)
+    assert ("pcs_ray.coordinator.core", 2) in imports_of("pcs_ray.placement.x", pkg / "x.py", known)
