@@ -3,7 +3,8 @@
 Runs ``pcs-ray simulate --per-job`` (through the CLI, so the check does not
 depend on internal APIs) for every policy on a generated themis1 workload and
 on a Philly VC with measured speedups, for every placement on Sia-Philly
-workload-1 (64 GPUs, 16 x 4, Longhorn profile, locality penalty 1.7), and runs
+workload-1 (64 GPUs, Longhorn profile, locality penalty 1.7; 16 x 4, or 8 DGX-1 nodes for the
+placements that read links), and runs
 the DGX-1 (MAPA) experiment of ``bench/placement_experiments.py`` for each of
 its placements. Each run's per-job rows (job id, submit, start, finish,
 predictions, bound, preemptions; placement runs also each job's bandwidth) are
@@ -87,11 +88,15 @@ def main() -> None:
     hashes |= cli_runs("philly-ed69ec", ["--trace", str(DATA / "pcs/traces/trace_ed69ec.csv"), "--speedup", "model", "--gpus", "64",
                                          "--policy", ",".join(POLICIES)])
     for placement in PLACEMENTS:
+        # PAL's setting (16 nodes x 4) for placements that ignore links; MAPA's need a node's NVLink
+        # topology, so they (and combined) run on 8 DGX-1 V100 nodes, as the "mixed" experiment does.
+        shape = (["--gpus-per-node", "8", "--topology", str(DATA / "topology/dgx1-v100.topo")] if placement.startswith(("mapa", "combined"))
+                 else ["--gpus-per-node", "4"])
         log(f"sia-philly workload-1, {placement} ...")
         hashes |= cli_runs(f"sia-philly-1/{placement}", [
-            "--trace", str(DATA / "pal/sia-philly/workload-1.csv"), "--gpus", "64", "--gpus-per-node", "4", "-p", "fifo",
+            "--trace", str(DATA / "pal/sia-philly/workload-1.csv"), "--gpus", "64", *shape, "-p", "fifo",
             "--placement", placement, "--profile", "longhorn", "--profile-seed", "1", "--locality-penalty", "1.7",
-            "--no-predict"] + (["--topology", str(DATA / "topology/dgx1-v100.topo")] if placement.startswith(("mapa", "combined")) else []))
+            "--no-predict"])
     log("dgx1 (MAPA experiment) ...")
     hashes |= dgx1_runs()
 
