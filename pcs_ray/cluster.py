@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -205,7 +205,11 @@ def _format_loc(loc: tuple) -> str:
     return out
 
 
-def _format_validation_error(e: ValidationError, source: str) -> str:
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _format_validation_error(e: ValidationError, source: str, ranges: Mapping[str, str] | None = None) -> str:
+    """The first error as one line naming the field and the value; ``ranges`` (field -> text) adds the allowed range."""
     errors = e.errors(include_url=False)
     first = errors[0]
     msg = first["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -213,7 +217,8 @@ def _format_validation_error(e: ValidationError, source: str) -> str:
     where = f"{source}: {loc}" if loc else source
     value = ""
     if first["type"] not in ("missing", "value_error") and not isinstance(first.get("input"), (dict, list)):
-        value = f" (got {first.get('input')!r})"
+        allowed = (ranges or {}).get(loc) if first["type"] in _BOUND_ERRORS else None
+        value = f" (got {first.get('input')!r}" + (f"; allowed {allowed})" if allowed else ")")
     more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     return " ".join(f"{where}: {msg}{value}{more}".split())
 

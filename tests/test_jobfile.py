@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pcs_ray.jobfile import JobSpecError, load_job, parse_job, registered_workloads
+from pcs_ray.jobfile import JobSpecError, load_job, parse_job
+from workloads.catalog import registered_workloads
 
 
 def write(tmp_path, text, name="job.yaml"):
