@@ -139,3 +139,15 @@ def test_transform_is_torchvisions_to_tensor_and_normalize_bitwise():
 def test_runner_warm_imports_are_declared_for_torchvision_models():
     assert get_workload("resnet18").imports == ("torchvision",)
     assert get_workload("tiny_cnn").imports == ()
+
+
+def test_every_registered_workload_is_declared_in_the_catalog_and_back():
+    from workloads.catalog import CATALOG
+
+    assert set(CATALOG) == set(workload_names())
+
+
+def test_the_runner_resolves_the_same_bounds_jobs_are_checked_against():
+    with pytest.raises(WorkloadError, match="num_samples: 100000000000 is outside the allowed range"):
+        get_workload("resnet18").resolve({"num_samples": 100_000_000_000})
+    assert get_workload("transformer").resolve({"lr": "1e-3"})["lr"] == 0.001
