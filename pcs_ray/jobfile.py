@@ -92,7 +92,7 @@ class JobFile(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-def field_range(name: str) -> str | None:
+def _field_range(name: str) -> str | None:
     """A bounded field's accepted values as text (``1 to 1024``), read from its declaration; else None."""
     info = JobFile.model_fields[name]
     integer = int in (info.annotation, *get_args(info.annotation))
@@ -107,7 +107,7 @@ def field_range(name: str) -> str | None:
     return f"{low} to {high}" if low is not None and high is not None else None
 
 
-RANGES = {name: text for name in JobFile.model_fields if (text := field_range(name)) is not None}
+RANGES = {name: text for name in JobFile.model_fields if (text := _field_range(name)) is not None}
 
 
 def fields_table() -> str:
@@ -117,9 +117,8 @@ def fields_table() -> str:
         default = "required" if info.is_required() else info.get_default(call_default_factory=True)
         options = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
         allowed = RANGES.get(name) or " or ".join(options) or ("a mapping" if name == "params" else "text")
-        shown = {None: "null", "": '""'}.get(default, default) if isinstance(default, (str, type(None))) else default
-        rows.append(f"| `{info.alias or name}` | {shown} | {allowed} | "
-                    f"{info.description} |")
+        shown = "null" if default is None else '""' if default == "" else default
+        rows.append(f"| `{info.alias or name}` | {shown} | {allowed} | {info.description} |")
     return "\n".join(rows)
 
 
