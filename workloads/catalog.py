@@ -95,8 +95,6 @@ def _number(value: float | None) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-MAX_SAMPLES = 10_000_000
-
 # What every workload reads (executors/training.py): the optimizer, the data order and the batch.
 COMMON: dict[str, Param] = {
     "seed": Param(0, "seeds the weights, the data order and dropout", low=0, high=2**32 - 1),
@@ -106,7 +104,7 @@ COMMON: dict[str, Param] = {
     "momentum": Param(0.9, "SGD momentum (adam ignores it)", kind=float, low=0.0, high=0.999),
     "weight_decay": Param(5e-4, "L2 penalty", kind=float, low=0.0, high=1.0),
     "num_samples": Param(None, "size of the generated data set (null: the workload's own)",
-                         low=1, high=MAX_SAMPLES, nullable=True),
+                         low=1, high=10_000_000, nullable=True),
     "threads": Param(1, "torch CPU threads per rank (fixed, so CPU runs are reproducible)", low=1, high=256),
 }
 # Image workloads read CIFAR-10 when data_root (or $PCS_RAY_DATASETS) holds it.
@@ -115,19 +113,20 @@ IMAGE: dict[str, Param] = {
     "data_root": Param(None, "folder holding cifar-10-batches-py (null: $PCS_RAY_DATASETS, else generated data)",
                        kind=str, nullable=True),
 }
-TEXT: dict[str, Param] = {
-    **COMMON,
-    "optimizer": replace(COMMON["optimizer"], default="adam"),
-    "lr": replace(COMMON["lr"], default=0.001),
-    "batch_size": replace(COMMON["batch_size"], high=512),
-    "seq_len": Param(64, "tokens per sequence", low=1, high=256),
-    "vocab_size": Param(1000, "vocabulary size (at least one token per class)", low=10, high=250_000),
-}
 
 
-def _with(params: dict[str, Param], **changes: dict[str, Any]) -> dict[str, Param]:
+def _with(params: dict[str, Param], **changes: dict) -> dict[str, Param]:
     """``params`` with some declarations changed (a default, a bound)."""
     return {**params, **{name: replace(params[name], **change) for name, change in changes.items()}}
+
+
+# The text workload reads its sequence shape; its batch bound is lower (attention grows with seq_len squared).
+TEXT = _with(
+    {**COMMON,
+     "seq_len": Param(64, "tokens per sequence", low=1, high=256),
+     "vocab_size": Param(1000, "vocabulary size (at least one token per class)", low=10, high=250_000)},
+    optimizer={"default": "adam"}, lr={"default": 0.001}, batch_size={"high": 512},
+)
 
 
 @dataclass(frozen=True)
