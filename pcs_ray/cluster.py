@@ -14,7 +14,7 @@ simulations, or from the local machine via NVML (:func:`discover_cluster`)::
     locality_penalty: 1.2
     nodes:
       - name: node0
-        topology: topo-node0.txt      # optional: `nvidia-smi topo -m` output
+        topology: topo-node0.txt      # optional: `nvidia-smi topo -m` output, or a bundled name (dgx1-v100)
         gpus:
           - {index: 0, uuid: GPU-aaaa, scores: {A: 1.0, B: 1.1}}
           - {index: 1, uuid: GPU-bbbb, scores: {A: 1.4}}
@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -205,7 +205,11 @@ def _format_loc(loc: tuple) -> str:
     return out
 
 
-def _format_validation_error(e: ValidationError, source: str) -> str:
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _format_validation_error(e: ValidationError, source: str, ranges: Mapping[str, str] | None = None) -> str:
+    """The first error as one line naming the field and the value; ``ranges`` (field -> text) adds the allowed range."""
     errors = e.errors(include_url=False)
     first = errors[0]
     msg = first["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -213,7 +217,8 @@ def _format_validation_error(e: ValidationError, source: str) -> str:
     where = f"{source}: {loc}" if loc else source
     value = ""
     if first["type"] not in ("missing", "value_error") and not isinstance(first.get("input"), (dict, list)):
-        value = f" (got {first.get('input')!r})"
+        allowed = (ranges or {}).get(loc) if first["type"] in _BOUND_ERRORS else None
+        value = f" (got {first.get('input')!r}" + (f"; allowed {allowed})" if allowed else ")")
     more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
     return " ".join(f"{where}: {msg}{value}{more}".split())
 
@@ -231,7 +236,9 @@ def cluster_spec_from_dict(raw: Any, source: str = "cluster spec") -> ClusterSpe
 def load_cluster_spec(path: str | Path) -> ClusterSpec:
     """Read a cluster spec from YAML (``.yaml``/``.yml``/other) or JSON (``.json``).
 
-    A relative ``topology`` path is taken relative to the spec file's folder.
+    A node's ``topology`` is a file (a relative path is taken relative to the
+    spec file's folder) or the name of a bundled one (``dgx1-v100``, see
+    ``pcs_ray.data``); it must describe as many GPUs as the node has.
     """
     p = Path(path)
     if not p.is_file():
@@ -256,16 +263,38 @@ def load_cluster_spec(path: str | Path) -> ClusterSpec:
     if raw is None:
         raise ClusterSpecError(f"{path}: empty cluster spec (expected a mapping with a 'nodes' list)")
     spec = cluster_spec_from_dict(raw, str(path))
-    if any(n.topology and not Path(n.topology).is_absolute() for n in spec.nodes):
+    if any(n.topology for n in spec.nodes):
         base = p.resolve().parent
-        nodes = [
-            n.model_copy(update={"topology": str(base / n.topology)})
-            if n.topology and not Path(n.topology).is_absolute()
-            else n
-            for n in spec.nodes
-        ]
+        nodes = [n.model_copy(update={"topology": _topology_file(n, k, base, str(path))}) if n.topology else n
+                 for k, n in enumerate(spec.nodes)]
         spec = ClusterSpec(nodes=nodes, locality_penalty=spec.locality_penalty)
     return spec
+
+
+def _topology_file(node: NodeSpec, position: int, base: Path, source: str) -> str:
+    """The absolute path of ``node.topology``: a file (relative to the spec's folder) or a bundled name.
+
+    A file that exists is read here, so a malformed matrix or one of another
+    size than the node is a one-line error at load time, not a placement
+    failure later; a path that does not exist (yet) is left to the reader.
+    """
+    from pcs_ray.data import DataError, resolve
+    from pcs_ray.topology import TopologyError, read_topo  # networkx: only specs with a topology pay for it
+
+    path = base / node.topology  # base is absolute, so is path
+    if not path.is_file():
+        try:
+            path = resolve("topology", node.topology).resolve()
+        except DataError:
+            return str(path)
+    where = f"{source}: nodes[{position}].topology"
+    try:
+        size = read_topo(path).size
+    except TopologyError as e:
+        raise ClusterSpecError(f"{where}: {e}") from None
+    if size != len(node.gpus):
+        raise ClusterSpecError(f"{where}: {node.topology} has {size} GPUs, node {node.name!r} has {len(node.gpus)}")
+    return str(path)
 
 
 def _nvml_cluster() -> ClusterSpec | None:

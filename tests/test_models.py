@@ -12,7 +12,7 @@ from workloads.models import (
     CIFAR10_FOLDER,
     GeneratedCIFAR10,
     GeneratedText,
-    UnknownWorkloadError,
+    WorkloadError,
     get_workload,
     load_cifar10,
     workload_names,
@@ -29,11 +29,11 @@ def test_unknown_workload_is_a_value_error_listing_names():
 
 
 def test_unknown_or_bad_parameters_are_rejected():
-    with pytest.raises(UnknownWorkloadError, match="unknown parameter.*btach_size"):
+    with pytest.raises(WorkloadError, match="unknown parameter.*btach_size"):
         get_workload("tiny_cnn").resolve({"btach_size": 4})
-    with pytest.raises(UnknownWorkloadError, match="batch_size"):
+    with pytest.raises(WorkloadError, match="batch_size"):
         get_workload("tiny_cnn").resolve({"batch_size": 0})
-    with pytest.raises(UnknownWorkloadError, match="optimizer"):
+    with pytest.raises(WorkloadError, match="optimizer"):
         get_workload("tiny_cnn").resolve({"optimizer": "lbfgs"})
     assert get_workload("tiny_cnn").resolve({"lr": 0.5})["lr"] == 0.5
 
@@ -139,3 +139,15 @@ def test_transform_is_torchvisions_to_tensor_and_normalize_bitwise():
 def test_runner_warm_imports_are_declared_for_torchvision_models():
     assert get_workload("resnet18").imports == ("torchvision",)
     assert get_workload("tiny_cnn").imports == ()
+
+
+def test_every_registered_workload_is_declared_in_the_catalog_and_back():
+    from workloads.catalog import CATALOG
+
+    assert set(CATALOG) == set(workload_names())
+
+
+def test_the_runner_resolves_the_same_bounds_jobs_are_checked_against():
+    with pytest.raises(WorkloadError, match="num_samples: 100000000000 is outside the allowed range"):
+        get_workload("resnet18").resolve({"num_samples": 100_000_000_000})
+    assert get_workload("transformer").resolve({"lr": "1e-3"})["lr"] == 0.001

@@ -1,7 +1,8 @@
 """Registry of the training workloads a runner can execute.
 
-A workload is a model builder plus a dataset builder plus default
-hyper-parameters. Image workloads (torchvision ResNet-18, VGG-11,
+A workload is a model builder plus a dataset builder; its name and the
+parameters it reads (defaults, bounds) are declared without torch in
+``workloads.catalog``, which jobs are validated against. Image workloads (torchvision ResNet-18, VGG-11,
 MobileNetV2 and a tiny CNN for tests) train on CIFAR-10 read by
 torchvision's own loader (``download=False``) when the data set is present
 under ``data_root``; otherwise on generated images of the same format
@@ -19,22 +20,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from workloads.catalog import CATALOG, WorkloadError
+
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 NUM_CLASSES = 10
 DATASETS_ENV = "PCS_RAY_DATASETS"
-
-
-class UnknownWorkloadError(ValueError):
-    """A workload name or parameter that the registry does not know."""
 
 
 # --------------------------------------------------------------------------- data
@@ -194,42 +193,19 @@ def _vgg11_cifar(params: dict) -> nn.Module:
 
 # --------------------------------------------------------------------------- registry
 
-COMMON_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "batch_size": 32,
-    "optimizer": "sgd",  # or "adam"
-    "lr": 0.01,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-    "data_root": None,  # None: $PCS_RAY_DATASETS if set (a folder holding cifar-10-batches-py)
-    "num_samples": None,  # generated data only; None: the workload's default
-    "threads": 1,  # torch CPU threads per rank; fixed so CPU results are reproducible
-}
-
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered training workload: what to build and with which defaults."""
+    """A registered training workload: how to build it; its parameters are declared in ``workloads.catalog``."""
 
     name: str
-    description: str
     build_model: Callable[[dict], nn.Module]
     build_dataset: Callable[[dict], Dataset]
-    defaults: dict
     imports: tuple[str, ...] = ()  # heavy modules a runner can import while it waits to start
 
     def resolve(self, params: dict | None) -> dict:
-        """Defaults overlaid with ``params``; unknown keys are an error, not ignored."""
-        merged = {**COMMON_DEFAULTS, **self.defaults}
-        unknown = sorted(set(params or {}) - set(merged))
-        if unknown:
-            raise UnknownWorkloadError(f"workload {self.name!r}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(merged))}")
-        merged.update(params or {})
-        if int(merged["batch_size"]) <= 0:
-            raise UnknownWorkloadError(f"workload {self.name!r}: batch_size must be positive, got {merged['batch_size']}")
-        if merged["optimizer"] not in ("sgd", "adam"):
-            raise UnknownWorkloadError(f"workload {self.name!r}: optimizer must be 'sgd' or 'adam', got {merged['optimizer']!r}")
-        return merged
+        """Defaults overlaid with ``params``, checked against the catalog's bounds; unknown keys are an error."""
+        return CATALOG[self.name].resolve(params)
 
 
 def _image_dataset(default_samples: int) -> Callable[[dict], Dataset]:
@@ -251,11 +227,11 @@ def _text_model(params: dict) -> nn.Module:
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload("resnet18", "torchvision ResNet-18 on CIFAR-10", _torchvision("resnet18"), _image_dataset(50_000), {}, ("torchvision",)),
-        Workload("vgg11", "torchvision VGG-11 (CIFAR head) on CIFAR-10", _vgg11_cifar, _image_dataset(50_000), {"lr": 0.005}, ("torchvision",)),
-        Workload("mobilenet_v2", "torchvision MobileNetV2 on CIFAR-10", _torchvision("mobilenet_v2"), _image_dataset(50_000), {}, ("torchvision",)),
-        Workload("transformer", "small Transformer encoder classifying generated text", _text_model, _text_dataset, {"optimizer": "adam", "lr": 0.001, "seq_len": 64, "vocab_size": 1000}),
-        Workload("tiny_cnn", "tiny CNN on CIFAR-10-format data (tests)", lambda params: TinyCNN(), _image_dataset(2_048), {"batch_size": 8, "lr": 0.05}),
+        Workload("resnet18", _torchvision("resnet18"), _image_dataset(50_000), ("torchvision",)),
+        Workload("vgg11", _vgg11_cifar, _image_dataset(50_000), ("torchvision",)),
+        Workload("mobilenet_v2", _torchvision("mobilenet_v2"), _image_dataset(50_000), ("torchvision",)),
+        Workload("transformer", _text_model, _text_dataset),
+        Workload("tiny_cnn", lambda params: TinyCNN(), _image_dataset(2_048)),
     )
 }
 
@@ -269,4 +245,4 @@ def get_workload(name: str) -> Workload:
     try:
         return WORKLOADS[name]
     except KeyError:
-        raise UnknownWorkloadError(f"unknown workload {name!r}; choose one of: {', '.join(workload_names())}") from None
+        raise WorkloadError(f"unknown workload {name!r}; choose one of: {', '.join(workload_names())}") from None

@@ -2,12 +2,14 @@
 
 ::
 
-    pcs-ray start --cluster-spec cluster.yaml
-    ray job submit --address http://127.0.0.1:8265 -- python workloads/sweep_example.py --workload resnet18
+    pcs-ray start --cluster-spec examples/clusters/laptop.yaml
+    ray job submit --address http://127.0.0.1:8265 --working-dir examples -- python sweep.py --workload resnet18
 
 The sweep is one app to the coordinator (``pcs-ray status`` / ``pcs-ray predict
 ID`` show it); its trials are ordinary Tune function trainables that report a
-checkpoint every iteration, so preempting one loses nothing.
+checkpoint every iteration, so preempting one loses nothing. Every grid point
+is checked against the workload's parameter bounds before anything is
+submitted, so a bad value is one line here rather than failed trials.
 """
 
 from __future__ import annotations
@@ -33,8 +35,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def grid_params(args: argparse.Namespace) -> list[dict]:
+    """Each trial's ``params``, validated against the workload catalog (a ``ValueError`` names the bad value)."""
+    from workloads.catalog import CATALOG
+
+    if args.workload not in CATALOG:
+        raise ValueError(f"--workload: unknown workload {args.workload!r}; valid workloads: {', '.join(sorted(CATALOG))}")
+    points = [{"lr": lr, "momentum": m, "num_samples": args.num_samples} for lr in args.lr for m in args.momentum]
+    for params in points:
+        CATALOG.check(args.workload, params)
+    return points
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        points = grid_params(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     from ray import tune
 
     from executors.tune import PCSTuner, session_trainable
@@ -50,8 +69,7 @@ def main(argv=None) -> int:
         session_trainable,
         param_space={"workload": args.workload, "iterations": args.iterations,
                      "steps_per_iteration": args.steps_per_iteration,
-                     "params": {"lr": tune.grid_search(args.lr), "momentum": tune.grid_search(args.momentum),
-                                "num_samples": args.num_samples}},
+                     "params": tune.grid_search(points)},
         iterations=args.iterations, client=client, iteration_time=args.iteration_time, scheduler=inner,
         metric="loss" if inner else None, mode="min" if inner else None,
         name=f"sweep-{args.workload}", storage_path=args.storage,
