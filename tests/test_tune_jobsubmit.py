@@ -1,4 +1,4 @@
-"""`ray job submit -- python -m workloads.sweep_example` against a real `ray start --head` on loopback.
+"""`ray job submit -- python examples/sweep.py` against a real `ray start --head` on loopback.
 
 Reuses the loopback head fixture of the live cluster manager's job-submit test.
 """
@@ -6,6 +6,7 @@ Reuses the loopback head fixture of the live cluster manager's job-submit test.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from test_live_jobsubmit import VENV_BIN, _run, ray_head, ray_job_submit  # noqa: F401  (ray_head is a fixture)
 
@@ -15,7 +16,7 @@ def test_ray_job_submit_runs_a_sweep_scheduled_by_pcs_ray(ray_head, tmp_path):  
     _run([str(VENV_BIN / "pcs-ray"), "start", "--address", ray_head["gcs"], "--cluster-spec", str(ray_head["spec"]),
           "--policy", "fifo", "--state-dir", str(ray_head["state"])], env)
     submitted = ray_job_submit(ray_head, [
-        str(VENV_BIN / "python"), "-m", "workloads.sweep_example", "--lr", "0.05", "0.1", "--momentum", "0.0", "0.9",
+        str(VENV_BIN / "python"), str(Path(__file__).resolve().parent.parent / "examples" / "sweep.py"), "--lr", "0.05", "0.1", "--momentum", "0.0", "0.9",
         "--iterations", "2", "--num-samples", "128", "--iteration-time", "2", "--storage", str(tmp_path / "tune")])
     out = submitted.stdout
     assert submitted.returncode == 0, out[-3000:] + submitted.stderr[-3000:]

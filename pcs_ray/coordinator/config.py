@@ -15,7 +15,7 @@ from pathlib import Path
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
-from pcs_ray.jobfile import registered_workloads
+from workloads.catalog import registered_workloads
 from pcs_ray.data import pcs_config
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy, WFQConfig, WFQPolicy, create_policy
