@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pcs_ray import cli
+from pcs_ray.commands.views import PER_JOB_COLUMNS
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES
 
@@ -157,7 +158,7 @@ def test_per_job_csv(capsys, tmp_path):
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert tuple(reader.fieldnames) == cli.PER_JOB_COLUMNS
+    assert tuple(reader.fieldnames) == PER_JOB_COLUMNS
     assert len(rows) == 60
     assert [r["policy"] for r in rows] == ["fifo"] * 30 + ["srsf"] * 30
     for r in rows:
