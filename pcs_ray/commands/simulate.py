@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
-from pcs_ray.commands.catalog import placement_list, policy_list
 from pcs_ray.commands.simulate_options import (
     DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, SimulateOptions, Speedup,
 )
@@ -15,9 +15,15 @@ from pcs_ray.commands.views import comparison_table, print_json, stdout_console,
 from pcs_ray.data import names
 
 
+SUMMARY = "Replay a workload through one or more scheduling policies and compare them."
+
+
 def simulate_help() -> str:
+    """The full help, listing every registered policy and placement."""
+    from pcs_ray.commands.catalog import placement_list, policy_list
+
     return f"""
-Replay a workload through one or more scheduling policies and compare them.
+{SUMMARY}
 
 The workload is a trace (**--trace**: a bundled name such as `philly/0e4a51` or `sia-philly/workload-1`,
 or a PCS/Philly, PCS testbed or Sia-Philly CSV) or apps drawn from a named workload's CDFs
@@ -133,5 +139,12 @@ def simulate_cmd(
         stdout_console().print(comparison_table(summaries, plan.title))
 
 
+class _SimulateCommand(TyperCommand):
+    """Renders the help only when it is shown: listing the registries imports the placements, which the
+    other commands (and ``pcs-ray --help``, which shows ``SUMMARY``) need not load."""
+
+    help = property(lambda self: simulate_help(), lambda self, value: None)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("simulate", help=simulate_help(), no_args_is_help=False)(simulate_cmd)
+    app.command("simulate", cls=_SimulateCommand, short_help=SUMMARY, no_args_is_help=False)(simulate_cmd)
