@@ -28,9 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray.cli import BUNDLED_PCS  # noqa: E402
-from pcs_ray.data import pcs_config  # noqa: E402
-from pcs_ray.policies import WFQConfig  # noqa: E402
+from pcs_ray.policies import BUNDLED  # noqa: E402
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.front import (  # noqa: E402
     dominance_report, front_json, hypervolume, normalised_hypervolume, plot_front, reference_point,
@@ -68,7 +66,7 @@ def main() -> None:
     ray_ready = time.perf_counter() - started
     search = Search(problem, backend)
     # References first: a fixed cost (Themis takes ~3 s a simulation), so the search can spend the rest.
-    published_cfg = [(f"pcs-{k}", WFQConfig.load(pcs_config("themis1", k))) for k in BUNDLED_PCS]
+    published_cfg = [(name, b.load()) for name, b in BUNDLED.items()]
     refs = search.references(published_cfg)
     references_s = time.perf_counter() - started - ray_ready
     reports = []

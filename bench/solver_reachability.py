@@ -27,8 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray.cli import BUNDLED_PCS  # noqa: E402
-from pcs_ray.data import pcs_config  # noqa: E402
+from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
@@ -67,7 +66,7 @@ def main() -> None:
     sizes = sorted(search.space.sizes)
     ends, c2_at = record_cuts(sizes)
     out = {"objectives": args.objectives, "train_sizes": len(sizes), "reachable_first_cuts": len(ends), "configs": {}}
-    for kind in BUNDLED_PCS:
+    for kind in PCS_CONFIG_KINDS:
         cfg = WFQConfig.load(pcs_config("themis1", kind))
         t1 = cfg.thresholds[0]
         i = bisect.bisect_right(ends, t1)

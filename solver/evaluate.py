@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from pcs_ray.job import JobSpec
-from pcs_ray.policies import WFQConfig, WFQPolicy, create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 from solver.cache import EvaluationCache, Key
 from solver.objectives import Objective, measure, parse_objectives
@@ -30,10 +30,10 @@ Progress = Callable[[int, int], None]  # (done, total) simulations of one batch
 
 
 def make_policy(spec: str):
-    """The policy a spec names: WFQ from a config's JSON, else a registered policy."""
+    """The policy a spec names: WFQ from a config's JSON, else any policy name."""
     if spec.startswith("{"):
-        return WFQPolicy(WFQConfig.from_dict(json.loads(spec)))
-    return create_policy(spec)
+        return build_policy("pcs", config=json.loads(spec))
+    return build_policy(spec)
 
 
 def simulate_spec(spec: str, jobs: Sequence[JobSpec], capacity: int, objectives: Sequence[str]) -> tuple[float, ...]:

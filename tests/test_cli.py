@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pcs_ray import cli
+from pcs_ray.commands.views import PER_JOB_COLUMNS
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES
 
@@ -157,7 +158,7 @@ def test_per_job_csv(capsys, tmp_path):
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert tuple(reader.fieldnames) == cli.PER_JOB_COLUMNS
+    assert tuple(reader.fieldnames) == PER_JOB_COLUMNS
     assert len(rows) == 60
     assert [r["policy"] for r in rows] == ["fifo"] * 30 + ["srsf"] * 30
     for r in rows:
@@ -226,6 +227,10 @@ BAD_INPUTS = {
     "unknown option": (["--gpu", "4"], "No such option"),
     "zero workers": (["--workers", "0"], "--workers must be >= 1"),
     "workers with placement": (["--workers", "2", "--placement", "pal"], "does not combine with --placement"),
+    "unknown trace name": (["--trace", "philly/nope"], "trace 'philly/nope' is neither a file nor a bundled name (philly/"),
+    "unknown pcs config name": (["-p", "pcs", "--pcs-config", "themis1-nope"], "pcs-config 'themis1-nope' is neither"),
+    "unknown topology name": (["--placement", "mapa-greedy", "--topology", "dgx9"], "topology 'dgx9' is neither"),
+    "unknown profile name": (["--placement", "pal", "--profile", "nope"], "not one of longhorn, frontera, ls6, 32gpu"),
 }
 
 
@@ -241,6 +246,36 @@ def test_bad_input_is_one_error_line(capsys, bad_files, case):
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ")
     assert fragment in lines[0]
+
+
+# --- data by name ---------------------------------------------------------------------
+
+
+def test_bundled_names_stand_for_their_files(capsys):
+    by_name = run_json(capsys, "simulate", "--trace", "philly/51b7ef", "--gpus", "8", "-p", "fifo,pcs",
+                       "--pcs-config", "themis1-jct")
+    by_path = run_json(capsys, "simulate", "--trace", TRACE, "--gpus", "8", "-p", "fifo,pcs-jct")
+    assert by_name["workload"]["trace"] == str(TRACE)
+    assert [r["policy"] for r in by_name["runs"]] == ["fifo", "pcs:themis1-jct"]
+    assert [r["avg_jct"] for r in by_name["runs"]] == [r["avg_jct"] for r in by_path["runs"]]
+
+
+def test_bundled_topology_sets_the_node_size(capsys):
+    data = run_json(capsys, *SMALL, "-p", "fifo", "--no-predict", "--placement", "mapa-greedy", "--topology", "dgx1-v100")
+    assert (data["workload"]["nodes"], data["workload"]["gpus_per_node"]) == (2, 8)
+    assert data["workload"]["placement"]["topology"] == str(data_dir() / "topology" / "dgx1-v100.topo")
+
+
+def test_data_lists_every_bundled_name(capsys):
+    code, out, err = invoke(capsys, "data", "--json")
+    assert code == 0 and err == ""
+    listed = json.loads(out)
+    assert set(listed) == {"trace", "workload", "pcs-config", "profile", "topology"}
+    assert {"philly/0e4a51", "sia-philly/workload-1", "themis1-artifact"} <= set(listed["trace"]["names"])
+    assert "themis1-jct" in listed["pcs-config"]["names"] and "dgx1-v100" in listed["topology"]["names"]
+    assert "32gpu" in listed["profile"]["names"] and "themis1" in listed["workload"]["names"]
+    code, out, _ = invoke(capsys, "data")
+    assert code == 0 and "sia-philly/workload-1" in out and "dgx1-v100" in out
 
 
 # --- the installed entry point -------------------------------------------------------

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from pcs_ray.cli import run
-from pcs_ray.demo import build_report, demo_cluster, plot_report
+from pcs_ray.commands.demo_cluster import demo_cluster
+from pcs_ray.commands.demo_plot import plot_report
+from pcs_ray.commands.demo_report import build_report
 
 
 def test_submit_rejects_a_bad_file_before_connecting(tmp_path, capsys):

@@ -1,20 +1,8 @@
-"""Sub-commands of ``pcs-ray`` that live outside ``pcs_ray.cli``.
+"""The commands of ``pcs-ray``, one module per command group, and the views and inputs they share.
 
-Each module here defines ``register(app)`` which adds its commands to the
-Typer app; ``pcs_ray.cli`` calls every one at import time. Keeping commands in
-their own modules lets the solver and the live system grow their CLIs without
-touching the simulator's.
+A command group's module defines ``register(app)``, which adds its commands
+to the Typer app; ``pcs_ray.cli.COMMAND_GROUPS`` lists the groups
+explicitly. Helper modules carry their group's name as a prefix
+(``simulate_plan``, ``demo_ray``); ``views``, ``inputs`` and ``catalog`` are
+shared. Nothing here imports ``pcs_ray.cli``.
 """
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-
-def register_all(app) -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(app)

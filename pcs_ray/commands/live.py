@@ -1,6 +1,6 @@
-"""``pcs-ray start | submit | status | predict | cancel | stop | node-resources | demo``: the live system.
+"""``pcs-ray start | submit | status | predict | cancel | stop | node-resources``: the live system.
 
-All but ``node-resources`` and ``demo`` talk to a coordinator on an existing
+All but ``node-resources`` talk to a coordinator on an existing
 Ray cluster (``--address``, else ``RAY_ADDRESS``, else the local one), so
 they also work as ``ray job submit -- pcs-ray submit job.yaml --wait``.
 """
@@ -226,31 +226,6 @@ def node_resources_cmd(
         print(format_args(args))
 
 
-def demo_cmd(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the report (demo-report.json, demo-timeline.png).")] = Path("pcs-ray-demo"),
-    jobs: Annotated[int, typer.Option("--jobs", min=1, max=20, help="How many training jobs to submit.")] = 8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the GPU variability sample.")] = 1,
-    live: Annotated[bool, typer.Option("--live/--no-live", help="Show the live table while it runs.")] = True,
-) -> None:
-    """Run the whole system on this machine: local Ray, 2 nodes x 4 logical GPUs, real training.
-
-    Starts an embedded Ray with logical GPUs (DGX-like links, real measured
-    variability), the coordinator (PCS WFQ), and submits a mix of real
-    PyTorch training jobs over time; shows the live table, then each job's
-    predicted vs actual JCT, preemptions and GPUs, and writes a JSON report
-    and a PNG timeline. Takes a few minutes.
-    """
-    from pcs_ray.demo import run_demo
-
-    report = run_demo(out, num_jobs=jobs, seed=seed, live=live)
-    s = report["summary"]
-    print(f"average |predicted - actual| JCT error: {s['mean_abs_error_pct']:.1f}% at submission "
-          f"({s['mean_abs_error_s']:.1f} s), {s['mean_abs_error_midlife_pct']:.1f}% at mid-life; "
-          f"{s['finished']}/{s['jobs']} jobs finished in {s['wall_s']:.0f} s; report in {out}/")
-    if s["finished"] < s["jobs"]:
-        raise typer.Exit(1)  # the report is written, but a demo that lost jobs must not look green
-
-
 def register(app: typer.Typer) -> None:
     app.command("start")(start_cmd)
     app.command("submit")(submit_cmd)
@@ -259,4 +234,3 @@ def register(app: typer.Typer) -> None:
     app.command("cancel")(cancel_cmd)
     app.command("stop")(stop_cmd)
     app.command("node-resources")(node_resources_cmd)
-    app.command("demo")(demo_cmd)

@@ -6,10 +6,15 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from pcs_ray.commands.inputs import data_file
+from pcs_ray.commands.views import stdout_console
+from pcs_ray.policies import BUNDLED, WFQConfig
 
 SOLVE_HELP = """
 Search PCS's WFQ configurations for a workload and show the Pareto front of the chosen objectives
@@ -19,8 +24,9 @@ Search PCS's WFQ configurations for a workload and show the Pareto front of the 
 evaluated on the same samples for comparison.
 
 Workload: **--workload NAME** (CDF workload, default `themis1`, **--num-apps** apps per sample at
-**--load**), **--trace FILE** (PCS/Philly, testbed or Sia-Philly CSV) or **--history FILE** (the job
-history the coordinator records, JSON lines); traces and histories are bootstrap-resampled.
+**--load**), **--trace NAME|FILE** (a bundled trace such as `philly/0e4a51`, or a PCS/Philly, testbed or
+Sia-Philly CSV) or **--history FILE** (the job history the coordinator records, JSON lines); traces and
+histories are bootstrap-resampled. `pcs-ray data` lists the bundled names.
 
 Objectives (**--objectives**, comma-separated METRIC:MEASURE, all minimised): metric `jct`,
 `pred_err` or `unfairness`; measure `avg` or a percentile `pNN`, e.g. `jct:avg,pred_err:p99`.
@@ -42,20 +48,40 @@ loads) and/or, with **--set**, where the coordinator reads it ($PCS_RAY_WFQ_CONF
 """
 
 
-def _parse_reference(path: Path):
-    from pcs_ray.policies import WFQConfig
+@dataclass(frozen=True)
+class SolveOptions:
+    """The search's options (``pcs-ray solve`` without --pick/--prefer/--front), as given."""
 
-    return (f"pcs:{path.stem}", WFQConfig.load(path))
+    workload: str | None
+    trace: str | None
+    history: Path | None
+    num_apps: int | None
+    load: float | None
+    speedup: str | None
+    gpus: int
+    objectives: str
+    generations: int
+    population: int
+    samples: int
+    test_samples: int
+    seed: int
+    front_size: int | None
+    time_limit: float | None
+    no_delta: bool
+    reference: list[str] | None
+    out: Path | None
+    plot: Path | None
+    checkpoint: Path | None
+    fresh: bool
+    serial: bool
+    ray_address: str | None
 
 
-def _default_references(workload: str | None):
-    from pcs_ray.cli import BUNDLED_PCS
-    from pcs_ray.data import pcs_config
-    from pcs_ray.policies import WFQConfig
-
-    if workload != "themis1":
-        return []
-    return [(f"pcs-{k} (artifact)", WFQConfig.load(pcs_config("themis1", k))) for k in BUNDLED_PCS]
+def _references(opts: SolveOptions) -> list[tuple[str, WFQConfig]]:
+    """The configurations drawn beside the front: --reference-config, else the artifact's for the workload."""
+    if opts.reference:
+        return [(f"pcs:{Path(v).stem}", WFQConfig.load(data_file("pcs-config", v))) for v in opts.reference]
+    return [(f"{name} (artifact)", b.load()) for name, b in BUNDLED.items() if b.workload == opts.workload]
 
 
 def _pick(front: Path | None, pick: int | None, prefer: str | None, out: Path | None, set_config: bool,
@@ -94,8 +120,9 @@ def register(app: typer.Typer) -> None:
     def solve_cmd(
         workload: Annotated[str | None, typer.Option(
             "--workload", metavar="NAME", help="CDF workload to sample  [default: themis1]", show_default=False)] = None,
-        trace: Annotated[Path | None, typer.Option("--trace", metavar="FILE", help="Trace CSV to resample.",
-                                                   show_default=False)] = None,
+        trace: Annotated[str | None, typer.Option(
+            "--trace", metavar="NAME|FILE", help="Trace to resample: a bundled name or a CSV.",
+            show_default=False)] = None,
         history: Annotated[Path | None, typer.Option(
             "--history", metavar="FILE", help="Job history (JSON lines) to resample.", show_default=False)] = None,
         num_apps: Annotated[int | None, typer.Option(
@@ -124,8 +151,9 @@ def register(app: typer.Typer) -> None:
             show_default=False)] = None,
         no_delta: Annotated[bool, typer.Option(
             "--no-delta", help="Search WFQ(T, W, zeta_min) only; leftovers relax zeta straight to 0.")] = False,
-        reference: Annotated[list[Path] | None, typer.Option(
-            "--reference-config", metavar="FILE", help="WFQ config JSON to draw on the front; repeatable  "
+        reference: Annotated[list[str] | None, typer.Option(
+            "--reference-config", metavar="FILE|NAME", help="WFQ config (JSON file or bundled name) to draw on the "
+            "front; repeatable  "
             "[default: the artifact's three for themis1]", show_default=False)] = None,
         out: Annotated[Path | None, typer.Option(
             "--out", metavar="FILE.json", help="Write the front (or, with --pick/--prefer, the chosen config).",
@@ -156,65 +184,76 @@ def register(app: typer.Typer) -> None:
             return _pick(front, pick, prefer, out, set_config, "train" if by_train else "test")
         if set_config:
             raise ValueError("--set needs --pick or --prefer (and --front)")
-        _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, generations, population, samples,
-               test_samples, seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address)
+        _solve(SolveOptions(
+            workload=workload, trace=trace, history=history, num_apps=num_apps, load=load, speedup=speedup, gpus=gpus,
+            objectives=objectives, generations=generations, population=population, samples=samples,
+            test_samples=test_samples, seed=seed, front_size=front_size, time_limit=time_limit, no_delta=no_delta,
+            reference=reference, out=out, plot=plot, checkpoint=checkpoint, fresh=fresh, serial=serial,
+            ray_address=ray_address,
+        ))
 
 
-def _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, generations, population, samples, test_samples,
-           seed, front_size, time_limit, no_delta, reference, out, plot, checkpoint, fresh, serial, ray_address) -> None:
-    from rich.console import Console
+def _check(opts: SolveOptions) -> None:
+    """``ValueError`` for values or combinations the search cannot use."""
+    if opts.generations < 1:
+        raise ValueError(f"--generations must be >= 1, got {opts.generations}")
+    if opts.population < 2:
+        raise ValueError(f"--population must be >= 2, got {opts.population}")
+    if opts.samples < 1 or opts.test_samples < 1:
+        raise ValueError("--samples and --test-samples must be >= 1")
+    if opts.gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {opts.gpus}")
+    if opts.load is not None and (opts.trace is not None or opts.history is not None):
+        raise ValueError("--load applies only to generated workloads (--workload), not to --trace or --history")
+    if opts.speedup is not None and opts.trace is None:
+        raise ValueError("--speedup applies only to --trace files")
+    if opts.load is not None and not (opts.load > 0 and math.isfinite(opts.load)):
+        raise ValueError(f"--load must be a number > 0, got {opts.load}")
+    if opts.front_size is not None and opts.front_size < 1:
+        raise ValueError(f"--front-size must be >= 1, got {opts.front_size}")
+    if opts.time_limit is not None and not opts.time_limit > 0:
+        raise ValueError(f"--time-limit must be > 0 seconds, got {opts.time_limit}")
+    if opts.serial and opts.ray_address is not None:
+        raise ValueError("--serial and --ray-address are mutually exclusive")
+    for path, opt in ((opts.out, "--out"), (opts.plot, "--plot")):
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{opt}: folder {path.parent} does not exist")
+
+
+def _problem(opts: SolveOptions):
+    """The search problem: workload source, cluster size, objectives, samples."""
+    from solver.objectives import parse_objectives
+    from solver.preference import resolve_source
+    from solver.search import Problem
+
+    goals = parse_objectives(opts.objectives)
+    trace = data_file("trace", opts.trace) if opts.trace is not None else None
+    source = resolve_source(opts.workload, trace, opts.history, None, opts.num_apps,
+                            0.9 if opts.load is None else opts.load, opts.speedup or "linear")
+    return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,
+                   search_delta=not opts.no_delta)
+
+
+def _search(opts: SolveOptions, problem, refs, err) -> tuple[dict, list[dict], list, list]:
+    """Run SPEA2 (progress per generation on stderr): (about the run, progress rows, front, references)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from solver.evaluate import RayBackend, SerialBackend
-    from solver.front import front_json, front_table, hypervolume, normalised_hypervolume, plot_front, reference_point
-    from solver.objectives import parse_objectives
-    from solver.preference import resolve_source
-    from solver.search import Problem, Search
+    from solver.search import Search
 
-    if generations < 1:
-        raise ValueError(f"--generations must be >= 1, got {generations}")
-    if population < 2:
-        raise ValueError(f"--population must be >= 2, got {population}")
-    if samples < 1 or test_samples < 1:
-        raise ValueError("--samples and --test-samples must be >= 1")
-    if gpus < 1:
-        raise ValueError(f"--gpus must be >= 1, got {gpus}")
-    if load is not None and (trace is not None or history is not None):
-        raise ValueError("--load applies only to generated workloads (--workload), not to --trace or --history")
-    if speedup is not None and trace is None:
-        raise ValueError("--speedup applies only to --trace files")
-    load = 0.9 if load is None else load
-    if not (load > 0 and math.isfinite(load)):
-        raise ValueError(f"--load must be a number > 0, got {load}")
-    if front_size is not None and front_size < 1:
-        raise ValueError(f"--front-size must be >= 1, got {front_size}")
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
-    if serial and ray_address is not None:
-        raise ValueError("--serial and --ray-address are mutually exclusive")
-    for path, opt in ((out, "--out"), (plot, "--plot")):
-        if path is not None and not path.parent.is_dir():
-            raise ValueError(f"{opt}: folder {path.parent} does not exist")
-    goals = parse_objectives(objectives)
-    if workload is None and trace is None and history is None:
-        workload = "themis1"
-    source = resolve_source(workload, trace, history, None, num_apps, load, speedup or "linear")
-    refs = [_parse_reference(p) for p in reference] if reference else _default_references(workload)
-    problem = Problem(source, gpus, goals, samples, test_samples, population, seed, search_delta=not no_delta)
-    if checkpoint is None and out is not None:
-        checkpoint = Path(str(out) + ".ckpt")
-
-    err = Console(stderr=True)
-    backend = SerialBackend() if serial else RayBackend(ray_address)
+    checkpoint = opts.checkpoint
+    if checkpoint is None and opts.out is not None:
+        checkpoint = Path(str(opts.out) + ".ckpt")
+    backend = SerialBackend() if opts.serial else RayBackend(opts.ray_address)
     started = time.perf_counter()
-    search = Search(problem, backend, checkpoint, fresh)
+    search = Search(problem, backend, checkpoint, opts.fresh)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[status]}"), console=err, transient=False,
                         disable=not err.is_terminal)
     progress_rows = []
     try:
         with progress:
-            task = progress.add_task("generations", total=generations + 1, status="")
+            task = progress.add_task("generations", total=opts.generations + 1, status="")
 
             def on_generation(r) -> None:
                 progress_rows.append({"generation": r.generation, "evaluations": r.evaluations,
@@ -225,17 +264,12 @@ def _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, 
                 if not err.is_terminal:
                     err.print(f"generation {r.generation}: {status}  {r.wall_s:.0f}s", highlight=False)
 
-            state = search.run(generations, on_generation, time_limit)
+            state = search.run(opts.generations, on_generation, opts.time_limit)
             progress.update(task, description="test samples", status="")
-            points = search.front(front_size or population)
+            points = search.front(opts.front_size or opts.population)
             references = search.references(refs)
     finally:
         search.close()
-    wall = time.perf_counter() - started
-
-    ref_point = reference_point([[r.test for r in references]])
-    hv_front = hypervolume([p.test for p in points], ref_point)
-    published = [r for r in references if r.spec.startswith("{")]
     about = {
         "problem": search.describe(),
         "generations": state.generation,
@@ -244,7 +278,30 @@ def _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, 
         "non_dominated_configurations": len(search.train_front()),
         "simulations_this_run": search.evaluator.simulations,
         "backend": backend.name,
-        "wall_s": round(wall, 2),
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+    return about, progress_rows, points, references
+
+
+def _solve(opts: SolveOptions) -> None:
+    """Search, then the front: a table on stdout, hypervolume on stderr, --out JSON, --plot PNG."""
+    from rich.console import Console
+
+    from solver.front import front_json, front_table, hypervolume, normalised_hypervolume, plot_front, reference_point
+
+    _check(opts)
+    if opts.workload is None and opts.trace is None and opts.history is None:
+        opts = replace(opts, workload="themis1")
+    problem = _problem(opts)
+    refs = _references(opts)
+    err = Console(stderr=True)
+    about, progress_rows, points, references = _search(opts, problem, refs, err)
+
+    goals = problem.objectives
+    ref_point = reference_point([[r.test for r in references]])
+    hv_front = hypervolume([p.test for p in points], ref_point)
+    published = [r for r in references if r.spec.startswith("{")]
+    about |= {
         "reference_point": {"test": dict(zip([o.label for o in goals], ref_point)),
                             "rule": "1.1 x the worst test value per objective among the reference policies"},
         "hypervolume": {
@@ -254,19 +311,18 @@ def _solve(workload, trace, history, num_apps, load, speedup, gpus, objectives, 
         },
         "progress": progress_rows,
     }
-    out_console = Console() if Console().is_terminal else Console(width=200)
-    title = f"Pareto front: {source.label} on {gpus} GPUs, {state.generation} generations, {state.evaluations} evaluations"
-    out_console.print(front_table(points, goals, references, title=title))
+    title = (f"Pareto front: {problem.source.label} on {opts.gpus} GPUs, {about['generations']} generations, "
+             f"{about['evaluations']} evaluations")
+    stdout_console(200).print(front_table(points, goals, references, title=title))
     hv_line = f"test hypervolume {hv_front:.6g} (reference point {', '.join(f'{v:.6g}' for v in ref_point)})"
     if published:
         hv_line += f"; published configurations {about['hypervolume']['published_test']:.6g}"
     err.print(hv_line, highlight=False)
-    if out is not None:
+    if opts.out is not None:
         payload = front_json(points, goals, references, about)
-        out.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        err.print(f"wrote {out}")
-    if plot is not None:
-        plot_front(plot, points, goals, references, title=title)
-        err.print(f"wrote {plot}")
+        opts.out.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        err.print(f"wrote {opts.out}")
+    if opts.plot is not None:
+        plot_front(opts.plot, points, goals, references, title=title)
+        err.print(f"wrote {opts.plot}")
     sys.stdout.flush()
-

@@ -16,11 +16,10 @@ from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
 from workloads.catalog import registered_workloads
-from pcs_ray.data import pcs_config
 from pcs_ray.placement import create_placement
-from pcs_ray.policies import SchedulingPolicy, WFQConfig, WFQPolicy, create_policy
+from pcs_ray import policies
+from pcs_ray.policies import SchedulingPolicy
 
-BUNDLED_PCS = ("jct", "bal", "pred")
 DEFAULT_POLICY = "pcs-bal"
 
 
@@ -59,15 +58,12 @@ class CoordinatorConfig:
 
 
 def build_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
-    """``pcs`` with a WFQ config, ``pcs-jct|bal|pred`` (bundled themis1 configs) or any registered policy."""
-    key = name.lower()
-    if key == "pcs":
-        if wfq is None:
-            raise ValueError("policy 'pcs' needs a WFQ configuration (--pcs-config FILE)")
-        return WFQPolicy(WFQConfig.from_dict(wfq, "pcs config"))
-    if key.startswith("pcs-") and key[4:] in BUNDLED_PCS:
-        return WFQPolicy(WFQConfig.load(pcs_config("themis1", key[4:])))
-    return create_policy(key)
+    """``pcs`` with a WFQ config (``wfq``), else any name ``pcs_ray.policies.build_policy`` knows."""
+    if name.lower() != "pcs":
+        return policies.build_policy(name)
+    if wfq is None:
+        raise ValueError("policy 'pcs' needs a WFQ configuration (--pcs-config FILE)")
+    return policies.build_policy(name, config=wfq)
 
 
 def build_core(config: CoordinatorConfig, clock=time.time) -> Coordinator:

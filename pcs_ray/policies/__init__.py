@@ -1,9 +1,18 @@
-"""Scheduling policies by name: one registry for the CLI, simulator, solver and coordinator."""
+"""Scheduling policies by name: one registry, one builder, for the CLI, simulator, solver and coordinator.
+
+``build_policy(name, **config)`` is the only way a name becomes a policy, so
+a name means the same thing everywhere. ``ABOUT`` describes every name in one
+line; help texts and the README are rendered from it.
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
+from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config, resolve
 from pcs_ray.policies.afs import AFSPolicy
 from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
@@ -20,23 +29,83 @@ POLICIES: dict[str, type[SchedulingPolicy]] = {
 }
 
 
-def create_policy(name: str, **kwargs) -> SchedulingPolicy:
-    """Build a policy by name; unknown names or arguments fail with the valid choices."""
-    cls = POLICIES.get(name.lower())
+@dataclass(frozen=True)
+class BundledConfig:
+    """A name for one of the PCS authors' WFQ configurations shipped in ``pcs_ray.data``."""
+
+    workload: str
+    kind: str  # one of PCS_CONFIG_KINDS
+
+    def load(self) -> WFQConfig:
+        return WFQConfig.load(pcs_config(self.workload, self.kind))
+
+
+#: PCS's three themis1 configurations (paper Fig. 6), each a policy name of its own.
+BUNDLED: dict[str, BundledConfig] = {f"pcs-{k}": BundledConfig("themis1", k) for k in PCS_CONFIG_KINDS}
+
+#: One line per policy name, for help texts and the README.
+ABOUT: dict[str, str] = {
+    "fifo": "arrival order, each app as many GPUs as it can use",
+    "srsf": "shortest remaining service (GPU-seconds) first (Tiresias-G)",
+    "las": "two-level least attained service (Tiresias-L)",
+    "srtf": "shortest remaining time at the app's best allocation first",
+    "themis": "finish-time fairness with 600 s leases",
+    "afs": "AFS-L, GPU by GPU to the app that gains most",
+    "fair": "max-min fair share in whole GPUs",
+    "pcs": "PCS weighted fair queueing with a WFQ configuration (a JSON file in the PCS artifact's format "
+           "or a bundled name)",
+    "pcs-jct": "PCS with the artifact's themis1 configuration for the best JCT",
+    "pcs-bal": "PCS with the artifact's themis1 configuration that balances JCT and predictability",
+    "pcs-pred": "PCS with the artifact's themis1 configuration for the best predictability",
+}
+
+
+def policy_names() -> list[str]:
+    """Every name ``build_policy`` accepts: the registered policies, then the bundled configurations."""
+    return [*POLICIES, *BUNDLED]
+
+
+def wfq_config(value: WFQConfig | Mapping | str | Path) -> WFQConfig:
+    """A WFQ configuration from a config, the PCS artifact's JSON as a dict, a file or a bundled name."""
+    if isinstance(value, WFQConfig):
+        return value
+    if isinstance(value, Mapping):
+        return WFQConfig.from_dict(dict(value), "pcs config")
+    return WFQConfig.load(resolve("pcs-config", value))
+
+
+def build_policy(name: str, **config) -> SchedulingPolicy:
+    """The policy ``name`` stands for (case-insensitive).
+
+    A registered policy gets ``config`` as its constructor's arguments
+    (``build_policy("themis", lease=300)``); ``pcs`` takes ``config=`` as
+    anything ``wfq_config`` reads; a bundled name (``pcs-jct``) takes none.
+    Unknown names and arguments fail with a ``ValueError`` listing the valid ones.
+    """
+    key = name.lower()
+    if key in BUNDLED:
+        if config:
+            raise ValueError(f"policy {name!r} is a bundled configuration and takes no arguments, got {sorted(config)}")
+        return WFQPolicy(BUNDLED[key].load())
+    cls = POLICIES.get(key)
     if cls is None:
-        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
+        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
     params = [
         p.name for p in inspect.signature(cls.__init__).parameters.values()
         if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
-    unknown = [k for k in kwargs if k not in params]
+    unknown = [k for k in config if k not in params]
     if unknown:
-        valid = params
-        raise ValueError(f"policy {name!r} takes no argument(s) {unknown}; it accepts {valid or 'none'}")
-    return cls(**kwargs)
+        raise ValueError(f"policy {name!r} takes no argument(s) {unknown}; it accepts {params or 'none'}")
+    if cls is WFQPolicy and config.get("config") is not None:
+        config["config"] = wfq_config(config["config"])
+    return cls(**config)
 
+
+#: The registry's original name, kept for callers that build registered policies with arguments.
+create_policy = build_policy
 
 __all__ = [
-    "POLICIES", "Allocation", "AllocationError", "ConfigError", "SchedulingPolicy", "WFQConfig",
-    "WFQPolicy", "create_policy",
+    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError",
+    "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
 ]

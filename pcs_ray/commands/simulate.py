@@ -1,0 +1,150 @@
+"""``pcs-ray simulate``: options -> plan (``simulate_plan``) -> runs (``simulate_run``) -> table or JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand
+
+from pcs_ray.commands.simulate_options import (
+    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, SimulateOptions, Speedup,
+)
+from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
+from pcs_ray.data import names
+
+
+SUMMARY = "Replay a workload through one or more scheduling policies and compare them."
+
+
+def simulate_help() -> str:
+    """The full help, listing every registered policy and placement."""
+    from pcs_ray.commands.catalog import placement_list, policy_list
+
+    return f"""
+{SUMMARY}
+
+The workload is a trace (**--trace**: a bundled name such as `philly/0e4a51` or `sia-philly/workload-1`,
+or a PCS/Philly, PCS testbed or Sia-Philly CSV) or apps drawn from a named workload's CDFs
+(**--workload**, default `{DEFAULT_WORKLOAD}`) at offered load **--load** on the simulated cluster. Each
+policy runs on the same jobs; the cluster is **--gpus** identical GPUs, or the spec given with
+**--cluster**. `pcs-ray data` lists the bundled traces, workloads, configurations, profiles and topologies.
+
+Times are in seconds (JCT = finish - submit); the table shows them in hours. With prediction on
+(default), every arrival plays the cluster forward with no further arrivals and records each app's
+predicted finish; the prediction error is `100 |JCT - predicted JCT| / predicted JCT` of the
+first prediction, in percent. Unfairness is `max(0, JCT / fair JCT - 1)` in percent, where the
+fair JCT is the app's runtime at an equal share of the cluster.
+
+Policies (`--policy`, repeatable or comma-separated; default `all`, which runs `pcs` as its three
+bundled configurations unless **--pcs-config** is given; with **--pcs-config FILE|NAME** `pcs` makes one
+run per value, labelled `pcs:<file stem>`):
+
+{policy_list()}
+
+Placement (**--placement**; without it every GPU is equal and nothing pays a locality penalty):
+
+{placement_list()}
+
+Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
+samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
+slowest GPU's score, times **--locality-penalty** when spread over nodes, times a topology slowdown
+(bandwidth-sensitive apps on poorly linked GPUs) when **--topology** gives the nodes' links
+(a bundled name such as `dgx1-v100`, or `nvidia-smi topo -m` output; nodes then default to its size).
+
+Output: a comparison table on stdout (average JCT also normalised to the first policy), or with
+**--json** exactly one JSON object: for one policy, its metrics (`policy`, `jobs`, `gpus`,
+`avg_jct`, `p50_jct`, `p99_jct`, `makespan`, `avg_pred_err`, `p99_pred_err`, `avg_unfairness`,
+`p99_unfairness`, `utilization` (0..1), `wall_s`, ...) plus `workload` (what ran) and `config`
+(the policy's parameters), and with **--placement** a `placement` object (its name and settings,
+`migrations`, `jobs_across_nodes`, and on nodes with a topology `sensitive_effbw_gbps`: min, p25,
+p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
+apps); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
+when it is a terminal.
+"""
+
+
+def simulate_cmd(
+    trace: Annotated[str | None, typer.Option(
+        "--trace", metavar="NAME|PATH", help="Job trace to replay: a bundled name or a CSV (exclusive with "
+        "--workload).", show_default=False)] = None,
+    workload: Annotated[str | None, typer.Option(
+        "--workload", metavar="NAME", help=f"Generate apps from this workload's CDFs  [default: {DEFAULT_WORKLOAD}]",
+        show_default=False)] = None,
+    num_apps: Annotated[int | None, typer.Option(
+        "--num-apps", metavar="N", help=f"Apps to generate  [default: {DEFAULT_NUM_APPS}]", show_default=False)] = None,
+    load: Annotated[float | None, typer.Option(
+        "--load", metavar="X", help=f"Offered load of generated apps, > 0 (1.0 keeps every GPU busy on average)  "
+        f"[default: {DEFAULT_LOAD}]", show_default=False)] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", metavar="S", help=f"Random seed of the generator  [default: {DEFAULT_SEED}]",
+        show_default=False)] = None,
+    gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        "--gpus-per-node", metavar="N", help="GPUs per node (the last node may be smaller)  [default: all on one node]",
+        show_default=False)] = None,
+    cluster: Annotated[Path | None, typer.Option(
+        "--cluster", metavar="FILE", help="Cluster spec (YAML or JSON); overrides --gpus and --gpus-per-node.",
+        show_default=False)] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        "--policy", "-p", metavar="NAME", help="Policy to run; repeatable or comma-separated, 'all' for every one  "
+        "[default: all]", show_default=False)] = None,
+    pcs_config: Annotated[list[str] | None, typer.Option(
+        "--pcs-config", metavar="FILE|NAME", help="PCS WFQ config for the pcs policy: a JSON file or a bundled "
+        "name (e.g. themis1-jct); repeatable.", show_default=False)] = None,
+    speedup: Annotated[Speedup | None, typer.Option(
+        "--speedup", help="Speedup curves of a PCS/Philly trace's apps: linear, or measured per model  "
+        "[default: linear]", show_default=False, case_sensitive=False)] = None,
+    overhead: Annotated[float, typer.Option(
+        "--overhead", metavar="SECONDS", help="Stall each time a running app's GPUs change (checkpoint/restore).")] = 0.0,
+    predict: Annotated[bool, typer.Option(
+        "--predict/--no-predict", help="Predict each app's finish at every arrival.")] = True,
+    per_job: Annotated[Path | None, typer.Option(
+        "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds).",
+        show_default=False)] = None,
+    placement: Annotated[str | None, typer.Option(
+        "--placement", metavar="NAME", help="Which GPUs each app gets (see below)  [default: none: all GPUs equal]",
+        show_default=False)] = None,
+    profile: Annotated[str | None, typer.Option(
+        "--profile", metavar="NAME|FILE", help=f"GPU variability profile: {', '.join(names('profile'))} or a CSV.",
+        show_default=False)] = None,
+    profile_seed: Annotated[int, typer.Option(
+        "--profile-seed", metavar="N", help="Seed for sampling the profile onto the cluster's GPUs.")] = 0,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", metavar="NAME|FILE", help="`nvidia-smi topo -m` output applied to every node: a bundled "
+        "name (e.g. dgx1-v100) or a file.", show_default=False)] = None,
+    locality_penalty: Annotated[float | None, typer.Option(
+        "--locality-penalty", metavar="X", help="Slowdown (>= 1) of an app spread over nodes  [default: the "
+        "cluster spec's, else 1.0]", show_default=False)] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", metavar="N", help="Processes for the forward plays (predictions) of each run; the "
+        "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of the table.")] = False,
+) -> None:
+    opts = SimulateOptions(**locals()).checked()  # first: the parameters above are exactly the option fields
+    # Imported here so `pcs-ray --help` stays fast (they pull in the simulator and the workload readers).
+    from pcs_ray.commands.simulate_plan import make_plan
+    from pcs_ray.commands.simulate_run import run_plan
+
+    plan = make_plan(opts)
+    outcomes = run_plan(plan, predict=opts.predict, overhead=opts.overhead, workers=opts.workers)
+    if opts.per_job is not None:
+        write_per_job(opts.per_job, [(o.label, o.result) for o in outcomes])
+    summaries = [o.summary for o in outcomes]
+    if opts.as_json:
+        single = len(summaries) == 1
+        print_json({**summaries[0], "workload": plan.about} if single else {"runs": summaries, "workload": plan.about})
+    else:
+        stdout_console().print(comparison_table(summaries, plan.title))
+
+
+class _SimulateCommand(TyperCommand):
+    """Renders the help only when it is shown: listing the registries imports the placements, which the
+    other commands (and ``pcs-ray --help``, which shows ``SUMMARY``) need not load."""
+
+    help = property(lambda self: simulate_help(), lambda self, value: None)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate", cls=_SimulateCommand, short_help=SUMMARY, no_args_is_help=False)(simulate_cmd)

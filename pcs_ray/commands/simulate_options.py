@@ -1,0 +1,90 @@
+"""The options of ``pcs-ray simulate`` as one value, checked before anything is read or run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+
+from pcs_ray.commands.inputs import UsageError
+
+DEFAULT_WORKLOAD = "themis1"
+DEFAULT_NUM_APPS = 500
+DEFAULT_LOAD = 0.9
+DEFAULT_SEED = 4567
+
+
+class Speedup(str, Enum):
+    linear = "linear"
+    model = "model"
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """The command's options as given (``None``: not given); ``checked`` validates them and fills defaults."""
+
+    trace: str | None
+    workload: str | None
+    num_apps: int | None
+    load: float | None
+    seed: int | None
+    gpus: int
+    gpus_per_node: int | None
+    cluster: Path | None
+    policy: list[str] | None
+    pcs_config: list[str] | None
+    speedup: Speedup | None
+    overhead: float
+    predict: bool
+    per_job: Path | None
+    placement: str | None
+    profile: str | None
+    profile_seed: int
+    topology: str | None
+    locality_penalty: float | None
+    workers: int
+    as_json: bool
+
+    def checked(self) -> "SimulateOptions":
+        """These options with defaults filled in; ``UsageError`` for combinations or values that cannot work."""
+        if self.trace is not None and self.workload is not None:
+            raise UsageError("--trace and --workload are mutually exclusive")
+        if self.trace is not None:
+            given = [n for n, v in (("--num-apps", self.num_apps), ("--load", self.load), ("--seed", self.seed))
+                     if v is not None]
+            if given:
+                verb = "apply" if len(given) > 1 else "applies"
+                raise UsageError(f"{', '.join(given)} {verb} only to generated workloads, not to --trace")
+        elif self.speedup is not None:
+            raise UsageError("--speedup applies to --trace files; generated workloads scale linearly")
+        opts = replace(
+            self,
+            num_apps=DEFAULT_NUM_APPS if self.num_apps is None else self.num_apps,
+            load=DEFAULT_LOAD if self.load is None else self.load,
+            seed=DEFAULT_SEED if self.seed is None else self.seed,
+            speedup=self.speedup or Speedup.linear,
+            workload=None if self.trace is not None else self.workload or DEFAULT_WORKLOAD,
+            policy=self.policy or ["all"],
+            pcs_config=list(self.pcs_config or []),
+        )
+        if opts.num_apps < 1:
+            raise UsageError(f"--num-apps must be >= 1, got {opts.num_apps}")
+        if not (opts.load > 0 and math.isfinite(opts.load)):
+            raise UsageError(f"--load must be a number > 0, got {opts.load}")
+        if opts.gpus < 1:
+            raise UsageError(f"--gpus must be >= 1, got {opts.gpus}")
+        if opts.gpus_per_node is not None and opts.gpus_per_node < 1:
+            raise UsageError(f"--gpus-per-node must be >= 1, got {opts.gpus_per_node}")
+        if not (opts.overhead >= 0 and math.isfinite(opts.overhead)):
+            raise UsageError(f"--overhead must be a number of seconds >= 0, got {opts.overhead}")
+        if opts.per_job is not None and not opts.per_job.parent.is_dir():
+            raise UsageError(f"--per-job: folder {opts.per_job.parent} does not exist")
+        if opts.per_job is not None and opts.per_job.is_dir():
+            raise UsageError(f"--per-job: {opts.per_job} is a folder")
+        if opts.workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {opts.workers}")
+        if opts.workers > 1 and opts.placement is not None:
+            # Each process would place on its own copy, and the placement summary is kept in this one.
+            raise UsageError("--workers > 1 does not combine with --placement yet")
+        return opts

@@ -1,0 +1,44 @@
+"""Run each policy of a ``simulate`` plan on its jobs, with a progress bar on stderr when it is a terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pcs_ray.commands.simulate_plan import Plan
+from pcs_ray.metrics import summarize
+from pcs_ray.simulator import SimResult, simulate
+
+
+@dataclass
+class Outcome:
+    label: str
+    result: SimResult
+    summary: dict  # metrics, the policy's parameters and, with a placement, its summary
+
+
+def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> list[Outcome]:
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+        TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal,
+    )
+    outcomes = []
+    with progress:
+        for run in plan.runs:
+            task = progress.add_task(run.label, total=len(plan.jobs))
+            placed = plan.setup.new() if plan.setup is not None else None
+            result = simulate(
+                plan.jobs, plan.capacity, run.policy, predict=predict, overhead=overhead, placement=placed,
+                workers=workers, progress=lambda done, total, task=task: progress.update(task, completed=done),
+            )
+            progress.remove_task(task)
+            summary = summarize(result)
+            summary["policy"] = run.label
+            summary["config"] = result.policy
+            if placed is not None:
+                summary["placement"] = {**placed.describe(), **placed.summary()}
+            outcomes.append(Outcome(run.label, result, summary))
+    return outcomes

@@ -1,0 +1,92 @@
+"""Views more than one command prints: the policy comparison table, the per-job CSV, JSON on stdout."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+# One row per job and policy; the writer below is the only place that knows the columns.
+PER_JOB_COLUMNS = (
+    "policy", "job_id", "submit", "service", "max_gpus", "start", "finish", "jct",
+    "first_pred", "last_pred", "refreshes", "bound", "preemptions",
+)
+
+
+def _cell(value) -> str | int | float:
+    return "" if value is None else value
+
+
+def per_job_row(label: str, record) -> list:
+    """One job's CSV row (times in seconds, blanks where a value does not exist)."""
+    r = record
+    jct = r.finish - r.submit if r.finish is not None else None
+    return [
+        label, r.job_id, r.submit, r.service, r.max_gpus, _cell(r.start), _cell(r.finish), _cell(jct),
+        _cell(r.first_pred), _cell(r.last_pred), r.refreshes, _cell(r.bound), r.preemptions,
+    ]
+
+
+def write_per_job(path: Path, runs: list[tuple[str, object]]) -> None:
+    """``runs``: (label, simulation result) pairs, written in order."""
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(PER_JOB_COLUMNS)
+        for label, result in runs:
+            for record in result.records:
+                out.writerow(per_job_row(label, record))
+
+
+def finite(value):
+    """JSON-safe: NaN and infinities become null, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def print_json(payload) -> None:
+    """Exactly one JSON document on stdout (NaN as null), so ``--json > out.json`` stays parseable."""
+    sys.stdout.write(json.dumps(finite(payload), allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def stdout_console(width: int = 160) -> Console:
+    """A console for tables on stdout; a pipe gets a fixed width so names are not truncated."""
+    out = Console()
+    return out if out.is_terminal else Console(width=width)
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def comparison_table(summaries: list[dict], title: str) -> Table:
+    """One row per policy run, average JCT also normalised to the first row."""
+    table = Table(title=title, title_justify="left", caption="JCT in hours; errors, unfairness and utilisation in %",
+                  caption_justify="left")
+    table.add_column("policy", style="bold")
+    for header in ("avg JCT (norm.)", "avg JCT h", "p99 JCT h", "avg pred err %", "p99 pred err %",
+                   "avg unfair %", "p99 unfair %", "util %", "wall s"):
+        table.add_column(header, justify="right")
+    base = summaries[0]["avg_jct"] if summaries else None
+    for s in summaries:
+        norm = "-" if not base or s["avg_jct"] is None else f"{s['avg_jct'] / base:.3f}"
+        table.add_row(
+            s["policy"], norm, _hours(s["avg_jct"]), _hours(s["p99_jct"]), _pct(s["avg_pred_err"]),
+            _pct(s["p99_pred_err"]), _pct(s["avg_unfairness"]), _pct(s["p99_unfairness"]),
+            _pct(None if s["utilization"] is None else 100 * s["utilization"]), f"{s['wall_s']:.2f}",
+        )
+    return table
