@@ -15,10 +15,10 @@ from pathlib import Path
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
-from workloads.catalog import registered_workloads
-from pcs_ray.placement import create_placement
 from pcs_ray import policies
+from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
+from workloads.catalog import registered_workloads
 
 DEFAULT_POLICY = "pcs-bal"
 
