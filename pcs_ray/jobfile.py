@@ -28,10 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pcs_ray.cluster import _format_validation_error
-
-
-class JobSpecError(ValueError):
-    """A job spec that cannot be run, with a one-line message naming the field."""
+from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
 
 
 class JobFile(BaseModel):

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from pcs_ray.cluster import ClusterSpec
+from pcs_ray.contract import JobSpecError
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 
 TIMEOUT = 120
@@ -79,9 +80,9 @@ def test_jobs_run_on_the_chosen_gpus_and_finish(coordinator, ray_local):
     assert finals[0]["segments"][0]["gpus"] == ["node0:0", "node0:1"]
     assert finals[1]["segments"][0]["gpus"] == ["node0:2"]
     assert finals[0]["emulated"] and finals[0]["step_time"] > 0
-    with pytest.raises(ValueError, match="unknown workload"):
+    with pytest.raises(JobSpecError, match="unknown workload"):
         client.submit({"workload": "nope", "steps": 3})
-    with pytest.raises(ValueError, match="the cluster has 8"):
+    with pytest.raises(JobSpecError, match="the cluster has 8"):
         client.submit(_tiny(3, gpus=9))
 
 
