@@ -55,9 +55,7 @@ class CoordinatorService(CoordinatorHost):
         self.runs: dict[int, _Run] = {}
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
-        with self.lock:
-            self._execute(self.core.decide())
-            self.core.refresh_predictions()
+        self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
 

@@ -27,6 +27,12 @@ class CoordinatorHost(ABC):
     def _execute(self, actions: list[Action]) -> None:
         """Carry out the actions the core returned (called under the lock)."""
 
+    def _resume(self) -> None:
+        """Decide once on the state the journal rebuilt: jobs whose runners were lost start again."""
+        with self.lock:
+            self._execute(self.core.decide())
+            self.core.refresh_predictions()
+
     def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
         with self.lock:
             jid, actions = self.core.submit(spec, submission_id)

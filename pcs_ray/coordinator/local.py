@@ -19,6 +19,7 @@ class LocalCoordinator(CoordinatorHost):
     def __init__(self, core: Coordinator) -> None:
         super().__init__(core)
         self.held: list[Action] = []
+        self._resume()
 
     def _execute(self, actions: list[Action]) -> None:
         self.held.extend(actions)
