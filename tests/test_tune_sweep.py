@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator

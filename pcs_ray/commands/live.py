@@ -107,7 +107,7 @@ def submit_cmd(
                 err = f", JCT {jct:.1f} s vs predicted {pred:.1f} s ({100 * abs(jct - pred) / pred:.0f}% off)"
             print(f"job {handle.id} {final['state']} at {clock(final['finish'])}{err}; "
                   f"{final['preemptions']} preemption(s)")
-        if final["state"] != "finished":
+        if final["state"] != JobStatus.FINISHED:
             raise typer.Exit(1)
 
 
