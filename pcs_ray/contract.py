@@ -38,11 +38,12 @@ class JobStatus(StrEnum):
 
     @property
     def holds_gpus(self) -> bool:
-        return self in (JobStatus.RUNNING, JobStatus.STOPPING)
+        return self in _HOLDING
 
 
 #: The states a job never leaves.
 TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED})
+_HOLDING = frozenset({JobStatus.RUNNING, JobStatus.STOPPING})
 
 
 # -- errors ----------------------------------------------------------------------

@@ -36,18 +36,20 @@ class Start:
 def diff(jobs: Iterable[LiveJob], model: ClusterModel) -> tuple[list[Stop], list[Start]]:
     """The runs to stop and the runs to start, in submission order, for the model's current plan."""
     jobs = list(jobs)
-    held = {g for job in jobs if job.state.holds_gpus for g in job.gpus}
+    plan = model.plan()
+    running, queued = JobStatus.RUNNING, JobStatus.QUEUED  # looked up once: this runs over every job per decision
+    held = {g for job in jobs for g in job.gpus}  # a job has GPUs only while running or stopping
     stops = []
     for job in jobs:
-        if job.state == JobStatus.RUNNING and not job.cancel_requested:
-            want = model.gpus(job.job_id)
+        if job.state == running and not job.cancel_requested:
+            want = plan.get(job.job_id, ())
             if want != job.gpus:
                 stops.append(Stop(job, stop_reason(job.gpus, want)))
     starts = []
     for job in jobs:
-        if job.state != JobStatus.QUEUED:
+        if job.state != queued:
             continue
-        want = model.gpus(job.job_id)
+        want = plan.get(job.job_id, ())
         if not want or any(g in held for g in want):
             continue  # not scheduled, or its GPUs are still being vacated
         held.update(want)

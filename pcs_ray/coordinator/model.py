@@ -97,6 +97,11 @@ class ClusterModel:
         job = self.engine.job(job_id)
         return tuple(sorted(job.gpus)) if job is not None and job.alloc else ()
 
+    def plan(self) -> dict[int, tuple[int, ...]]:
+        """The GPUs of every job the model runs (the others get none)."""
+        engine = self.engine
+        return {jid: tuple(sorted(engine.job(jid).gpus)) for jid in engine.running_ids()}
+
     def slowdown(self, job_id: int) -> float:
         return self.engine.job(job_id).slowdown
 
