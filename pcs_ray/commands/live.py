@@ -72,8 +72,9 @@ def start_cmd(
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)
     actor = start_coordinator(config)
-    info = ray.get(actor.ping.remote())
-    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, state in {config.state_dir}")
+    info, running = ray.get([actor.ping.remote(), actor.config.remote()])  # one already running keeps its own
+    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
+          f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
 
 
 def submit_cmd(
