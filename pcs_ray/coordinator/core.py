@@ -167,7 +167,7 @@ class Coordinator(CoordinatorState):
     def set_policy(self, name: str, wfq: dict | None = None) -> list[Action]:
         """The operator swaps the policy (``pcs-ray config set``): journaled, so a restart keeps it;
         decisions use it at once, and every prediction and bound is refreshed."""
-        self.build_policy(name, wfq)  # a configuration that cannot be built is refused before it is journaled
+        self._build_policy(name, wfq)  # a configuration that cannot be built is refused before it is journaled
         self._record("config", None, source="set", name=name, wfq=wfq)
         actions = self.decide()
         self.refresh_predictions(force=True)

@@ -92,7 +92,7 @@ class CoordinatorState:
             self._record("cancelled" if job.cancel_requested else "lost", job.job_id, attempt=job.attempt)
         return len(lost)
 
-    def build_policy(self, name: str, wfq: dict | None) -> SchedulingPolicy:
+    def _build_policy(self, name: str, wfq: dict | None) -> SchedulingPolicy:
         """A policy by name; what cannot be built is a :class:`ConfigError`."""
         if self._policies is None:
             raise ConfigError("this coordinator was built without a policy factory: it cannot change its policy")
@@ -160,7 +160,7 @@ class CoordinatorState:
 
     def _apply_config(self, t: float, data: dict) -> None:
         if data["source"] == "set":
-            policy = self.build_policy(data["name"], data.get("wfq"))
+            policy = self._build_policy(data["name"], data.get("wfq"))
         else:  # the latest start's policy is the one this coordinator was started with
             policy, self._started_with = self._start_policy, data["policy"]
         self.policy = policy
