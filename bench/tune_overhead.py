@@ -145,9 +145,10 @@ class Competitor(threading.Thread):
 
 
 def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
-    from executors.tune import LocalCoordinator, PCSTuner, session_trainable
+    from executors.tune import PCSTuner, session_trainable
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
+    from pcs_ray.coordinator.local import LocalCoordinator
     from pcs_ray.policies import create_policy
 
     core = Coordinator(ClusterSpec.homogeneous(args.gpus, args.gpus), create_policy("fair"), Journal(":memory:"),
@@ -195,7 +196,7 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
 
 def calibrate(args) -> float:
     """Seconds per iteration of one trial alone on this machine (what a user would measure once)."""
-    from executors.tune import reference_run
+    from tests.tune_helpers import reference_run
 
     one = {"workload": "tiny_cnn", "iterations": 2, "steps_per_iteration": args.steps_per_iteration,
            "params": {"num_samples": 128}}

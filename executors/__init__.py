@@ -5,6 +5,8 @@
 - ``runner``: the Ray actor, one per GPU (``num_gpus=0`` + the GPU's custom resource; sets ``CUDA_VISIBLE_DEVICES``).
 - ``training``: the deterministic, preemptible loop (``TrainingSession``, ``run_training``); DDP for several GPUs.
 - ``checkpoint``: atomic, digest-verified checkpoints with fallback to the previous one.
+- ``tune``: Ray Tune sweeps as one coordinator app (``PCSTuner``); ``tune_scheduler`` maps the sweep's
+  GPU assignment onto trials, ``tune_trial`` runs inside a trial (pinning, a deterministic trainable).
 
 Workloads (models and data) are registered in ``workloads.models``.
 """

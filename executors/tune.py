@@ -1,401 +1,31 @@
-"""Ray Tune sweeps scheduled by pcs-ray: the sweep is one coordinator app, this scheduler is its executor.
+"""Ray Tune sweeps scheduled by pcs-ray: the sweep is one coordinator app, the scheduler is its executor.
 
 ::
 
-    tuner = PCSTuner(trainable, param_space=..., iterations=20, client=pcs_ray.client.Client())
+    tuner = PCSTuner(session_trainable, param_space=..., iterations=20, client=pcs_ray.client.Client())
     print(tuner.predict()["predicted_completion"])   # at once, before any trial ran
     results = tuner.fit()
 
-Tune has no pluggable trial executor; its extension point is a
-``TrialScheduler``, so :class:`PCSTuneScheduler` is one. The sweep registers
-with the coordinator as an ``executor: external`` job whose most GPUs are
-trials x GPUs per trial: WFQ decides how many GPUs it holds, placement which
-ones. The scheduler polls that assignment and maps it onto trials: a trial
-runs only on GPUs of the assignment (pinned with the per-GPU custom resource,
-``num_gpus=0``; the trainable calls :func:`pin_trial_gpus` to set
-``CUDA_VISIBLE_DEVICES``), trials on GPUs taken away are paused at their next
-result (checkpointed; never while saving: Tune caches the decision) or, past a
-grace period, stopped hard and resumed from their last reported checkpoint.
-When every trial outside the kept GPUs has stopped it acknowledges, and the
-coordinator hands the GPUs on. New trials are parked (PAUSED) until admitted.
-An inner scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial
-shrinks the sweep's demand so its GPUs go to other apps. Progress (iterations
-x measured time per iteration) flows back so predictions use real speeds.
+:class:`PCSTuner` wraps ``tune.Tuner`` around :class:`PCSTuneScheduler`
+(``executors.tune_scheduler``: how trials follow the coordinator's GPU
+assignment); trials pin themselves with :func:`pin_trial_gpus`, and
+:func:`session_trainable` trains a registered workload (``executors.tune_trial``).
+``client`` is any :class:`~pcs_ray.contract.CoordinatorAPI`.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
-import threading
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
-from ray.tune.experiment import Trial
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 
-_GPU_RESOURCE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*_gpu(?P<index>\d+))(?:_group_.*)?$")
-ENDED = (Trial.TERMINATED, Trial.ERROR)
-
-
-# -- inside a trial --------------------------------------------------------------
-def assigned_gpu_resources() -> list[str]:
-    """The pcs-ray per-GPU resources (``node0_gpu3``) this actor holds, placement-group suffixes removed."""
-    import ray
-
-    names = set()
-    for key in ray.get_runtime_context().get_assigned_resources():
-        m = _GPU_RESOURCE.match(key)
-        if m:
-            names.add(m.group("name"))
-    return sorted(names)
+from executors.tune_scheduler import PCSTuneScheduler, SweepLog
+from executors.tune_trial import assigned_gpu_resources, pin_trial_gpus, session_trainable
+from pcs_ray.contract import CoordinatorAPI
 
 
-def pin_trial_gpus() -> list[str]:
-    """Set ``CUDA_VISIBLE_DEVICES`` to the GPUs the coordinator chose (call first in a trainable)."""
-    names = assigned_gpu_resources()
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(_GPU_RESOURCE.match(n).group("index") for n in names)
-    return names
-
-
-# -- the coordinator, in-process or through Ray ----------------------------------
-class LocalCoordinator:
-    """The Ray-free coordinator core behind the same calls as :class:`pcs_ray.client.Client` (tests, benches)."""
-
-    def __init__(self, core) -> None:
-        self.core = core
-        self.lock = threading.RLock()
-
-    def submit(self, raw: dict):
-        with self.lock:
-            jid, actions = self.core.submit(raw)
-            self._hold(actions)
-            return SimpleNamespace(id=jid, **{k: v for k, v in self.core.predict(jid).items() if k != "id"})
-
-    def _hold(self, actions) -> None:
-        """Keep actions for runner jobs: nothing here launches runners; the caller plays the other apps."""
-        if actions:
-            self.pending_actions = getattr(self, "pending_actions", []) + list(actions)
-
-    def assignment(self, jid: int) -> dict:
-        with self.lock:
-            return self.core.assignment(jid)
-
-    def external_ended(self, jid: int, attempt: int, status: str, step: int, step_time_s=None) -> dict:
-        with self.lock:
-            self._hold(self.core.run_ended(jid, attempt, status, step, step_time_s))
-            self.core.refresh_predictions()
-            return self.core.assignment(jid)
-
-    def set_demand(self, jid: int, gpus=None, steps=None) -> dict:
-        with self.lock:
-            self._hold(self.core.set_demand(jid, gpus=gpus, steps=steps))
-            return self.core.assignment(jid)
-
-    def report_progress(self, jid: int, step: int, step_time_s) -> None:
-        with self.lock:
-            self.core.progress(jid, step, step_time_s)
-
-    def predict(self, jid: int) -> dict:
-        with self.lock:
-            self.core.refresh_predictions()
-            return self.core.predict(jid)
-
-    def cancel(self, jid: int) -> None:
-        with self.lock:
-            self._hold(self.core.cancel(jid))
-
-
-# -- the scheduler ---------------------------------------------------------------
-@dataclass
-class _Placed:
-    trial: Trial
-    gpus: tuple[str, ...]
-    evict_at: float | None = None  # set when its GPUs were taken away
-
-
-@dataclass
-class SweepLog:
-    """What happened, for tests and benches: per trial, its GPU sets and its reported iterations."""
-
-    placements: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
-    iterations: dict[str, list[int]] = field(default_factory=dict)
-    pauses: list[tuple[float, str]] = field(default_factory=list)
-    hard_stops: int = 0
-    acks: int = 0
-    stopped_early: list[str] = field(default_factory=list)
-    startups: list[float] = field(default_factory=list)  # seconds from a first start to its first result, less the iteration
-    resumes: list[float] = field(default_factory=list)  # the same for restarts from a checkpoint
-
-
-class PCSTuneScheduler(TrialScheduler):
-    """A Tune scheduler that runs a sweep's trials on the GPUs the pcs-ray coordinator assigns it."""
-
-    def __init__(
-        self,
-        coordinator,
-        *,
-        num_trials: int,
-        iterations: int,
-        gpus_per_trial: int = 1,
-        cpus_per_trial: float = 1.0,
-        iteration_time: float | None = None,
-        trial_startup_s: float = 5.0,
-        name: str = "tune-sweep",
-        workload: str = "tune",
-        job_class: str = "A",
-        inner: TrialScheduler | None = None,
-        grace_s: float = 30.0,
-        poll_s: float = 0.2,
-        report_s: float = 1.0,
-    ) -> None:
-        if num_trials < 1 or iterations < 1 or gpus_per_trial < 1:
-            raise ValueError("a sweep needs num_trials, iterations and gpus_per_trial >= 1")
-        self.coordinator = coordinator
-        self.num_trials, self.iterations, self.gpt, self.cpus = num_trials, iterations, gpus_per_trial, cpus_per_trial
-        self.iteration_time = iteration_time
-        self.trial_startup_s = trial_startup_s  # actor start + restore, per trial start: estimate, then measured
-        self.spec = {
-            "workload": workload, "name": name, "class": job_class, "executor": "external",
-            "steps": num_trials * iterations, "gpus": num_trials * gpus_per_trial, "min_gpus": gpus_per_trial,
-        }
-        if iteration_time:
-            self.spec["step_time"] = self._gpu_seconds_per_iteration(iteration_time)
-        self.inner = inner or FIFOScheduler()
-        self.grace_s, self.poll_s, self.report_s = grace_s, poll_s, report_s
-        self.job_id: int | None = None
-        self.first_prediction: dict | None = None
-        self.first_prediction_s: float | None = None  # submit -> first prediction, seconds
-        self.placed: dict[str, _Placed] = {}
-        self.launching: set[str] = set()
-        self.order: list[Trial] = []
-        self.done_iters: dict[str, int] = {}
-        self.stopped: set[str] = set()  # STOP decided (inner scheduler or budget reached)
-        self.log = SweepLog()
-        self._assignment: dict | None = None
-        self._polled = -math.inf
-        self._reported = -math.inf
-        self._iter_time: float | None = None
-        self._chosen_at: dict[str, float] = {}
-        self._acked = 0
-        self._finished = False
-        self._demand = (self.spec["gpus"], self.spec["steps"])
-
-    def __getstate__(self) -> dict:
-        # Tune pickles its config for experiment restore; the live link to the coordinator stays here.
-        return {**self.__dict__, "coordinator": None}
-
-    # -- the app -----------------------------------------------------------------
-    def register(self) -> dict:
-        """Submit the sweep as one app; returns its first prediction (absolute times)."""
-        if self.job_id is None:
-            began = time.monotonic()
-            handle = self.coordinator.submit(self.spec)
-            self.job_id = handle.id
-            self.first_prediction = self.predict()
-            self.first_prediction_s = time.monotonic() - began
-        return self.first_prediction
-
-    def predict(self) -> dict:
-        """The sweep's current predicted completion and WFQ bound (``pcs-ray predict ID`` says the same)."""
-        return self.coordinator.predict(self.job_id)
-
-    def steps_done(self) -> int:
-        return sum(self.done_iters.values())
-
-    # -- Tune's hooks ------------------------------------------------------------
-    def set_search_properties(self, metric, mode, **spec) -> bool:
-        return self.inner.set_search_properties(metric, mode, **spec)
-
-    def on_trial_add(self, tune_controller, trial: Trial) -> None:
-        self.register()
-        self.inner.on_trial_add(tune_controller, trial)
-        if any(t is trial for t in self.order):
-            return  # a failed trial Tune requeues (PENDING): it restarts on its own GPUs from its checkpoint
-        if trial.status == Trial.PENDING:
-            trial.set_status(Trial.PAUSED)  # parked: Tune would start every PENDING trial by itself
-        self.order.append(trial)
-
-    def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
-        tid = trial.trial_id
-        it = int(result.get("training_iteration", 0))
-        self.log.iterations.setdefault(tid, []).append(it)
-        self.done_iters[tid] = min(it, self.iterations)
-        # A trainable's own iteration time, where it reports one: Tune's time_this_iter_s of a
-        # restored function trainable also holds its set-up and restore.
-        took = result.get("iter_s") or result.get("time_this_iter_s")
-        if took:
-            self._iter_time = took if self._iter_time is None else 0.8 * self._iter_time + 0.2 * took
-            chosen = self._chosen_at.pop(tid, None)
-            if chosen is not None:  # first result of this start: the rest was start-up and restore
-                startup = max(0.0, time.monotonic() - chosen - took)
-                (self.log.resumes if len(self.log.placements.get(tid, ())) > 1 else self.log.startups).append(startup)
-                self.trial_startup_s = 0.5 * self.trial_startup_s + 0.5 * startup
-        decision = self.inner.on_trial_result(tune_controller, trial, result)
-        self._report_progress()
-        if decision == TrialScheduler.STOP or it >= self.iterations:
-            if it < self.iterations:
-                self.log.stopped_early.append(tid)
-            self.stopped.add(tid)
-            self._update_demand()
-            return TrialScheduler.STOP
-        self._sync(tune_controller)
-        p = self.placed.get(tid)
-        if p is not None and p.evict_at is not None:
-            self.log.pauses.append((time.time(), tid))
-            return TrialScheduler.PAUSE
-        return decision
-
-    def on_trial_complete(self, tune_controller, trial: Trial, result: dict) -> None:
-        self.inner.on_trial_complete(tune_controller, trial, result)
-        self._trial_ended(tune_controller, trial)
-
-    def on_trial_error(self, tune_controller, trial: Trial) -> None:
-        # Called before a retry as well as on the final failure: the trial's status tells later (_sync).
-        self.inner.on_trial_error(tune_controller, trial)
-
-    def on_trial_remove(self, tune_controller, trial: Trial) -> None:
-        self.inner.on_trial_remove(tune_controller, trial)
-        self._trial_ended(tune_controller, trial)
-
-    def choose_trial_to_run(self, tune_controller) -> Trial | None:
-        self._sync(tune_controller)
-        for tid in list(self.launching):  # idempotent: the trial chosen before, until Tune stages it
-            p = self.placed.get(tid)
-            if p is not None and p.trial.status == Trial.PAUSED:
-                return p.trial
-            self.launching.discard(tid)
-        a = self._assignment
-        if a is None or a["state"] != "running":
-            return None
-        used = {g for p in self.placed.values() for g in p.gpus}
-        free = [g for g in a["gpus"] if g not in used]
-        if len(free) < self.gpt:
-            return None
-        trial = self._next_trial()
-        if trial is None:
-            return None
-        gpus = tuple(free[: self.gpt])
-        trial.update_resources({"CPU": self.cpus, "GPU": 0, **{g: 1 for g in gpus}})
-        self.placed[trial.trial_id] = _Placed(trial, gpus)
-        self.launching.add(trial.trial_id)
-        self._chosen_at[trial.trial_id] = time.monotonic()
-        self.log.placements.setdefault(trial.trial_id, []).append(gpus)
-        return trial
-
-    def debug_string(self) -> str:
-        a = self._assignment or {}
-        return f"pcs-ray sweep {self.job_id}: {a.get('state')} on {a.get('gpus')}; {len(self.placed)} trials placed"
-
-    # -- keeping trials on the assignment ----------------------------------------
-    def _next_trial(self) -> Trial | None:
-        """A paused trial that was running before, else the next parked one (submission order)."""
-        waiting = [t for t in self.order if t.status == Trial.PAUSED and t.trial_id not in self.placed
-                   and t.trial_id not in self.stopped]
-        started = [t for t in waiting if self.done_iters.get(t.trial_id)]
-        return (started or waiting or [None])[0]
-
-    def _poll(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.job_id is not None and (force or now - self._polled >= self.poll_s):
-            self._assignment = self.coordinator.assignment(self.job_id)
-            self._polled = now
-
-    def _sync(self, tc) -> None:
-        self._poll()
-        a = self._assignment
-        if a is None:
-            return
-        if a["state"] == "running":
-            allowed = set(a["gpus"])
-        elif a["state"] == "stopping":
-            allowed = set(a["gpus"]) & set(a["target"])
-        else:
-            allowed = set()
-        now = time.monotonic()
-        for tid, p in list(self.placed.items()):
-            status = p.trial.status
-            if status in ENDED or (status == Trial.PAUSED and tid not in self.launching):
-                del self.placed[tid]  # its actor is stopping: the GPUs go back to the sweep
-            elif not set(p.gpus) <= allowed:
-                if status == Trial.PAUSED:  # chosen but not yet staged: simply not started
-                    del self.placed[tid]
-                    self.launching.discard(tid)
-                elif p.evict_at is None:
-                    # A trial that has not reported since it started has nothing newer to save: stop it now.
-                    p.evict_at = now if tid in self._chosen_at else now + self.grace_s
-                if p.evict_at is not None and now >= p.evict_at and status == Trial.RUNNING and not p.trial.is_saving:
-                    # Past the grace period: stop now, resume from the last reported checkpoint.
-                    tc.pause_trial(p.trial, should_checkpoint=False)
-                    self._chosen_at.pop(tid, None)
-                    self.log.hard_stops += 1
-                    p.evict_at = math.inf
-        if any(t.status == Trial.ERROR and t.trial_id not in self.stopped for t in self.order):
-            for t in self.order:
-                if t.status == Trial.ERROR and t.trial_id not in self.stopped:
-                    self._trial_ended(tc, t)  # failed for good (retries spent)
-            return  # the assignment may have changed: the next step looks again
-        if a["state"] == "stopping" and a["attempt"] != self._acked and all(
-            set(p.gpus) <= allowed for p in self.placed.values()
-        ):
-            self._acked = a["attempt"]
-            self.log.acks += 1
-            self._assignment = self.coordinator.external_ended(
-                self.job_id, a["attempt"], "preempted", self.steps_done(), self._step_time(a))
-            self._polled = time.monotonic()
-
-    def _trial_ended(self, tc, trial: Trial) -> None:
-        self.stopped.add(trial.trial_id)
-        self.placed.pop(trial.trial_id, None)
-        self.launching.discard(trial.trial_id)
-        if self._finished:
-            return
-        if len(self.order) >= self.num_trials and all(t.status in ENDED or t.trial_id in self.stopped for t in self.order):
-            self._finished = True
-            self._poll(force=True)
-            a = self._assignment
-            if a["state"] in ("running", "stopping"):
-                self.coordinator.external_ended(self.job_id, a["attempt"], "finished", self.steps_done(), self._step_time(a))
-            else:
-                self.coordinator.cancel(self.job_id)
-            return
-        self._update_demand()
-
-    def _update_demand(self) -> None:
-        live = self.num_trials - len(self.stopped)
-        if live <= 0:
-            return
-        steps = self.steps_done() + sum(
-            self.iterations - self.done_iters.get(t.trial_id, 0) for t in self.order if t.trial_id not in self.stopped
-        ) + self.iterations * max(0, self.num_trials - len(self.order))
-        demand = (live * self.gpt, max(1, steps))
-        if demand != self._demand:
-            self._demand = demand
-            self._assignment = self.coordinator.set_demand(self.job_id, gpus=demand[0], steps=demand[1])
-            self._polled = time.monotonic()
-
-    def _gpu_seconds_per_iteration(self, iteration_time: float) -> float:
-        """One trial iteration's GPU-seconds, each trial's start-up spread over its iterations."""
-        return (iteration_time + self.trial_startup_s / self.iterations) * self.gpt
-
-    def _step_time(self, a: dict | None) -> float | None:
-        """Seconds per sweep step on its GPUs, so that x GPUs = GPU-seconds per trial iteration."""
-        if self._iter_time is None or not a or not a.get("gpus"):
-            return None
-        return self._gpu_seconds_per_iteration(self._iter_time) / len(a["gpus"])
-
-    def _report_progress(self) -> None:
-        now = time.monotonic()
-        if self.job_id is None or now - self._reported < self.report_s:
-            return
-        self._reported = now
-        self.coordinator.report_progress(self.job_id, self.steps_done(), self._step_time(self._assignment))
-
-
-# -- the thin wrapper around tune.Tuner -----------------------------------------
 def count_trials(param_space: dict, num_samples: int = 1) -> int:
     """Grid points x samples, as Tune's basic variant generator expands them."""
     def grids(space) -> list[int]:
@@ -419,7 +49,7 @@ class PCSTuner:
         *,
         param_space: dict,
         iterations: int,
-        client,
+        client: CoordinatorAPI,
         num_samples: int = 1,
         gpus_per_trial: int = 1,
         cpus_per_trial: float = 1.0,
@@ -463,83 +93,6 @@ class PCSTuner:
         return self.tuner.fit()
 
 
-# -- a deterministic trainable over the registered workloads ---------------------
-def session_trainable(config: dict) -> None:
-    """Train a registered workload (``executors.training.TrainingSession``) as a Tune function trainable.
-
-    ``config``: ``workload``, ``params`` (lr, momentum, seed, ...), ``iterations``,
-    ``steps_per_iteration``, optionally ``sleep_s`` (stretch each iteration: a slower trial) and
-    ``variant`` (a grid point given as a dict, merged into the config). Every iteration reports ``iter_s`` (its own
-    compute time), ``loss`` (on a fixed
-    held-out batch), ``step``, ``weights_sha256`` and the GPUs it ran on, with
-    a checkpoint of the whole session (model, optimizer, RNG, data position),
-    so a pause at any result loses nothing and the resumed run is bitwise the same.
-    """
-    import tempfile
-
-    from ray import tune
-
-    from executors.checkpoint import load_checkpoint, save_checkpoint
-    from executors.training import TrainingSession
-
-    config = {**config, **config.get("variant", {})}
-    gpus = pin_trial_gpus()
-    session = TrainingSession(config["workload"], config.get("params"))
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            session.restore(load_checkpoint(d).state)
-    per_iter = int(config.get("steps_per_iteration", 1))
-    while session.step < config["iterations"] * per_iter:
-        began = time.perf_counter()
-        for _ in range(per_iter):
-            session.train_step()
-        time.sleep(float(config.get("sleep_s", 0.0)))
-        metrics = {"iter_s": time.perf_counter() - began, "loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model),
-                   "gpu_resources": ",".join(gpus), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                   "pid": os.getpid()}
-        with tempfile.TemporaryDirectory() as d:
-            save_checkpoint(d, session.snapshot(session.rng_states()))
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
-
-
-def held_out_loss(session, n: int = 32) -> float:
-    """Cross-entropy on the dataset's first ``n`` samples (eval mode: no RNG draws, no BatchNorm updates)."""
-    import torch
-    import torch.nn.functional as F
-    from torch.utils.data import default_collate
-
-    inputs, targets = default_collate([session.dataset[i] for i in range(min(n, len(session.dataset)))])
-    session.model.eval()
-    with torch.no_grad():
-        loss = float(F.cross_entropy(session.model(inputs.to(session.device)), targets.to(session.device)))
-    session.model.train()
-    return loss
-
-
-def weights_digest(model) -> str:
-    """SHA-256 over every parameter and buffer, bit for bit."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def reference_run(config: dict) -> dict:
-    """The same training without Tune and without interruption: the final metrics a sweep must reproduce."""
-    from executors.training import TrainingSession
-
-    config = {**config, **config.get("variant", {})}
-    session = TrainingSession(config["workload"], config.get("params"))
-    per_iter = int(config.get("steps_per_iteration", 1))
-    for _ in range(config["iterations"] * per_iter):
-        session.train_step()
-    return {"loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model)}
-
-
 def grid(**axes: list) -> dict[str, Any]:
     """``tune.grid_search`` for each axis (the sweep's points are their product)."""
     from ray import tune
@@ -548,6 +101,6 @@ def grid(**axes: list) -> dict[str, Any]:
 
 
 __all__ = [
-    "PCSTuneScheduler", "PCSTuner", "LocalCoordinator", "SweepLog", "pin_trial_gpus", "assigned_gpu_resources",
-    "session_trainable", "reference_run", "count_trials", "grid",
+    "PCSTuneScheduler", "PCSTuner", "SweepLog", "assigned_gpu_resources", "count_trials", "grid", "pin_trial_gpus",
+    "session_trainable",
 ]

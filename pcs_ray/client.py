@@ -1,4 +1,4 @@
-"""``pcs_ray.client.Client``: submit jobs to a running coordinator and follow them.
+"""``pcs_ray.client.Client``: the coordinator's calls through Ray, plus what a user needs to follow a job.
 
 ::
 
@@ -7,8 +7,13 @@
     print(job.id, job.predicted_completion, job.bound)   # absolute times (time.time() seconds)
     client.wait(job.id)
 
-Every submission carries a fresh id, so a call retried after the coordinator
-restarted never creates a second job.
+``Client`` is a :class:`~pcs_ray.contract.CoordinatorAPI`, so a Ray Tune sweep
+(``executors.tune.PCSTuner``) runs through it. The coordinator's refusals
+arrive as the typed errors it raised (:class:`~pcs_ray.contract.UnknownJobError`,
+:class:`~pcs_ray.contract.JobSpecError`, :class:`~pcs_ray.contract.ConfigError`,
+all :class:`~pcs_ray.contract.CoordinatorError`). Every submission carries a
+fresh id, so a call retried after the coordinator restarted never creates a
+second job.
 """
 
 from __future__ import annotations
@@ -19,19 +24,15 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pcs_ray.jobfile import JobFile, JobSpecError, load_job, parse_job
+from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
+from pcs_ray.jobfile import JobFile, load_job, parse_job
 
-TERMINAL = ("finished", "cancelled", "failed")
 
+@dataclass(frozen=True)
+class JobHandle(Submitted):
+    """What a submission returns: the job id, its predicted completion and the policy's worst-case bound."""
 
-@dataclass
-class JobHandle:
-    """What a submission returns: the job id, its predicted completion and WFQ's worst-case bound."""
-
-    id: int
-    predicted_completion: float | None
-    bound: float | None
-    client: "Client" = field(repr=False)
+    client: "Client" = field(repr=False, compare=False)
 
     def status(self) -> dict:
         return self.client.job(self.id)
@@ -69,13 +70,16 @@ class Client:
 
     def _call(self, method: str, *args):
         import ray
+        from ray.exceptions import RayTaskError
 
-        reply = ray.get(getattr(self.actor, method).remote(*args))
-        if isinstance(reply, dict) and "error" in reply:
-            raise JobSpecError(reply["error"])
-        return reply
+        try:
+            return ray.get(getattr(self.actor, method).remote(*args))
+        except RayTaskError as e:
+            if isinstance(e.cause, CoordinatorError):
+                raise e.cause from None  # the coordinator's refusal, as it raised it
+            raise
 
-    def submit(self, spec: str | Path | dict | JobFile) -> JobHandle:
+    def submit(self, spec: str | Path | dict | JobFile, submission_id: str | None = None) -> JobHandle:
         """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction."""
         if isinstance(spec, (str, Path)):
             raw = load_job(spec).to_dict()
@@ -83,8 +87,8 @@ class Client:
             raw = spec.to_dict()
         else:
             raw = parse_job(spec).to_dict()  # shape errors here; cluster and workload checks at the coordinator
-        reply = self._call("submit", raw, uuid.uuid4().hex)
-        return JobHandle(reply["id"], reply["predicted_completion"], reply["bound"], self)
+        reply = self._call("submit", raw, submission_id or uuid.uuid4().hex)
+        return JobHandle(reply.id, reply.predicted_completion, reply.bound, self)
 
     def status(self) -> dict:
         """The whole cluster: every job with state, GPUs, progress and predictions."""
@@ -94,13 +98,18 @@ class Client:
         for job in self.status()["jobs"]:
             if job["id"] == int(job_id):
                 return job
-        raise JobSpecError(f"no job with id {job_id}")
+        raise UnknownJobError(f"no job with id {job_id}")
 
     def predict(self, job_id: int) -> dict:
         return self._call("predict", int(job_id))
 
     def cancel(self, job_id: int) -> dict:
         return self._call("cancel", int(job_id))
+
+    def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
+                        emulated: bool = False) -> None:
+        """Fire-and-forget, as runners report."""
+        self.actor.report_progress.remote(str(job_id), int(step), step_time_s, emulated=emulated)
 
     # -- external executors (a Ray Tune sweep, see executors.tune) ------------------
     def assignment(self, job_id: int) -> dict:
@@ -113,8 +122,14 @@ class Client:
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         return self._call("set_demand", int(job_id), gpus, steps)
 
-    def report_progress(self, job_id: int, step: int, step_time_s: float | None) -> None:
-        self.actor.report_progress.remote(str(job_id), int(step), step_time_s)
+    # -- the operator ------------------------------------------------------------------
+    def config(self) -> dict:
+        """The policy configuration in force."""
+        return self._call("config")
+
+    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+        """Swap the running coordinator's policy (``pcs`` with a WFQ configuration, or a policy's name)."""
+        return self._call("set_config", policy, wfq)
 
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:
         """Block until the job is finished, cancelled or failed; returns its final status."""

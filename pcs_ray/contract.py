@@ -1,18 +1,146 @@
-"""The contract between the coordinator and the runners (no Ray import).
+"""The core contract: what the coordinator, its hosts, its clients and the runners agree on (no Ray import).
 
-The coordinator decides *what* runs *where*; ``executors`` makes it happen.
-It launches a job with a :class:`RunRequest` and gets back a handle (see
-``executors.launch``) whose ``done`` object ref resolves to a
-:class:`RunOutcome`. Runners report progress while they train through the
-``reporter`` callback target so predictions use measured speeds.
+* Job states (:class:`JobStatus`), with the terminal set defined once (:data:`TERMINAL`).
+* The coordinator's calls (:class:`CoordinatorAPI`), the same in-process and
+  through Ray, and the typed errors it raises (:class:`CoordinatorError` and
+  its subclasses): they cross the actor boundary as themselves, so a client or
+  the CLI catches them by type.
+* Actions (:class:`StartRun`, :class:`StopRun`): the diff between the plan and
+  reality that the coordinator asks the executors to carry out.
+* The runner contract: the coordinator decides *what* runs *where*;
+  ``executors`` makes it happen. It launches a job with a :class:`RunRequest`
+  and gets back a handle (see ``executors.launch``) whose ``done`` object ref
+  resolves to a :class:`RunOutcome`. Runners report progress while they train
+  through the ``reporter`` callback target so predictions use measured speeds.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, Literal, Protocol
 
 
+# -- job states ------------------------------------------------------------------
+class JobStatus(StrEnum):
+    """Where a job is. A string enum: views and the journal carry the plain value."""
+
+    QUEUED = "queued"  # waiting for GPUs (also after a preemption, a lost runner or a failure it retries)
+    RUNNING = "running"  # its runner (or external executor) holds ``gpus``
+    STOPPING = "stopping"  # asked to stop; it still holds its GPUs until the stop is acknowledged
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # failed more often than the coordinator retries
+
+    @property
+    def done(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self in _HOLDING
+
+
+#: The states a job never leaves.
+TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED})
+_HOLDING = frozenset({JobStatus.RUNNING, JobStatus.STOPPING})
+
+
+# -- errors ----------------------------------------------------------------------
+class CoordinatorError(ValueError):
+    """A request the coordinator refuses (bad input, not a bug): the CLI prints it as one ``error:`` line."""
+
+
+class JobSpecError(CoordinatorError):
+    """A job spec that cannot be run, with a one-line message naming the field."""
+
+
+class UnknownJobError(CoordinatorError):
+    """A job id the coordinator has never seen."""
+
+
+class ConfigError(CoordinatorError):
+    """A policy configuration the coordinator cannot use (unknown policy, bad WFQ configuration)."""
+
+
+# -- the coordinator's calls -----------------------------------------------------
+@dataclass(frozen=True)
+class Submitted:
+    """What a submission answers at once: the job's id, predicted completion and the policy's worst-case bound."""
+
+    id: int
+    predicted_completion: float | None  # absolute, time.time() seconds
+    bound: float | None
+
+
+class CoordinatorAPI(Protocol):
+    """The coordinator's calls, whoever hosts it: in-process (``pcs_ray.coordinator.local``), as a Ray
+    actor (``pcs_ray.coordinator.actor``), or reached through Ray (``pcs_ray.client.Client``).
+
+    Replies are plain data with absolute times (``time.time()`` seconds);
+    refusals raise :class:`CoordinatorError` subclasses.
+    """
+
+    def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
+        """Validate, journal and admit a job; a repeated ``submission_id`` answers for the first job."""
+
+    def status(self) -> dict:
+        """Every job (state, GPUs, progress, predictions) and the policy in force."""
+
+    def predict(self, job_id: int) -> dict:
+        """A job's current predicted completion and bound."""
+
+    def cancel(self, job_id: int) -> dict:
+        """Cancel a job (a running one stops at its next step); returns its view."""
+
+    def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
+                        emulated: bool = False) -> None:
+        """A runner's or an external executor's progress: its step and measured seconds per step."""
+
+    def assignment(self, job_id: int) -> dict:
+        """The GPUs an ``executor: external`` job may use now: ``gpus`` while running, only ``target``
+        while stopping (then it acknowledges with :meth:`external_ended`)."""
+
+    def external_ended(self, job_id: int, attempt: int, status: str, step: int,
+                       step_time_s: float | None = None) -> dict:
+        """An external executor acknowledges a stop (``preempted``) or reports the end (``finished``,
+        ``failed``); returns its new assignment."""
+
+    def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
+        """An external job changed size (most GPUs, total steps); returns its new assignment."""
+
+    def config(self) -> dict:
+        """The policy configuration in force: the policy's parameters, where it came from, since when."""
+
+    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+        """Swap the scheduling policy (``pcs`` with a WFQ configuration, or another policy's name):
+        journaled, used from the next decision on, kept across restarts; returns :meth:`config`."""
+
+
+# -- actions ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class StartRun:
+    """Launch (or resume) a job: ``kind`` is a first ``start``, a ``resume`` after preemption,
+    a ``migrate`` (same GPU count, other GPUs) or a ``resize`` (another count)."""
+
+    job_id: int
+    kind: str
+    request: RunRequest  # without its reporter: the Ray edge fills that in
+
+
+@dataclass(frozen=True)
+class StopRun:
+    """Stop a run at a checkpoint: ``reason`` is ``preempt``, ``migrate``, ``resize`` or ``cancel``."""
+
+    job_id: int
+    attempt: int
+    reason: str
+
+
+Action = StartRun | StopRun
+
+
+# -- the runner contract -----------------------------------------------------------
 @dataclass(frozen=True)
 class GPUSlot:
     """One GPU chosen by placement: its node and its index on that node."""

@@ -31,14 +31,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pcs_ray.cluster import _format_validation_error
+from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
 
 MAX_STEPS = 10_000_000
 MAX_GPUS = 1024
 MAX_STEP_TIME_S = 3600
-
-
-class JobSpecError(ValueError):
-    """A job spec that cannot be run, with a one-line message naming the field."""
 
 
 @runtime_checkable

@@ -101,11 +101,15 @@ class Engine:
         self.events = 0
 
     # -- state -------------------------------------------------------------
-    def fork(self) -> "Engine":
-        """An independent copy for playing forward; the original is untouched."""
+    def fork(self, *, placement: bool = True) -> "Engine":
+        """An independent copy for playing forward; the original is untouched.
+
+        ``placement=False`` leaves placement out of the copy: counts alone decide (for a caller
+        that knows every GPU set runs every job at the same rate).
+        """
         other = Engine.__new__(Engine)
         other.capacity, other.policy, other.overhead = self.capacity, self.policy, self.overhead
-        other.placement = self.placement.fork() if self.placement is not None else None
+        other.placement = self.placement.fork() if placement and self.placement is not None else None
         other.check = False
         other.now, other.review_at, other.busy, other.demand, other.area, other.events = (
             self.now, self.review_at, self.busy, self.demand, self.area, 0,
@@ -127,6 +131,31 @@ class Engine:
         return job
 
     # -- for a live caller (the coordinator keeps its model true with these) -----
+    def job(self, job_id: int) -> JobState | None:
+        """The active job's state, or None."""
+        return self.active.get(job_id)
+
+    def running_ids(self) -> list[int]:
+        """Jobs that hold GPUs now."""
+        return list(self.running)
+
+    def review_time(self) -> float | None:
+        """When the policy asked to decide again even if nothing happens (a lease expiry); None: only on events."""
+        return self.review_at
+
+    def readmit(self, spec: JobSpec) -> JobState:
+        """Replace an active job by ``spec`` (a new size), forgetting its allocation so that the
+        next ``reallocate`` places it afresh (else the same id's count could look unchanged)."""
+        self.remove([self.active[spec.job_id]])
+        self.prev_alloc.pop(spec.job_id, None)
+        return self.admit(spec)
+
+    def set_policy(self, policy: SchedulingPolicy) -> None:
+        """Decide with ``policy`` from the next ``reallocate`` on; allocations stand until then."""
+        self.policy = policy
+        self.index = policy.make_index(self.active.values())
+        self.review_at = None
+
     def set_clock(self, now: float) -> None:
         """Move the clock to ``now`` without processing events (the caller reports them)."""
         if now > self.now:

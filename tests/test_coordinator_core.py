@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal, StartRun, StopRun, UnknownJobError
-from pcs_ray.jobfile import JobSpecError
+from pcs_ray.contract import JobSpecError, UnknownJobError
+from pcs_ray.coordinator import Coordinator, Journal, StartRun, StopRun
 from pcs_ray.policies import create_policy
 
 
@@ -136,11 +136,11 @@ def test_predictions_use_measured_speed_and_refresh():
     core.refresh_predictions()
     assert core.predict(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
     # j ran at half its estimate: the estimates of jobs not yet measured are scaled the same way (EMA).
-    assert core.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
+    assert core.speed.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
     k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
     assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20 * 0.85)
     # The first report came 10 s after the start with 10 steps of 0.5 s done: 5 s of start-up (EMA from 0).
-    assert core.restart_overhead == pytest.approx(0.3 * 5.0)
+    assert core.speed.restart_overhead == pytest.approx(0.3 * 5.0)
     # FIFO's bound serves the queue one job at a time, plus k's own start-up.
     assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20 * 0.85 + 1.5)
 

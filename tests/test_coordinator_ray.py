@@ -4,16 +4,21 @@ End to end: jobs submitted through the client run on the GPUs placement
 chose and finish with their full step budget. Recovery: killing the
 coordinator actor mid-run, and again while a preemption is in flight, loses
 no job and no acknowledged submission; the restarted actor replays its
-journal and the jobs resume from their checkpoints.
+journal and the jobs resume from their checkpoints. The operator's policy:
+started from what the solver wrote, swapped with ``pcs-ray config set``,
+kept across a restart; refusals reach the client as their own types.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
 
 import pytest
 
 from pcs_ray.cluster import ClusterSpec
+from pcs_ray.contract import ConfigError, JobSpecError, UnknownJobError
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 
 TIMEOUT = 120
@@ -79,9 +84,9 @@ def test_jobs_run_on_the_chosen_gpus_and_finish(coordinator, ray_local):
     assert finals[0]["segments"][0]["gpus"] == ["node0:0", "node0:1"]
     assert finals[1]["segments"][0]["gpus"] == ["node0:2"]
     assert finals[0]["emulated"] and finals[0]["step_time"] > 0
-    with pytest.raises(ValueError, match="unknown workload"):
+    with pytest.raises(JobSpecError, match="unknown workload"):
         client.submit({"workload": "nope", "steps": 3})
-    with pytest.raises(ValueError, match="the cluster has 8"):
+    with pytest.raises(JobSpecError, match="the cluster has 8"):
         client.submit(_tiny(3, gpus=9))
 
 
@@ -117,3 +122,47 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
     assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == 600
     assert finals[short.id]["finish"] < finals[long_job.id]["finish"]  # SRSF ran the short one first
     assert finals[long_job.id]["attempts"] >= 3
+
+
+def test_the_operators_policy_is_started_swapped_and_kept_and_errors_stay_typed(
+        coordinator, ray_local, tmp_path, monkeypatch, capsys):
+    from pcs_ray.cli import run
+    from pcs_ray.client import Client
+    from pcs_ray.policies import WFQConfig
+    from solver.preference import set_wfq_config
+
+    monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(tmp_path / "solver" / "wfq.json"))
+    written = WFQConfig.load(set_wfq_config(WFQConfig.from_params((100.0, math.inf), W=1.0, zeta_min=0.0)))
+    actor = coordinator(ClusterSpec.homogeneous(1, 1), policy=None)  # none named: the solver's choice
+    client = Client(coordinator=actor)
+    shown = client.config()
+    assert shown["source"] == "start" and shown["policy"]["policy"] == "pcs"
+    assert shown["policy"]["class_thresholds"] == written.to_dict()["class_thresholds"]
+
+    assert run(["config", "set", "--policy", "fifo"]) == 0
+    assert capsys.readouterr().out.startswith("policy fifo (set with `pcs-ray config set`")
+    external = {"workload": "tiny_cnn", "gpus": 1, "step_time": 1.0, "executor": "external"}
+    long_job, short = client.submit({**external, "steps": 1000}), client.submit({**external, "steps": 10})
+    assert client.assignment(long_job.id)["state"] == "running" and client.assignment(short.id)["state"] == "queued"
+    assert short.predicted_completion > long_job.predicted_completion
+
+    assert run(["config", "set", "--policy", "srsf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == {"policy": "srsf"}
+    assert client.assignment(long_job.id)["state"] == "stopping"  # decisions follow at once ...
+    assert client.predict(short.id)["predicted_completion"] < client.predict(long_job.id)["predicted_completion"]  # ... and predictions
+
+    _kill_and_wait_restart(ray_local, actor)
+    assert run(["config", "show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["policy"] == {"policy": "srsf"} and shown["source"] == "set"
+    assert client.assignment(short.id)["state"] == "running" and client.assignment(long_job.id)["state"] == "queued"
+
+    with pytest.raises(UnknownJobError, match="no job with id 999"):
+        client.predict(999)
+    with pytest.raises(UnknownJobError):
+        client.job(999)
+    with pytest.raises(ConfigError, match="unknown policy 'nope'"):
+        client.set_config("nope")
+    assert run(["cancel", "999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: no job with id 999"

@@ -86,3 +86,20 @@ def test_demo_report_and_plot_from_a_status(tmp_path):
     assert report["summary"]["preemptions"] == 1 and report["summary"]["finished"] == 2
     plot_report(report, tmp_path / "timeline.png")
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
+
+
+def test_status_table_says_why_a_job_failed():
+    from rich.console import Console
+
+    from pcs_ray.commands.format import status_table
+
+    job = {"id": 1, "name": "a", "class": "A", "state": "failed", "gpus": [], "steps": 3, "total_steps": 10,
+           "step_time": None, "emulated": False, "finish": 1010.0, "predicted_completion": None, "bound": None,
+           "preemptions": 0, "error": "Traceback (most recent call last):\n  File ...\nRuntimeError: CUDA out of memory\n"}
+    ok = {**job, "id": 2, "name": "b", "state": "finished", "error": None}
+    console = Console(record=True, width=250)
+    console.print(status_table({"now": 1020.0, "jobs": [job, ok]}))
+    text = console.export_text()
+    assert "RuntimeError: CUDA out of memory" in text and "Traceback" not in text
+    console.print(status_table({"now": 1020.0, "jobs": [ok]}))
+    assert "error" not in console.export_text()  # no column when nothing failed

@@ -1,4 +1,5 @@
-"""`ray job submit -- pcs-ray submit job.yaml --wait` against a real `ray start --head` on loopback.
+"""`ray job submit -- pcs-ray submit job.yaml --wait` against a real `ray start --head` on loopback;
+then `pcs-ray start` without --policy (the solver's written configuration) and `pcs-ray config`.
 
 The head is started with the arguments `pcs-ray node-resources` prints (its
 per-GPU resources), on unique ports and its own temp dir, with token auth off
@@ -111,3 +112,21 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     assert "coordinator stopped" in stopped.stdout
     assert (ray_head["state"] / "journal.sqlite").is_file()
     assert (ray_head["state"] / "history.jsonl").is_file()
+
+    # Started again without --policy: the WFQ configuration `pcs-ray solve --set` wrote; then swapped.
+    import math
+
+    from pcs_ray.policies import WFQConfig
+    from solver.preference import write_wfq_config
+
+    chosen = WFQConfig.from_params((100.0, math.inf), W=1.0, zeta_min=0.0)
+    env = {**env, "PCS_RAY_WFQ_CONFIG": str(write_wfq_config(chosen, tmp_path / "solver" / "wfq.json"))}
+    pcs_ray = [str(VENV_BIN / "pcs-ray")]
+    start = _run(pcs_ray + ["start", "--address", ray_head["gcs"], "--cluster-spec", str(ray_head["spec"]),
+                            "--state-dir", str(ray_head["state"])], env)
+    assert "policy pcs" in start.stdout and "written by `pcs-ray solve --set`" in start.stderr
+    shown = json.loads(_run(pcs_ray + ["config", "show", "--json", "--address", ray_head["gcs"]], env).stdout)
+    assert shown["source"] == "start" and shown["policy"]["class_thresholds"] == [100.0, "inf"]
+    swapped = _run(pcs_ray + ["config", "set", "--policy", "srsf", "--address", ray_head["gcs"]], env)
+    assert swapped.stdout.startswith("policy srsf (set with `pcs-ray config set`")
+    _run(pcs_ray + ["stop", "--address", ray_head["gcs"]], env)

@@ -8,9 +8,10 @@ import time
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from executors.tune import LocalCoordinator, PCSTuneScheduler, count_trials
+from executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import create_policy
 
 

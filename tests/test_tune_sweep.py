@@ -12,18 +12,16 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import create_policy
+from tune_helpers import reference_run
 
 ITERS, STEPS_PER_ITER = 5, 2
 
 
 def _coordinator(tmp_path, gpus=2, policy="srsf"):
-    from executors.tune import LocalCoordinator
-
     core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
                        checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",), restart_overhead=2.0)
     return LocalCoordinator(core)
@@ -51,7 +49,7 @@ class _Competitor(threading.Thread):
             with self.link.lock:
                 job = self.link.core.jobs[jid]
                 if job.state == "running":
-                    self.link._hold(self.link.core.run_ended(jid, job.attempt, "finished", 1000))
+                    self.link.external_ended(jid, job.attempt, "finished", 1000)  # plays its runner's end
                     return
             time.sleep(0.1)
 
@@ -87,7 +85,7 @@ def _config(lr, momentum):
 def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_path):
     from ray import tune
 
-    from executors.tune import PCSTuner, reference_run, session_trainable
+    from executors.tune import PCSTuner, session_trainable
 
     link = _coordinator(tmp_path)
     competitor = _Competitor(link, rounds=2)  # holds a GPU before the sweep arrives

@@ -13,7 +13,7 @@ from rich.live import Live
 
 from pcs_ray.client import Client
 from pcs_ray.commands.demo_jobs import calibration_jobs
-from pcs_ray.commands.live import status_table
+from pcs_ray.commands.format import status_table
 
 ENDED = ("finished", "cancelled", "failed")
 

@@ -11,47 +11,18 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from pcs_ray.commands.format import clock, status_table, when
+from pcs_ray.contract import JobStatus
+from pcs_ray.policies import policy_names
 
 ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the running local cluster).")
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
-
-
-def _clock(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
-
-
-def _in(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    d = t - now
-    return f"{_clock(t)} (in {d:.0f} s)" if d >= 0 else f"{_clock(t)} ({-d:.0f} s ago)"
-
-
-def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
-    """The live table: job, state, GPUs, progress, predicted finish."""
-    now = status["now"]
-    table = Table(title=title, title_justify="left")
-    for col in ("id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"):
-        table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
-    for job in status["jobs"]:
-        done = job["state"] in ("finished", "cancelled", "failed")
-        pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else 0.0
-        step = "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else "")
-        finish = _clock(job["finish"]) if done else _in(job["predicted_completion"], now)
-        table.add_row(
-            str(job["id"]), job["name"], job["class"], job["state"], ",".join(job["gpus"]) or "-",
-            f"{job['steps']}/{job['total_steps']} {pct:3.0f}%", step, finish,
-            "-" if done else _clock(job["bound"]), str(job["preemptions"]),
-        )
-    table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
-    return table
 
 
 def _client(address: str | None):
@@ -63,8 +34,8 @@ def _client(address: str | None):
 def start_cmd(
     address: Annotated[str | None, ADDRESS] = None,
     cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Cluster spec (YAML/JSON): GPU scores, UUIDs, topology. Default: the per-GPU resources registered in Ray.")] = None,
-    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy: pcs (with --pcs-config), pcs-jct, pcs-bal, pcs-pred, fifo, srsf, las, srtf, themis, afs, fair.")] = "pcs-bal",
-    pcs_config: Annotated[Path | None, typer.Option("--pcs-config", help="WFQ configuration JSON for --policy pcs (e.g. from `pcs-ray solve`).")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help=f"Scheduling policy: {', '.join(policy_names())} (pcs with --pcs-config). Default: the WFQ configuration `pcs-ray solve --set` wrote, else pcs-bal.", show_default=False)] = None,
+    pcs_config: Annotated[Path | None, typer.Option("--pcs-config", help="WFQ configuration JSON for --policy pcs (e.g. from `pcs-ray solve --out`).")] = None,
     placement: Annotated[str, typer.Option("--placement", help="Placement policy (see pcs_ray.placement).")] = "packed-sticky",
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
@@ -74,21 +45,21 @@ def start_cmd(
     The coordinator is a detached, named Ray actor (namespace `pcs-ray`): it
     outlives this command, is restarted by Ray if it dies, and rebuilds its
     state from the journal in --state-dir.
+
+    Without --policy or --pcs-config it runs the WFQ configuration that
+    `pcs-ray solve --set` chose ($PCS_RAY_WFQ_CONFIG, default
+    ~/.pcs-ray/wfq_config.json), else pcs-bal. A restart keeps a policy set
+    with `pcs-ray config set` unless this command names a different one.
     """
     import ray
 
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
-    from pcs_ray.coordinator.config import CoordinatorConfig, build_policy, cluster_dict
+    from pcs_ray.coordinator.config import CoordinatorConfig, choose_policy, cluster_dict
     from pcs_ray.discovery import cluster_from_ray_nodes
-    from pcs_ray.policies import WFQConfig
-
-    wfq = WFQConfig.load(pcs_config).to_dict() if pcs_config is not None else None
-    if pcs_config is not None and policy == "pcs-bal":
-        policy = "pcs"
-    build_policy(policy, wfq)  # fail here, not inside the actor
     from pcs_ray.placement import create_placement
 
+    choice = choose_policy(policy, pcs_config)  # fail here, not inside the actor
     declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
     if declared is not None:
         create_placement(placement, declared)
@@ -96,13 +67,15 @@ def start_cmd(
              log_to_driver=False, logging_level="ERROR")
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
-        cluster=cluster_dict(cluster), state_dir=str(state_dir.expanduser().resolve()), policy=policy, wfq=wfq,
-        placement=placement, grace_s=grace,
+        cluster=cluster_dict(cluster), state_dir=str(state_dir.expanduser().resolve()), policy=choice.policy,
+        wfq=choice.wfq, placement=placement, grace_s=grace,
     )
-    print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), policy {policy}", file=sys.stderr)
+    print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
+          f"policy {choice.policy} ({choice.source})", file=sys.stderr)
     actor = start_coordinator(config)
-    info = ray.get(actor.ping.remote())
-    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, state in {config.state_dir}")
+    info, running = ray.get([actor.ping.remote(), actor.config.remote()])  # one already running keeps its own
+    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
+          f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
 
 
 def submit_cmd(
@@ -122,8 +95,8 @@ def submit_cmd(
     if as_json and not wait:
         print(json.dumps(reply))
     elif not as_json:
-        print(f"job {handle.id} submitted: predicted completion {_in(handle.predicted_completion, now)}, "
-              f"bound {_clock(handle.bound)}")
+        print(f"job {handle.id} submitted: predicted completion {when(handle.predicted_completion, now)}, "
+              f"bound {clock(handle.bound)}")
     if wait:
         final = client.wait(handle.id)
         if as_json:
@@ -134,9 +107,9 @@ def submit_cmd(
                 jct = final["finish"] - final["submit"]
                 pred = handle.predicted_completion - final["submit"]
                 err = f", JCT {jct:.1f} s vs predicted {pred:.1f} s ({100 * abs(jct - pred) / pred:.0f}% off)"
-            print(f"job {handle.id} {final['state']} at {_clock(final['finish'])}{err}; "
+            print(f"job {handle.id} {final['state']} at {clock(final['finish'])}{err}; "
                   f"{final['preemptions']} preemption(s)")
-        if final["state"] != "finished":
+        if final["state"] != JobStatus.FINISHED:
             raise typer.Exit(1)
 
 
@@ -145,7 +118,7 @@ def status_cmd(
     watch: Annotated[float, typer.Option("--watch", help="Refresh every N seconds until interrupted (0: once).")] = 0.0,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
-    """The live table: every job, its state, GPUs, progress and predicted finish."""
+    """The live table: every job, its state, GPUs, progress and predicted finish (and why a failed job failed)."""
     client = _client(address)
     if as_json:
         print(json.dumps(client.status()))
@@ -172,8 +145,8 @@ def predict_cmd(
     if as_json:
         print(json.dumps(reply))
     else:
-        print(f"job {job_id} ({reply['state']}): predicted completion {_in(reply['predicted_completion'], time.time())}, "
-              f"bound {_clock(reply['bound'])}")
+        print(f"job {job_id} ({reply['state']}): predicted completion {when(reply['predicted_completion'], time.time())}, "
+              f"bound {clock(reply['bound'])}")
 
 
 def cancel_cmd(
@@ -182,7 +155,7 @@ def cancel_cmd(
 ) -> None:
     """Cancel a job (a running one is stopped at its next step boundary)."""
     view = _client(address).cancel(job_id)
-    print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if view["state"] in ("running", "stopping") else ""))
+    print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if JobStatus(view["state"]).holds_gpus else ""))
 
 
 def stop_cmd(

@@ -1,12 +1,14 @@
-"""The live coordinator: a Ray-free core (state, journal, model, decisions) and a thin Ray actor.
+"""The live coordinator: a Ray-free core and the hosts that serve its calls (``CoordinatorAPI``).
 
 ``core.Coordinator`` turns events (submit, cancel, progress, a run ending,
-a timer) into :mod:`actions`; ``actor`` hosts it as a detached named Ray
-actor and carries the actions out through ``executors.launch``.
+a timer, a policy swap) into actions (``StartRun``/``StopRun``, defined with
+the rest of the contract in ``pcs_ray.contract``). ``local.LocalCoordinator``
+serves it in-process; ``actor`` hosts it as a detached named Ray actor and
+carries the actions out through ``executors.launch``.
 """
 
-from pcs_ray.coordinator.actions import Action, StartRun, StopRun
-from pcs_ray.coordinator.core import Coordinator, UnknownJobError
+from pcs_ray.contract import Action, StartRun, StopRun, UnknownJobError
+from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
 
 __all__ = ["Action", "Coordinator", "Journal", "StartRun", "StopRun", "UnknownJobError"]

@@ -1,11 +1,13 @@
 """The coordinator as a detached, named, restartable Ray actor: the thin edge around the core.
 
-Calls (submit, status, predict, cancel, progress reports) and a background
-loop share one lock around the Ray-free :class:`Coordinator`. The loop waits
-on the runners' ``done`` refs with a short timeout and never on a runner
+Calls (the :class:`~pcs_ray.contract.CoordinatorAPI`, see :mod:`.host`) and a
+background loop share one lock around the Ray-free core. The loop waits on
+the runners' ``done`` refs with a short timeout and never on a runner
 itself, so a slow or dead runner cannot stall decisions. Runners are owned
 by this actor; if it dies they die with it, and the restarted actor replays
-its journal and resumes their jobs from their checkpoints.
+its journal and resumes their jobs from their checkpoints. A refusal raised
+by a call reaches the caller as a ``RayTaskError`` whose ``cause`` is the
+typed error (``pcs_ray.client.Client`` re-raises it).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from dataclasses import dataclass, replace
 
 import ray
 
-from pcs_ray.coordinator.actions import Action, StartRun, StopRun
+from pcs_ray.contract import Action, CoordinatorError, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
+from pcs_ray.coordinator.host import CoordinatorHost
 
 NAMESPACE = "pcs-ray"
 ACTOR_NAME = "coordinator"
@@ -42,20 +45,17 @@ def _load_launcher(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-class CoordinatorService:
-    """The actor body. Its methods return plain dicts (user errors as ``{"error": ...}``)."""
+class CoordinatorService(CoordinatorHost):
+    """The actor body: the host's calls, plus runners launched and collected by a background loop."""
 
     def __init__(self, config: dict) -> None:
         self.config = CoordinatorConfig.from_dict(config)
-        self.core = build_core(self.config)
+        super().__init__(build_core(self.config))
         self.launch = _load_launcher(self.config.launcher)
-        self.lock = threading.RLock()
         self.runs: dict[int, _Run] = {}
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
-        with self.lock:
-            self._execute(self.core.decide())
-            self.core.refresh_predictions()
+        self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
 
@@ -121,66 +121,7 @@ class CoordinatorService:
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
 
-    # -- the API -------------------------------------------------------------------
-    def submit(self, raw: dict, submission_id: str | None = None) -> dict:
-        with self.lock:
-            try:
-                jid, actions = self.core.submit(raw, submission_id)
-            except ValueError as e:
-                return {"error": str(e)}
-            self._execute(actions)
-            self.core.refresh_predictions()
-            return self.core.predict(jid)
-
-    def predict(self, job_id: int) -> dict:
-        with self.lock:
-            try:
-                return self.core.predict(int(job_id))
-            except ValueError as e:
-                return {"error": str(e)}
-
-    def cancel(self, job_id: int) -> dict:
-        with self.lock:
-            try:
-                self._execute(self.core.cancel(int(job_id)))
-            except ValueError as e:
-                return {"error": str(e)}
-            return self.core.job_view(self.core.jobs[int(job_id)])
-
-    def status(self) -> dict:
-        with self.lock:  # predictions are at most REFRESH_EVERY_S old: the loop refreshes them
-            return self.core.status()
-
-    def report_progress(self, job_id: str, step: int, step_time_s: float | None = None, **extra) -> None:
-        with self.lock:
-            self.core.progress(int(job_id), int(step), step_time_s, bool(extra.get("emulated", False)))
-
-    # -- external executors (``executor: external`` jobs, e.g. a Ray Tune sweep) --------
-    def assignment(self, job_id: int) -> dict:
-        with self.lock:
-            try:
-                return self.core.assignment(int(job_id))
-            except ValueError as e:
-                return {"error": str(e)}
-
-    def external_ended(self, job_id: int, attempt: int, status: str, step: int, step_time_s: float | None = None) -> dict:
-        """The executor acknowledges a stop (``preempted``) or reports the end (``finished``/``failed``)."""
-        with self.lock:
-            try:
-                self._execute(self.core.run_ended(int(job_id), int(attempt), status, int(step), step_time_s))
-                self.core.refresh_predictions()
-                return self.core.assignment(int(job_id))
-            except ValueError as e:
-                return {"error": str(e)}
-
-    def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
-        with self.lock:
-            try:
-                self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
-                return self.core.assignment(int(job_id))
-            except ValueError as e:
-                return {"error": str(e)}
-
+    # -- the actor's own calls (predictions they read are at most REFRESH_EVERY_S old) ------
     def drain(self, timeout_s: float = 60.0) -> int:
         """Stop every runner at a checkpoint (for ``pcs-ray stop``); returns how many were still running."""
         with self.lock:
@@ -206,8 +147,10 @@ class CoordinatorService:
 def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
     """Start the coordinator (or return the running one): detached, named, restarted on failure.
 
-    ``pin_here`` keeps it on this node, where its state folder (journal) lives.
+    ``pin_here`` keeps it on this node, where its state folder (journal) lives. With no policy in
+    ``config``, the operator's choice is read here (see ``config.choose_policy``) and travels inline.
     """
+    config = config.resolved()
     options = dict(
         name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=-1, max_concurrency=64, num_cpus=0,
@@ -222,8 +165,8 @@ def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
 
 
 def get_coordinator():
-    """The running coordinator; a ValueError (one line for the CLI) when there is none."""
+    """The running coordinator; a :class:`CoordinatorError` (one line for the CLI) when there is none."""
     try:
         return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
     except ValueError:
-        raise ValueError("no pcs-ray coordinator is running on this Ray cluster (start one with `pcs-ray start`)") from None
+        raise CoordinatorError("no pcs-ray coordinator is running on this Ray cluster (start one with `pcs-ray start`)") from None

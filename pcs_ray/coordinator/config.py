@@ -1,18 +1,25 @@
-"""Everything a coordinator is started with, as plain JSON-able data.
+"""Everything a coordinator is started with, as plain JSON-able data, and the objects built from it.
 
 Ray restarts a dead actor with its original constructor arguments, so the
 whole configuration travels as one dict: the cluster spec, the policy (and
 its WFQ configuration inline, since the file may not exist on the actor's
 node) and the state folder that holds the journal, checkpoints and history.
+
+Which policy: the one named, else the WFQ configuration the operator chose
+with ``pcs-ray solve --set`` (``solver.preference.set_wfq_config`` writes it
+to ``default_config_path()``), else ``pcs-bal`` (:func:`choose_policy`). A
+running coordinator swaps it with ``pcs-ray config set``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
+from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray import policies
@@ -27,7 +34,7 @@ DEFAULT_POLICY = "pcs-bal"
 class CoordinatorConfig:
     cluster: dict  # ClusterSpec as a dict
     state_dir: str
-    policy: str = DEFAULT_POLICY
+    policy: str | None = None  # None: the operator's choice (see choose_policy)
     wfq: dict | None = None  # WFQ config (PCS JSON format) for policy "pcs"
     placement: str = "packed-sticky"
     grace_s: float = 30.0  # a runner asked to stop is killed after this long
@@ -43,6 +50,13 @@ class CoordinatorConfig:
     @classmethod
     def from_dict(cls, raw: dict) -> "CoordinatorConfig":
         return cls(**raw)
+
+    def resolved(self) -> "CoordinatorConfig":
+        """With the policy named: the operator's choice when none is (read where this runs)."""
+        if self.policy is not None:
+            return self
+        choice = choose_policy()
+        return replace(self, policy=choice.policy, wfq=choice.wfq)
 
     @property
     def journal_path(self) -> Path:
@@ -66,15 +80,54 @@ def build_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
     return policies.build_policy(name, config=wfq)
 
 
+class PolicyChoice(NamedTuple):
+    policy: str
+    wfq: dict | None
+    source: str  # where it came from, for the operator
+
+
+def load_wfq(path: str | Path) -> dict:
+    """A WFQ configuration file (PCS JSON, as ``pcs-ray solve`` writes it), checked."""
+    try:
+        return WFQConfig.load(path).to_dict()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def choose_policy(policy: str | None = None, wfq_file: str | Path | None = None) -> PolicyChoice:
+    """The policy a coordinator starts with: the one named (``pcs`` when only a WFQ file is given),
+    else the WFQ configuration ``pcs-ray solve --set`` wrote, else ``pcs-bal``. Checked here, so a
+    bad choice fails before any coordinator starts."""
+    from solver.preference import default_config_path  # here: the solver's imports are not small
+
+    if wfq_file is not None:
+        if policy not in (None, "pcs"):
+            raise ConfigError(f"a WFQ configuration file is for policy 'pcs', not {policy!r}")
+        choice = PolicyChoice("pcs", load_wfq(wfq_file), str(wfq_file))
+    elif policy is not None:
+        choice = PolicyChoice(policy, None, "named")
+    elif default_config_path().is_file():
+        path = default_config_path()
+        choice = PolicyChoice("pcs", load_wfq(path), f"{path}, written by `pcs-ray solve --set`")
+    else:
+        choice = PolicyChoice(DEFAULT_POLICY, None, "the default")
+    try:
+        build_policy(choice.policy, choice.wfq)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return choice
+
+
 def build_core(config: CoordinatorConfig, clock=time.time) -> Coordinator:
     """The Ray-free coordinator for ``config``; replays the journal in its state folder if there is one."""
+    config = config.resolved()
     cluster = cluster_spec_from_dict(config.cluster, "cluster spec")
     return Coordinator(
         cluster, build_policy(config.policy, config.wfq), Journal(config.journal_path),
         checkpoint_root=config.checkpoint_root, placement=create_placement(config.placement, cluster),
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
         restart_overhead=config.restart_overhead, history_path=config.history_path,
-        progress_journal_every=config.progress_journal_every,
+        progress_journal_every=config.progress_journal_every, policies=build_policy,
     )
 
 

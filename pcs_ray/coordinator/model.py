@@ -1,11 +1,13 @@
-"""The coordinator's model of the cluster: a simulator ``Engine`` kept in step with reality.
+"""The coordinator's model of the cluster: a simulator ``Engine`` kept in step with the live jobs.
 
 The live coordinator does not re-implement scheduling: it admits jobs into
 the same :class:`~pcs_ray.simulator.Engine` the simulator uses, overwrites
-each job's remaining service with what its runner measured, and asks the
-engine to reallocate (counts from the policy, GPU ids from placement).
-Predictions are the engine's own forward play on a fork, exactly what
-``simulate`` does per arrival; bounds come from the policy.
+each job's remaining service with what the speed model makes of its runner's
+reports (:meth:`ClusterModel.sync`), and asks the engine to reallocate
+(counts from the policy, GPU ids from placement). Predictions are the
+engine's own forward play on a fork, exactly what ``simulate`` does per
+arrival; bounds come from the policy. Only the engine's public methods are
+used.
 
 The engine never decides that a job has finished: only its runner does. A
 job whose modelled finish has passed is kept a sliver of work short of done.
@@ -13,12 +15,15 @@ job whose modelled finish has passed is kept a sliver of work short of done.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.job import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.simulator import Engine
-from pcs_ray.state import JobState
 
 
 def default_placement(cluster: ClusterSpec):
@@ -33,11 +38,17 @@ def placement_changes_rates(cluster: ClusterSpec) -> bool:
     return any(s != 1.0 for node in cluster.nodes for gpu in node.gpus for s in gpu.scores.values())
 
 
+def job_spec(job: LiveJob, speed: SpeedModel) -> JobSpec:
+    """The simulator's view of a live job: its size in GPU-seconds at the speed model's ``t1``."""
+    return JobSpec(
+        job_id=job.job_id, submit_time=job.submit, service=job.spec.steps * job.t1,
+        max_gpus=job.spec.gpus, speedup=speed.speedup(job.spec), min_gpus=job.spec.fewest_gpus,
+        model=job.spec.workload, job_class=job.spec.job_class, name=job.spec.name,
+    )
+
+
 class ClusterModel:
     """One ``Engine`` plus the operations the coordinator needs on it. Times are coordinator seconds."""
-
-    #: Work (fraction of one step) left in a job the model thinks is done but the runner has not reported.
-    SLIVER = 0.05
 
     def __init__(self, cluster: ClusterSpec, policy: SchedulingPolicy, placement=None) -> None:
         self.cluster = cluster
@@ -50,45 +61,59 @@ class ClusterModel:
     def admit(self, spec: JobSpec) -> None:
         self.engine.admit(spec)
 
+    def readmit(self, spec: JobSpec) -> None:
+        """The job changed size: placement decides its GPUs afresh."""
+        self.engine.readmit(spec)
+
     def remove(self, job_id: int) -> None:
-        job = self.engine.active.get(job_id)
+        job = self.engine.job(job_id)
         if job is not None:
             self.engine.remove([job])
 
     def __contains__(self, job_id: int) -> bool:
-        return job_id in self.engine.active
+        return self.engine.job(job_id) is not None
+
+    def set_policy(self, policy: SchedulingPolicy) -> None:
+        self.policy = policy
+        self.engine.set_policy(policy)
 
     # -- keeping the model true --------------------------------------------------
-    def set_clock(self, now: float) -> None:
+    def sync(self, now: float, jobs: Mapping[int, LiveJob], dirty: set[int], speed: SpeedModel) -> None:
+        """Bring the engine to ``now``: every running or changed (``dirty``, emptied here) job's remaining
+        work and when it can next progress, as the speed model sees them."""
         self.engine.set_clock(now)
-
-    def set_remaining(self, job_id: int, remaining: float, stall_until: float = 0.0) -> None:
-        """Overwrite a job's remaining service (GPU-seconds at one nominal GPU) as of now."""
-        self.engine.set_remaining(job_id, remaining, stall_until)
+        for jid in set(self.engine.running_ids()) | dirty:
+            job = jobs.get(jid)
+            if job is None or jid not in self:
+                continue
+            self.engine.set_remaining(jid, speed.remaining(job, now), speed.stall_until(job, now))
+        dirty.clear()
 
     def reallocate(self) -> None:
         self.engine.reallocate()
 
     # -- reading it ------------------------------------------------------------
-    def state(self, job_id: int) -> JobState:
-        return self.engine.active[job_id]
-
     def gpus(self, job_id: int) -> tuple[int, ...]:
-        job = self.engine.active.get(job_id)
+        job = self.engine.job(job_id)
         return tuple(sorted(job.gpus)) if job is not None and job.alloc else ()
 
+    def plan(self) -> dict[int, tuple[int, ...]]:
+        """The GPUs of every job the model runs (the others get none)."""
+        engine = self.engine
+        return {jid: tuple(sorted(engine.job(jid).gpus)) for jid in engine.running_ids()}
+
     def slowdown(self, job_id: int) -> float:
-        return self.engine.active[job_id].slowdown
+        return self.engine.job(job_id).slowdown
+
+    def review_time(self) -> float | None:
+        return self.engine.review_time()
 
     def predict(self) -> dict[int, float]:
-        """Finish time of every active job if nothing else arrives (a forward play on a fork)."""
-        if not self.engine.active:
-            return {}
-        fork = self.engine.fork()
-        if not self.placement_matters:
-            fork.placement = None  # every GPU set runs every job at the same rate: counts decide alone
-        return fork.play_forward()
+        """Finish time of every active job if nothing else arrives (a forward play on a fork).
+
+        Where every GPU set runs every job at the same rate, counts decide alone (placement is left out).
+        """
+        return self.engine.fork(placement=self.placement_matters).play_forward()
 
     def bound(self, job_id: int) -> float | None:
-        e = self.engine
-        return self.policy.completion_bound(e.snapshot(), e.active[job_id])
+        return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

@@ -1,0 +1,52 @@
+"""How the live commands show times and jobs: the status table and its helpers (used by the demo too)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.table import Table
+
+from pcs_ray.contract import TERMINAL, JobStatus
+
+
+def clock(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def when(t: float | None, now: float) -> str:
+    """An absolute time with how far it is from ``now``."""
+    if t is None:
+        return "-"
+    d = t - now
+    return f"{clock(t)} (in {d:.0f} s)" if d >= 0 else f"{clock(t)} ({-d:.0f} s ago)"
+
+
+def last_line(text: str | None) -> str:
+    """The line of an error that says what happened (a traceback ends with it)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "-"
+
+
+def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
+    """The live table: job, state, GPUs, progress, predicted finish, and why a failed job failed."""
+    now = status["now"]
+    failed = any(job["state"] == JobStatus.FAILED for job in status["jobs"])
+    table = Table(title=title, title_justify="left")
+    columns = ["id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
+    for col in columns + (["error"] if failed else []):
+        table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
+    for job in status["jobs"]:
+        done = job["state"] in TERMINAL
+        pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else 0.0
+        step = "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else "")
+        finish = clock(job["finish"]) if done else when(job["predicted_completion"], now)
+        row = [
+            str(job["id"]), job["name"], job["class"], job["state"], ",".join(job["gpus"]) or "-",
+            f"{job['steps']}/{job['total_steps']} {pct:3.0f}%", step, finish,
+            "-" if done else clock(job["bound"]), str(job["preemptions"]),
+        ]
+        if failed:
+            row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
+        table.add_row(*row)
+    table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
+    return table

@@ -1,0 +1,81 @@
+"""Decisions as a diff: the model's plan (policy counts, placement's GPU ids) against what runs.
+
+After the model reallocates, a running job whose planned GPUs differ from
+the ones it holds is stopped (``preempt``: none planned, ``migrate``: as
+many elsewhere, ``resize``: another count), and a queued job is started on
+its planned GPUs once nobody holds them any more (a stopping job keeps its
+GPUs until its runner acknowledges). The coordinator journals each stop and
+start and hands them out as :class:`~pcs_ray.contract.StopRun` and
+:class:`~pcs_ray.contract.StartRun` actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pcs_ray.contract import GPUSlot, JobStatus, RunRequest
+from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.coordinator.model import ClusterModel
+
+
+@dataclass(frozen=True)
+class Stop:
+    job: LiveJob
+    reason: str
+
+
+@dataclass(frozen=True)
+class Start:
+    job: LiveJob
+    gpus: tuple[int, ...]
+    kind: str
+
+
+def diff(jobs: Iterable[LiveJob], model: ClusterModel) -> tuple[list[Stop], list[Start]]:
+    """The runs to stop and the runs to start, in submission order, for the model's current plan."""
+    jobs = list(jobs)
+    plan = model.plan()
+    running, queued = JobStatus.RUNNING, JobStatus.QUEUED  # looked up once: this runs over every job per decision
+    held = {g for job in jobs for g in job.gpus}  # a job has GPUs only while running or stopping
+    stops = []
+    for job in jobs:
+        if job.state == running and not job.cancel_requested:
+            want = plan.get(job.job_id, ())
+            if want != job.gpus:
+                stops.append(Stop(job, stop_reason(job.gpus, want)))
+    starts = []
+    for job in jobs:
+        if job.state != queued:
+            continue
+        want = plan.get(job.job_id, ())
+        if not want or any(g in held for g in want):
+            continue  # not scheduled, or its GPUs are still being vacated
+        held.update(want)
+        starts.append(Start(job, want, start_kind(job, want)))
+    return stops, starts
+
+
+def stop_reason(have: tuple[int, ...], want: tuple[int, ...]) -> str:
+    return "preempt" if not want else "migrate" if len(want) == len(have) else "resize"
+
+
+def start_kind(job: LiveJob, gpus: tuple[int, ...]) -> str:
+    """``start`` (never ran), ``resume`` (on the GPUs of its last run, or after losing its runner),
+    ``migrate`` (as many other GPUs) or ``resize`` (another count)."""
+    last = job.segments[-1]["gpus"] if job.segments else None
+    if last is None and job.steps == 0:
+        return "start"
+    if last is None or sorted(last) == list(gpus):
+        return "resume"
+    return "migrate" if len(last) == len(gpus) else "resize"
+
+
+def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path) -> RunRequest:
+    """What a runner needs for the job's current (just journaled) attempt."""
+    return RunRequest(
+        job_id=str(job.job_id), workload=job.spec.workload, total_steps=job.spec.steps, gpus=gpus,
+        checkpoint_dir=str(checkpoint_dir), params=dict(job.spec.params), slowdown=job.slowdown,
+        checkpoint_every=job.spec.checkpoint_every, attempt=job.attempt,
+    )

@@ -1,0 +1,87 @@
+"""A coordinator core behind a lock, answering the coordinator's calls (:class:`~pcs_ray.contract.CoordinatorAPI`).
+
+The in-process host (:mod:`.local`) and the Ray actor (:mod:`.actor`) serve
+every call the same way; they differ only in what they do with the actions
+the core returns (:meth:`CoordinatorHost._execute`). Refusals are
+:class:`~pcs_ray.contract.CoordinatorError` subclasses, raised as they are
+(through Ray too: ``pcs_ray.client.Client`` re-raises them).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+
+from pcs_ray.contract import Action, Submitted
+from pcs_ray.coordinator.core import Coordinator
+
+
+class CoordinatorHost(ABC):
+    """Serves the :class:`~pcs_ray.contract.CoordinatorAPI` calls on ``core``, one at a time."""
+
+    def __init__(self, core: Coordinator) -> None:
+        self.core = core
+        self.lock = threading.RLock()
+
+    @abstractmethod
+    def _execute(self, actions: list[Action]) -> None:
+        """Carry out the actions the core returned (called under the lock)."""
+
+    def _resume(self) -> None:
+        """Decide once on the state the journal rebuilt: jobs whose runners were lost start again."""
+        with self.lock:
+            self._execute(self.core.decide())
+            self.core.refresh_predictions()
+
+    def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
+        with self.lock:
+            jid, actions = self.core.submit(spec, submission_id)
+            self._execute(actions)
+            self.core.refresh_predictions()
+            reply = self.core.predict(jid)
+            return Submitted(jid, reply["predicted_completion"], reply["bound"])
+
+    def status(self) -> dict:
+        with self.lock:
+            return self.core.status()
+
+    def predict(self, job_id: int) -> dict:
+        with self.lock:
+            return self.core.predict(int(job_id))
+
+    def cancel(self, job_id: int) -> dict:
+        with self.lock:
+            self._execute(self.core.cancel(int(job_id)))
+            return self.core.job_view(int(job_id))
+
+    def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
+                        emulated: bool = False) -> None:
+        with self.lock:
+            self.core.progress(int(job_id), int(step), step_time_s, bool(emulated))
+
+    # -- external executors (``executor: external`` jobs, e.g. a Ray Tune sweep) --------
+    def assignment(self, job_id: int) -> dict:
+        with self.lock:
+            return self.core.assignment(int(job_id))
+
+    def external_ended(self, job_id: int, attempt: int, status: str, step: int,
+                       step_time_s: float | None = None) -> dict:
+        with self.lock:
+            self._execute(self.core.run_ended(int(job_id), int(attempt), status, int(step), step_time_s))
+            self.core.refresh_predictions()
+            return self.core.assignment(int(job_id))
+
+    def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
+        with self.lock:
+            self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
+            return self.core.assignment(int(job_id))
+
+    # -- the operator ------------------------------------------------------------------
+    def config(self) -> dict:
+        with self.lock:
+            return self.core.config()
+
+    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+        with self.lock:
+            self._execute(self.core.set_policy(policy, wfq))
+            return self.core.config()

@@ -1,0 +1,78 @@
+"""One submitted job as the coordinator tracks it, and the state changes its events cause.
+
+Times are seconds since the coordinator's epoch. Each method is one
+journaled event's effect on the job; the coordinator calls them only from
+its event application, so the live path and the journal replay change a job
+the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pcs_ray.contract import JobStatus
+from pcs_ray.jobfile import JobFile
+
+
+@dataclass
+class LiveJob:
+    """A job's state, its current attempt and what its runner last said (``steps``)."""
+
+    job_id: int
+    spec: JobFile
+    submit: float
+    t1: float  # seconds per step on one nominal GPU: the estimate until its runner measures it
+    state: JobStatus = JobStatus.QUEUED
+    gpus: tuple[int, ...] = ()  # held by its runner while running or stopping
+    attempt: int = 0
+    steps: int = 0
+    reported_at: float | None = None
+    step_time: float | None = None  # measured seconds per step on ``gpus``
+    measured: bool = False  # ``t1`` comes from its runner, not from the estimate
+    slowdown: float = 1.0  # the model's slowdown for ``gpus``
+    started_at: float | None = None  # launch of the current attempt
+    start_step: int = 0  # ``steps`` when the current attempt was launched
+    first_start: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+    predicted: float | None = None
+    first_predicted: float | None = None
+    bound: float | None = None
+    stop_reason: str | None = None
+    cancel_requested: bool = False
+    failures: int = 0
+    error: str | None = None
+    emulated: bool = False
+    submission_id: str | None = None
+    segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind
+
+    @property
+    def done(self) -> bool:
+        return self.state.done
+
+    def launched(self, t: float, attempt: int, gpus: tuple[int, ...], slowdown: float, kind: str) -> None:
+        """A run of this job started on ``gpus`` (``kind``: start, resume, migrate, resize)."""
+        self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
+        self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
+        self.start_step = self.steps
+        self.stop_reason = None
+        if self.first_start is None:
+            self.first_start = t
+        self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind})
+
+    def stopping(self, reason: str) -> None:
+        self.state, self.stop_reason = JobStatus.STOPPING, reason
+
+    def requeued(self, t: float) -> None:
+        """Its run ended without finishing the job (stopped, lost or failed): back to the queue."""
+        self._close_segment(t)
+        self.state, self.gpus, self.reported_at, self.started_at = JobStatus.QUEUED, (), None, None
+
+    def ended(self, state: JobStatus, t: float) -> None:
+        """Finished, cancelled or failed for good."""
+        self._close_segment(t)
+        self.state, self.finish, self.gpus = state, t, ()
+
+    def _close_segment(self, t: float) -> None:
+        if self.segments and self.segments[-1]["end"] is None:
+            self.segments[-1]["end"] = t

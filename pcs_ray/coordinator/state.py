@@ -1,0 +1,183 @@
+"""The coordinator's state, changed only by journaled events: replaying the journal rebuilds it.
+
+Every change goes through ``_record``: the event is appended to the journal
+and committed, then applied by ``_apply``. Replaying the journal through the
+same ``_apply`` rebuilds the state after a restart, so the live path and the
+recovery path cannot drift. The state is the jobs (:mod:`.jobs`), what was
+measured (:mod:`.speed`), the cluster model kept in step with them
+(:mod:`.model`) and the policy in force.
+
+The policy in force: the one the coordinator was started with, unless a
+``pcs-ray config set`` came later (a ``config`` event from source ``set``,
+rebuilt on replay through ``policies``). A start with a different policy
+than the last start journals a ``config`` event from source ``start``, which
+takes over; restarting with the same one (a Ray actor restart) keeps what
+was set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.contract import TERMINAL, ConfigError, JobStatus
+from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.coordinator.journal import Journal
+from pcs_ray.coordinator.model import ClusterModel, job_spec
+from pcs_ray.coordinator.speed import SpeedModel
+from pcs_ray.jobfile import JobFile
+from pcs_ray.policies.base import SchedulingPolicy
+
+#: Builds a policy from its name and WFQ configuration (``coordinator.config.build_policy``).
+PolicyFactory = Callable[[str, dict | None], SchedulingPolicy]
+
+
+def described(policy: SchedulingPolicy) -> dict:
+    """The policy's parameters as the journal stores them (JSON round trip: tuples become lists)."""
+    return json.loads(json.dumps(policy.describe()))
+
+
+class CoordinatorState:
+    """Jobs, measurements, the model and the policy; see the module docstring."""
+
+    def __init__(self, cluster: ClusterSpec, policy: SchedulingPolicy, journal: Journal, *, placement,
+                 speed: SpeedModel, clock: Callable[[], float], policies: PolicyFactory | None) -> None:
+        self.cluster = cluster
+        self.policy = policy  # in force
+        self.journal = journal
+        self.clock = clock
+        self.speed = speed
+        self.model = ClusterModel(cluster, policy, placement)
+        self.jobs: dict[int, LiveJob] = {}
+        self.active: dict[int, LiveJob] = {}  # not terminal, submission order
+        self.by_submission: dict[str, int] = {}
+        self.next_id = 1
+        self.epoch: float | None = None
+        self.config_source, self.config_since = "start", 0.0  # where the policy in force came from, and when
+        self._policies = policies
+        self._start_policy = policy
+        self._started_with: dict | None = None  # the policy the last start journaled
+        self._dirty: set[int] = set()  # jobs whose modelled remaining work must be re-synced
+        self._predictions_stale = True
+        self.recovered = self._replay()
+        if self.epoch is None:
+            self._record("init", None, epoch=self.clock(), policy=described(policy))
+        elif described(policy) != self._started_with:
+            self._record("config", None, source="start", policy=described(policy))
+
+    # -- time ------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock() - self.epoch
+
+    def wall(self, t: float | None) -> float | None:
+        return None if t is None else self.epoch + t
+
+    # -- the journal -------------------------------------------------------------
+    def _record(self, _kind: str, job_id: int | None, **data) -> None:
+        t = 0.0 if self.epoch is None else self.now()
+        self.journal.append(t, _kind, job_id, data)
+        self._apply(t, _kind, job_id, data)
+
+    def _replay(self) -> int:
+        """Rebuild state from the journal; return how many jobs lost their runner."""
+        for ev in self.journal.events():
+            self._apply(ev.t, ev.kind, ev.job_id, ev.data)
+        if self.epoch is None:
+            return 0
+        # Runners die with the coordinator that owns them: their jobs go back to
+        # the queue and resume from their last checkpoint.
+        lost = [job for job in self.active.values() if job.state.holds_gpus]
+        for job in lost:
+            self._record("cancelled" if job.cancel_requested else "lost", job.job_id, attempt=job.attempt)
+        return len(lost)
+
+    def _build_policy(self, name: str, wfq: dict | None) -> SchedulingPolicy:
+        """A policy by name; what cannot be built is a :class:`ConfigError`."""
+        if self._policies is None:
+            raise ConfigError("this coordinator was built without a policy factory: it cannot change its policy")
+        try:
+            return self._policies(name, wfq)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    # -- events ------------------------------------------------------------------
+    def _apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
+        if kind == "init":
+            self.epoch, self._started_with = data["epoch"], data.get("policy")
+            return
+        if kind == "measured":
+            self.speed.learned(data["workload"], data["t1"])
+            return
+        if kind == "config":
+            self._apply_config(t, data)
+        elif kind == "submit":
+            spec = JobFile.model_validate(data["spec"])
+            job = LiveJob(jid, spec, t, t1=data["t1"], submission_id=data.get("submission_id"))
+            self.jobs[jid] = self.active[jid] = job
+            if job.submission_id:
+                self.by_submission[job.submission_id] = jid
+            self.next_id = max(self.next_id, jid + 1)
+            self.model.admit(job_spec(job, self.speed))
+            self._dirty.add(jid)
+        else:
+            self._apply_to_job(t, kind, self.jobs[jid], data)
+        self._predictions_stale = True
+
+    def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
+        jid = job.job_id
+        if kind == "start":
+            job.launched(t, data["attempt"], tuple(data["gpus"]), data["slowdown"], data["kind"])
+        elif kind == "stop":
+            job.stopping(data["reason"])
+        elif kind == "progress":
+            self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
+        elif kind == "cancel":
+            job.cancel_requested = True
+            self.model.remove(jid)
+            if job.state == JobStatus.QUEUED:
+                self._terminate(job, JobStatus.CANCELLED, t)
+        elif kind in ("requeue", "lost"):
+            if kind == "requeue":
+                job.steps = data["step"]
+                if data.get("preempted"):
+                    job.preemptions += 1
+                if data.get("failed"):
+                    job.failures += 1
+                    job.error = data.get("error")
+            job.requeued(t)
+            self._dirty.add(jid)
+        elif kind == "demand":
+            job.spec = job.spec.model_copy(update=data["update"])
+            if jid in self.model:
+                self.model.readmit(job_spec(job, self.speed))
+            self._dirty.add(jid)
+        elif kind in TERMINAL:
+            if "step" in data:
+                job.steps = data["step"]
+            job.error = data.get("error", job.error)
+            self._terminate(job, JobStatus(kind), t)
+
+    def _apply_config(self, t: float, data: dict) -> None:
+        if data["source"] == "set":
+            policy = self._build_policy(data["name"], data.get("wfq"))
+        else:  # the latest start's policy is the one this coordinator was started with
+            policy, self._started_with = self._start_policy, data["policy"]
+        self.policy = policy
+        self.model.set_policy(policy)
+        self.config_source, self.config_since = data["source"], t
+
+    def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
+        if step_time and job.reported_at is None and job.started_at is not None:
+            self.speed.observe_start_up(job, t, step, step_time)
+        job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
+        if step_time and job.gpus:
+            job.step_time = step_time
+            if self.speed.observe_step_time(job, step_time):
+                self._dirty.update(j.job_id for j in self.active.values() if not j.measured)
+        self._dirty.add(job.job_id)
+
+    def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
+        job.ended(state, t)
+        self.active.pop(job.job_id, None)
+        self.model.remove(job.job_id)

@@ -1,0 +1,64 @@
+"""What the coordinator hands out about its jobs: JSON-able views and the job-history record.
+
+Inside the coordinator times are seconds since its epoch; every view gives
+absolute times (``time.time()`` seconds) and GPUs by name (``node:index``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from pcs_ray.coordinator.jobs import LiveJob
+from workloads.history import HistoryRecord
+
+
+def wall(epoch: float, t: float | None) -> float | None:
+    return None if t is None else epoch + t
+
+
+def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str]) -> dict:
+    def w(t):
+        return wall(epoch, t)
+
+    return {
+        "id": job.job_id, "name": job.spec.name or f"{job.spec.workload}-{job.job_id}",
+        "workload": job.spec.workload, "class": job.spec.job_class, "state": job.state.value,
+        "gpus": [gpu_name(g) for g in job.gpus],
+        "demand": [job.spec.fewest_gpus, job.spec.gpus], "steps": job.steps, "total_steps": job.spec.steps,
+        "step_time": job.step_time, "emulated": job.emulated, "submit": w(job.submit),
+        "start": w(job.first_start), "finish": w(job.finish), "predicted_completion": w(job.predicted),
+        "first_predicted": w(job.first_predicted), "bound": w(job.bound), "preemptions": job.preemptions,
+        "attempts": job.attempt, "error": job.error,
+        "segments": [
+            {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}
+            for s in job.segments
+        ],
+    }
+
+
+def prediction(job: LiveJob, epoch: float) -> dict:
+    """The job's predicted completion (its finish once done), worst-case bound and first prediction."""
+    return {
+        "id": job.job_id, "state": job.state.value,
+        "predicted_completion": wall(epoch, job.finish if job.done else job.predicted),
+        "bound": wall(epoch, job.bound), "first_predicted": wall(epoch, job.first_predicted),
+    }
+
+
+def status(now: float, epoch: float, policy: dict, gpus: int, restart_overhead: float,
+           jobs: Iterable[LiveJob], gpu_name: Callable[[int], str]) -> dict:
+    """The whole cluster (``now`` is absolute)."""
+    return {
+        "now": now, "epoch": epoch, "policy": policy, "gpus": gpus, "restart_overhead": restart_overhead,
+        "jobs": [job_view(j, epoch, gpu_name) for j in jobs],
+    }
+
+
+def history_record(job: LiveJob, epoch: float, speedup: tuple[float, ...]) -> HistoryRecord:
+    """A finished job as the solver resamples it (``pcs-ray solve --history``)."""
+    return HistoryRecord(
+        job_id=job.job_id, submit_time=wall(epoch, job.submit), gpus=job.spec.gpus,
+        service=job.spec.steps * job.t1, min_gpus=job.spec.fewest_gpus, iteration_time=job.t1,
+        model=job.spec.workload, job_class=job.spec.job_class, speedup=speedup,
+        finish_time=wall(epoch, job.finish),
+    )
