@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcs_ray.commands.inputs import UsageError, data_file
+from pcs_ray.commands.inputs import UsageError
+from pcs_ray.data import locate
 from pcs_ray.policies import BUNDLED, POLICIES, SchedulingPolicy, WFQConfig, build_policy
 
 
@@ -23,7 +24,7 @@ def _pcs_runs(pcs_configs: list[str]) -> list[PolicyRun]:
     runs = []
     for value, stem in zip(pcs_configs, stems):
         label = f"pcs:{stem}" if stems.count(stem) == 1 else f"pcs:{value}"
-        runs.append(PolicyRun(label, build_policy("pcs", config=WFQConfig.load(data_file("pcs-config", value)))))
+        runs.append(PolicyRun(label, build_policy("pcs", config=WFQConfig.load(locate("pcs-config", value)))))
     return runs
 
 

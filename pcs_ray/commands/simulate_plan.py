@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pcs_ray.cluster import ClusterSpec, load_cluster_spec
-from pcs_ray.commands.inputs import UsageError, data_file
+from pcs_ray.commands.inputs import UsageError
+from pcs_ray.data import locate
 from pcs_ray.commands.policy_runs import PolicyRun, resolve_policies
 from pcs_ray.commands.simulate_options import SimulateOptions
 from pcs_ray.job import JobSpec
@@ -34,7 +35,7 @@ def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]
     if opts.placement is None and (opts.profile is not None or opts.topology is not None
                                    or opts.locality_penalty is not None):
         raise UsageError("--profile, --topology and --locality-penalty need --placement")
-    topology = str(data_file("topology", opts.topology)) if opts.topology is not None else None
+    topology = str(locate("topology", opts.topology)) if opts.topology is not None else None
     gpus_per_node = opts.gpus_per_node
     if topology is not None and gpus_per_node is None and opts.cluster is None:
         gpus_per_node = read_topo(topology).size  # one topology per node: nodes of its size
@@ -52,7 +53,7 @@ def make_plan(opts: SimulateOptions) -> Plan:
     spec, setup = _cluster(opts)
     capacity = spec.num_gpus
     if opts.trace is not None:
-        trace = data_file("trace", opts.trace)
+        trace = locate("trace", opts.trace)
         jobs = read_trace(trace, speedup=opts.speedup.value)
         about = {"source": "trace", "trace": str(trace), "speedup": opts.speedup.value}
         title = f"{trace}"

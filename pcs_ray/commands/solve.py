@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.inputs import data_file
+from pcs_ray.data import locate
 from pcs_ray.commands.views import stdout_console
 from pcs_ray.policies import BUNDLED, WFQConfig
 
@@ -80,7 +80,7 @@ class SolveOptions:
 def _references(opts: SolveOptions) -> list[tuple[str, WFQConfig]]:
     """The configurations drawn beside the front: --reference-config, else the artifact's for the workload."""
     if opts.reference:
-        return [(f"pcs:{Path(v).stem}", WFQConfig.load(data_file("pcs-config", v))) for v in opts.reference]
+        return [(f"pcs:{Path(v).stem}", WFQConfig.load(locate("pcs-config", v))) for v in opts.reference]
     return [(f"{name} (artifact)", b.load()) for name, b in BUNDLED.items() if b.workload == opts.workload]
 
 
@@ -227,7 +227,7 @@ def _problem(opts: SolveOptions):
     from solver.search import Problem
 
     goals = parse_objectives(opts.objectives)
-    trace = data_file("trace", opts.trace) if opts.trace is not None else None
+    trace = locate("trace", opts.trace) if opts.trace is not None else None
     source = resolve_source(opts.workload, trace, opts.history, None, opts.num_apps,
                             0.9 if opts.load is None else opts.load, opts.speedup or "linear")
     return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
+from pcs_ray import policies
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.journal import Journal
-from pcs_ray import policies
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
 from workloads.catalog import registered_workloads
@@ -89,7 +89,7 @@ class PolicyChoice(NamedTuple):
 def load_wfq(path: str | Path) -> dict:
     """A WFQ configuration file (PCS JSON, as ``pcs-ray solve`` writes it), checked."""
     try:
-        return WFQConfig.load(path).to_dict()
+        return policies.wfq_config(path).to_dict()
     except ValueError as e:
         raise ConfigError(str(e)) from None
 

@@ -94,6 +94,19 @@ def resolve(kind: str, value: str | Path) -> Path:
     raise DataError(f"{kind} {text!r} is neither a file nor a bundled name ({listed})")
 
 
+def locate(kind: str, value: str | Path) -> Path:
+    """Like :func:`resolve`, but a value that looks like a path (a suffix, a folder) and is no file
+    comes back as is, so its reader reports it missing in its own words; only a bare word that
+    is neither fails here, with the bundled names of that kind."""
+    try:
+        return resolve(kind, value)
+    except DataError:
+        path = Path(value)
+        if path.suffix or path.is_absolute() or (len(path.parts) > 1 and path.parent.is_dir()):
+            return path
+        raise
+
+
 def names(kind: str) -> list[str]:
     """Every bundled name of a kind."""
     if kind == "trace":

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config, resolve
+from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
 from pcs_ray.policies.afs import AFSPolicy
 from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
@@ -71,7 +71,7 @@ def wfq_config(value: WFQConfig | Mapping | str | Path) -> WFQConfig:
         return value
     if isinstance(value, Mapping):
         return WFQConfig.from_dict(dict(value), "pcs config")
-    return WFQConfig.load(resolve("pcs-config", value))
+    return WFQConfig.load(locate("pcs-config", value))
 
 
 def build_policy(name: str, **config) -> SchedulingPolicy:

@@ -20,10 +20,7 @@ from pathlib import Path
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
 from pcs_ray.state import JobState, Snapshot
-
-
-class ConfigError(ValueError):
-    """A WFQ configuration a user supplied is unusable."""
+from pcs_ray.contract import ConfigError  # one class for every unusable configuration, live or simulated
 
 
 @dataclass(frozen=True)
