@@ -1,0 +1,241 @@
+"""Candidate sources: which GPU sets a job could get, in each policy's order of preference.
+
+A source yields batches of :class:`Candidates`; its order breaks the ties the
+scores leave (earlier wins). Within-node sources use only the nodes every
+node filter passed (``Context.node_ok``); across-nodes sources may use any
+free GPU. ``home`` (the GPUs a job held before this round) is preferred on
+ties where a source says so, so that re-placing a job moves it only for a
+real improvement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from pcs_ray.placement.framework import Candidates, Context, Source
+
+
+def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
+    """The ``n`` GPUs of ``free`` with the lowest binned scores, the job's own first on ties (PM-First's rule)."""
+    n, home = ctx.n, ctx.home
+    ranked = ctx.facts.sorted_gpus(ctx.spec.job_class)
+    cand = ranked[free[ranked]]
+    if len(cand) <= n or not home:
+        return cand[:n]
+    scores = ctx.scores[cand]
+    thr = scores[n - 1]
+    below = cand[scores < thr]
+    at = cand[scores == thr]
+    mine = np.isin(at, home)
+    at = np.concatenate([at[mine], at[~mine]])
+    return np.concatenate([below, at[: n - len(below)]])
+
+
+def lowest_ids(ctx: Context, node: int, n: int, home: tuple[int, ...] = ()) -> np.ndarray:
+    """The ``n`` lowest free ids of ``node``, the GPUs of ``home`` first."""
+    facts = ctx.facts
+    start = facts.node_start[node]
+    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    if home and len(ids) > n:
+        mine = np.isin(ids, home)
+        ids = np.concatenate([ids[mine], ids[~mine]])
+    return ids[:n]
+
+
+def _on_node(ctx: Context, node: int) -> np.ndarray:
+    only = ctx.free.copy()
+    only[ctx.facts.node != node] = False
+    return best_scores(ctx, only)
+
+
+class ClusterBest(Source):
+    """PM-First: the ``n`` best-scoring free GPUs anywhere (one candidate, across nodes)."""
+
+    name = "cluster-best"
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        gpus = best_scores(ctx, ctx.free)
+        yield Candidates(self.name, np.array([-1]), gpus=gpus[None, :], across=True)
+
+
+class BestNodesFirst(Source):
+    """Nodes in order of the ``n``-th best free score on them, one batch per node.
+
+    The ``n``-th best score bounds the job's variability on the node from below,
+    so this is PAL's L x V traversal along the within-node row: the first node
+    holds the job at the lowest score bin any node can; ties go to the node the
+    job was on, then the fullest node (best fit), then the lowest index. On a
+    node, the candidate is its ``n`` best GPUs; with ``subsets``, on nodes with
+    a topology, every free subset in its best embedding (so links can trade
+    against scores).
+
+    Nodes are visited while their bound does not exceed the best total so far
+    (valid while the configuration's other scores are >= 1 within a node), at
+    most ``tie_nodes`` of them after the first, and not past a node that has
+    only one candidate (its node order already ranks it). ``single_gpu``: also
+    1-GPU jobs, where the cluster has links (one GPU can still cost links).
+    """
+
+    name = "best-nodes"
+
+    def __init__(self, *, subsets: bool = False, tie_nodes: int = 0, single_gpu: bool = False) -> None:
+        self.subsets, self.tie_nodes, self.single_gpu = subsets, tie_nodes, single_gpu
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n = ctx.facts, ctx.n
+        if n > facts.gpus_per_node or (n == 1 and not (self.single_gpu and facts.has_topology)):
+            return
+        ok = ctx.node_ok
+        nth = np.partition(facts.node_scores(ctx.scores, ctx.free), n - 1, axis=1)[:, n - 1]
+        nth = np.where(ok, nth, np.inf)
+        best = nth.min()
+        if not np.isfinite(best):
+            return
+        tied = np.flatnonzero(nth == best)
+        if len(tied) > 1:
+            at_home = tied[np.isin(tied, ctx.home_nodes)]
+            if len(at_home):
+                tied = at_home
+            nfree = ctx.per_node[tied]
+            tied = tied[nfree == nfree.min()]
+        first = int(tied[0])
+        yield self._batch(ctx, first)
+        ties = 0
+        for node in self._rest(ctx, nth, first):
+            if ctx.best_total is not None:
+                if nth[node] > ctx.best_total + 1e-12:
+                    return
+                ties += 1
+                if ties > self.tie_nodes or not self._has_subsets(ctx, node):
+                    return
+            yield self._batch(ctx, node)
+
+    def _has_subsets(self, ctx: Context, node: int) -> bool:
+        return self.subsets and ctx.facts.topologies[node] is not None
+
+    def _rest(self, ctx: Context, nth: np.ndarray, first: int) -> Iterator[int]:
+        """Every other node that fits, in visiting order (sorted only when the search goes on)."""
+        fits = np.flatnonzero(np.isfinite(nth))
+        at_home = np.isin(fits, ctx.home_nodes)
+        for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, nth[fits]))]:
+            if node != first:
+                yield int(node)
+
+    def _batch(self, ctx: Context, node: int) -> Candidates:
+        if not self._has_subsets(ctx, node):
+            return Candidates(self.name, np.array([node]), gpus=_on_node(ctx, node)[None, :])
+        facts = ctx.facts
+        table = facts.table(node, ctx.n, ctx.spec.pattern)
+        rows = table.feasible(int(ctx.bits[node]))
+        return Candidates(self.name, np.full(len(rows), node), gpus=facts.node_start[node] + table.eff_order[rows],
+                          table=table, rows=rows)
+
+
+class LowestIds(Source):
+    """On every node that fits, its lowest free GPU ids (one candidate per node, in node order).
+
+    With ``home``, the job's own nodes come first and its own GPUs first on them.
+    """
+
+    name = "lowest-ids"
+
+    def __init__(self, *, home: bool = True, fallback: bool = False) -> None:
+        self.home, self.fallback = home, fallback
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        nodes = np.flatnonzero(ctx.node_ok)
+        if not len(nodes):
+            return
+        home = ctx.home if self.home else ()
+        if home:
+            mine = np.isin(nodes, ctx.home_nodes)
+            nodes = np.concatenate([nodes[mine], nodes[~mine]])
+        n = ctx.n
+        yield Candidates(self.name, nodes, row=lambda i: lowest_ids(ctx, int(nodes[i]), n, home))
+
+
+class SameSocket(Source):
+    """On the nodes that fit, in order, the lowest free ids of the first CPU socket that holds the job."""
+
+    name = "same-socket"
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n = ctx.facts, ctx.n
+        for node in np.flatnonzero(ctx.node_ok):
+            start = facts.node_start[node]
+            local_free = np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+            sockets = facts.sockets[node][local_free]
+            for sock in np.unique(sockets):  # sockets in id order
+                on = local_free[sockets == sock]
+                if len(on) >= n:
+                    yield Candidates(self.name, np.array([node]), gpus=(start + on[:n])[None, :])
+
+
+class Embeddings(Source):
+    """On every node that fits, every free subset in its best embedding (MAPA's pattern matches).
+
+    ``embedding`` picks which best: by ``"effective"`` or ``"aggregated"``
+    bandwidth. Nodes whose free GPUs form the same subset of the same links
+    are offered once (the first): for scores that read only links and free
+    GPUs they would tie, and the first would win.
+    """
+
+    name = "embeddings"
+
+    def __init__(self, *, embedding: str = "effective") -> None:
+        if embedding not in ("effective", "aggregated"):
+            raise ValueError(f"embedding must be 'effective' or 'aggregated', got {embedding!r}")
+        self.embedding = embedding
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n, pattern = ctx.facts, ctx.n, ctx.spec.pattern
+        bits = ctx.bits
+        seen: set[tuple[int, int]] = set()
+        for node in np.flatnonzero(ctx.node_ok):
+            node = int(node)
+            table = facts.table(node, n, pattern)
+            group = (id(table), int(bits[node]))
+            if group in seen:
+                continue
+            seen.add(group)
+            rows = table.feasible(int(bits[node]))
+            order = table.agg_order if self.embedding == "aggregated" else table.eff_order
+            yield Candidates(self.name, np.full(len(rows), node), gpus=facts.node_start[node] + order[rows],
+                             table=table, rows=rows)
+
+
+class Spread(Source):
+    """Across nodes as Packed spreads: the nodes with the most free GPUs first, lowest ids (own GPUs first) on each."""
+
+    name = "spread"
+
+    def __init__(self, *, fallback: bool = True) -> None:
+        self.fallback = fallback
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        per_node, need, out = ctx.per_node, ctx.n, []
+        for node in np.argsort(-per_node, kind="stable"):
+            take = min(need, int(per_node[node]))
+            if take <= 0:
+                break
+            out.append(lowest_ids(ctx, int(node), take, ctx.home))
+            need -= take
+            if need == 0:
+                break
+        yield Candidates(self.name, np.array([-1]), gpus=np.concatenate(out)[None, :], across=True)
+
+
+class RandomDraw(Source):
+    """Any ``n`` free GPUs, drawn without repetition from the placement's seeded generator."""
+
+    name = "random"
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        gpus = ctx.rng.choice(np.flatnonzero(ctx.free), size=ctx.n, replace=False)
+        yield Candidates(self.name, np.array([-1]), gpus=gpus[None, :], across=True)
+
+
+__all__ = ["BestNodesFirst", "ClusterBest", "Embeddings", "LowestIds", "RandomDraw", "SameSocket", "Spread",
+           "best_scores", "lowest_ids"]

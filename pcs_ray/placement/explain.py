@@ -1,0 +1,41 @@
+"""Why a job got its GPUs: the winner's breakdown, built only when someone asks.
+
+The hot path keeps one :class:`~pcs_ray.placement.framework.Decision` per
+job (the winner's source, GPUs, score factors, tie-break factors, rejection
+counts); this module turns it into the dictionary ``Placement.explain``
+returns. Shares are computed on the log scale the framework ranks on: the
+total is ``prod(value ** weight)``, so ``ln(total) = sum(weight * ln(value))``
+and a score's share is its ``|weight * ln(value)|`` over the sum of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pcs_ray.placement.framework import Configuration, Decision
+
+
+def explanation(config: Configuration, job_id: int, decision: Decision, held: tuple[int, ...] | None = None) -> dict:
+    """The explanation of one decision (shape: ``Placement.explain``); ``held`` are the GPUs as kept now."""
+    parts = []
+    for (plugin, weight), value in zip(config.scores, decision.values):
+        parts.append((plugin.name, value, weight, abs(weight * math.log(value)) if value > 0 else math.inf))
+    size = sum(p[3] for p in parts)
+    total = math.prod(value ** weight for _, value, weight, _ in parts) if parts else 1.0
+    scores = [{"plugin": name, "value": value, "weight": weight,
+               "share": (cost / size if math.isfinite(size) else float(math.isinf(cost))) if size > 0 else 0.0}
+              for name, value, weight, cost in parts]
+    return {
+        "job_id": job_id,
+        "placement": config.name,
+        "gpus": list(held if held is not None and set(held) == set(decision.gpus) else decision.gpus),
+        "source": decision.source,
+        "candidates": decision.candidates,
+        "total": total,
+        "scores": scores,
+        "tie_breaks": [{"plugin": p.name, "value": v} for p, v in zip(config.tie_breaks, decision.ties)],
+        "rejections": dict(decision.rejections),
+    }
+
+
+__all__ = ["explanation"]
