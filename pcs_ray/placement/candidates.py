@@ -24,7 +24,7 @@ def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
     cand = ranked[free[ranked]]
     if len(cand) <= n or not home:
         return cand[:n]
-    scores = ctx.scores[cand]
+    scores = ctx.class_scores[cand]
     thr = scores[n - 1]
     below = cand[scores < thr]
     at = cand[scores == thr]
@@ -61,39 +61,40 @@ class ClusterBest(Source):
 
 
 class BestNodesFirst(Source):
-    """Nodes in order of the ``n``-th best free score on them, one batch per node.
+    """Nodes in order of the lowest total they could give the job, one batch per node.
 
-    The ``n``-th best score bounds the job's variability on the node from below,
-    so this is PAL's L x V traversal along the within-node row: the first node
-    holds the job at the lowest score bin any node can; ties go to the node the
-    job was on, then the fullest node (best fit), then the lowest index. On a
-    node, the candidate is its ``n`` best GPUs; with ``subsets``, on nodes with
+    The bound is the product of the scores' floors; with variability scored it
+    is the ``n``-th best free score on the node, so this is PAL's L x V
+    traversal along the within-node row: the first node holds the job at the
+    lowest score bin any node can. Ties go to the node the job was on, then
+    the fullest node (best fit), then the lowest index. On a node, the
+    candidate is its ``n`` best-scoring GPUs; with ``subsets``, on nodes with
     a topology, every free subset in its best embedding (so links can trade
-    against scores).
+    against scores). ``single_gpu``: also 1-GPU jobs, where the cluster has
+    links (one GPU can still cost links).
 
-    Nodes are visited while their bound does not exceed the best total so far
-    (valid while the configuration's other scores are >= 1 within a node), at
-    most ``tie_nodes`` of them after the first, and not past a node that has
-    only one candidate (its node order already ranks it). ``single_gpu``: also
-    1-GPU jobs, where the cluster has links (one GPU can still cost links).
+    The search stops at a node whose bound exceeds the best total so far, or
+    that could only tie it when no tie-break could make it win. Two limits
+    of the combined policy's search are kept as options: ``budget``, the
+    most nodes visited after the first while their bound does not exceed the
+    best, and ``stop_without_links``, ending there at a node without a topology.
     """
 
     name = "best-nodes"
 
-    def __init__(self, *, subsets: bool = False, tie_nodes: int = 0, single_gpu: bool = False) -> None:
-        self.subsets, self.tie_nodes, self.single_gpu = subsets, tie_nodes, single_gpu
+    def __init__(self, *, subsets: bool = False, single_gpu: bool = False, budget: int | None = None,
+                 stop_without_links: bool = False) -> None:
+        self.subsets, self.single_gpu, self.budget, self.stop_without_links = subsets, single_gpu, budget, stop_without_links
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         facts, n = ctx.facts, ctx.n
         if n > facts.gpus_per_node or (n == 1 and not (self.single_gpu and facts.has_topology)):
             return
-        ok = ctx.node_ok
-        nth = np.partition(facts.node_scores(ctx.scores, ctx.free), n - 1, axis=1)[:, n - 1]
-        nth = np.where(ok, nth, np.inf)
-        best = nth.min()
-        if not np.isfinite(best):
+        bound = ctx.node_bounds
+        lowest = bound.min()
+        if not np.isfinite(lowest):
             return
-        tied = np.flatnonzero(nth == best)
+        tied = np.flatnonzero(bound == lowest)
         if len(tied) > 1:
             at_home = tied[np.isin(tied, ctx.home_nodes)]
             if len(at_home):
@@ -102,26 +103,30 @@ class BestNodesFirst(Source):
             tied = tied[nfree == nfree.min()]
         first = int(tied[0])
         yield self._batch(ctx, first)
-        ties = 0
-        for node in self._rest(ctx, nth, first):
-            if ctx.best_total is not None:
-                if nth[node] > ctx.best_total + 1e-12:
+        can_tie = bool(ctx.config.tie_breaks)  # otherwise a tie goes to the node visited first
+        best = ctx.best_total
+        if best is not None and not can_tie and lowest >= best - 1e-12:
+            return  # no other node can do better than the first (PAL's case: nothing to sort)
+        fits = np.flatnonzero(np.isfinite(bound))
+        at_home = np.isin(fits, ctx.home_nodes)
+        visited = 0
+        for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, bound[fits]))]:
+            node = int(node)
+            if node == first:
+                continue
+            best = ctx.best_total
+            if best is not None:
+                if bound[node] > best + 1e-12 or (not can_tie and bound[node] >= best - 1e-12):
                     return
-                ties += 1
-                if ties > self.tie_nodes or not self._has_subsets(ctx, node):
+                visited += 1
+                if self.budget is not None and visited > self.budget:
+                    return
+                if self.stop_without_links and not self._has_subsets(ctx, node):
                     return
             yield self._batch(ctx, node)
 
     def _has_subsets(self, ctx: Context, node: int) -> bool:
         return self.subsets and ctx.facts.topologies[node] is not None
-
-    def _rest(self, ctx: Context, nth: np.ndarray, first: int) -> Iterator[int]:
-        """Every other node that fits, in visiting order (sorted only when the search goes on)."""
-        fits = np.flatnonzero(np.isfinite(nth))
-        at_home = np.isin(fits, ctx.home_nodes)
-        for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, nth[fits]))]:
-            if node != first:
-                yield int(node)
 
     def _batch(self, ctx: Context, node: int) -> Candidates:
         if not self._has_subsets(ctx, node):

@@ -108,11 +108,10 @@ class Candidates:
 class Context:
     """One decision: the job, its GPU count, the free GPUs, the GPUs it held; shared work computed once."""
 
-    def __init__(self, facts: ClusterFacts, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...],
-                 node_filters: tuple["Filter", ...], rng: np.random.Generator | None = None) -> None:
-        self.facts, self.job, self.spec, self.n, self.free, self.home = facts, job, job.spec, n, free, home
+    def __init__(self, config: "Configuration", facts: ClusterFacts, job: JobState, n: int, free: np.ndarray,
+                 home: tuple[int, ...], rng: np.random.Generator | None = None) -> None:
+        self.config, self.facts, self.job, self.spec, self.n, self.free, self.home = config, facts, job, job.spec, n, free, home
         self.rng = rng  # the placement's seeded generator (random choices stay reproducible)
-        self._node_filters = node_filters
         self.rejections: dict[str, int] = {}
         #: the best total so far (``None`` before the first candidate): sources may stop early with it
         self.best_total: float | None = None
@@ -123,9 +122,15 @@ class Context:
         return self.facts.free_per_node(self.free)
 
     @cached_property
-    def scores(self) -> np.ndarray:
+    def class_scores(self) -> np.ndarray:
         """Binned scores of the job's class per GPU (what variability-aware placement decides on)."""
         return self.facts.decision_scores(self.spec.job_class)
+
+    @cached_property
+    def nth_best(self) -> np.ndarray:
+        """Per node, the ``n``-th best free binned score (+inf where fewer than ``n`` GPUs are free)."""
+        m = self.facts.node_scores(self.class_scores, self.free)
+        return np.partition(m, self.n - 1, axis=1)[:, self.n - 1]
 
     @cached_property
     def bits(self) -> np.ndarray:
@@ -141,7 +146,7 @@ class Context:
     def node_ok(self) -> np.ndarray:
         """Nodes that pass every node filter (a within-node candidate may use them); rejections counted."""
         ok = None
-        for f in self._node_filters:
+        for f in self.config.node_filters:
             keep = f.nodes(self)
             if ok is None:
                 rejected = len(keep) - int(np.count_nonzero(keep))
@@ -150,11 +155,24 @@ class Context:
                 rejected = int(np.count_nonzero(ok & ~keep))
                 ok = ok & keep
             if rejected:
-                self.rejections[f.reason.code] = self.rejections.get(f.reason.code, 0) + rejected
+                self.reject(f.reason, rejected)
         return ok
 
     def reject(self, reason: Reason, count: int) -> None:
         self.rejections[reason.code] = self.rejections.get(reason.code, 0) + count
+
+    @cached_property
+    def node_bounds(self) -> np.ndarray:
+        """Per node, a lower bound of the total any candidate within it can score (+inf where
+        ``node_ok`` is false): the weighted product of the scores' floors."""
+        bound = None
+        for plugin, weight in self.config.scores:
+            floor = plugin.floor(self)
+            term = floor if weight == 1.0 else np.power(floor, weight)
+            bound = term if bound is None else bound * term
+        bound = np.broadcast_to(1.0 if bound is None else bound, (self.facts.num_nodes,))
+        with np.errstate(invalid="ignore"):  # 0 x inf on nodes that do not fit: masked just below
+            return np.where(self.node_ok, bound, np.inf)
 
 
 # -- the three kinds of plugin ------------------------------------------------------------
@@ -188,12 +206,20 @@ class Filter:
 
 
 class Score:
-    """Rates candidates: one factor per candidate, positive, lower is better, 1 = no penalty."""
+    """Rates candidates: one factor per candidate, positive, lower is better, 1 = no penalty.
+
+    ``floor`` bounds the factor from below for any candidate within each node
+    (an array over nodes, or one number for all): searches skip nodes that
+    cannot win. The default, 0, says nothing, so every node is searched.
+    """
 
     name: ClassVar[str]
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         raise NotImplementedError
+
+    def floor(self, ctx: Context) -> np.ndarray | float:
+        return 0.0
 
 
 class NodeFits(Filter):
@@ -253,8 +279,8 @@ class Configuration:
         for plugin, weight in self.scores:
             if not weight >= 0:
                 raise ValueError(f"{self.name}: score {plugin.name} needs a weight >= 0, got {weight}")
-        object.__setattr__(self, "_node_filters", tuple(f for f in self.filters if _overrides(f, "nodes")))
-        object.__setattr__(self, "_batch_filters", tuple(f for f in self.filters if _overrides(f, "candidates")))
+        object.__setattr__(self, "node_filters", tuple(f for f in self.filters if _overrides(f, "nodes")))
+        object.__setattr__(self, "batch_filters", tuple(f for f in self.filters if _overrides(f, "candidates")))
 
     def with_score(self, plugin: Score, weight: float = 1.0, **changes) -> "Configuration":
         """This configuration with one more weighted score (``changes``: e.g. a new ``name`` and ``help``)."""
@@ -266,11 +292,11 @@ class Configuration:
 
     def context(self, facts: ClusterFacts, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...],
                 rng: np.random.Generator | None = None) -> Context:
-        return Context(facts, job, n, free, home, self._node_filters, rng)
+        return Context(self, facts, job, n, free, home, rng)
 
     def decide(self, ctx: Context) -> tuple[np.ndarray, Decision]:
         """The winning GPU set for ``ctx``'s job and what to keep about it."""
-        scores, tie_breaks, batch_filters = self.scores, self.tie_breaks, self._batch_filters
+        scores, tie_breaks, batch_filters = self.scores, self.tie_breaks, self.batch_filters
         first_wins = not scores and not tie_breaks  # nothing to compare: the first candidate wins
         best_key = best_batch = None
         best_i, best_values, best_ties, seen = 0, (), (), 0

@@ -23,7 +23,10 @@ class Variability(Score):
     name = "variability"
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
-        return ctx.scores[batch.gpus].max(axis=1)
+        return ctx.class_scores[batch.gpus].max(axis=1)
+
+    def floor(self, ctx: Context) -> np.ndarray:
+        return ctx.nth_best  # no n GPUs of a node are better than its n best
 
 
 class Locality(Score):
@@ -38,6 +41,9 @@ class Locality(Score):
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         charged = batch.across and ctx.n > 1
         return np.full(len(batch), ctx.facts.locality_penalty if charged else 1.0)
+
+    def floor(self, ctx: Context) -> float:
+        return 1.0
 
 
 class Topology(Score):
@@ -57,6 +63,9 @@ class Topology(Score):
             return comm.slowdowns(ctx.spec, batch.table)[batch.rows]
         local = ctx.facts.local
         return np.asarray([comm.slowdown(ctx.spec, int(node), local[g]) for node, g in zip(batch.nodes, batch.gpus)])
+
+    def floor(self, ctx: Context) -> float:
+        return 1.0  # the best embedding a job's size can get costs nothing
 
 
 def _table_rows(ctx: Context, batch: Candidates):
@@ -89,6 +98,9 @@ class _Bandwidth(Score):
 
     def applies(self, ctx: Context) -> bool:
         return True
+
+    def floor(self, ctx: Context) -> float:
+        return 1.0
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         if batch.across or not self.applies(ctx):
@@ -141,6 +153,9 @@ class PreservedBandwidth(Score):
     def __init__(self, *, insensitive_only: bool = False) -> None:
         self.insensitive_only = insensitive_only
 
+    def floor(self, ctx: Context) -> float:
+        return 1.0
+
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         facts = ctx.facts
         if batch.across or (self.insensitive_only and ctx.spec.bw_sensitive and ctx.n > 1) or facts.nvlink_total == 0:
@@ -183,9 +198,18 @@ class BestFit(Score):
             room = ctx.per_node[batch.nodes]
         return room / ctx.n
 
+    def floor(self, ctx: Context) -> np.ndarray:
+        return ctx.per_node / ctx.n
+
 
 class KeepGPUs(Score):
-    """1 + the share of the job's GPUs that would move (1 = it keeps all it held)."""
+    """1 + the share of the job's GPUs that would move (1 = it keeps all it held).
+
+    Known quirk, kept so that results stay those of the combined policy
+    before this framework: among a node's subsets (``batch.table``), held
+    GPUs count only on the node of ``next(iter(set(home)))``, so a job that
+    spanned nodes is kept only there. Counting on every node is the intended rule.
+    """
 
     name = "keep-gpus"
 
@@ -193,8 +217,13 @@ class KeepGPUs(Score):
         n = ctx.n
         if not ctx.home:
             return np.full(len(batch), 2.0)
+        if batch.table is not None and ctx.facts.node[next(iter(set(ctx.home)))] != batch.nodes[0]:
+            return np.full(len(batch), 2.0)
         kept = np.isin(batch.gpus, ctx.home).sum(axis=1)
         return 1.0 + (n - kept) / n
+
+    def floor(self, ctx: Context) -> float:
+        return 1.0
 
 
 __all__ = ["AggregatedBandwidth", "BestFit", "EffectiveBandwidth", "KeepGPUs", "Locality", "PreservedBandwidth",
