@@ -14,21 +14,34 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pcs_ray.placement.framework import Candidates, Context, Source
+from pcs_ray.placement.framework import Candidates, Context, Source, member
 
 
 def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
     """The ``n`` GPUs of ``free`` with the lowest binned scores, the job's own first on ties (PM-First's rule)."""
-    n, home = ctx.n, ctx.home
     ranked = ctx.facts.sorted_gpus(ctx.spec.job_class)
-    cand = ranked[free[ranked]]
+    return _first_n(ctx, ranked[free[ranked]])
+
+
+def best_on_node(ctx: Context, node: int) -> np.ndarray:
+    """:func:`best_scores` among the free GPUs of ``node`` (sorting only the node's GPUs)."""
+    facts = ctx.facts
+    start = facts.node_start[node]
+    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    return _first_n(ctx, ids[np.argsort(ctx.class_scores[ids], kind="stable")])
+
+
+def _first_n(ctx: Context, cand: np.ndarray) -> np.ndarray:
+    """The first ``n`` of ``cand`` (GPUs best score first, ties by id), the job's own first among those
+    tied at the ``n``-th score."""
+    n, home = ctx.n, ctx.home
     if len(cand) <= n or not home:
         return cand[:n]
     scores = ctx.class_scores[cand]
     thr = scores[n - 1]
     below = cand[scores < thr]
     at = cand[scores == thr]
-    mine = np.isin(at, home)
+    mine = member(at, home)
     at = np.concatenate([at[mine], at[~mine]])
     return np.concatenate([below, at[: n - len(below)]])
 
@@ -39,15 +52,14 @@ def lowest_ids(ctx: Context, node: int, n: int, home: tuple[int, ...] = ()) -> n
     start = facts.node_start[node]
     ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
     if home and len(ids) > n:
-        mine = np.isin(ids, home)
+        mine = member(ids, home)
         ids = np.concatenate([ids[mine], ids[~mine]])
     return ids[:n]
 
 
-def _on_node(ctx: Context, node: int) -> np.ndarray:
-    only = ctx.free.copy()
-    only[ctx.facts.node != node] = False
-    return best_scores(ctx, only)
+#: the node of an across-nodes candidate
+_ACROSS = np.array([-1])
+_ACROSS.setflags(write=False)
 
 
 class ClusterBest(Source):
@@ -57,7 +69,7 @@ class ClusterBest(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         gpus = best_scores(ctx, ctx.free)
-        yield Candidates(self.name, np.array([-1]), gpus=gpus[None, :], across=True)
+        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
 
 
 class BestNodesFirst(Source):
@@ -96,7 +108,7 @@ class BestNodesFirst(Source):
             return
         tied = np.flatnonzero(bound == lowest)
         if len(tied) > 1:
-            at_home = tied[np.isin(tied, ctx.home_nodes)]
+            at_home = tied[member(tied, ctx.home_nodes)]
             if len(at_home):
                 tied = at_home
             nfree = ctx.per_node[tied]
@@ -108,7 +120,7 @@ class BestNodesFirst(Source):
         if best is not None and not can_tie and lowest >= best - 1e-12:
             return  # no other node can do better than the first (PAL's case: nothing to sort)
         fits = np.flatnonzero(np.isfinite(bound))
-        at_home = np.isin(fits, ctx.home_nodes)
+        at_home = member(fits, ctx.home_nodes)
         visited = 0
         for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, bound[fits]))]:
             node = int(node)
@@ -130,7 +142,7 @@ class BestNodesFirst(Source):
 
     def _batch(self, ctx: Context, node: int) -> Candidates:
         if not self._has_subsets(ctx, node):
-            return Candidates(self.name, np.array([node]), gpus=_on_node(ctx, node)[None, :])
+            return Candidates(self.name, np.array([node]), gpus=best_on_node(ctx, node)[None, :])
         facts = ctx.facts
         table = facts.table(node, ctx.n, ctx.spec.pattern)
         rows = table.feasible(int(ctx.bits[node]))
@@ -155,7 +167,7 @@ class LowestIds(Source):
             return
         home = ctx.home if self.home else ()
         if home:
-            mine = np.isin(nodes, ctx.home_nodes)
+            mine = member(nodes, ctx.home_nodes)
             nodes = np.concatenate([nodes[mine], nodes[~mine]])
         n = ctx.n
         yield Candidates(self.name, nodes, row=lambda i: lowest_ids(ctx, int(nodes[i]), n, home))
@@ -229,7 +241,7 @@ class Spread(Source):
             need -= take
             if need == 0:
                 break
-        yield Candidates(self.name, np.array([-1]), gpus=np.concatenate(out)[None, :], across=True)
+        yield Candidates(self.name, _ACROSS, gpus=np.concatenate(out)[None, :], across=True)
 
 
 class RandomDraw(Source):
@@ -239,8 +251,8 @@ class RandomDraw(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         gpus = ctx.rng.choice(np.flatnonzero(ctx.free), size=ctx.n, replace=False)
-        yield Candidates(self.name, np.array([-1]), gpus=gpus[None, :], across=True)
+        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
 
 
 __all__ = ["BestNodesFirst", "ClusterBest", "Embeddings", "LowestIds", "RandomDraw", "SameSocket", "Spread",
-           "best_scores", "lowest_ids"]
+           "best_on_node", "best_scores", "lowest_ids"]

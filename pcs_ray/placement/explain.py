@@ -17,8 +17,11 @@ from pcs_ray.placement.framework import Configuration, Decision
 
 def explanation(config: Configuration, job_id: int, decision: Decision, held: tuple[int, ...] | None = None) -> dict:
     """The explanation of one decision (shape: ``Placement.explain``); ``held`` are the GPUs as kept now."""
+    row = decision.row
+    chosen = [int(g) for g in decision.gpus]
     parts = []
-    for (plugin, weight), value in zip(config.scores, decision.values):
+    for (plugin, weight), values in zip(config.scores, decision.values):
+        value = float(values[row])
         parts.append((plugin.name, value, weight, abs(weight * math.log(value)) if value > 0 else math.inf))
     size = sum(p[3] for p in parts)
     total = math.prod(value ** weight for _, value, weight, _ in parts) if parts else 1.0
@@ -28,12 +31,12 @@ def explanation(config: Configuration, job_id: int, decision: Decision, held: tu
     return {
         "job_id": job_id,
         "placement": config.name,
-        "gpus": list(held if held is not None and set(held) == set(decision.gpus) else decision.gpus),
+        "gpus": list(held if held is not None and set(held) == set(chosen) else chosen),
         "source": decision.source,
         "candidates": decision.candidates,
         "total": total,
         "scores": scores,
-        "tie_breaks": [{"plugin": p.name, "value": v} for p, v in zip(config.tie_breaks, decision.ties)],
+        "tie_breaks": [{"plugin": p.name, "value": float(v[row])} for p, v in zip(config.tie_breaks, decision.ties)],
         "rejections": dict(decision.rejections),
     }
 

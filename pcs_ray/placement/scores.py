@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcs_ray.placement.framework import Candidates, Context, Score
+from pcs_ray.placement.framework import Candidates, Context, Score, member
 
 
 class Variability(Score):
@@ -23,7 +23,7 @@ class Variability(Score):
     name = "variability"
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
-        return ctx.class_scores[batch.gpus].max(axis=1)
+        return np.maximum.reduce(ctx.class_scores[batch.gpus], axis=1)
 
     def floor(self, ctx: Context) -> np.ndarray:
         return ctx.nth_best  # no n GPUs of a node are better than its n best
@@ -219,7 +219,7 @@ class KeepGPUs(Score):
             return np.full(len(batch), 2.0)
         if batch.table is not None and ctx.facts.node[next(iter(set(ctx.home)))] != batch.nodes[0]:
             return np.full(len(batch), 2.0)
-        kept = np.isin(batch.gpus, ctx.home).sum(axis=1)
+        kept = member(batch.gpus, ctx.home).sum(axis=1)
         return 1.0 + (n - kept) / n
 
     def floor(self, ctx: Context) -> float:
