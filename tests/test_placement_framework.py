@@ -10,9 +10,9 @@ import pytest
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.placement import (
-    PLACEMENTS, Configuration, Reason, Unplaceable, create_placement, placement_help, register,
+    PLACEMENTS, Reason, Unplaceable, create_placement, placement_help, register,
 )
-from pcs_ray.placement.framework import Candidates, Context, Filter, Score
+from pcs_ray.placement.plugin import Candidates, Context, Filter, Score
 from pcs_ray.placement.pal import PAL
 from pcs_ray.placement.profiles import apply_profile, load_profile
 from pcs_ray.policies import create_policy

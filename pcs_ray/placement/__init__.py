@@ -13,7 +13,8 @@ from __future__ import annotations
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.base import Placement
 from pcs_ray.placement.combined import COMBINED
-from pcs_ray.placement.framework import Configuration, PlacementError, Reason, Unplaceable
+from pcs_ray.placement.framework import Configuration, PlacementError, Unplaceable
+from pcs_ray.placement.plugin import Reason
 from pcs_ray.placement.mapa import MAPA_BASELINE, MAPA_GREEDY, MAPA_PRESERVE, MAPA_TOPO
 from pcs_ray.placement.packed import PACKED_NONSTICKY, PACKED_STICKY
 from pcs_ray.placement.pal import PAL

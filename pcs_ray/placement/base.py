@@ -68,6 +68,8 @@ class Placement:
         self.ranked = config.ranked
         facts = self.facts = ClusterFacts(cluster, topology=topology, locality_penalty=locality_penalty, comm=comm,
                                           binned=binned, bin_seed=bin_seed)
+        for plugin in config.plugins():
+            plugin.prepare(facts)
         self.locality_penalty = facts.locality_penalty
         self.num_gpus, self.node, self.local = facts.num_gpus, facts.node, facts.local
         self.topologies, self.comm = facts.topologies, facts.comm

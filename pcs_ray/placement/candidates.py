@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pcs_ray.placement.framework import Candidates, Context, Source, member
+from pcs_ray.placement.facts import ClusterFacts
+from pcs_ray.placement.plugin import Candidates, Context, Source, member
 
 
 def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
@@ -62,7 +63,14 @@ _ACROSS = np.array([-1])
 _ACROSS.setflags(write=False)
 
 
-class ClusterBest(Source):
+class _ByScore(Source):
+    """A source that ranks GPUs by their binned scores."""
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("by_score")
+
+
+class ClusterBest(_ByScore):
     """PM-First: the ``n`` best-scoring free GPUs anywhere (one candidate, across nodes)."""
 
     name = "cluster-best"
@@ -72,7 +80,7 @@ class ClusterBest(Source):
         yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
 
 
-class BestNodesFirst(Source):
+class BestNodesFirst(_ByScore):
     """Nodes in order of the lowest total they could give the job, one batch per node.
 
     The bound is the product of the scores' floors; with variability scored it
@@ -137,6 +145,11 @@ class BestNodesFirst(Source):
                     return
             yield self._batch(ctx, node)
 
+    def prepare(self, facts: ClusterFacts) -> None:
+        super().prepare(facts)
+        if self.subsets:
+            facts.need("hw_model")
+
     def _has_subsets(self, ctx: Context, node: int) -> bool:
         return self.subsets and ctx.facts.topologies[node] is not None
 
@@ -178,6 +191,9 @@ class SameSocket(Source):
 
     name = "same-socket"
 
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("sockets")
+
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         facts, n = ctx.facts, ctx.n
         for node in np.flatnonzero(ctx.node_ok):
@@ -200,6 +216,9 @@ class Embeddings(Source):
     """
 
     name = "embeddings"
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("hw_model")
 
     def __init__(self, *, embedding: str = "effective") -> None:
         if embedding not in ("effective", "aggregated"):

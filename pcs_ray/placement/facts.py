@@ -72,6 +72,12 @@ class ClusterFacts:
             out.append(topo)
         return out
 
+    def need(self, *tables: str) -> None:
+        """Build these tables now (names of the cached properties below): plugins call it when a
+        placement is created, so the first decision is not slow and bad input fails early."""
+        for name in tables:
+            getattr(self, name)
+
     # -- variability ---------------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
         """Each GPU's measured slowdown for ``job_class`` (what a job really runs at)."""
@@ -87,14 +93,15 @@ class ClusterFacts:
         return self.binned.get(job_class, self.ones)
 
     @cached_property
-    def _by_score(self) -> dict[str, np.ndarray]:
+    def by_score(self) -> dict[str, np.ndarray]:
+        """Per class, all GPUs best binned score first (ties by id); ``""`` for a class without scores."""
         out = {c: np.argsort(v, kind="stable") for c, v in self.binned.items()}
         out[""] = np.arange(self.num_gpus)
         return out
 
     def sorted_gpus(self, job_class: str) -> np.ndarray:
         """All GPUs, best binned score first (ties by id)."""
-        by = self._by_score
+        by = self.by_score
         return by.get(job_class, by[""])
 
     @cached_property

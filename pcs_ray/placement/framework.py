@@ -13,44 +13,30 @@ For one job that needs ``n`` GPUs, a :class:`Configuration` runs:
    is better, 1 = no penalty (the unit the simulator charges: a job runs at
    speedup / (variability x locality x topology)). The total is the weighted
    product ``prod(value ** weight)``, i.e. weights act on ``ln(value)``, the
-   scores' common normalised scale. The lowest total wins; totals equal to 12
-   decimals are ties, broken by a within-node candidate before an across-nodes
+   scores' common normalised scale. The lowest total wins; totals within
+   1e-12 are ties, broken by a within-node candidate before an across-nodes
    one, then by the ``tie_breaks`` scores in order, then by source order.
 
-Plugins hold no per-cluster state (that is :class:`ClusterFacts`) and no
-per-decision state (that is the :class:`Context`, Kubernetes' CycleState with
-typed fields), so one configuration serves every placement built from it.
-Adding a plugin is a subclass of :class:`Score` or :class:`Filter` and a
-configuration that lists it (``Configuration.with_score``/``with_filter``).
+The plugin interfaces are in ``plugin.py``; this module runs them. Adding a
+plugin is a subclass of ``Score`` or ``Filter`` and a configuration that
+lists it (``Configuration.with_score``/``with_filter``, then ``register``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from pcs_ray.placement.facts import ClusterFacts
+from pcs_ray.placement.plugin import Context, Filter, NodeFits, Score, Source, overrides
 from pcs_ray.state import JobState
 
 
 class PlacementError(RuntimeError):
     """A placement broke its contract (returned busy or too few GPUs): a bug, not user error."""
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why a filter rejected a node or candidate: a stable ``code`` (the explanation's key) and a sentence."""
-
-    code: str
-    text: str
-
-
-NOT_ENOUGH_GPUS = Reason("not-enough-gpus", "the node has fewer free GPUs than the job needs")
 
 
 class Unplaceable(PlacementError):
@@ -60,197 +46,6 @@ class Unplaceable(PlacementError):
         self.rejections = dict(rejections)
         why = ", ".join(f"{code}: {k}" for code, k in self.rejections.items()) or "no candidates"
         super().__init__(f"job {job_id}: every candidate was rejected ({why})")
-
-
-def member(values: np.ndarray, among) -> np.ndarray:
-    """``np.isin(values, among)``; for small inputs (a job's held GPUs or their nodes against a few
-    candidates) a broadcast compare, several times faster than ``isin``, which matters on the hot path."""
-    among = np.asarray(among)
-    if values.size * among.size > 2048:
-        return np.isin(values, among)
-    return (values[..., None] == among).any(axis=-1)
-
-
-class Candidates:
-    """A batch of candidate GPU sets for one job, from one source.
-
-    ``nodes`` is each candidate's node (``-1`` for candidates of an
-    ``across`` batch, which may spread over nodes). GPU ids (rows of ``n``
-    global ids in rank order) are given, or built on first use by ``row(i)``,
-    so scores that only read ``nodes`` never pay for them. ``table``/``rows``
-    say which rows of a node's :class:`~pcs_ray.placement.bandwidth.SubsetTable`
-    the candidates are, for scores that read links.
-    """
-
-    __slots__ = ("source", "nodes", "across", "table", "rows", "_gpus", "_row")
-
-    def __init__(self, source: str, nodes: np.ndarray, *, gpus: np.ndarray | None = None,
-                 row: Callable[[int], np.ndarray] | None = None, across: bool = False,
-                 table=None, rows: np.ndarray | None = None) -> None:
-        self.source, self.nodes, self.across, self.table, self.rows = source, nodes, across, table, rows
-        self._gpus, self._row = gpus, row
-
-    def __len__(self) -> int:
-        return len(self.nodes)
-
-    @property
-    def gpus(self) -> np.ndarray:
-        if self._gpus is None:
-            self._gpus = np.stack([self._row(i) for i in range(len(self.nodes))])
-        return self._gpus
-
-    def one(self, i: int) -> np.ndarray:
-        return self._gpus[i] if self._gpus is not None else self._row(i)
-
-    def keep(self, mask: np.ndarray) -> "Candidates":
-        """The candidates where ``mask`` is true."""
-        idx = np.flatnonzero(mask)
-        row = self._row
-        return Candidates(
-            self.source, self.nodes[idx], across=self.across, table=self.table,
-            rows=None if self.rows is None else self.rows[idx],
-            gpus=None if self._gpus is None else self._gpus[idx],
-            row=None if row is None else (lambda i: row(int(idx[i]))),
-        )
-
-
-class Context:
-    """One decision: the job, its GPU count, the free GPUs, the GPUs it held; shared work computed once."""
-
-    def __init__(self, config: "Configuration", facts: ClusterFacts, job: JobState, n: int, free: np.ndarray,
-                 home: tuple[int, ...], rng: np.random.Generator | None = None) -> None:
-        self.config, self.facts, self.job, self.spec, self.n, self.free, self.home = config, facts, job, job.spec, n, free, home
-        self.rng = rng  # the placement's seeded generator (random choices stay reproducible)
-        self.rejections: dict[str, int] = {}
-        #: the best total so far (``None`` before the first candidate): sources may stop early with it
-        self.best_total: float | None = None
-
-    @cached_property
-    def per_node(self) -> np.ndarray:
-        """Free GPUs per node."""
-        return self.facts.free_per_node(self.free)
-
-    @cached_property
-    def class_scores(self) -> np.ndarray:
-        """Binned scores of the job's class per GPU (what variability-aware placement decides on)."""
-        return self.facts.decision_scores(self.spec.job_class)
-
-    @cached_property
-    def nth_best(self) -> np.ndarray:
-        """Per node, the ``n``-th best free binned score (+inf where fewer than ``n`` GPUs are free)."""
-        m = self.facts.node_scores(self.class_scores, self.free)
-        return np.partition(m, self.n - 1, axis=1)[:, self.n - 1]
-
-    @cached_property
-    def bits(self) -> np.ndarray:
-        """Per node, the bitmask of its free GPUs."""
-        return self.facts.free_bits(self.free)
-
-    @cached_property
-    def home_nodes(self) -> np.ndarray:
-        """The node of each GPU the job held before this decision."""
-        return self.facts.node[list(self.home)] if self.home else np.empty(0, dtype=np.int64)
-
-    @cached_property
-    def node_ok(self) -> np.ndarray:
-        """Nodes that pass every node filter (a within-node candidate may use them); rejections counted."""
-        ok = None
-        for f in self.config.node_filters:
-            keep = f.nodes(self)
-            if ok is None:
-                rejected = len(keep) - int(np.count_nonzero(keep))
-                ok = keep
-            else:
-                rejected = int(np.count_nonzero(ok & ~keep))
-                ok = ok & keep
-            if rejected:
-                self.reject(f.reason, rejected)
-        return ok
-
-    def reject(self, reason: Reason, count: int) -> None:
-        self.rejections[reason.code] = self.rejections.get(reason.code, 0) + count
-
-    @cached_property
-    def node_bounds(self) -> np.ndarray:
-        """Per node, a lower bound of the total any candidate within it can score (+inf where
-        ``node_ok`` is false): the weighted product of the scores' floors."""
-        scalar, arrays = 1.0, []
-        for plugin, weight in self.config.scores:
-            floor = plugin.floor(self)
-            if np.ndim(floor) == 0:
-                scalar *= float(floor) ** weight
-            else:
-                arrays.append(floor if weight == 1.0 else np.power(floor, weight))
-        ok = self.node_ok
-        if scalar == 0.0 or not arrays:
-            return np.where(ok, scalar, np.inf)
-        bound = arrays[0]
-        for term in arrays[1:]:
-            bound = bound * term
-        if scalar != 1.0:
-            bound = bound * scalar
-        return np.where(ok, bound, np.inf)
-
-
-# -- the three kinds of plugin ------------------------------------------------------------
-
-
-class Source:
-    """Generates candidate GPU sets for a job (Kubernetes has nodes; we have GPU sets)."""
-
-    name: ClassVar[str]
-    #: only when no earlier source of the configuration produced a candidate
-    fallback: bool = False
-
-    def candidates(self, ctx: Context) -> Iterator[Candidates]:
-        raise NotImplementedError
-
-
-class Filter:
-    """Rejects nodes (``nodes``) and/or candidates (``candidates``) with a typed reason.
-
-    Override one or both; return a boolean keep-mask, one entry per node or per candidate.
-    """
-
-    name: ClassVar[str]
-    reason: ClassVar[Reason]
-
-    def nodes(self, ctx: Context) -> np.ndarray:
-        raise NotImplementedError
-
-    def candidates(self, ctx: Context, batch: Candidates) -> np.ndarray:
-        raise NotImplementedError
-
-
-class Score:
-    """Rates candidates: one factor per candidate, positive, lower is better, 1 = no penalty.
-
-    ``floor`` bounds the factor from below for any candidate within each node
-    (an array over nodes, or one number for all): searches skip nodes that
-    cannot win. The default, 0, says nothing, so every node is searched.
-    """
-
-    name: ClassVar[str]
-
-    def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
-        raise NotImplementedError
-
-    def floor(self, ctx: Context) -> np.ndarray | float:
-        return 0.0
-
-
-class NodeFits(Filter):
-    """A node needs ``n`` free GPUs to hold the job by itself."""
-
-    name = "node-fits"
-    reason = NOT_ENOUGH_GPUS
-
-    def nodes(self, ctx: Context) -> np.ndarray:
-        return ctx.per_node >= ctx.n
-
-
-def _overrides(plugin: Filter, method: str) -> bool:
-    return getattr(type(plugin), method) is not getattr(Filter, method)
 
 
 # -- configurations and the decision ------------------------------------------------------
@@ -301,8 +96,8 @@ class Configuration:
             if not weight >= 0:
                 raise ValueError(f"{self.name}: score {plugin.name} needs a weight >= 0, got {weight}")
         object.__setattr__(self, "unit_weights", all(w == 1.0 for _, w in self.scores))
-        object.__setattr__(self, "node_filters", tuple(f for f in self.filters if _overrides(f, "nodes")))
-        object.__setattr__(self, "batch_filters", tuple(f for f in self.filters if _overrides(f, "candidates")))
+        object.__setattr__(self, "node_filters", tuple(f for f in self.filters if overrides(f, "nodes")))
+        object.__setattr__(self, "batch_filters", tuple(f for f in self.filters if overrides(f, "candidates")))
 
     def with_score(self, plugin: Score, weight: float = 1.0, **changes) -> "Configuration":
         """This configuration with one more weighted score (``changes``: e.g. a new ``name`` and ``help``)."""
@@ -311,6 +106,13 @@ class Configuration:
     def with_filter(self, plugin: Filter, **changes) -> "Configuration":
         """This configuration with one more filter."""
         return dataclasses.replace(self, filters=(*self.filters, plugin), **changes)
+
+    def plugins(self) -> tuple:
+        """Every plugin of the configuration, once each."""
+        seen: dict[int, object] = {}
+        for plugin in (*self.sources, *self.filters, *(p for p, _ in self.scores), *self.tie_breaks):
+            seen.setdefault(id(plugin), plugin)
+        return tuple(seen.values())
 
     def context(self, facts: ClusterFacts, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...],
                 rng: np.random.Generator | None = None) -> Context:
@@ -382,6 +184,5 @@ def _weighted_product(values: list[np.ndarray], scores, k: int) -> np.ndarray:
 
 
 __all__ = [
-    "NOT_ENOUGH_GPUS", "Candidates", "Configuration", "Context", "Decision", "Filter", "NodeFits",
-    "PlacementError", "Reason", "Score", "Source", "Unplaceable", "member",
+    "Configuration", "Decision", "PlacementError", "Unplaceable",
 ]

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcs_ray.placement.framework import Candidates, Context, Score, member
+from pcs_ray.placement.facts import ClusterFacts
+from pcs_ray.placement.plugin import Candidates, Context, Score, member
 
 
 class Variability(Score):
     """The slowest GPU's binned score for the job's class (PM-Score; 1 = the median GPU)."""
 
     name = "variability"
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("binned")
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         return np.maximum.reduce(ctx.class_scores[batch.gpus], axis=1)
@@ -91,7 +95,14 @@ def _per_node(ctx: Context, batch: Candidates, one_node) -> np.ndarray:
     return out
 
 
-class _Bandwidth(Score):
+class _Links(Score):
+    """A score that reads the nodes' links."""
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("hw_model", "nvlink_bw")
+
+
+class _Bandwidth(_Links):
     """Best possible over the candidate's own value, for a column of the subset tables (higher is better)."""
 
     column: str
@@ -140,7 +151,7 @@ class EffectiveBandwidth(_Bandwidth):
         return not self.sensitive_only or (ctx.spec.bw_sensitive and ctx.n > 1)
 
 
-class PreservedBandwidth(Score):
+class PreservedBandwidth(_Links):
     """1 + NVLink bandwidth the free GPUs lose if the candidate is taken, per the largest node's NVLink total.
 
     Minimising it maximises MAPA's preserved bandwidth on the node.
