@@ -234,3 +234,13 @@ def test_every_configuration_keeps_the_placement_contract(name):
         runs.append(chosen)
     assert runs[0] == runs[1]
     del rng
+
+
+def test_a_finished_jobs_explanation_is_kept_in_compact_form():
+    p = create_placement("pal", spec_with_scores([[1.0, 1.3], [1.0, 1.0]], penalty=2.0))
+    a = job(1, 2)
+    place(p, [a])
+    before = p.explain(1)
+    p.release(a)
+    assert before["gpus"] == [2, 3] and p.explain(1) == before
+    assert isinstance(p.decisions[1].gpus, tuple)

@@ -169,9 +169,12 @@ class Placement:
         return list(touched.values())
 
     def release(self, job: JobState) -> None:
-        """``job`` finished: its GPUs are free again."""
-        if job.spec.job_id in self.held:
-            self._free(job.spec.job_id)
+        """``job`` finished: its GPUs are free again (its explanation stays, in a compact form)."""
+        jid = job.spec.job_id
+        if jid in self.held:
+            self._free(jid)
+        if self.decisions is not None and jid in self.decisions:
+            self.decisions[jid] = self.decisions[jid].compact()
 
     def adopt(self, job: JobState) -> None:
         """Record GPUs ``job`` already holds (``job.gpus``), e.g. when a coordinator restarts

@@ -25,8 +25,7 @@ def explanation(config: Configuration, job_id: int, decision: Decision, held: tu
         parts.append((plugin.name, value, weight, abs(weight * math.log(value)) if value > 0 else math.inf))
     size = sum(p[3] for p in parts)
     total = math.prod(value ** weight for _, value, weight, _ in parts) if parts else 1.0
-    scores = [{"plugin": name, "value": value, "weight": weight,
-               "share": (cost / size if math.isfinite(size) else float(math.isinf(cost))) if size > 0 else 0.0}
+    scores = [{"plugin": name, "value": value, "weight": weight, "share": _share(cost, size)}
               for name, value, weight, cost in parts]
     return {
         "job_id": job_id,
@@ -39,6 +38,14 @@ def explanation(config: Configuration, job_id: int, decision: Decision, held: tu
         "tie_breaks": [{"plugin": p.name, "value": float(v[row])} for p, v in zip(config.tie_breaks, decision.ties)],
         "rejections": dict(decision.rejections),
     }
+
+
+def _share(cost: float, size: float) -> float:
+    if size == 0:
+        return 0.0  # every value is 1: no score pushed either way
+    if math.isinf(size):  # a score at 0 or infinity dominates
+        return 1.0 if math.isinf(cost) else 0.0
+    return cost / size
 
 
 __all__ = ["explanation"]

@@ -65,6 +65,12 @@ class Decision(NamedTuple):
     rejections: dict[str, int]
     candidates: int  # how many candidates were scored
 
+    def compact(self) -> "Decision":
+        """The same decision holding only the winner's numbers (for jobs whose decision is final)."""
+        row = self.row
+        return Decision(self.source, tuple(int(g) for g in self.gpus), [(float(v[row]),) for v in self.values],
+                        [(float(t[row]),) for t in self.ties], 0, self.rejections, self.candidates)
+
 
 @dataclass(frozen=True)
 class Configuration:
