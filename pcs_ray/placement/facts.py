@@ -148,7 +148,14 @@ class ClusterFacts:
         return CommModel(self.hw, comm_fraction=given.comm_fraction, regression=given.regression)
 
     def table(self, node: int, n: int, pattern: str) -> SubsetTable:
-        return self.hw_model.table(node, n, pattern)
+        """The subset table of ``node``'s links for ``n``-GPU jobs of ``pattern`` (looked up per node:
+        the shared cache's key is the whole link matrix, too slow to build on every decision)."""
+        key = (id(self.hw[node]), n, pattern)
+        tables = self.__dict__.setdefault("_tables", {})
+        table = tables.get(key)
+        if table is None:
+            table = tables[key] = self.hw_model.table(node, n, pattern)
+        return table
 
     @cached_property
     def sockets(self) -> list[np.ndarray]:

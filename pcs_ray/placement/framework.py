@@ -160,7 +160,12 @@ class Configuration:
                         total = total * float(v[0])
                 else:
                     product = _weighted_product(values, scores, k)
-                    i = 0 if k == 1 else int(np.lexsort((*reversed(ties), np.round(product, 12)))[0])
+                    if k == 1:
+                        i = 0
+                    elif ties:
+                        i = int(np.lexsort((*reversed(ties), np.round(product, 12)))[0])
+                    else:
+                        i = int(np.argmin(np.round(product, 12)))  # the first of the lowest
                     total = float(product[i])
                 rest = (batch.across, *[float(t[i]) for t in ties]) if ties else (batch.across,)
                 if best_batch is not None:
