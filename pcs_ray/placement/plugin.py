@@ -26,6 +26,7 @@ import numpy as np
 from pcs_ray.placement.facts import ClusterFacts
 from pcs_ray.state import JobState
 
+
 @dataclass(frozen=True)
 class Reason:
     """Why a filter rejected a node or candidate: a stable ``code`` (the explanation's key) and a sentence."""
