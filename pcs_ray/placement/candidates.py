@@ -116,7 +116,7 @@ class BestNodesFirst(_ByScore):
             return
         tied = np.flatnonzero(bound == lowest)
         if len(tied) > 1:
-            at_home = tied[member(tied, ctx.home_nodes)]
+            at_home = tied[member(tied, ctx.home_nodes)] if ctx.home else tied[:0]
             if len(at_home):
                 tied = at_home
             nfree = ctx.per_node[tied]
@@ -128,7 +128,7 @@ class BestNodesFirst(_ByScore):
         if best is not None and not can_tie and lowest >= best - 1e-12:
             return  # no other node can do better than the first (PAL's case: nothing to sort)
         fits = np.flatnonzero(np.isfinite(bound))
-        at_home = member(fits, ctx.home_nodes)
+        at_home = member(fits, ctx.home_nodes) if ctx.home else np.zeros(len(fits), dtype=bool)
         visited = 0
         for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, bound[fits]))]:
             node = int(node)
