@@ -1,4 +1,4 @@
-"""The one interface every placement policy implements: *which* GPUs each job gets.
+"""The one placement object: *which* GPUs each job gets, by a named configuration of plugins.
 
 A scheduling policy decides how many GPUs each job gets; a placement turns
 those counts into global GPU ids (``ClusterSpec.gpu_ids``) and sets each
@@ -9,108 +9,80 @@ predictor (``fork``) and the live coordinator, so it depends only on
     placement = create_placement("pal", cluster)
     touched = placement.place(snapshot, changed, alloc)   # sets job.gpus, job.slowdown
     placement.release(job)                                 # a job finished
+    placement.explain(job_id)                              # why it got those GPUs
 
 ``alloc`` is the policy's allocation (job id -> GPU count) in the policy's
 priority order. *Sticky* placements only place jobs whose count changed;
 *non-sticky* ones re-place every running job each round, and a job whose new
 GPUs differ from its old ones has migrated (the caller charges a checkpoint
-and restore). Subclasses implement ``select`` (GPUs for one job) and may
-override ``order`` (placement priority, e.g. PM-First's class sort).
+and restore). Which GPUs one job gets is its :class:`Configuration`'s
+decision (candidates -> filters -> scores, ``framework.py``); this class
+keeps the books: who holds which GPU, slowdowns, forks, explanations.
 """
 
 from __future__ import annotations
 
 import copy
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import ClassVar
 
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.topology import TopoMatrix, read_topo
+from pcs_ray.placement.explain import explanation
+from pcs_ray.placement.facts import ClusterFacts
+from pcs_ray.placement.framework import Configuration, Decision, PlacementError
 from pcs_ray.state import JobState, Snapshot
+from pcs_ray.topology import TopoMatrix
 
 
-class PlacementError(RuntimeError):
-    """A placement broke its contract (returned busy or too few GPUs): a bug, not user error."""
-
-
-class Placement(ABC):
-    """Bookkeeping shared by every placement: who owns which GPU, scores, slowdowns.
+class Placement:
+    """Runs one :class:`Configuration` on one cluster and keeps the books.
 
     ``topology`` (a :class:`TopoMatrix`) applies to every node; without it,
     nodes use the ``topology`` file named in the cluster spec, if any.
     ``comm`` is the communication model that turns links into a slowdown
     (``pcs_ray.placement.bandwidth.CommModel``); by default it is built from
-    the topologies and charges only bandwidth-sensitive jobs.
+    the topologies and charges only bandwidth-sensitive jobs. ``binned``
+    overrides the binned per-class scores variability-aware plugins decide on
+    (otherwise K-means with ``bin_seed``). ``sticky`` overrides the
+    configuration's; ``seed`` seeds random choices.
     """
-
-    name: ClassVar[str]
-    sticky_default: ClassVar[bool] = True
-    #: Whether ``select`` returns GPUs in rank order (an embedding of the job's
-    #: communication pattern); otherwise they are kept in id order.
-    ranked: ClassVar[bool] = False
 
     def __init__(
         self,
         cluster: ClusterSpec,
+        config: Configuration,
         *,
         sticky: bool | None = None,
         seed: int = 0,
         topology: TopoMatrix | None = None,
         locality_penalty: float | None = None,
         comm=None,
+        binned: dict[str, np.ndarray] | None = None,
+        bin_seed: int = 0,
     ) -> None:
+        self.config = config
+        self.name = config.name
         self.cluster = cluster
-        self.sticky = self.sticky_default if sticky is None else sticky
-        self.locality_penalty = cluster.locality_penalty if locality_penalty is None else float(locality_penalty)
-        if self.locality_penalty < 1.0:
-            raise ValueError(f"locality penalty must be >= 1, got {self.locality_penalty}")
-        self.num_gpus = cluster.num_gpus
-        node_of, local = [], []
-        for pos, node in enumerate(cluster.nodes):
-            for k, _ in enumerate(node.gpus):
-                node_of.append(pos)
-                local.append(k)
-        self.node = np.asarray(node_of, dtype=np.int64)  # global id -> node position
-        self.local = np.asarray(local, dtype=np.int64)  # global id -> position on its node
-        self.num_nodes = len(cluster.nodes)
-        self.node_start = np.asarray([0] + list(np.cumsum([len(n.gpus) for n in cluster.nodes]))[:-1], dtype=np.int64)
-        self.node_size = np.asarray([len(n.gpus) for n in cluster.nodes], dtype=np.int64)
-        self.gpus_per_node = int(self.node_size.max())
-        self.classes = sorted({c for node in cluster.nodes for g in node.gpus for c in g.scores})
-        self.raw: dict[str, np.ndarray] = {
-            c: np.asarray([cluster.score(i, c) for i in range(self.num_gpus)], dtype=np.float64) for c in self.classes
-        }
-        self._ones = np.ones(self.num_gpus)
-        self.topologies = self._node_topologies(topology)
-        if comm is None and any(t is not None for t in self.topologies):
-            from pcs_ray.placement.bandwidth import CommModel
-
-            comm = CommModel(self.topologies)
-        self.comm = comm
+        self.sticky = config.sticky if sticky is None else bool(sticky)
+        self.ranked = config.ranked
+        facts = self.facts = ClusterFacts(cluster, topology=topology, locality_penalty=locality_penalty, comm=comm,
+                                          binned=binned, bin_seed=bin_seed)
+        for plugin in config.plugins():
+            plugin.prepare(facts)
+        self.locality_penalty = facts.locality_penalty
+        self.num_gpus, self.node, self.local = facts.num_gpus, facts.node, facts.local
+        self.topologies, self.comm = facts.topologies, facts.comm
         self.owner = np.full(self.num_gpus, -1, dtype=np.int64)  # job id per GPU, -1 = free
         self.held: dict[int, tuple[int, ...]] = {}
         self.rng = np.random.default_rng(seed)
+        #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
+        self.decisions: dict[int, Decision] | None = {}
 
     # -- cluster facts -------------------------------------------------------
-    def _node_topologies(self, topology: TopoMatrix | None) -> list[TopoMatrix | None]:
-        out: list[TopoMatrix | None] = []
-        for node in self.cluster.nodes:
-            topo = topology if topology is not None else (read_topo(node.topology) if node.topology else None)
-            if topo is not None and topo.size != len(node.gpus):
-                raise ValueError(f"node {node.name}: topology has {topo.size} GPUs, the node has {len(node.gpus)}")
-            out.append(topo)
-        return out
-
     def raw_scores(self, job_class: str) -> np.ndarray:
         """Each GPU's measured slowdown for ``job_class`` (what the job really runs at)."""
-        return self.raw.get(job_class, self._ones)
-
-    def decision_scores(self, job_class: str) -> np.ndarray:
-        """Scores placement decides on; raw by default, binned for PM-First and PAL."""
-        return self.raw_scores(job_class)
+        return self.facts.raw_scores(job_class)
 
     def free_mask(self) -> np.ndarray:
         """Which GPUs no job holds."""
@@ -197,9 +169,12 @@ class Placement(ABC):
         return list(touched.values())
 
     def release(self, job: JobState) -> None:
-        """``job`` finished: its GPUs are free again."""
-        if job.spec.job_id in self.held:
-            self._free(job.spec.job_id)
+        """``job`` finished: its GPUs are free again (its explanation stays, in a compact form)."""
+        jid = job.spec.job_id
+        if jid in self.held:
+            self._free(jid)
+        if self.decisions is not None and jid in self.decisions:
+            self.decisions[jid] = self.decisions[jid].compact()
 
     def adopt(self, job: JobState) -> None:
         """Record GPUs ``job`` already holds (``job.gpus``), e.g. when a coordinator restarts
@@ -222,6 +197,7 @@ class Placement(ABC):
         other.owner = self.owner.copy()
         other.held = dict(self.held)
         other.rng = copy.deepcopy(self.rng)
+        other.decisions = None
         return other
 
     def assignment(self) -> dict[int, tuple[int, ...]]:
@@ -229,17 +205,41 @@ class Placement(ABC):
         return dict(self.held)
 
     def describe(self) -> dict:
-        return {"placement": self.name, "sticky": self.sticky, "locality_penalty": self.locality_penalty}
+        return {"placement": self.name, "sticky": self.sticky, "locality_penalty": self.locality_penalty,
+                **self.config.about}
 
-    # -- what subclasses decide ------------------------------------------------
+    def explain(self, job_id: int) -> dict | None:
+        """Why ``job_id`` got its GPUs at its latest placement (``None`` if never placed here).
+
+        ``{"job_id", "placement", "gpus", "source", "candidates", "total",
+        "scores": [{"plugin", "value", "weight", "share"}, ...],
+        "tie_breaks": [{"plugin", "value"}, ...], "rejections": {reason code: count}}``:
+        ``value`` is the score's factor for the chosen GPUs (lower is better,
+        1 = no penalty), ``total`` the weighted product of the values,
+        ``share`` each score's part of ``ln(total)`` (``|w ln v| / sum |w ln v|``;
+        0 when every value is 1), ``rejections`` what filters rejected on the
+        way (nodes or candidates, by :class:`Reason` code), ``candidates``
+        how many GPU sets were scored, ``source`` the candidate source of the
+        winner. See ``pcs_ray.placement.explain``.
+        """
+        decision = (self.decisions or {}).get(job_id)
+        if decision is None:
+            return None
+        return explanation(self.config, job_id, decision, self.held.get(job_id))
+
+    # -- one job's GPUs -------------------------------------------------------
     def order(self, jobs: list[JobState], snap: Snapshot) -> list[JobState]:
-        """Placement priority of the jobs to place; the policy's order by default."""
-        return jobs
+        """Placement priority of the jobs to place: the policy's order, or variability class A first."""
+        return sorted(jobs, key=lambda j: j.spec.job_class) if self.config.class_order else jobs
 
-    @abstractmethod
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
-        """``n`` free global GPU ids for ``job``. ``free`` is a boolean mask with at least
-        ``n`` True entries; ``home`` are the GPUs it held before this round (prefer them on ties)."""
+        """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
+        at least ``n`` True entries; ``home`` are the GPUs it held before this round (preferred on ties)."""
+        ctx = self.config.context(self.facts, job, n, free, home, self.rng)
+        gpus, decision = self.config.decide(ctx)
+        if self.decisions is not None:
+            self.decisions[job.spec.job_id] = decision
+        return gpus
 
     # -- helpers ---------------------------------------------------------------
     def _free(self, jid: int) -> tuple[int, ...]:
@@ -264,13 +264,5 @@ class Placement(ABC):
         self.held[job.spec.job_id] = gpus
         return gpus
 
-    def free_per_node(self, free: np.ndarray) -> np.ndarray:
-        return np.bincount(self.node[free], minlength=self.num_nodes)
 
-
-def create_placement(name: str, cluster: ClusterSpec, **kwargs) -> Placement:
-    """The registry's builder (``pcs_ray.placement.create_placement``), reachable from here too."""
-    from pcs_ray.placement import create_placement as build
-
-    return build(name, cluster, **kwargs)
-__all__ = ["Placement", "PlacementError", "create_placement"]
+__all__ = ["Placement", "PlacementError"]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
-from pcs_ray.placement.base import Placement
-from pcs_ray.state import JobState
+from pcs_ray.placement.candidates import RandomDraw
+from pcs_ray.placement.framework import Configuration
 
+RANDOM_STICKY = Configuration(
+    name="random-sticky",
+    help="random free GPUs (seeded); an app keeps them until its count changes",
+    sources=(RandomDraw(),),
+    sticky=True,
+)
+RANDOM_NONSTICKY = dataclasses.replace(
+    RANDOM_STICKY, name="random-nonsticky", sticky=False, help="random free GPUs (seeded), drawn again every round",
+)
 
-class RandomPlacement(Placement):
-    """Any ``n`` free GPUs, drawn without repetition from the placement's seeded generator."""
-
-    name = "random"
-
-    def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
-        return self.rng.choice(np.flatnonzero(free), size=n, replace=False)
+__all__ = ["RANDOM_NONSTICKY", "RANDOM_STICKY"]

@@ -1,0 +1,277 @@
+"""Candidate sources: which GPU sets a job could get, in each policy's order of preference.
+
+A source yields batches of :class:`Candidates`; its order breaks the ties the
+scores leave (earlier wins). Within-node sources use only the nodes every
+node filter passed (``Context.node_ok``); across-nodes sources may use any
+free GPU. ``home`` (the GPUs a job held before this round) is preferred on
+ties where a source says so, so that re-placing a job moves it only for a
+real improvement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from pcs_ray.placement.facts import ClusterFacts
+from pcs_ray.placement.plugin import Candidates, Context, Source, member
+
+
+def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
+    """The ``n`` GPUs of ``free`` with the lowest binned scores, the job's own first on ties (PM-First's rule)."""
+    ranked = ctx.facts.sorted_gpus(ctx.spec.job_class)
+    return _first_n(ctx, ranked[free[ranked]])
+
+
+def best_on_node(ctx: Context, node: int) -> np.ndarray:
+    """:func:`best_scores` among the free GPUs of ``node`` (sorting only the node's GPUs)."""
+    facts = ctx.facts
+    start = facts.node_start[node]
+    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    return _first_n(ctx, ids[np.argsort(ctx.class_scores[ids], kind="stable")])
+
+
+def _first_n(ctx: Context, cand: np.ndarray) -> np.ndarray:
+    """The first ``n`` of ``cand`` (GPUs best score first, ties by id), the job's own first among those
+    tied at the ``n``-th score."""
+    n, home = ctx.n, ctx.home
+    if len(cand) <= n or not home:
+        return cand[:n]
+    scores = ctx.class_scores[cand]
+    thr = scores[n - 1]
+    below = cand[scores < thr]
+    at = cand[scores == thr]
+    mine = member(at, home)
+    at = np.concatenate([at[mine], at[~mine]])
+    return np.concatenate([below, at[: n - len(below)]])
+
+
+def lowest_ids(ctx: Context, node: int, n: int, home: tuple[int, ...] = ()) -> np.ndarray:
+    """The ``n`` lowest free ids of ``node``, the GPUs of ``home`` first."""
+    facts = ctx.facts
+    start = facts.node_start[node]
+    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    if home and len(ids) > n:
+        mine = member(ids, home)
+        ids = np.concatenate([ids[mine], ids[~mine]])
+    return ids[:n]
+
+
+#: the node of an across-nodes candidate
+_ACROSS = np.array([-1])
+_ACROSS.setflags(write=False)
+
+
+class _ByScore(Source):
+    """A source that ranks GPUs by their binned scores."""
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("by_score")
+
+
+class ClusterBest(_ByScore):
+    """PM-First: the ``n`` best-scoring free GPUs anywhere (one candidate, across nodes)."""
+
+    name = "cluster-best"
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        gpus = best_scores(ctx, ctx.free)
+        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
+
+
+class BestNodesFirst(_ByScore):
+    """Nodes in order of the lowest total they could give the job, one batch per node.
+
+    The bound is the product of the scores' floors; with variability scored it
+    is the ``n``-th best free score on the node, so this is PAL's L x V
+    traversal along the within-node row: the first node holds the job at the
+    lowest score bin any node can. Ties go to the node the job was on, then
+    the fullest node (best fit), then the lowest index. On a node, the
+    candidate is its ``n`` best-scoring GPUs; with ``subsets``, on nodes with
+    a topology, every free subset in its best embedding (so links can trade
+    against scores). ``single_gpu``: also 1-GPU jobs, where the cluster has
+    links (one GPU can still cost links).
+
+    The search stops at a node whose bound exceeds the best total so far, or
+    that could only tie it when no tie-break could make it win. Two limits
+    of the combined policy's search are kept as options: ``budget``, the
+    most nodes visited after the first while their bound does not exceed the
+    best, and ``stop_without_links``, ending there at a node without a topology.
+    """
+
+    name = "best-nodes"
+
+    def __init__(self, *, subsets: bool = False, single_gpu: bool = False, budget: int | None = None,
+                 stop_without_links: bool = False) -> None:
+        self.subsets, self.single_gpu, self.budget, self.stop_without_links = subsets, single_gpu, budget, stop_without_links
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n = ctx.facts, ctx.n
+        if n > facts.gpus_per_node or (n == 1 and not (self.single_gpu and facts.has_topology)):
+            return
+        bound = ctx.node_bounds
+        lowest = bound.min()
+        if not np.isfinite(lowest):
+            return
+        tied = np.flatnonzero(bound == lowest)
+        if len(tied) > 1:
+            at_home = tied[member(tied, ctx.home_nodes)] if ctx.home else tied[:0]
+            if len(at_home):
+                tied = at_home
+            nfree = ctx.per_node[tied]
+            tied = tied[nfree == nfree.min()]
+        first = int(tied[0])
+        yield self._batch(ctx, first)
+        can_tie = bool(ctx.config.tie_breaks)  # otherwise a tie goes to the node visited first
+        best = ctx.best_total
+        if best is not None and not can_tie and lowest >= best - 1e-12:
+            return  # no other node can do better than the first (PAL's case: nothing to sort)
+        fits = np.flatnonzero(np.isfinite(bound))
+        at_home = member(fits, ctx.home_nodes) if ctx.home else np.zeros(len(fits), dtype=bool)
+        visited = 0
+        for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, bound[fits]))]:
+            node = int(node)
+            if node == first:
+                continue
+            best = ctx.best_total
+            if best is not None:
+                if bound[node] > best + 1e-12 or (not can_tie and bound[node] >= best - 1e-12):
+                    return
+                visited += 1
+                if self.budget is not None and visited > self.budget:
+                    return
+                if self.stop_without_links and not self._has_subsets(ctx, node):
+                    return
+            yield self._batch(ctx, node)
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        super().prepare(facts)
+        if self.subsets:
+            facts.need("hw_model")
+
+    def _has_subsets(self, ctx: Context, node: int) -> bool:
+        return self.subsets and ctx.facts.topologies[node] is not None
+
+    def _batch(self, ctx: Context, node: int) -> Candidates:
+        if not self._has_subsets(ctx, node):
+            return Candidates(self.name, np.array([node]), gpus=best_on_node(ctx, node)[None, :])
+        facts = ctx.facts
+        table = facts.table(node, ctx.n, ctx.spec.pattern)
+        rows = table.feasible(int(ctx.bits[node]))
+        return Candidates(self.name, np.full(len(rows), node), gpus=facts.node_start[node] + table.eff_order[rows],
+                          table=table, rows=rows)
+
+
+class LowestIds(Source):
+    """On every node that fits, its lowest free GPU ids (one candidate per node, in node order).
+
+    With ``home``, the job's own nodes come first and its own GPUs first on them.
+    """
+
+    name = "lowest-ids"
+
+    def __init__(self, *, home: bool = True, fallback: bool = False) -> None:
+        self.home, self.fallback = home, fallback
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        nodes = np.flatnonzero(ctx.node_ok)
+        if not len(nodes):
+            return
+        home = ctx.home if self.home else ()
+        if home:
+            mine = member(nodes, ctx.home_nodes)
+            nodes = np.concatenate([nodes[mine], nodes[~mine]])
+        n = ctx.n
+        yield Candidates(self.name, nodes, row=lambda i: lowest_ids(ctx, int(nodes[i]), n, home))
+
+
+class SameSocket(Source):
+    """On the nodes that fit, in order, the lowest free ids of the first CPU socket that holds the job."""
+
+    name = "same-socket"
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("sockets")
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n = ctx.facts, ctx.n
+        for node in np.flatnonzero(ctx.node_ok):
+            start = facts.node_start[node]
+            local_free = np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+            sockets = facts.sockets[node][local_free]
+            for sock in np.unique(sockets):  # sockets in id order
+                on = local_free[sockets == sock]
+                if len(on) >= n:
+                    yield Candidates(self.name, np.array([node]), gpus=(start + on[:n])[None, :])
+
+
+class Embeddings(Source):
+    """On every node that fits, every free subset in its best embedding (MAPA's pattern matches).
+
+    ``embedding`` picks which best: by ``"effective"`` or ``"aggregated"``
+    bandwidth. Nodes whose free GPUs form the same subset of the same links
+    are offered once (the first): for scores that read only links and free
+    GPUs they would tie, and the first would win.
+    """
+
+    name = "embeddings"
+
+    def prepare(self, facts: ClusterFacts) -> None:
+        facts.need("hw_model")
+
+    def __init__(self, *, embedding: str = "effective") -> None:
+        if embedding not in ("effective", "aggregated"):
+            raise ValueError(f"embedding must be 'effective' or 'aggregated', got {embedding!r}")
+        self.embedding = embedding
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        facts, n, pattern = ctx.facts, ctx.n, ctx.spec.pattern
+        bits = ctx.bits
+        seen: set[tuple[int, int]] = set()
+        for node in np.flatnonzero(ctx.node_ok):
+            node = int(node)
+            table = facts.table(node, n, pattern)
+            group = (id(table), int(bits[node]))
+            if group in seen:
+                continue
+            seen.add(group)
+            rows = table.feasible(int(bits[node]))
+            order = table.agg_order if self.embedding == "aggregated" else table.eff_order
+            yield Candidates(self.name, np.full(len(rows), node), gpus=facts.node_start[node] + order[rows],
+                             table=table, rows=rows)
+
+
+class Spread(Source):
+    """Across nodes as Packed spreads: the nodes with the most free GPUs first, lowest ids (own GPUs first) on each."""
+
+    name = "spread"
+
+    def __init__(self, *, fallback: bool = True) -> None:
+        self.fallback = fallback
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        per_node, need, out = ctx.per_node, ctx.n, []
+        for node in np.argsort(-per_node, kind="stable"):
+            take = min(need, int(per_node[node]))
+            if take <= 0:
+                break
+            out.append(lowest_ids(ctx, int(node), take, ctx.home))
+            need -= take
+            if need == 0:
+                break
+        yield Candidates(self.name, _ACROSS, gpus=np.concatenate(out)[None, :], across=True)
+
+
+class RandomDraw(Source):
+    """Any ``n`` free GPUs, drawn without repetition from the placement's seeded generator."""
+
+    name = "random"
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        gpus = ctx.rng.choice(np.flatnonzero(ctx.free), size=ctx.n, replace=False)
+        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
+
+
+__all__ = ["BestNodesFirst", "ClusterBest", "Embeddings", "LowestIds", "RandomDraw", "SameSocket", "Spread",
+           "best_on_node", "best_scores", "lowest_ids"]
