@@ -173,6 +173,22 @@ def test_per_job_csv(capsys, tmp_path):
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 30 and all(r["first_pred"] == "" and r["bound"] == "" for r in rows)
+    assert all(r["gpus"] == r["placement_scores"] == "" for r in rows)  # no placement: nothing to explain
+
+
+def test_per_job_csv_explains_each_placement(capsys, tmp_path):
+    path = tmp_path / "jobs.csv"
+    run_json(capsys, *SMALL, "-p", "fifo", "--no-predict", "--gpus-per-node", "4", "--placement", "pal",
+             "--profile", "longhorn", "--locality-penalty", "1.7", "--per-job", path)
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 30
+    for r in rows:
+        gpus = r["gpus"].split()
+        assert 1 <= len(gpus) and all(0 <= int(g) < 16 for g in gpus)
+        assert "variability=" in r["placement_scores"] and "locality=" in r["placement_scores"]
+    spread = [r for r in rows if len({int(g) // 4 for g in r["gpus"].split()}) > 1]
+    assert all("locality=1.700" in r["placement_scores"] for r in spread)
 
 
 def test_help(capsys):

@@ -7,6 +7,7 @@ import pytest
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import JobSpecError, UnknownJobError
 from pcs_ray.coordinator import Coordinator, Journal, StartRun, StopRun
+from pcs_ray.placement import create_placement
 from pcs_ray.policies import create_policy
 
 
@@ -191,3 +192,15 @@ def test_history_is_written_for_finished_jobs(tmp_path):
     assert rec.job_id == j and rec.gpus == 2 and rec.job_class == "C" and rec.model == "tiny"
     assert rec.iteration_time == pytest.approx(1.0)  # 0.5 s per step on 2 GPUs, linear speedup
     assert rec.finish_time == pytest.approx(1030)
+
+
+def test_a_prediction_says_why_placement_chose_the_gpus():
+    core, _ = make(placement=create_placement("pal", ClusterSpec.homogeneous(8, 4), locality_penalty=1.5))
+    jid, actions = core.submit(job(gpus=2))
+    why = core.predict(jid)["placement"]
+    assert why["placement"] == "pal" and why["job_id"] == jid
+    assert why["gpus"] == [f"{s.node}:{s.index}" for s in actions[0].request.gpus]
+    assert {s["plugin"] for s in why["scores"]} >= {"variability", "locality"}
+    assert all(0.0 <= s["share"] <= 1.0 for s in why["scores"])
+    queued, _ = core.submit(job(gpus=8))
+    assert core.predict(queued)["placement"] is None  # never placed: nothing to explain

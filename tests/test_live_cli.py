@@ -103,3 +103,25 @@ def test_status_table_says_why_a_job_failed():
     assert "RuntimeError: CUDA out of memory" in text and "Traceback" not in text
     console.print(status_table({"now": 1020.0, "jobs": [ok]}))
     assert "error" not in console.export_text()  # no column when nothing failed
+
+
+def test_status_explain_prints_the_placement_breakdown(capsys, monkeypatch):
+    from pcs_ray.commands import live
+
+    why = {"job_id": 3, "placement": "pal", "gpus": ["node0:1", "node0:2"], "source": "pal-lxv", "candidates": 6,
+           "total": 1.7, "scores": [{"plugin": "variability", "value": 1.0, "weight": 1.0, "share": 0.0},
+                                    {"plugin": "locality", "value": 1.7, "weight": 1.0, "share": 1.0}],
+           "tie_breaks": [], "rejections": {"too-few-free": 2}}
+
+    class FakeClient:
+        def predict(self, jid):
+            return {"id": jid, "placement": why if jid == 3 else None}
+
+    monkeypatch.setattr(live, "_client", lambda address: FakeClient())
+    assert run(["status", "--explain", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "pal chose node0:1 node0:2" in out and "locality" in out and "100%" in out and "too-few-free x2" in out
+    assert run(["status", "--explain", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == why
+    assert run(["status", "--explain", "4"]) == 0
+    assert "has not been placed" in capsys.readouterr().out

@@ -50,3 +50,17 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
         table.add_row(*row)
     table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
     return table
+
+
+def explanation_table(why: dict) -> Table:
+    """``Placement.explain`` as a table: one row per score (factor, weight, share), rejections below."""
+    title = f"job {why['job_id']}: {why['placement']} chose {' '.join(why['gpus'])} ({why['candidates']} candidates)"
+    caption = ("rejected: " + ", ".join(f"{r} x{n}" for r, n in sorted(why["rejections"].items()))
+               if why["rejections"] else "no candidate rejected")
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for header in ("score", "factor (1 = no penalty)", "weight", "share"):
+        table.add_column(header, justify="left" if header == "score" else "right")
+    for s in why["scores"]:
+        table.add_row(s["plugin"], f"{s['value']:.3f}", f"{s['weight']:g}", f"{100 * s['share']:.0f}%")
+    table.add_row("total", f"{why['total']:.3f}", "", "")
+    return table

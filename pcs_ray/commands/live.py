@@ -17,8 +17,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from pcs_ray.commands.format import clock, status_table, when
+from pcs_ray.commands.format import clock, explanation_table, status_table, when
 from pcs_ray.contract import JobStatus
+from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 
 ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the running local cluster).")
@@ -36,7 +37,7 @@ def start_cmd(
     cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Cluster spec (YAML/JSON): GPU scores, UUIDs, topology. Default: the per-GPU resources registered in Ray.")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help=f"Scheduling policy: {', '.join(policy_names())} (pcs with --pcs-config). Default: the WFQ configuration `pcs-ray solve --set` wrote, else pcs-bal.", show_default=False)] = None,
     pcs_config: Annotated[Path | None, typer.Option("--pcs-config", help="WFQ configuration JSON for --policy pcs (e.g. from `pcs-ray solve --out`).")] = None,
-    placement: Annotated[str, typer.Option("--placement", help="Placement policy (see pcs_ray.placement).")] = "packed-sticky",
+    placement: Annotated[str, typer.Option("--placement", help=f"Placement: {', '.join(PLACEMENTS)} (`pcs-ray simulate --help` says what each does).")] = "packed-sticky",
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
 ) -> None:
@@ -117,9 +118,21 @@ def status_cmd(
     address: Annotated[str | None, ADDRESS] = None,
     watch: Annotated[float, typer.Option("--watch", help="Refresh every N seconds until interrupted (0: once).")] = 0.0,
     as_json: Annotated[bool, JSON_OUT] = False,
+    explain: Annotated[int | None, typer.Option(
+        "--explain", metavar="ID", help="Why placement gave job ID its GPUs: each score's factor and share, "
+        "and what filters rejected.", show_default=False)] = None,
 ) -> None:
     """The live table: every job, its state, GPUs, progress and predicted finish (and why a failed job failed)."""
     client = _client(address)
+    if explain is not None:
+        why = client.predict(explain)["placement"]
+        if as_json:
+            print(json.dumps(why))
+        elif why is None:
+            print(f"job {explain} has not been placed")
+        else:
+            Console().print(explanation_table(why))
+        return
     if as_json:
         print(json.dumps(client.status()))
         return

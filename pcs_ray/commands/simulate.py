@@ -130,7 +130,7 @@ def simulate_cmd(
     plan = make_plan(opts)
     outcomes = run_plan(plan, predict=opts.predict, overhead=opts.overhead, workers=opts.workers)
     if opts.per_job is not None:
-        write_per_job(opts.per_job, [(o.label, o.result) for o in outcomes])
+        write_per_job(opts.per_job, [(o.label, o.result, o.placement) for o in outcomes])
     summaries = [o.summary for o in outcomes]
     if opts.as_json:
         single = len(summaries) == 1

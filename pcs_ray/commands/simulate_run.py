@@ -17,6 +17,7 @@ class Outcome:
     label: str
     result: SimResult
     summary: dict  # metrics, the policy's parameters and, with a placement, its summary
+    placement: object = None  # the run's placement, which can explain each job's GPUs
 
 
 def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> list[Outcome]:
@@ -40,5 +41,5 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
             summary["config"] = result.policy
             if placed is not None:
                 summary["placement"] = {**placed.describe(), **placed.summary()}
-            outcomes.append(Outcome(run.label, result, summary))
+            outcomes.append(Outcome(run.label, result, summary, placed))
     return outcomes

@@ -11,10 +11,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-# One row per job and policy; the writer below is the only place that knows the columns.
+# One row per job and policy; the writer below is the only place that knows the columns. The last
+# three say why a placement chose the job's GPUs (blank without --placement): the GPUs of its latest
+# placement, each score's factor and share (``Placement.explain``), and what filters rejected.
 PER_JOB_COLUMNS = (
     "policy", "job_id", "submit", "service", "max_gpus", "start", "finish", "jct",
     "first_pred", "last_pred", "refreshes", "bound", "preemptions",
+    "gpus", "placement_scores", "placement_rejections",
 )
 
 
@@ -22,24 +25,37 @@ def _cell(value) -> str | int | float:
     return "" if value is None else value
 
 
-def per_job_row(label: str, record) -> list:
-    """One job's CSV row (times in seconds, blanks where a value does not exist)."""
+def explanation_cells(why: dict | None) -> list[str]:
+    """``gpus``, ``placement_scores`` and ``placement_rejections`` of one ``Placement.explain`` result:
+    ``"0 1"``, ``"variability=1.083 (62%); locality=1.000 (0%)"``, ``"too-few-free=3"``."""
+    if why is None:
+        return ["", "", ""]
+    scores = "; ".join(f"{s['plugin']}={s['value']:.3f} ({100 * s['share']:.0f}%)" for s in why["scores"])
+    rejected = "; ".join(f"{reason}={count}" for reason, count in sorted(why["rejections"].items()))
+    return [" ".join(map(str, why["gpus"])), scores, rejected]
+
+
+def per_job_row(label: str, record, why: dict | None = None) -> list:
+    """One job's CSV row (times in seconds, blanks where a value does not exist); ``why`` is its
+    placement's explanation, if any."""
     r = record
     jct = r.finish - r.submit if r.finish is not None else None
     return [
         label, r.job_id, r.submit, r.service, r.max_gpus, _cell(r.start), _cell(r.finish), _cell(jct),
         _cell(r.first_pred), _cell(r.last_pred), r.refreshes, _cell(r.bound), r.preemptions,
+        *explanation_cells(why),
     ]
 
 
-def write_per_job(path: Path, runs: list[tuple[str, object]]) -> None:
-    """``runs``: (label, simulation result) pairs, written in order."""
+def write_per_job(path: Path, runs: list[tuple[str, object, object]]) -> None:
+    """``runs``: (label, simulation result, placement or None) triples, written in order."""
     with path.open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(PER_JOB_COLUMNS)
-        for label, result in runs:
+        for label, result, placement in runs:
             for record in result.records:
-                out.writerow(per_job_row(label, record))
+                why = placement.explain(record.job_id) if placement is not None else None
+                out.writerow(per_job_row(label, record, why))
 
 
 def finite(value):

@@ -233,7 +233,12 @@ class Coordinator(CoordinatorState):
             self.model.sync(self.now(), self.active, self._dirty, self.speed)
             bound = self._bound(jid)
             job.bound = bound if bound is not None else job.bound
-        return views.prediction(job, self.epoch)
+        return views.prediction(job, self.epoch, self._explain(jid))
+
+    def _explain(self, jid: int) -> dict | None:
+        """Why placement gave the job its GPUs (``Placement.explain``, GPUs by name), if it placed it."""
+        why = self.model.placement.explain(jid)
+        return None if why is None else {**why, "gpus": [self.gpu_name(g) for g in why["gpus"]]}
 
     # -- what it hands out -----------------------------------------------------------
     def _job(self, jid: int) -> LiveJob:

@@ -36,12 +36,14 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str]) -> dict
     }
 
 
-def prediction(job: LiveJob, epoch: float) -> dict:
-    """The job's predicted completion (its finish once done), worst-case bound and first prediction."""
+def prediction(job: LiveJob, epoch: float, placement: dict | None = None) -> dict:
+    """The job's predicted completion (its finish once done), worst-case bound and first prediction,
+    and why its latest placement chose its GPUs (``Placement.explain``; null if never placed)."""
     return {
         "id": job.job_id, "state": job.state.value,
         "predicted_completion": wall(epoch, job.finish if job.done else job.predicted),
         "bound": wall(epoch, job.bound), "first_predicted": wall(epoch, job.first_predicted),
+        "placement": placement,
     }
 
 
