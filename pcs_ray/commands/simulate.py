@@ -101,7 +101,7 @@ def simulate_cmd(
     predict: Annotated[bool, typer.Option(
         "--predict/--no-predict", help="Predict each app's finish at every arrival.")] = True,
     per_job: Annotated[Path | None, typer.Option(
-        "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds).",
+        "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds; with --placement also each job's GPUs and why: each score's factor and share, filter rejections).",
         show_default=False)] = None,
     placement: Annotated[str | None, typer.Option(
         "--placement", metavar="NAME", help="Which GPUs each app gets (see below)  [default: none: all GPUs equal]",
