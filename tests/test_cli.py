@@ -316,3 +316,11 @@ def test_module_entry_point_success_and_error(bad_files):
     assert bad.stdout == ""
     assert "Traceback" not in bad.stderr
     assert bad.stderr.splitlines() == [f"error: {bad_files['malformed']}:3: column 'service' is not a number: 'abc'"]
+
+
+def test_bundled_profile_names_are_the_ones_the_loader_reads():
+    """``pcs_ray.data`` describes the profiles (it sits below placement); the loader owns the files."""
+    from pcs_ray import data
+    from pcs_ray.placement.profiles import PROFILES
+
+    assert list(data.PROFILES) == list(PROFILES)
