@@ -273,13 +273,16 @@ class Coordinator(CoordinatorState):
         return views.job_view(self._job(jid), self.epoch, self.gpu_name)
 
     def status(self) -> dict:
-        return views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
+        view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
                             self.speed.restart_overhead, self.jobs.values(), self.gpu_name)
+        view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
+        return view
 
     def config(self) -> dict:
         """The policy in force (its parameters), the placement, and where and when the policy came from."""
         return {"policy": self.policy.describe(), "placement": self.model.placement.describe(),
-                "source": self.config_source, "since": self.wall(self.config_since)}
+                "source": self.config_source, "since": self.wall(self.config_since),
+                "cluster": self.cluster.model_dump(mode="json")}
 
     def assignment(self, jid: int) -> dict:
         """What an external executor may use now (see :mod:`.external`)."""
