@@ -149,3 +149,9 @@ def test_cli_semantics(capsys):
     assert cli.run([*trace, "-p", "fifo,themis", "--semantics", "blox"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: --semantics blox: policy 'themis' has no priority order")
+    small = ["simulate", "--trace", "sia-philly/workload-1", "--gpus", "32", "-p", "fifo"]
+    for bad, fragment in ((["--semantics", "gavel"], "--semantics"),
+                          (["--placement", "pal", "--profile", "pal-sim64"], "recorded 64-GPU cluster")):
+        assert cli.run([*small, *bad]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err

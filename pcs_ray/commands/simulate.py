@@ -55,7 +55,8 @@ Semantics (**--semantics**), the same policies and placements run two ways:
 Under `blox` only policies that are a priority order run ({', '.join(ordered_policies())}; `all` means
 these); elastic apps take their full demand. PAL's published results come from `blox`: on Sia-Philly
 workload-1 with `--profile pal-sim64 --locality-penalty 1.7 --gpus-per-node 4 -p fifo` it reproduces
-the authors' simulator (`bench/placement_experiments.py pal`).
+the authors' simulator: Packed-Sticky and PAL average JCT within 0.1 % of theirs
+(`bench/placement_experiments.py pal`). `pal-sim64` is that simulator's 64-GPU cluster, not a sample.
 
 Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
 samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
