@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from pcs_ray.job import JobSpec
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
+from pcs_ray.semantics import round_boundary
 from pcs_ray.state import JobState, Snapshot
 
 INF = math.inf
@@ -194,13 +195,28 @@ class Engine:
         return heap[0][0] if heap else INF
 
     def next_event(self, next_arrival: float = INF) -> float:
-        """The earliest of the next arrival, completion and policy review."""
+        """The earliest of the next arrival, completion and policy review (in rounds: the
+        round boundary at or after it, ``SchedulingPolicy.round_s``)."""
         t = self.next_completion()
+        if self.policy.round_s:
+            return self._next_boundary(t, next_arrival, self.policy.round_s)
         if next_arrival < t:
             t = next_arrival
         review = self.review_at
         if review is not None and review < t:
             t = review if review > self.now else self.now
+        if t == INF:
+            raise RuntimeError(f"{self.policy.name}: active jobs can never finish (no GPU is allocated)")
+        return t
+
+    def _next_boundary(self, completion: float, arrival: float, length: float) -> float:
+        """Rounds (Blox): events wait for the next boundary; a completion a float rounding past one
+        is due at it (``advance`` pops it there with the same tolerance)."""
+        t = min(round_boundary(completion, length, slack=True), round_boundary(arrival, length))
+        review = self.review_at
+        if review is not None:
+            at = round_boundary(review, length)
+            t = min(t, at if at > self.now else self.now)
         if t == INF:
             raise RuntimeError(f"{self.policy.name}: active jobs can never finish (no GPU is allocated)")
         return t
@@ -333,8 +349,10 @@ class Engine:
             if self.review_at is None and self.busy == self.demand:
                 # Every job holds all it can use and nothing is due: no work-
                 # conserving policy changes anything now, so the ETAs are final.
-                finish.update(self.eta)
-                self.now = max(self.eta.values(), default=self.now)
+                length = self.policy.round_s  # in rounds a finish is recorded at the next boundary
+                ends = {j: round_boundary(t, length, slack=True) for j, t in self.eta.items()} if length else self.eta
+                finish.update(ends)
+                self.now = max(ends.values(), default=self.now)
                 self.active.clear()
                 break
             t = self.next_event()
@@ -428,22 +446,30 @@ def _replay(
             rec.avg_active = (engine.area - area_at_submit.pop(job.spec.job_id)) / life if life > 0 else 1.0
         engine.remove(done)
         finished += len(done)
-        arrived = None
-        if i < total and arrivals[i].submit_time <= t:
-            # One submission at a time, as users submit: simultaneous arrivals
-            # each get their own prediction, made before the next one lands.
-            arrived = engine.admit(arrivals[i])
-            area_at_submit[arrived.spec.job_id] = engine.area
+        arrived = []  # (arrival index, job)
+        while i < total and arrivals[i].submit_time <= t:
+            job = engine.admit(arrivals[i])
+            area_at_submit[job.spec.job_id] = engine.area
+            arrived.append((i, job))
             i += 1
+            if not policy.round_s:
+                # One submission at a time, as users submit: simultaneous arrivals each get their
+                # own prediction, made before the next one lands. In rounds (Blox) every arrival
+                # of the round is admitted before the one decision, and they share a forecast.
+                break
         engine.reallocate()
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
-        if arrived is not None and plays is not None:
+        if arrived and plays is not None:
             engine.settle_all()
-            records[arrived.spec.job_id].bound = policy.completion_bound(engine.snapshot(), arrived)
-            if (i - 1) % plays[1] == plays[0]:
-                forecasts.append(engine.fork().play_forward())
-        if progress is not None and (done or arrived is not None):
+            forecast = None
+            for k, job in arrived:
+                records[job.spec.job_id].bound = policy.completion_bound(engine.snapshot(), job)
+                if k % plays[1] == plays[0]:
+                    if forecast is None:
+                        forecast = engine.fork().play_forward()
+                    forecasts.append(forecast)
+        if progress is not None and (done or arrived):
             progress(finished, total)
     result = SimResult(
         policy=policy.describe(),

@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperCommand
 
 from pcs_ray.commands.simulate_options import (
-    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, SimulateOptions, Speedup,
+    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, SimulateOptions, Speedup,
 )
 from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
 from pcs_ray.data import names
@@ -20,7 +20,8 @@ SUMMARY = "Replay a workload through one or more scheduling policies and compare
 
 def simulate_help() -> str:
     """The full help, listing every registered policy and placement."""
-    from pcs_ray.commands.catalog import placement_list, policy_list
+    from pcs_ray.commands.catalog import placement_list, policy_list, semantics_list
+    from pcs_ray.semantics import ordered_policies
 
     return f"""
 {SUMMARY}
@@ -46,6 +47,16 @@ run per value, labelled `pcs:<file stem>`):
 Placement (**--placement**; without it every GPU is equal and nothing pays a locality penalty):
 
 {placement_list()}
+
+Semantics (**--semantics**), the same policies and placements run two ways:
+
+{semantics_list()}
+
+Under `blox` only policies that are a priority order run ({', '.join(ordered_policies())}; `all` means
+these); elastic apps take their full demand. PAL's published results come from `blox`: on Sia-Philly
+workload-1 with `--profile pal-sim64 --locality-penalty 1.7 --gpus-per-node 4 -p fifo` it reproduces
+the authors' simulator: Packed-Sticky and PAL average JCT within 0.1 % of theirs
+(`bench/placement_experiments.py pal`). `pal-sim64` is that simulator's 64-GPU cluster, not a sample.
 
 Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
 samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
@@ -117,6 +128,10 @@ def simulate_cmd(
     locality_penalty: Annotated[float | None, typer.Option(
         "--locality-penalty", metavar="X", help="Slowdown (>= 1) of an app spread over nodes  [default: the "
         "cluster spec's, else 1.0]", show_default=False)] = None,
+    semantics: Annotated[Semantics | None, typer.Option(
+        "--semantics", help="How decisions become a schedule: continuous (work-conserving, a decision at every "
+        "event) or blox (PAL's evaluation: strict priority, no backfilling, 360 s rounds; see below)  "
+        "[default: continuous]", show_default=False, case_sensitive=False)] = None,
     workers: Annotated[int, typer.Option(
         "--workers", metavar="N", help="Processes for the forward plays (predictions) of each run; the "
         "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,

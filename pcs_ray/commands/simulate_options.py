@@ -20,6 +20,13 @@ class Speedup(str, Enum):
     model = "model"
 
 
+class Semantics(str, Enum):
+    """How decisions become a schedule (``pcs_ray.semantics``)."""
+
+    continuous = "continuous"
+    blox = "blox"
+
+
 @dataclass(frozen=True)
 class SimulateOptions:
     """The command's options as given (``None``: not given); ``checked`` validates them and fills defaults."""
@@ -44,6 +51,7 @@ class SimulateOptions:
     topology: str | None
     locality_penalty: float | None
     workers: int
+    semantics: Semantics | None
     as_json: bool
 
     def checked(self) -> "SimulateOptions":
@@ -67,6 +75,7 @@ class SimulateOptions:
             workload=None if self.trace is not None else self.workload or DEFAULT_WORKLOAD,
             policy=self.policy or ["all"],
             pcs_config=list(self.pcs_config or []),
+            semantics=self.semantics or Semantics.continuous,
         )
         if opts.num_apps < 1:
             raise UsageError(f"--num-apps must be >= 1, got {opts.num_apps}")

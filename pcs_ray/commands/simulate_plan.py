@@ -49,7 +49,7 @@ def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]
 
 def make_plan(opts: SimulateOptions) -> Plan:
     """The plan for checked ``SimulateOptions``."""
-    runs = resolve_policies(opts.policy, opts.pcs_config)
+    runs = resolve_policies(opts.policy, opts.pcs_config, opts.semantics.value)
     spec, setup = _cluster(opts)
     capacity = spec.num_gpus
     if opts.trace is not None:
@@ -66,10 +66,12 @@ def make_plan(opts: SimulateOptions) -> Plan:
     about.update({
         "jobs": len(jobs), "gpus": capacity, "nodes": len(spec.nodes), "gpus_per_node": spec.gpus_per_node,
         "cluster": str(opts.cluster) if opts.cluster is not None else None, "overhead": opts.overhead,
-        "predict": opts.predict,
+        "predict": opts.predict, "semantics": opts.semantics.value,
     })
     if setup is not None:
         about["placement"] = setup.about
         title += f", placement {setup.name}"
     title += f" on {capacity} GPUs ({len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''})"
+    if opts.semantics.value != "continuous":
+        title += f", {opts.semantics.value} semantics"
     return Plan(runs, jobs, capacity, setup, about, title)
