@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
 from pcs_ray.policies.afs import AFSPolicy
+from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
 from pcs_ray.policies.fifo import FIFOPolicy
@@ -25,7 +26,8 @@ from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
-    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy)
+    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
+                EasyBackfill)
 }
 
 
@@ -57,6 +59,7 @@ ABOUT: dict[str, str] = {
     "pcs-jct": "PCS with the artifact's themis1 configuration for the best JCT",
     "pcs-bal": "PCS with the artifact's themis1 configuration that balances JCT and predictability",
     "pcs-pred": "PCS with the artifact's themis1 configuration for the best predictability",
+    "fcfs-easy": "arrival order with EASY backfilling on requested run times; rigid, never preempts",
 }
 
 
@@ -106,6 +109,6 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
 create_policy = build_policy
 
 __all__ = [
-    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError",
+    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill",
     "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
 ]

@@ -28,11 +28,14 @@ class SchedulingPolicy(ABC):
     #: Whether ``allocate`` reads ``remaining``/``attained``. The engine brings
     #: progress up to date before each round only for policies that do.
     reads_progress: ClassVar[bool] = True
+    #: Whether ``allocate`` leaves a GPU idle only when no active job can use it (the PCS
+    #: setting). Backfilling schedulers keep GPUs free for a reserved job and say False.
+    work_conserving: ClassVar[bool] = True
 
     @abstractmethod
     def allocate(self, snap: Snapshot) -> Allocation:
-        """GPU count per active job. Must be work-conserving: a GPU stays idle
-        only if no active job can use it."""
+        """GPU count per active job. Unless the class says ``work_conserving = False``,
+        a GPU stays idle only if no active job can use it."""
 
     def make_index(self, jobs: Iterable[JobState]):
         """An incrementally maintained view of the active jobs (``add``/``remove``),
