@@ -22,12 +22,13 @@ from pcs_ray.policies.las import LASPolicy
 from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.themis import ThemisPolicy
+from pcs_ray.policies.vahrm import ENERGY_POLICIES
 from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
     for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
-                EasyBackfill)
+                EasyBackfill, *ENERGY_POLICIES)
 }
 
 
@@ -60,6 +61,14 @@ ABOUT: dict[str, str] = {
     "pcs-bal": "PCS with the artifact's themis1 configuration that balances JCT and predictability",
     "pcs-pred": "PCS with the artifact's themis1 configuration for the best predictability",
     "fcfs-easy": "arrival order with EASY backfilling on requested run times; rigid, never preempts",
+    "vu-fcfs": "VAHRM paper's variation-unaware FCFS: arrival order, no backfilling, never preempts (with packed GPUs)",
+    "vu-fcfs-b": "vu-fcfs with EASY backfilling",
+    "cva-fcfs": "VAHRM paper's CPU-variation-aware FCFS; with GPU jobs only, random GPUs",
+    "cva-fcfs-b": "cva-fcfs with EASY backfilling",
+    "cgva-fcfs": "VAHRM paper's CPU-and-GPU-variation-aware FCFS: the lowest-power free GPUs",
+    "cgva-fcfs-b": "cgva-fcfs with EASY backfilling",
+    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the lowest-power GPUs, "
+             "under a power budget",
 }
 
 
