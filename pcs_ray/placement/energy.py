@@ -13,7 +13,11 @@ of work relative to a median GPU. Without power data the factor is 1.
 Configurations:
 
 * ``lowest-power``: the ``n`` free GPUs with the lowest predicted power for
-  the job's class, anywhere (VAHRM's and CGVA's choice, sticky: HPC jobs stay);
+  the job's class, anywhere (the VAHRM paper's rule, where GPUs of one model
+  run at one speed; sticky: HPC jobs stay);
+* ``lowest-energy``: the same by predicted power x binned score, i.e. the most
+  power-efficient GPUs (energy per unit of work) where speed varies too, as
+  it does on Longhorn (VAHRM's and CGVA's placement here);
 * ``energy``: the combined placement with the energy score, over candidates
   that also include the lowest-power and lowest power x score GPU sets of the
   cluster and of each node.
@@ -46,14 +50,24 @@ def _lowest(ctx: Context, key: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 class LowestPower(Source):
-    """The ``n`` free GPUs with the lowest predicted power for the job's class (one across-nodes candidate)."""
+    """The ``n`` free GPUs with the lowest predicted power for the job's class (one across-nodes candidate);
+    ``per_work``: the lowest predicted power x binned score, i.e. energy per unit of work."""
 
     name = "lowest-power"
 
+    def __init__(self, *, per_work: bool = False) -> None:
+        self.per_work = per_work
+
+    def prepare(self, facts) -> None:
+        if self.per_work:
+            facts.need("binned")
+
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         ids = np.flatnonzero(ctx.free)
-        gpus = _lowest(ctx, ctx.facts.power_ratio(ctx.spec.job_class), ids)
-        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=ctx.n > 1)
+        key = ctx.facts.power_ratio(ctx.spec.job_class)
+        if self.per_work:
+            key = key * ctx.class_scores
+        yield Candidates(self.name, _ACROSS, gpus=_lowest(ctx, key, ids)[None, :], across=ctx.n > 1)
 
 
 class EnergyCandidates(Source):
@@ -70,7 +84,8 @@ class EnergyCandidates(Source):
         power = facts.power_ratio(ctx.spec.job_class)
         keys = (power, power * ctx.class_scores)
         ids = np.flatnonzero(ctx.free)
-        yield Candidates(self.name, _ACROSS, gpus=np.stack([_lowest(ctx, k, ids) for k in keys]), across=ctx.n > 1)
+        yield Candidates(self.name, np.full(len(keys), -1), gpus=np.stack([_lowest(ctx, k, ids) for k in keys]),
+                         across=ctx.n > 1)
         if ctx.n == 1:
             return  # a 1-GPU job's cluster-wide choice is already the best within any node
         for node in np.flatnonzero(ctx.node_ok):
@@ -96,8 +111,15 @@ class Energy(Score):
 
 LOWEST_POWER = Configuration(
     name="lowest-power",
-    help="the free GPUs with the lowest predicted power for the app's class, anywhere (VAHRM, CGVA); sticky",
+    help="the free GPUs with the lowest predicted power for the app's class, anywhere (the VAHRM paper's rule); sticky",
     sources=(LowestPower(),),
+    sticky=True,
+)
+
+LOWEST_ENERGY = Configuration(
+    name="lowest-energy",
+    help="the free GPUs with the lowest predicted power x binned score (energy per unit of work), anywhere (vahrm, cgva-*); sticky",
+    sources=(LowestPower(per_work=True),),
     sticky=True,
 )
 
@@ -114,4 +136,4 @@ ENERGY = Configuration(
     about={"base": COMBINED.name},
 )
 
-__all__ = ["ENERGY", "LOWEST_POWER", "Energy", "EnergyCandidates", "LowestPower"]
+__all__ = ["ENERGY", "LOWEST_ENERGY", "LOWEST_POWER", "Energy", "EnergyCandidates", "LowestPower"]

@@ -65,9 +65,9 @@ ABOUT: dict[str, str] = {
     "vu-fcfs-b": "vu-fcfs with EASY backfilling",
     "cva-fcfs": "VAHRM paper's CPU-variation-aware FCFS; with GPU jobs only, random GPUs",
     "cva-fcfs-b": "cva-fcfs with EASY backfilling",
-    "cgva-fcfs": "VAHRM paper's CPU-and-GPU-variation-aware FCFS: the lowest-power free GPUs",
+    "cgva-fcfs": "VAHRM paper's CPU-and-GPU-variation-aware FCFS: the most power-efficient free GPUs",
     "cgva-fcfs-b": "cgva-fcfs with EASY backfilling",
-    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the lowest-power GPUs, "
+    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the most power-efficient GPUs, "
              "under a power budget",
 }
 

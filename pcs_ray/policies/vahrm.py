@@ -12,15 +12,17 @@ vu-fcfs        arrival                      none                ``packed-sticky`
 vu-fcfs-b      arrival                      EASY                ``packed-sticky``
 cva-fcfs       arrival                      none                ``random-sticky``
 cva-fcfs-b     arrival                      EASY                ``random-sticky``
-cgva-fcfs      arrival                      none                ``lowest-power``
-cgva-fcfs-b    arrival                      EASY                ``lowest-power``
-vahrm          P = beta E + (1 - beta) W    greedy, no reserve  ``lowest-power``
+cgva-fcfs      arrival                      none                ``lowest-energy``
+cgva-fcfs-b    arrival                      EASY                ``lowest-energy``
+vahrm          P = beta E + (1 - beta) W    greedy, no reserve  ``lowest-energy``
 =============  ===========================  ==================  ============================================
 
 CVA (the paper's CPU-variation-aware FCFS) gives power-efficient nodes to CPU
 jobs and random nodes to GPU jobs; with GPU jobs only that leaves random
 GPUs, which is what ``cva-*`` means here. CGVA gives every job the most
-power-efficient free GPUs. VU takes GPUs in id order (packed).
+power-efficient free GPUs: the lowest predicted power x speed score, i.e.
+energy per unit of work (the paper's P100s run at one speed, so its rule is
+lowest power; Longhorn's V100s do not). VU takes GPUs in id order (packed).
 
 VAHRM (paper §III-C): at every event, jobs are taken in decreasing priority
 ``P = beta E + (1 - beta) W``, where ``E`` is the job's predicted energy in
@@ -34,13 +36,17 @@ yet) is predicted at TDP, as the paper does before a job is profiled.
 The power budget (``budget_w``, system-wide, paper §III-A) is checked at
 admission against the *predicted* draw of running jobs plus the candidate
 (TDP for first runs); the instantaneous true draw may exceed it, as the
-paper allows. Idle GPUs are not charged against it. Every policy here
-respects it; the FCFS policies block at a job the budget refuses.
+paper allows. Idle GPUs are not charged against it, and a job whose own
+draw exceeds the budget starts when nothing else runs (else it never
+could). Every policy here respects it; the strict FCFS policies block at a
+job the budget refuses.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+import numpy as np
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.policies.easy import EasyBackfill
@@ -113,7 +119,7 @@ class _FCFS(_PowerAware, EasyBackfill):
         if self._blocked:
             return False
         w = n * self.gpu_watts(job)
-        if self.budget_w is not None and self._drawn + w > self.budget_w:
+        if self.budget_w is not None and self._drawn > 0 and self._drawn + w > self.budget_w:
             self._blocked = not self.backfills  # strict FCFS: nobody passes a job the budget holds back
             return False
         self._drawn += w
@@ -148,19 +154,19 @@ class CVAFCFSB(_FCFS):
 class CGVAFCFS(_FCFS):
     name = "cgva-fcfs"
     backfills = False
-    placement = "lowest-power"
+    placement = "lowest-energy"
 
 
 class CGVAFCFSB(_FCFS):
     name = "cgva-fcfs-b"
-    placement = "lowest-power"
+    placement = "lowest-energy"
 
 
 class VAHRMPolicy(_PowerAware, SchedulingPolicy):
     """Most energy first, aged by waiting time; lowest-power GPUs (paper §III)."""
 
     name = "vahrm"
-    placement = "lowest-power"
+    placement = "lowest-energy"
     reads_progress = False
     work_conserving = False  # the budget and the waiting cap may leave GPUs idle
 
@@ -172,62 +178,74 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
             raise ValueError(f"wait_cap must be > 0 seconds, got {wait_cap}")
         self.beta, self.wait_cap = float(beta), float(wait_cap)
         self._init_power(power, tdp_w, budget_w)
-        self._joules: dict[tuple[int, float], float] = {}
+        self._cache: dict[int, tuple[bool, int, float]] = {}  # job -> (profiled, GPUs, predicted J)
 
     def energy(self, job: JobState, n: int) -> float:
         """Predicted energy (J) of the whole job on ``n`` GPUs at its nominal run time."""
-        watts = self.gpu_watts(job)
-        key = (job.spec.job_id, watts)
-        e = self._joules.get(key)
-        if e is None:
-            if len(self._joules) > 100_000:
-                self._joules.clear()
-            e = self._joules[key] = n * watts * job.spec.service / job.spec.speedup[n]
-        return e
+        return n * self.gpu_watts(job) * job.spec.service / job.spec.speedup[n]
 
     def allocate(self, snap: Snapshot) -> Allocation:
+        # One pass over the jobs and one sort: this runs at every event with thousands queued.
         capacity, now = snap.capacity, snap.now
-        drawn = self._note_running(snap)
+        profiled, power, tdp, cache = self._profiled, self.power, self.tdp_w, self._cache
         alloc: Allocation = {}
         free = capacity
-        waiting = []
+        drawn = 0.0
+        waiting, joules, submits = [], [], []
         for job in snap.jobs:
+            spec = job.spec
             n = job.alloc
             if n and n <= free:  # running: keeps its GPUs (an inconsistent snapshot drops the overflow)
-                alloc[job.spec.job_id] = n
+                alloc[spec.job_id] = n
                 free -= n
-            else:
-                waiting.append(job)
+                profiled.add(spec.model or spec.job_class)
+                drawn += n * power.get(spec.job_class, tdp)
+                continue
+            known = (spec.model or spec.job_class) in profiled
+            c = cache.get(spec.job_id)
+            if c is None or c[0] != known:
+                if len(cache) > 200_000:
+                    cache.clear()
+                m = spec.max_gpus if spec.max_gpus <= capacity else capacity
+                c = cache[spec.job_id] = (known, m, self.energy(job, m))
+            waiting.append(job)
+            joules.append(c[2])
+            submits.append(spec.submit_time)
         if free <= 0 or not waiting:
             return alloc
-        beta, keep = self.beta, 1.0 - self.beta
-        keyed = []
-        overdue = []
-        for job in waiting:
-            n = job.spec.max_gpus if job.spec.max_gpus <= capacity else capacity
-            wait = now - job.spec.submit_time
-            if wait > self.wait_cap:
-                overdue.append((-wait, job.spec.job_id, job, n))
-            keyed.append((-(beta * self.energy(job, n) + keep * wait), job.spec.job_id, job, n))
+        wait = now - np.asarray(submits)
+        priority = self.beta * np.asarray(joules) + (1.0 - self.beta) * wait
         budget = self.budget_w
-        if overdue:
-            overdue.sort()
-            _, _, job, n = overdue[0]
+        overdue = np.flatnonzero(wait > self.wait_cap)
+        if len(overdue):
+            first = int(overdue[np.argmax(wait[overdue])])
+            job = waiting[first]
+            n = cache[job.spec.job_id][1]
             w = n * self.gpu_watts(job)
-            if n > free or (budget is not None and drawn + w > budget):
+            if n > free or (budget is not None and drawn > 0 and drawn + w > budget):
                 return alloc  # the walk stops until the overdue job is placed
-        keyed.sort()
-        for _, _, job, n in keyed:
-            if n > free or n < job.spec.min_gpus:
-                continue
-            w = n * self.gpu_watts(job)
-            if budget is not None and drawn + w > budget:
-                continue
             alloc[job.spec.job_id] = n
             free -= n
             drawn += w
+            priority[first] = np.inf  # placed: skipped by the walk below
+        # highest priority first; ties by job id (arrival order)
+        ids = np.fromiter((j.spec.job_id for j in waiting), dtype=np.int64, count=len(waiting))
+        for i in np.lexsort((ids, -priority)):
             if free == 0:
                 break
+            job = waiting[i]
+            if job.spec.job_id in alloc:
+                continue
+            n = cache[job.spec.job_id][1]
+            if n > free or n < job.spec.min_gpus:
+                continue
+            if budget is not None:
+                w = n * self.gpu_watts(job)
+                if drawn > 0 and drawn + w > budget:
+                    continue
+                drawn += w
+            alloc[job.spec.job_id] = n
+            free -= n
         return alloc
 
     def describe(self) -> dict:

@@ -221,20 +221,20 @@ class Fleet:
         return self.model.predict(self._x(apps, devices))
 
 
-def fit_model(name: str, train: Records, seed: int = 0):
-    """One of ``MODELS`` or ``CONTROLS`` fitted on ``train``."""
+def fit_model(name: str, train: Records, seed: int = 0, trees: int = 60):
+    """One of ``MODELS`` or ``CONTROLS`` fitted on ``train`` (``trees``: of the fleet-wide forests)."""
     if name == "LR":
         return PerDevice("lr", train, seed)
     if name == "RF":
         return PerDevice("rf", train, seed)
     if name == "TSMVA(LR+RF)":
-        return TSMVA.fit(train, "lr", seed)
+        return TSMVA.fit(train, "lr", seed, trees)
     if name == "TSMVA(RF+RF)":
-        return TSMVA.fit(train, "rf", seed)
+        return TSMVA.fit(train, "rf", seed, trees)
     if name == "LR-fleet":
         return Fleet("lr", train, seed)
     if name == "RF-fleet":
-        return Fleet("rf", train, seed)
+        return Fleet("rf", train, seed, trees // 2)
     raise ValueError(f"unknown power model {name!r}; valid: {', '.join(MODELS + CONTROLS)}")
 
 
@@ -277,7 +277,7 @@ def mape(pred: np.ndarray, true: np.ndarray, apps: np.ndarray) -> dict:
             "runs": int(len(true))}
 
 
-def evaluate(rec: Records, seed: int = 0, models=MODELS + CONTROLS) -> dict:
+def evaluate(rec: Records, seed: int = 0, models=MODELS + CONTROLS, trees: int = 60) -> dict:
     """MAPE of every model on both held-out splits."""
     out = {}
     for split, mask in (("held_out_runs", split_runs(rec, seed)), ("held_out_gpus", split_gpus(rec, seed))):
@@ -288,7 +288,7 @@ def evaluate(rec: Records, seed: int = 0, models=MODELS + CONTROLS) -> dict:
         out[split] = {"train_runs": int(len(train)), "test_runs": int(len(test)),
                       "test_devices": int(len(set(test.device.tolist())))}
         for name in models:
-            model = fit_model(name, train, seed)
+            model = fit_model(name, train, seed, trees)
             out[split][name] = mape(model.predict(test.app, test.device), test.power, test.app)
     return out
 
