@@ -106,3 +106,14 @@ def test_telemetry_history_is_written_in_the_power_record_schema(tmp_path):
     modelled = JobEnergy(8, gpus=(0,))
     ModelledTelemetry({"A": 100.0}, clock=lambda: 1.0).sample_job(modelled, "A", since=0.0)
     assert record_rows("x", modelled) == []
+
+
+def test_live_job_view_energy_is_modelled_from_the_cluster_power():
+    from pcs_ray.coordinator.views import modelled_energy
+
+    job = types.SimpleNamespace(spec=types.SimpleNamespace(job_class="A"), segments=[
+        {"start": 0.0, "end": 10.0, "gpus": [0, 1]}, {"start": 20.0, "end": None, "gpus": [2]}])
+    watts = {0: 100.0, 1: 200.0, 2: 150.0}
+    assert modelled_energy(job, lambda cls, g: watts[g], now=30.0) == {"joules": 10 * 300 + 10 * 150, "modelled": True}
+    assert modelled_energy(job, lambda cls, g: None, now=30.0) is None  # a GPU without power data
+    assert modelled_energy(job, None, now=30.0) is None
