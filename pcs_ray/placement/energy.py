@@ -67,7 +67,7 @@ class LowestPower(Source):
         key = ctx.facts.power_ratio(ctx.spec.job_class)
         if self.per_work:
             key = key * ctx.class_scores
-        yield Candidates(self.name, _ACROSS, gpus=_lowest(ctx, key, ids)[None, :], across=ctx.n > 1)
+        yield Candidates(self.name, _ACROSS, gpus=_lowest(ctx, key, ids)[None, :], across=True)
 
 
 class EnergyCandidates(Source):
@@ -85,7 +85,7 @@ class EnergyCandidates(Source):
         keys = (power, power * ctx.class_scores)
         ids = np.flatnonzero(ctx.free)
         yield Candidates(self.name, np.full(len(keys), -1), gpus=np.stack([_lowest(ctx, k, ids) for k in keys]),
-                         across=ctx.n > 1)
+                         across=True)
         if ctx.n == 1:
             return  # a 1-GPU job's cluster-wide choice is already the best within any node
         for node in np.flatnonzero(ctx.node_ok):
