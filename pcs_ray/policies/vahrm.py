@@ -178,7 +178,7 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
             raise ValueError(f"wait_cap must be > 0 seconds, got {wait_cap}")
         self.beta, self.wait_cap = float(beta), float(wait_cap)
         self._init_power(power, tdp_w, budget_w)
-        self._cache: dict[int, tuple[bool, int, float]] = {}  # job -> (profiled, GPUs, predicted J)
+        self._cache: dict[int, tuple] = {}  # job -> (profiled, GPUs, predicted J, spec, capacity)
 
     def energy(self, job: JobState, n: int) -> float:
         """Predicted energy (J) of the whole job on ``n`` GPUs at its nominal run time."""
@@ -203,11 +203,11 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
                 continue
             known = (spec.model or spec.job_class) in profiled
             c = cache.get(spec.job_id)
-            if c is None or c[0] != known:
+            if c is None or c[0] != known or c[3] is not spec or c[4] != capacity:
                 if len(cache) > 200_000:
                     cache.clear()
                 m = spec.max_gpus if spec.max_gpus <= capacity else capacity
-                c = cache[spec.job_id] = (known, m, self.energy(job, m))
+                c = cache[spec.job_id] = (known, m, self.energy(job, m), spec, capacity)
             waiting.append(job)
             joules.append(c[2])
             submits.append(spec.submit_time)
