@@ -377,6 +377,7 @@ def simulate(
     placement=None,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
+    energy=None,
 ) -> SimResult:
     """Replay ``jobs`` through ``policy`` on ``capacity`` GPUs.
 
@@ -389,6 +390,9 @@ def simulate(
     forward only every ``workers``-th arrival, so nothing but the forecasts
     crosses a process boundary and the result is identical to ``workers=1``.
     Progress is then reported only at the end.
+
+    ``energy`` (a ``pcs_ray.power.meter.EnergyMeter``) integrates system power
+    over the schedule; its summary lands in ``result.extra["energy"]``.
     """
     started = time.perf_counter()
     if workers < 1:
@@ -401,13 +405,18 @@ def simulate(
         if spec.min_gpus > capacity:
             raise ValueError(f"job {spec.job_id} needs at least {spec.min_gpus} GPUs; the cluster has {capacity}")
     workers = min(workers, len(arrivals)) if predict else 1
+    if workers > 1 and energy is not None:
+        raise ValueError("energy accounting runs in one process: use workers=1")
     if workers > 1:
         result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers)
         if progress is not None:
             progress(len(arrivals), len(arrivals))
     else:
-        result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress)
+        result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress,
+                                    energy)
         _apply_forecasts(result, forecasts)
+        if energy is not None:
+            result.extra["energy"] = energy.summary(len(arrivals))
     result.wall_s = time.perf_counter() - started
     return result
 
@@ -420,6 +429,7 @@ def _replay(
     placement,
     plays: tuple[int, int] | None,
     progress: Callable[[int, int], None] | None = None,
+    meter=None,
 ) -> tuple[SimResult, list[dict[int, float]]]:
     """The schedule itself; forward plays for arrivals ``k`` with ``k % n == r`` where ``plays == (r, n)``.
 
@@ -458,6 +468,8 @@ def _replay(
                 # of the round is admitted before the one decision, and they share a forecast.
                 break
         engine.reallocate()
+        if meter is not None:
+            meter.observe(t, engine.running.values())
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
         if arrived and plays is not None:

@@ -64,6 +64,11 @@ slowest GPU's score, times **--locality-penalty** when spread over nodes, times 
 (bandwidth-sensitive apps on poorly linked GPUs) when **--topology** gives the nodes' links
 (a bundled name such as `dgx1-v100`, or `nvidia-smi topo -m` output; nodes then default to its size).
 
+Energy: **--power** samples a power profile onto the GPUs (true and model-predicted watts per class; a GPU
+with a variability score takes the measured GPU nearest its speed). Placements decide on the predicted
+watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
+admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
+
 Output: a comparison table on stdout (average JCT also normalised to the first policy), or with
 **--json** exactly one JSON object: for one policy, its metrics (`policy`, `jobs`, `gpus`,
 `avg_jct`, `p50_jct`, `p99_jct`, `makespan`, `avg_pred_err`, `p99_pred_err`, `avg_unfairness`,
@@ -71,7 +76,9 @@ Output: a comparison table on stdout (average JCT also normalised to the first p
 (the policy's parameters), and with **--placement** a `placement` object (its name and settings,
 `migrations`, `jobs_across_nodes`, and on nodes with a topology `sensitive_effbw_gbps`: min, p25,
 p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
-apps); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
+apps); with **--power** an `energy` object (`kwh`, `jobs_per_kwh`, `avg_kw`, `peak_kw`: busy GPUs draw their
+app's power for its class on those GPUs, idle GPUs the profile's idle power, from the first event to the
+last); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
 when it is a terminal.
 """
 
@@ -136,6 +143,16 @@ def simulate_cmd(
         "--workers", metavar="N", help="Processes for the forward plays (predictions) of each run; the "
         "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of the table.")] = False,
+    power: Annotated[str | None, typer.Option(
+        "--power", metavar="NAME|FILE", help="Power profile: 'longhorn' or a CSV (class,power_w[,device,predicted_w,"
+        "runtime]); sampled per GPU with --profile-seed; adds an 'energy' object to the results.",
+        show_default=False)] = None,
+    power_budget_kw: Annotated[float | None, typer.Option(
+        "--power-budget-kw", metavar="KW", help="System power budget (kW, > 0) that vahrm and the *-fcfs policies "
+        "admit jobs under (system-wide; the instantaneous draw may exceed it).", show_default=False)] = None,
+    pcr: Annotated[float | None, typer.Option(
+        "--pcr", metavar="X", help="Power budget as a fraction of the GPUs' summed TDP (the VAHRM paper's PCR).",
+        show_default=False)] = None,
 ) -> None:
     opts = SimulateOptions(**locals()).checked()  # first: the parameters above are exactly the option fields
     # Imported here so `pcs-ray --help` stays fast (they pull in the simulator and the workload readers).

@@ -53,6 +53,9 @@ class SimulateOptions:
     workers: int
     semantics: Semantics | None
     as_json: bool
+    power: str | None = None
+    power_budget_kw: float | None = None
+    pcr: float | None = None
 
     def checked(self) -> "SimulateOptions":
         """These options with defaults filled in; ``UsageError`` for combinations or values that cannot work."""
@@ -93,6 +96,16 @@ class SimulateOptions:
             raise UsageError(f"--per-job: {opts.per_job} is a folder")
         if opts.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {opts.workers}")
+        if opts.power_budget_kw is not None and opts.pcr is not None:
+            raise UsageError("--power-budget-kw and --pcr are two ways to set one budget: give one")
+        if opts.power_budget_kw is not None and not (opts.power_budget_kw > 0 and math.isfinite(opts.power_budget_kw)):
+            raise UsageError(f"--power-budget-kw must be a number of kW > 0, got {opts.power_budget_kw}")
+        if opts.pcr is not None and not (opts.pcr > 0 and math.isfinite(opts.pcr)):
+            raise UsageError(f"--pcr must be a fraction of the summed TDP > 0, got {opts.pcr}")
+        if (opts.power_budget_kw is not None or opts.pcr is not None) and opts.power is None:
+            raise UsageError("--power-budget-kw and --pcr need --power (a power profile)")
+        if opts.workers > 1 and opts.power is not None:
+            raise UsageError("--workers > 1 does not combine with --power (energy is accounted in one process)")
         if opts.workers > 1 and opts.placement is not None:
             # Each process would place on its own copy, and the placement summary is kept in this one.
             raise UsageError("--workers > 1 does not combine with --placement yet")

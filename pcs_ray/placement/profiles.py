@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
+from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray import data
 
 CLASSES = ("A", "B", "C", "D")
@@ -176,7 +176,7 @@ def apply_profile(cluster: ClusterSpec, profile: VariabilityProfile, seed: int =
         gpus = []
         for gpu in node.gpus:
             scores = {c: float(v[gid]) for c, v in drawn.items()}
-            gpus.append(GPUSpec(index=gpu.index, uuid=gpu.uuid, scores=scores))
+            gpus.append(gpu.model_copy(update={"scores": scores}))
             gid += 1
         nodes.append(NodeSpec(name=node.name, gpus=gpus, topology=node.topology))
     return ClusterSpec(nodes=nodes, locality_penalty=cluster.locality_penalty)
