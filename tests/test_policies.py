@@ -756,7 +756,7 @@ def test_create_policy_unknown_argument_lists_valid(name, kwargs, valid):
 
 
 def test_create_policy_names():
-    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs", "fcfs-easy"}
+    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs", "fcfs-easy", "rush"}
     for name, cls in POLICIES.items():
         assert type(create_policy(name)) is cls
         assert type(create_policy(name.upper())) is cls

@@ -28,6 +28,8 @@ class Plan:
     setup: PlacementSetup | None  # None: every GPU equal
     about: dict  # what ran, for the JSON's "workload"
     title: str  # the same, for the table
+    run_variability: str | None = None
+    replay_seed: int = 0
 
 
 def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]:
@@ -50,6 +52,14 @@ def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]
 def make_plan(opts: SimulateOptions) -> Plan:
     """The plan for checked ``SimulateOptions``."""
     runs = resolve_policies(opts.policy, opts.pcs_config)
+    if opts.skip_threshold is not None:
+        from pcs_ray.policies.rush import RushPolicy
+
+        if not any(isinstance(run.policy, RushPolicy) for run in runs):
+            raise UsageError("--skip-threshold applies to the rush policy (--policy rush)")
+        for run in runs:
+            if isinstance(run.policy, RushPolicy):
+                run.policy = RushPolicy(skip_threshold=opts.skip_threshold, retry=run.policy.retry)
     spec, setup = _cluster(opts)
     capacity = spec.num_gpus
     if opts.trace is not None:
@@ -72,4 +82,6 @@ def make_plan(opts: SimulateOptions) -> Plan:
         about["placement"] = setup.about
         title += f", placement {setup.name}"
     title += f" on {capacity} GPUs ({len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''})"
-    return Plan(runs, jobs, capacity, setup, about, title)
+    if opts.run_variability is not None:
+        about["run_variability"] = {"source": opts.run_variability, "seed": opts.profile_seed}
+    return Plan(runs, jobs, capacity, setup, about, title, opts.run_variability, opts.profile_seed)

@@ -19,6 +19,7 @@ from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
 from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.policies.las import LASPolicy
+from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.themis import ThemisPolicy
@@ -27,7 +28,7 @@ from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
     for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
-                EasyBackfill)
+                EasyBackfill, RushPolicy)
 }
 
 
@@ -60,6 +61,7 @@ ABOUT: dict[str, str] = {
     "pcs-bal": "PCS with the artifact's themis1 configuration that balances JCT and predictability",
     "pcs-pred": "PCS with the artifact's themis1 configuration for the best predictability",
     "fcfs-easy": "arrival order with EASY backfilling on requested run times; rigid, never preempts",
+    "rush": "fcfs-easy whose start function skips a job predicted to run slow, up to a skip threshold (RUSH)",
 }
 
 
@@ -109,6 +111,6 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
 create_policy = build_policy
 
 __all__ = [
-    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill",
+    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill", "RushPolicy",
     "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
 ]
