@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import math
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.runvariability import DeviceRuns, ReplayedPlacement, RunReplay
 from pcs_ray.simulator import simulate
 from pcs_ray.slowruns import build_dataset, fit, read_csv
-from pcs_ray.state import JobState
 
 
 def invoke(capsys, *args):
@@ -40,7 +38,7 @@ class AlwaysSlow:
     def __init__(self):
         self.asked = 0
 
-    def would_be_slow(self, job, n, free):
+    def would_be_slow(self, job, n, free, now):
         self.asked += 1
         return True
 
@@ -102,9 +100,8 @@ def replayed(name, recorded, seed=0):
 
 
 def test_replay_slows_runs_and_counts_them():
-    placed = replayed("packed-sticky", devices(4, slow_gpu=None))
-    bad = placed.replay.devices.index(next(d for d in placed.replay.devices if d.device == "d0"))
-    placed.replay.devices[bad] = DeviceRuns("d0", np.full(3, 3.0), np.full(3, True), np.full(3, True))
+    placed = replayed("packed-sticky", devices(4))
+    placed.replay.devices[2] = DeviceRuns("s", np.full(3, 3.0), np.full(3, True), np.full(3, True))
     result = simulate([spec(1, 4)], 4, build_policy("fcfs-easy"), predict=False, placement=placed)
     assert result.records[0].finish == pytest.approx(300.0)  # the slowest GPU sets the pace
     assert placed.replay.summary() == {"runs": 1, "slow_runs": 1, "predicted_slow_runs": 1, "predicted_and_slow": 1}
@@ -113,7 +110,7 @@ def test_replay_slows_runs_and_counts_them():
 def test_slow_run_filter_avoids_predicted_slow_gpus_with_a_reason():
     recorded = devices(8)
     placed = replayed("packed-sticky-slow-run", recorded)
-    slow = [g for g, d in enumerate(placed.replay.devices)][:2]  # GPUs 0 and 1 predicted (and really) slow
+    slow = [0, 1]  # predicted (and really) slow
     for g in slow:
         placed.replay.devices[g] = DeviceRuns("s", np.full(3, 2.0), np.full(3, True), np.full(3, True))
     result = simulate([spec(1, 2)], 8, build_policy("fcfs-easy"), predict=False, placement=placed)

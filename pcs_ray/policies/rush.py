@@ -2,7 +2,7 @@
 
 RUSH changes only the *start* function of the backfilling scheduler: when a
 job could start now, the slow-run model is asked whether it would run slow
-(``predictor.would_be_slow(job, n, free)``); if so and the job has been
+(``predictor.would_be_slow(job, n, free, now)``); if so and the job has been
 skipped fewer than ``skip_threshold`` times, the skip is counted and the job
 stays where it is in the queue, right behind the front, for the next
 scheduling pass; otherwise it launches. A skipped job holds no reservation
@@ -73,7 +73,7 @@ class RushPolicy(EasyBackfill):
             return False
         if table.skips.get(jid, 0) >= self.skip_threshold:
             return True
-        if not self.predictor.would_be_slow(job, n, free):
+        if not self.predictor.would_be_slow(job, n, free, snap.now):
             return True
         table.skips[jid] = table.skips.get(jid, 0) + 1
         table.last[jid] = snap.now
