@@ -19,11 +19,11 @@ import sys
 import typer
 
 from pcs_ray.cluster import ClusterSpecError
-from pcs_ray.commands import calibrate, config, data, demo, live, power, replay, simulate, solve
+from pcs_ray.commands import calibrate, config, data, demo, live, power, replay, simulate, slowruns, solve
 from pcs_ray.policies import ConfigError
 from workloads.errors import WorkloadError
 
-COMMAND_GROUPS = (simulate, live, calibrate, replay, config, demo, solve, power, data)
+COMMAND_GROUPS = (simulate, live, calibrate, replay, config, demo, solve, power, slowruns, data)
 
 # Errors a user can fix; anything else is a bug and keeps its traceback.
 USER_ERRORS = (WorkloadError, ConfigError, ClusterSpecError, ValueError, FileNotFoundError, OSError)

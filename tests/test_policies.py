@@ -756,7 +756,7 @@ def test_create_policy_unknown_argument_lists_valid(name, kwargs, valid):
 
 
 def test_create_policy_names():
-    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs", "fcfs-easy", "vu-fcfs",
+    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs", "fcfs-easy", "rush", "vu-fcfs",
                              "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs", "cgva-fcfs-b", "vahrm"}
     for name, cls in POLICIES.items():
         assert type(create_policy(name)) is cls

@@ -69,6 +69,14 @@ with a variability score takes the measured GPU nearest its speed). Placements d
 watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
 admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
 
+**--run-variability longhorn** makes runs vary over time as well: each simulated GPU is one of
+Longhorn's V100s (drawn with **--profile-seed**) and every run on it takes that GPU's next recorded
+run in time order (a job runs at its slowest GPU's recorded slowdown); a run is slow when a record
+is more than 1.5 sigma above its application's mean. The slow-run model (`pcs-ray slow-runs fit
+--data longhorn`, fitted first) predicts each GPU's next run: `rush` skips a job predicted to run slow
+up to **--skip-threshold** times, and `-slow-run` placements keep starts off GPUs predicted slow.
+The output then gains `slow_runs` and `runs` per policy.
+
 Output: a comparison table on stdout (average JCT also normalised to the first policy), or with
 **--json** exactly one JSON object: for one policy, its metrics (`policy`, `jobs`, `gpus`,
 `avg_jct`, `p50_jct`, `p99_jct`, `makespan`, `avg_pred_err`, `p99_pred_err`, `avg_unfairness`,
@@ -142,6 +150,12 @@ def simulate_cmd(
     workers: Annotated[int, typer.Option(
         "--workers", metavar="N", help="Processes for the forward plays (predictions) of each run; the "
         "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,
+    run_variability: Annotated[str | None, typer.Option(
+        "--run-variability", metavar="longhorn", help="Replay run-to-run variability: each run on a GPU takes "
+        "that GPU's next recorded run (seeded by --profile-seed); needs --placement.", show_default=False)] = None,
+    skip_threshold: Annotated[int | None, typer.Option(
+        "--skip-threshold", metavar="N", help="rush: most times a job predicted to run slow is skipped (>= 0)  "
+        "[default: 5]", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of the table.")] = False,
     power: Annotated[str | None, typer.Option(
         "--power", metavar="NAME|FILE", help="Power profile: 'longhorn' or a CSV (class,power_w[,device,predicted_w,"

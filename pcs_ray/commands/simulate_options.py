@@ -52,6 +52,8 @@ class SimulateOptions:
     locality_penalty: float | None
     workers: int
     semantics: Semantics | None
+    run_variability: str | None
+    skip_threshold: int | None
     as_json: bool
     power: str | None = None
     power_budget_kw: float | None = None
@@ -94,6 +96,15 @@ class SimulateOptions:
             raise UsageError(f"--per-job: folder {opts.per_job.parent} does not exist")
         if opts.per_job is not None and opts.per_job.is_dir():
             raise UsageError(f"--per-job: {opts.per_job} is a folder")
+        if opts.skip_threshold is not None and opts.skip_threshold < 0:
+            raise UsageError(f"--skip-threshold must be >= 0, got {opts.skip_threshold}")
+        if opts.run_variability is not None:
+            from pcs_ray.runvariability import SOURCES
+
+            if opts.run_variability not in SOURCES:
+                raise UsageError(f"unknown --run-variability {opts.run_variability!r}; valid: {', '.join(SOURCES)}")
+            if opts.placement is None:
+                raise UsageError("--run-variability needs --placement (runs vary per GPU)")
         if opts.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {opts.workers}")
         if opts.power_budget_kw is not None and opts.pcr is not None:

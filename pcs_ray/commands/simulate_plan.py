@@ -29,6 +29,8 @@ class Plan:
     about: dict  # what ran, for the JSON's "workload"
     title: str  # the same, for the table
     power: object = None  # pcs_ray.power.profile.GPUPower with --power
+    run_variability: str | None = None
+    replay_seed: int = 0
 
 
 def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | None, runs: list[PolicyRun]):
@@ -72,6 +74,14 @@ def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]
 def make_plan(opts: SimulateOptions) -> Plan:
     """The plan for checked ``SimulateOptions``."""
     runs = resolve_policies(opts.policy, opts.pcs_config, opts.semantics.value)
+    if opts.skip_threshold is not None:
+        from pcs_ray.policies.rush import RushPolicy
+
+        if not any(isinstance(run.policy, RushPolicy) for run in runs):
+            raise UsageError("--skip-threshold applies to the rush policy (--policy rush)")
+        for run in runs:
+            if isinstance(run.policy, RushPolicy):
+                run.policy = RushPolicy(skip_threshold=opts.skip_threshold, retry=run.policy.retry)
     spec, setup = _cluster(opts)
     capacity = spec.num_gpus
     power, budget = _power(opts, spec, setup, runs) if opts.power is not None else (None, None)
@@ -100,4 +110,6 @@ def make_plan(opts: SimulateOptions) -> Plan:
     title += f" on {capacity} GPUs ({len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''})"
     if opts.semantics.value != "continuous":
         title += f", {opts.semantics.value} semantics"
-    return Plan(runs, jobs, capacity, setup, about, title, power)
+    if opts.run_variability is not None:
+        about["run_variability"] = {"source": opts.run_variability, "seed": opts.profile_seed}
+    return Plan(runs, jobs, capacity, setup, about, title, power, opts.run_variability, opts.profile_seed)

@@ -21,6 +21,7 @@ from pcs_ray.placement.packed import PACKED_NONSTICKY, PACKED_STICKY
 from pcs_ray.placement.pal import PAL
 from pcs_ray.placement.pmfirst import PM_FIRST
 from pcs_ray.placement.random_ import RANDOM_NONSTICKY, RANDOM_STICKY
+from pcs_ray.placement.slowrun import with_slow_run_filter
 from pcs_ray.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
 
 #: name -> configuration, in the order the CLI lists them
@@ -28,6 +29,7 @@ PLACEMENTS: dict[str, Configuration] = {
     c.name: c for c in (
         PACKED_STICKY, PACKED_NONSTICKY, RANDOM_STICKY, RANDOM_NONSTICKY, PM_FIRST, PAL,
         MAPA_BASELINE, MAPA_TOPO, MAPA_GREEDY, MAPA_PRESERVE, COMBINED, LOWEST_POWER, LOWEST_ENERGY, ENERGY,
+        with_slow_run_filter(PACKED_STICKY), with_slow_run_filter(COMBINED),
     )
 }
 

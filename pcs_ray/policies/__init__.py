@@ -19,6 +19,7 @@ from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
 from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.policies.las import LASPolicy
+from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.themis import ThemisPolicy
@@ -28,7 +29,7 @@ from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
     for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
-                EasyBackfill, *ENERGY_POLICIES)
+                EasyBackfill, RushPolicy, *ENERGY_POLICIES)
 }
 
 
@@ -69,6 +70,7 @@ ABOUT: dict[str, str] = {
     "cgva-fcfs-b": "cgva-fcfs with EASY backfilling",
     "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the most power-efficient GPUs, "
              "under a power budget",
+    "rush": "fcfs-easy whose start function skips a job predicted to run slow, up to a skip threshold (RUSH)",
 }
 
 
@@ -118,6 +120,6 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
 create_policy = build_policy
 
 __all__ = [
-    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill",
+    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill", "RushPolicy",
     "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
 ]
