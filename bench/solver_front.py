@@ -13,7 +13,7 @@ for two stated reference points:
 * ``references``: 1.1 x the worst test value among all reference policies.
 
 Usage: python bench/solver_front.py [--objectives jct:avg,pred_err:avg]
-       [--budget 600] [--population 40] [--seed 0] [--out DIR]
+       [--space paper|cuts] [--max-queues 6] [--budget 600] [--population 40] [--seed 0] [--out DIR]
 The machine is shared with other jobs: wall times are pessimistic.
 """
 
@@ -35,6 +35,7 @@ from solver.front import (  # noqa: E402
 )
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
+from solver.space import DEFAULT_MAX_QUEUES, SPACES  # noqa: E402
 from solver.workload import WorkloadSource  # noqa: E402
 
 
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=600.0, help="wall seconds for everything (search + test)")
     ap.add_argument("--margin", type=float, default=2.0,
                     help="stop searching when elapsed + margin x (estimated time of the remaining work) reaches --budget")
+    ap.add_argument("--space", choices=SPACES, default="paper", help="search space (solver.space)")
+    ap.add_argument("--max-queues", type=int, default=DEFAULT_MAX_QUEUES, help="queues at most, --space cuts")
     ap.add_argument("--population", type=int, default=40)
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--samples", type=int, default=3)
@@ -57,7 +60,7 @@ def main() -> None:
     started = time.perf_counter()
     objectives = parse_objectives(args.objectives)
     problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, objectives, args.samples,
-                      args.test_samples, args.population, args.seed)
+                      args.test_samples, args.population, args.seed, space=args.space, max_queues=args.max_queues)
     if not args.serial:
         import ray
 
@@ -98,7 +101,7 @@ def main() -> None:
         "objectives": [o.label for o in objectives],
         "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs",
         "samples": args.samples, "test_samples": args.test_samples, "population": args.population,
-        "seed": args.seed, "backend": backend.name,
+        "seed": args.seed, "backend": backend.name, "space": search.space.describe(),
         "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
         "ray_start_s": round(ray_ready, 1), "references_s": round(references_s, 1), "search_s": round(search_s, 1), "total_wall_s": round(total_s, 1),
         "generations": state.generation, "evaluations": state.evaluations,
