@@ -220,13 +220,21 @@ class SearchSpace:
         return [fifo, [float(self.max_queues), *many, W_RANGE[1], *tail], [float(self.max_queues), *many, 0.0, *tail]]
 
     def seeds(self, count: int) -> list[list[float]]:
-        """Up to ``count`` starting genomes: the extremes, then (``cuts``) the paper's C^2 partitions that fit.
+        """Up to ``count`` starting genomes: the extremes, then (``cuts``) one cut at log-even places and the
+        paper's C^2 partitions that fit.
 
         The cuts space is larger; starting it where the paper's space starts
-        keeps what the paper's decoding finds within reach of the first generations.
+        keeps what the paper's decoding finds within reach of the first
+        generations, and the single cuts spread two-queue configurations over
+        the range of sizes, which T reaches only at its records.
         """
         out = self.extremes()
         if self.kind == "cuts":
+            lo, hi = self._cut_range
+            singles = max(count // 4, 1)
+            for k in range(singles):
+                cut = 10.0 ** (lo + (hi - lo) * (k + 1) / (singles + 1))
+                out.append(self.encode_thresholds((cut,), (0.5, 1.0, 2.0)[k % 3]))
             seen = set()
             for k in range(4 * count):
                 T = T_MIN * (self.c2_max / T_MIN) ** (k / max(4 * count - 1, 1))
