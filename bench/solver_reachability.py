@@ -11,7 +11,8 @@ of the artifact configuration and of the same configuration with its first
 threshold moved to each reachable neighbour. For the ``cuts`` space
 (``--space cuts``), the configuration its encoding of the artifact's
 thresholds and W decodes to, and whether that puts every train size in the
-same queue as the artifact's configuration does.
+same queue as the artifact's configuration does, with its objectives (W is
+quantised to 0.01, so they may differ a little).
 
 Usage: python bench/solver_reachability.py [--objectives jct:avg,pred_err:avg] [--seed 0]
 Prints one JSON object.
@@ -104,10 +105,12 @@ def main() -> None:
         cuts = SearchSpace.from_samples(search.train, kind="cuts", max_queues=max(len(cfg.thresholds), 2))
         W = math.log(cfg.weights[0] / cfg.weights[1]) if len(cfg.weights) > 1 else 0.0
         decoded = cuts.decode(cuts.encode_thresholds(cfg.thresholds, W, cfg.zeta_min, cfg.delta))
+        via = search.references([("cuts", decoded)], baselines=())[0]
         entry["cuts_space"] = {
             "thresholds": list(decoded.thresholds[:-1]),
             "weights": list(decoded.normalised_weights),
             "same_train_queues": [queue(decoded, x) for x in sizes] == [queue(cfg, x) for x in sizes],
+            "train": list(via.train), "test": list(via.test),
         }
         out["configs"][f"pcs-{kind}"] = entry
     out["wall_s"] = round(time.perf_counter() - started, 1)
