@@ -60,8 +60,12 @@ def test_history_solve_pick_and_config_set_on_the_coordinator(tmp_path, monkeypa
     run_jobs(link, clock, steps)
     records = read_history_records(state)  # the state folder, as `solve --history` is given it
     assert sorted(r.job_id for r in records) == sorted(link.core.jobs)
-    # 1 s a step on its GPUs: a step on 2 GPUs is 2 GPU-seconds at one GPU (linear speedup)
-    assert sorted(round(r.service) for r in records) == sorted(n * (1 + i % 2) for i, n in enumerate(steps))
+    # 1 s a step on its GPUs: a step is iteration_time GPU-seconds at one GPU, 1 s on one GPU and at most 2 s
+    # on two (the speed model's scaling, measured or declared, is never super-linear)
+    by_steps = sorted(zip(steps, (1 + i % 2 for i in range(len(steps)))))
+    for record, (n, gpus) in zip(sorted(records, key=lambda r: r.service / r.iteration_time), by_steps):
+        assert record.service == pytest.approx(n * record.iteration_time)
+        assert 1.0 - 1e-9 <= record.iteration_time <= gpus + 1e-9
 
     front = tmp_path / "front.json"
     solve = ["solve", "--history", str(state), "--gpus", str(GPUS), "--serial", "--space", "cuts",
