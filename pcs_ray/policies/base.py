@@ -28,6 +28,10 @@ class SchedulingPolicy(ABC):
     #: Whether ``allocate`` reads ``remaining``/``attained``. The engine brings
     #: progress up to date before each round only for policies that do.
     reads_progress: ClassVar[bool] = True
+    #: Period (s) of reviews the policy asks for only while they can change something
+    #: (``next_review``). The engine counts the ones it skips as events all the same, since the
+    #: PCS artifact's Themis counts every quantum in an app's observed contention. None: no quantum.
+    quantum: float | None = None
 
     @abstractmethod
     def allocate(self, snap: Snapshot) -> Allocation:
