@@ -36,7 +36,7 @@ DATA = data_dir()
 # The columns that existed before any refactoring: later columns (explanations) are not hashed.
 COLUMNS = ("job_id", "submit", "service", "max_gpus", "start", "finish", "jct", "first_pred", "last_pred",
            "refreshes", "bound", "preemptions")
-POLICIES = ("fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs")
+POLICIES = ("fifo", "srsf", "las", "srtf", "themis", "themis-lease", "afs", "afs-l", "fair", "pcs")
 PLACEMENTS = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal",
               "mapa-baseline", "mapa-topo", "mapa-greedy", "mapa-preserve", "combined")
 

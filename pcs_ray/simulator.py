@@ -100,6 +100,11 @@ class Engine:
         self.demand = 0  # sum of max_gpus over active jobs
         self.area = 0.0  # integral of the number of active apps over time
         self.events = 0
+        # Event-averaged contention, as the PCS artifact counts it (Themis's fair share): every
+        # arrival, completion and policy review adds the number of apps active before it.
+        self.seen_total = 0.0
+        self.seen_events = 0
+        self._eventful = False  # an arrival or completion since the last reallocate
 
     # -- state -------------------------------------------------------------
     def fork(self, *, placement: bool = True) -> "Engine":
@@ -115,6 +120,7 @@ class Engine:
         other.now, other.review_at, other.busy, other.demand, other.area, other.events = (
             self.now, self.review_at, self.busy, self.demand, self.area, 0,
         )
+        other.seen_total, other.seen_events, other._eventful = self.seen_total, self.seen_events, self._eventful
         other.active = {jid: j.clone() for jid, j in self.active.items()}
         other.running = {jid: other.active[jid] for jid in self.running}
         other.eta = dict(self.eta)
@@ -125,7 +131,11 @@ class Engine:
 
     def admit(self, spec: JobSpec) -> JobState:
         job = JobState.new(spec, self.now)
+        self._count_event()
         self.active[spec.job_id] = job
+        # The arriving app starts having seen the apps now active, itself included.
+        job.seen_total = len(self.active) - self.seen_total
+        job.seen_events = 1 - self.seen_events
         self.demand += spec.max_gpus
         if self.index is not None:
             self.index.add(job)
@@ -184,9 +194,15 @@ class Engine:
         job = self.active[job_id]
         job.start_cost, job.move_cost = start_cost, move_cost
 
+    def _count_event(self) -> None:
+        self.seen_total += len(self.active)
+        self.seen_events += 1
+        self._eventful = True
+
     def snapshot(self) -> Snapshot:
         # A live view, not a copy: a snapshot is only valid for the round it is made in.
-        return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand)
+        return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand,
+                        self.seen_total, self.seen_events)
 
     def next_completion(self) -> float:
         heap, eta = self.eta_heap, self.eta
@@ -232,6 +248,12 @@ class Engine:
         if dt < 0:
             raise RuntimeError(f"time went backwards: {self.now} -> {t}")
         self.area += dt * len(self.active)
+        quantum = self.policy.quantum
+        if quantum is not None and self.review_at is None and dt > quantum:
+            # Reviews the policy skipped because none could change anything still count as events.
+            skipped = math.ceil(dt / quantum) - 1
+            self.seen_total += skipped * len(self.active)
+            self.seen_events += skipped
         self.now = t
         lim = t + 1e-9 * max(1.0, abs(t))
         done = []
@@ -263,6 +285,7 @@ class Engine:
     def remove(self, finished: list[JobState]) -> None:
         for job in finished:
             jid = job.spec.job_id
+            self._count_event()
             self.busy -= job.alloc
             self.demand -= job.spec.max_gpus
             self.eta.pop(jid, None)
@@ -281,6 +304,9 @@ class Engine:
         policy = self.policy
         if policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
             self.settle_all()
+        if not self._eventful:  # a review: no arrival or completion since the last round
+            self._count_event()
+        self._eventful = False
         snap = self.snapshot()
         alloc = policy.allocate(snap)
         if self.check:

@@ -29,6 +29,10 @@ class JobState:
     anchor: float = 0.0  # remaining/attained are exact as of this time (settled lazily)
     start_cost: float = 0.0  # see JobSpec; the live coordinator updates them as it learns
     move_cost: float | None = None
+    # Offsets against the engine's running event counts (``Snapshot.seen_total``/``seen_events``):
+    # the average number of active apps this app has seen is (seen_total + S) / (seen_events + E).
+    seen_total: float = 0.0
+    seen_events: int = 0
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
     _fair: dict[float, float] = field(default_factory=dict, repr=False)
 
@@ -60,6 +64,7 @@ class JobState:
         return JobState(
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
             self.stall_until, self.slowdown, self.preemptions, self.anchor, self.start_cost, self.move_cost,
+            self.seen_total, self.seen_events,
             self._caps, self._fair,
         )
 
@@ -77,3 +82,14 @@ class Snapshot:
     jobs: Collection[JobState]  # iterate only; may be a live view valid for this round
     index: object = None
     demand: int | None = None  # sum of max_gpus over ``jobs``, when the caller keeps it
+    # Running sums over events (arrivals, completions, reviews) of the number of apps active
+    # before each, and the event count; 0 events: the caller does not keep them.
+    seen_total: float = 0.0
+    seen_events: int = 0
+
+    def contention(self, job: JobState) -> float:
+        """Average number of active apps ``job`` has seen, per event (the PCS artifact's measure);
+        the current number when the caller keeps no counts."""
+        if not self.seen_events:
+            return float(len(self.jobs))
+        return (job.seen_total + self.seen_total) / (job.seen_events + self.seen_events)

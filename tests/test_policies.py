@@ -18,7 +18,7 @@ from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, create_policy
 from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate_allocation
-from pcs_ray.policies.themis import ThemisPolicy, fractional_speedup
+from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
 from pcs_ray.state import JobState, Snapshot
 from workloads.demand import SubLinearDemand, speedup_table
@@ -31,6 +31,7 @@ CONFIG_DIR = DATA / "pcs" / "configs"
 SUB_A = (0.0, 1.0, 1.5, 2.16, 2.4)
 # Efficiencies (1, .95, .85).
 SUB_B = (0.0, 1.0, 1.9, 2.55)
+S07 = speedup_table(SubLinearDemand(0.7), 4)  # 1, 1.6245, 2.1577, 2.6390
 
 
 # --- helpers ----------------------------------------------------------------
@@ -214,7 +215,124 @@ def test_las_rejects_bad_threshold():
         create_policy("las", threshold=0)
 
 
-# --- Themis ---------------------------------------------------------------------
+# --- Themis as the PCS artifact runs it (themis) ------------------------------------------
+
+
+def test_themis_artifact_rho_and_allocation():
+    # 2 GPUs, 4 one-GPU apps, contention 4 (no event counts kept: the current number):
+    # fair time = service / min(2/4, 1) = 2 x service; rho = (elapsed + remaining / 1) / fair:
+    # 1: (10 + 10)/20 = 1.0, 2: (10 + 5)/40 = 0.375, 3: (2 + 4)/8 = 0.75, 4: (0 + 1)/2 = 0.5.
+    jobs = [job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
+            job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)]
+    s = snap(jobs, 2, now=10.0)
+    pol = create_policy("themis")
+    assert [pol.rho(s, j) for j in jobs] == pytest.approx([1.0, 0.375, 0.75, 0.5], rel=1e-12)
+    run_case(pol, jobs, 2, 10.0, {1: 1, 3: 1})
+
+
+THEMIS_ARTIFACT_CASES = [
+    # The share in rho is what the app would get now, min(residual, demand), and remaining work is
+    # divided by it linearly. 4 GPUs, contention 2 -> fair share 2 GPUs. Job 1 (demand 4, service
+    # 80, 40 left): fair 40, rho at residual 4 = (10 + 40/4)/40 = 0.5. Job 2 (demand 1, 10 left,
+    # service 10): fair 10, rho = (10 + 10)/10 = 2 -> first, 1 GPU. Then job 1 at residual 3:
+    # (10 + 40/3)/40 = 0.58 -> 3 GPUs.
+    pytest.param([job(1, submit=0, service=80, rem=40, max_gpus=4), job(2, submit=0, service=10, rem=10)],
+                 4, 10.0, {1: 3, 2: 1}, id="share-is-min-residual-demand"),
+    # 2 GPUs, contention 2 -> fair share 1 GPU. Job 1 (demand 4, service 8) at residual 2:
+    # (0 + 8/2)/8 = 0.5; job 2 (demand 2, service 4): (0 + 4/2)/4 = 0.5. A tie: earlier arrival first.
+    pytest.param([job(1, submit=0, service=8, max_gpus=4), job(2, submit=0, service=4, max_gpus=2)],
+                 2, 0.0, {1: 2}, id="tie-earlier-arrival"),
+    # Speedup curves do not enter rho: the same remaining work ranks the same.
+    pytest.param([job(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.2)), job(2, submit=1, service=6, rem=6,
+                  max_gpus=2)], 2, 1.0, {1: 2}, id="linear-in-share-whatever-the-curve"),
+    # A rigid app that does not fit the residual gets nothing; the next takes the GPUs.
+    pytest.param([rigid(1, 3, service=300, submit=0), job(2, submit=5, service=10, rem=10, max_gpus=2)],
+                 2, 5.0, {2: 2}, id="rigid-wider-than-residual"),
+]
+
+
+@pytest.mark.parametrize("jobs,capacity,now,expected", THEMIS_ARTIFACT_CASES)
+def test_themis_artifact_exact(jobs, capacity, now, expected):
+    run_case(create_policy("themis"), jobs, capacity, now, expected)
+
+
+def test_themis_artifact_contention_from_event_counts():
+    # An app that has seen 10 active apps over 6 events has contention 10/6: fair share 4 / (10/6)
+    # = 2.4 GPUs, capped at its demand of 2 -> fair time = service / 2.
+    a, b = job(1, service=20, max_gpus=2), job(2, service=20, max_gpus=2)
+    a.seen_total, a.seen_events = 10 - 50.0, 6 - 20  # offsets against the running sums below
+    b.seen_total, b.seen_events = 3 - 50.0, 1 - 20
+    s = Snapshot(0.0, 4, (a, b), None, 4, 50.0, 20)
+    assert s.contention(a) == pytest.approx(10 / 6) and s.contention(b) == pytest.approx(3.0)
+    pol = create_policy("themis")
+    assert pol.rho(s, a) == pytest.approx((20 / 2) / (20 / 2))
+    assert pol.rho(s, b) == pytest.approx((20 / 2) / (20 / (4 / 3)))
+
+
+def test_themis_artifact_review_only_when_contended():
+    pol = create_policy("themis", quantum=60.0)
+    s = snap([job(1, max_gpus=2), job(2, max_gpus=2)], 3, now=10.0)
+    assert pol.next_review(s, pol.allocate(s)) == 70.0
+    s = snap([job(1, max_gpus=2), job(2, max_gpus=1)], 3, now=10.0)
+    assert pol.next_review(s, pol.allocate(s)) is None
+    with pytest.raises(ValueError, match="quantum"):
+        create_policy("themis", quantum=0)
+
+
+def test_engine_counts_contention_per_event_with_skipped_quanta():
+    """The artifact's contention: each arrival, completion and quantum adds the apps active before it.
+
+    A and B arrive at 0 on 4 GPUs (both fit, so no review is due), C at 35 with a 10 s quantum:
+    quanta at 10, 20, 30 count though the engine skips them. A: (1) + 1 (B) + 3 x 2 + 2 (C) over
+    1 + 1 + 3 + 1 events = 10/6; B: (2) + 3 x 2 + 2 over 5 = 2; C: 3 over 1.
+    """
+    from pcs_ray.simulator import Engine
+
+    eng = Engine(4, create_policy("themis", quantum=10.0))
+    specs = [JobSpec(i, 0.0 if i < 3 else 35.0, 1000.0, 1, linear_speedup(1)) for i in (1, 2, 3)]
+    for spec in specs[:2]:
+        eng.admit(spec)
+        eng.reallocate()
+    assert eng.review_time() is None
+    assert eng.advance(35.0) == []
+    eng.admit(specs[2])
+    eng.reallocate()
+    s = eng.snapshot()
+    a, b, c = (eng.job(i) for i in (1, 2, 3))
+    assert [s.contention(j) for j in (a, b, c)] == pytest.approx([10 / 6, 2.0, 3.0], rel=1e-12)
+
+
+# --- AFS as the PCS artifact runs it (afs) --------------------------------------------------
+
+AFS_ARTIFACT_CASES = [
+    # Linear, 4 GPUs. Every app first gets one GPU (job 2, shorter, then job 1). GPU 3: l = job 2
+    # (40 s left at 1 GPU), h = job 1 (100 s): l's gain (s(2) - s(1)) / s(1) = 1 beats h's
+    # (s(2) - s(1)) / s(2) = 0.5 -> job 2. GPU 4: l = job 2 at 2 GPUs gains 0.5, h = job 1 gains
+    # 0.5 (a hair more with the 1e-7 offset) -> job 1. Not SRTF, unlike afs-l.
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1, max_gpus=4)], 4, {1: 2, 2: 2},
+                 id="linear-is-not-srtf"),
+    # A backlog: one GPU each to the apps with the least remaining service.
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=10, submit=1, max_gpus=4),
+                  job(3, rem=50, submit=2, max_gpus=4)], 2, {2: 1, 3: 1}, id="backlog-one-each-shortest"),
+    # Equal remaining work: the later arrival wins the tie (the artifact's scan keeps the newcomer).
+    pytest.param([job(1, rem=10), job(2, rem=10, submit=1)], 1, {2: 1}, id="tie-later-arrival"),
+    # Rigid app takes its whole demand in one step or not at all.
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
+    # Sub-linear: job 1 (S = n^0.7, 100 left) and job 2 (linear, 100 left, demand 2), 3 GPUs: one
+    # each (tie at 1 GPU -> job 2 first), then l = job 1 vs h = job 2 at equal length: the scan
+    # compares cand = job 1 with m = job 2: not shorter -> l = job 1, gain .6245 vs h's 0.5 -> job 1.
+    pytest.param([job(1, rem=100, speedup=S07), job(2, rem=100, max_gpus=2, submit=1)], 3, {1: 2, 2: 1},
+                 id="sublinear"),
+]
+
+
+@pytest.mark.parametrize("jobs,capacity,expected", AFS_ARTIFACT_CASES)
+def test_afs_artifact_exact(jobs, capacity, expected):
+    run_case(create_policy("afs"), jobs, capacity, 0.0, expected)
+
+
+# --- Themis with leases (themis-lease) ---------------------------------------------------------------------
 
 
 def test_themis_rho_values():
@@ -226,7 +344,7 @@ def test_themis_rho_values():
         job(4, submit=10, service=1, rem=1),  # (0 + 1)/1 = 1
     ]
     s = snap(jobs, 2, now=10.0)
-    pol = ThemisPolicy(lease=60.0)
+    pol = ThemisLeasePolicy(lease=60.0)
     assert [pol.rho(s, j) for j in jobs] == pytest.approx([1.5, 0.5, 1.25, 1.0], rel=1e-12)
 
 
@@ -257,7 +375,7 @@ THEMIS_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,now,expected", THEMIS_CASES)
 def test_themis_exact(jobs, capacity, now, expected):
-    run_case(ThemisPolicy(lease=60.0), jobs, capacity, now, expected)
+    run_case(ThemisLeasePolicy(lease=60.0), jobs, capacity, now, expected)
 
 
 THEMIS_REVIEW_CASES = [
@@ -269,7 +387,7 @@ THEMIS_REVIEW_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,lease,expected", THEMIS_REVIEW_CASES)
 def test_themis_lease_review(jobs, capacity, lease, expected):
-    pol = ThemisPolicy(lease=lease)
+    pol = ThemisLeasePolicy(lease=lease)
     s = snap(jobs, capacity, now=10.0)
     assert pol.next_review(s, pol.allocate(s)) == expected
 
@@ -289,12 +407,10 @@ def test_themis_fractional_speedup(table, share, expected):
 
 def test_themis_rejects_bad_lease():
     with pytest.raises(ValueError, match="lease"):
-        create_policy("themis", lease=-1)
+        create_policy("themis-lease", lease=-1)
 
 
-# --- AFS-L ------------------------------------------------------------------------
-
-S07 = speedup_table(SubLinearDemand(0.7), 4)  # 1, 1.6245, 2.1577, 2.6390
+# --- AFS-L (afs-l) ------------------------------------------------------------------------
 
 AFS_CASES = [
     # Linear scaling: behaves like SRTF (shortest remaining time takes everything).
@@ -320,7 +436,7 @@ AFS_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", AFS_CASES)
 def test_afs_exact(jobs, capacity, expected):
-    run_case(create_policy("afs"), jobs, capacity, 0.0, expected)
+    run_case(create_policy("afs-l"), jobs, capacity, 0.0, expected)
 
 
 # --- max-min fair share --------------------------------------------------------------
@@ -738,7 +854,8 @@ def test_create_policy_unknown_name_lists_valid():
     "name,kwargs,valid",
     [
         pytest.param("las", {"lease": 1}, ["threshold"], id="las"),
-        pytest.param("themis", {"threshold": 1}, ["lease"], id="themis"),
+        pytest.param("themis-lease", {"threshold": 1}, ["lease"], id="themis-lease"),
+        pytest.param("themis", {"lease": 1}, ["quantum"], id="themis"),
         pytest.param("pcs", {"weights": 1}, ["config"], id="pcs"),
         # Policies without their own __init__ take no arguments: the message must say so, not
         # list object.__init__'s *args/**kwargs, and those names must be refused the same way.
@@ -756,12 +873,14 @@ def test_create_policy_unknown_argument_lists_valid(name, kwargs, valid):
 
 
 def test_create_policy_names():
-    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "afs", "fair", "pcs", "fcfs-easy", "rush", "vu-fcfs",
-                             "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs", "cgva-fcfs-b", "vahrm"}
+    assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "themis-lease", "afs", "afs-l", "fair", "pcs",
+                             "fcfs-easy", "rush", "vu-fcfs", "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs",
+                             "cgva-fcfs-b", "vahrm"}
     for name, cls in POLICIES.items():
         assert type(create_policy(name)) is cls
         assert type(create_policy(name.upper())) is cls
-    assert create_policy("themis", lease=5.0).lease == 5.0
+    assert create_policy("themis-lease", lease=5.0).lease == 5.0
+    assert create_policy("themis", quantum=5.0).quantum == 5.0
 
 
 # --- base helpers ------------------------------------------------------------------------
@@ -791,7 +910,8 @@ def _contract_policies():
     out = [pytest.param(create_policy(name), id=name) for name in POLICIES]
     out += [
         pytest.param(create_policy("las", threshold=50.0), id="las-50"),
-        pytest.param(create_policy("themis", lease=10.0), id="themis-10"),
+        pytest.param(create_policy("themis-lease", lease=10.0), id="themis-lease-10"),
+        pytest.param(create_policy("themis", quantum=10.0), id="themis-10"),
         pytest.param(WFQPolicy(WFQConfig((50.0, 400.0, math.inf), (0.6, 0.3, 0.1), 0.7, 0.1)), id="pcs-3q-zeta"),
         pytest.param(WFQPolicy(WFQConfig((100.0, math.inf), (0.2, 0.8), 0.95, 0.0)), id="pcs-2q-zeta-delta0"),
         pytest.param(WFQPolicy(WFQConfig.load(pcs_config("themis1", "jct"))), id="pcs-themis1-jct"),

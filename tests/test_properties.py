@@ -84,7 +84,8 @@ class CheckedPolicy(SchedulingPolicy):
 POLICY_FACTORIES = {name: (lambda name=name: create_policy(name)) for name in POLICIES}
 POLICY_FACTORIES.update({
     "las-threshold50": lambda: create_policy("las", threshold=50.0),
-    "themis-lease40": lambda: create_policy("themis", lease=40.0),
+    "themis-lease40": lambda: create_policy("themis-lease", lease=40.0),
+    "themis-q40": lambda: create_policy("themis", quantum=40.0),
     "pcs-3q-zeta": lambda: WFQPolicy(WFQConfig((20.0, 200.0, math.inf), (0.6, 0.3, 0.1), 0.8, 0.2)),
     "pcs-2q-zeta-delta0": lambda: WFQPolicy(WFQConfig((100.0, math.inf), (0.3, 0.7), 0.9, 0.0)),
 })

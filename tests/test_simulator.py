@@ -123,7 +123,8 @@ def _all_policies():
     out = [pytest.param(name, {}, id=name) for name in POLICIES]
     out += [
         pytest.param("las", {"threshold": 20_000.0}, id="las-short-threshold"),
-        pytest.param("themis", {"lease": 5_000.0}, id="themis-5000"),
+        pytest.param("themis-lease", {"lease": 5_000.0}, id="themis-lease-5000"),
+        pytest.param("themis", {"quantum": 5_000.0}, id="themis-5000"),
     ]
     return out
 
@@ -243,7 +244,7 @@ def test_preempted_jobs_pay_the_overhead(name, kw):
         assert r.jct >= r.min_runtime + overhead - 1e-6 * max(1.0, r.jct), r
     for r in slow.records:
         assert r.jct >= r.min_runtime - 1e-6 * max(1.0, r.jct)
-    if name in ("srsf", "srtf", "themis", "las", "afs"):
+    if name in ("srsf", "srtf", "themis", "themis-lease", "las", "afs", "afs-l"):
         assert preempted
     # (FIFO preempts too here: an app backfilled beside a waiting rigid app that arrived
     # earlier gives its GPUs back when the rigid app fits.)

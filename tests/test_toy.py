@@ -45,12 +45,12 @@ def _run(policy, k, **kw):
 
 
 STAGES = [(pol, key, k) for pol, key in (("srsf", "tiresias"), ("fifo", "yarn_fifo")) for k in range(1, 5)]
-STAGES += [("themis", "themis", k) for k in range(1, 4)]
+STAGES += [("themis-lease", "themis", k) for k in range(1, 4)]
 
 
 @pytest.mark.parametrize("policy,key,k", [pytest.param(*s, id=f"{s[1]}-stage{s[2]}") for s in STAGES])
 def test_stage_finish_times_match_published(policy, key, k):
-    kw = {"lease": 1.0} if policy == "themis" else {}
+    kw = {"lease": 1.0} if policy == "themis-lease" else {}
     _, finish = _run(policy, k, **kw)
     published = _published_finish(_fig("fig1a.json")[key][k - 1])
     assert finish == {j: float(t) for j, t in published.items()}
@@ -70,7 +70,7 @@ def test_themis_stage4_known_discrepancy():
     gives J1 24, J2 21, J3 3, J4 27; these values are pinned so that any
     change shows up.
     """
-    result, finish = _run("themis", 4, lease=1.0)
+    result, finish = _run("themis-lease", 4, lease=1.0)
     published = _published_finish(_fig("fig1a.json")["themis"][3])
     assert published == {"J1": 19, "J2": 16, "J3": 3, "J4": 27}
     assert finish == {"J1": 24.0, "J2": 21.0, "J3": 3.0, "J4": 27.0}
@@ -83,7 +83,7 @@ def test_themis_stage4_known_discrepancy():
     [
         pytest.param("srsf", "tiresias", {}, id="tiresias"),
         pytest.param("fifo", "yarn_fifo", {}, id="yarn_fifo"),
-        pytest.param("themis", "themis", {"lease": 1.0}, id="themis"),
+        pytest.param("themis-lease", "themis", {"lease": 1.0}, id="themis"),
     ],
 )
 def test_first_prediction_is_the_published_prediction_at_arrival(policy, key, kw):
@@ -102,7 +102,7 @@ def test_first_prediction_is_the_published_prediction_at_arrival(policy, key, kw
     [
         pytest.param("srsf", "tiresias", {}, 4, id="tiresias"),
         pytest.param("fifo", "yarn_fifo", {}, 4, id="yarn_fifo"),
-        pytest.param("themis", "themis", {"lease": 1.0}, 3, id="themis-stages1-3"),
+        pytest.param("themis-lease", "themis", {"lease": 1.0}, 3, id="themis-stages1-3"),
     ],
 )
 def test_stage_predictions_match_published(policy, key, kw, stages):

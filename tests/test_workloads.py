@@ -14,6 +14,7 @@ from workloads.errors import WorkloadError
 from workloads.generator import EmpiricalCDF, available_workloads, generate_workload
 from workloads.traces import (
     SIA_ITERATION_TIME,
+    default_speedup,
     read_pcs_trace,
     read_sia_philly,
     read_testbed_trace,
@@ -34,7 +35,7 @@ def _csv_rows(path):
 
 
 def test_pcs_trace_arrivals_are_cumulative_sleep_times():
-    jobs = read_pcs_trace(PHILLY)
+    jobs = read_pcs_trace(PHILLY, speedup="linear")
     rows = _csv_rows(PHILLY)
     assert len(jobs) == 2465 == len(rows)
     arrivals = list(itertools.accumulate(float(r["sleep_time"]) for r in rows))
@@ -51,8 +52,11 @@ def test_pcs_trace_arrivals_are_cumulative_sleep_times():
 
 
 def test_pcs_trace_model_speedup_curves():
+    """Model curves are the default, as the PCS artifact replays traces; linear stays selectable."""
     curves = json.loads((DATA / "pcs" / "speedup-curves.json").read_text())["models"]
-    jobs = read_pcs_trace(PHILLY, speedup="model")
+    jobs = read_pcs_trace(PHILLY)
+    assert jobs == read_pcs_trace(PHILLY, speedup="model") == read_trace(PHILLY)
+    assert default_speedup(PHILLY) == "model" and default_speedup(DATA / "pal" / "sia-philly" / "workload-1.csv") == "linear"
     job = next(j for j in jobs if j.model == "Resnet50Model128" and j.max_gpus >= 2)
     t = curves["Resnet50Model128"]["iteration_time_us_by_gpus"]
     assert job.speedup[1] == 1.0

@@ -167,12 +167,13 @@ def _read_pcs_like(
     return _sorted(jobs)
 
 
-def read_pcs_trace(path: str | Path, speedup: str = "linear", curves_path: str | Path | None = None) -> list[JobSpec]:
+def read_pcs_trace(path: str | Path, speedup: str = "model", curves_path: str | Path | None = None) -> list[JobSpec]:
     """PCS/Philly trace (``app_id,submit_time,service,num_jobs,sleep_time,model_name``).
 
-    Elastic apps (1..num_jobs GPUs). ``speedup="linear"`` is the PCS artifact's
-    default; ``"model"`` uses the measured curve of ``model_name`` (linear for
-    models without one, as the artifact's ``LinearModel``).
+    Elastic apps (1..num_jobs GPUs). ``speedup="model"`` (the default) scales
+    each app by the measured curve of its ``model_name``, as the PCS artifact
+    does when it replays a trace (linear for models without one, as its
+    ``LinearModel``); ``"linear"`` scales every app linearly.
     """
     if speedup not in ("linear", "model"):
         raise WorkloadError(f"speedup must be 'linear' or 'model', got {speedup!r}")
@@ -214,6 +215,13 @@ def read_sia_philly(path: str | Path) -> list[JobSpec]:
     return _sorted(jobs)
 
 
+def default_speedup(path: str | Path) -> str:
+    """The speedup kind ``read_trace`` uses when none is given: ``model`` for a PCS/Philly trace
+    (its rows name their model), ``linear`` for the formats without model curves."""
+    header, _ = _read_header(path)
+    return "model" if set(header) >= set(PCS_COLUMNS) else "linear"
+
+
 _FORMATS = (
     (PCS_COLUMNS, "PCS/Philly"),
     (TESTBED_COLUMNS, "PCS testbed"),
@@ -225,7 +233,8 @@ def read_trace(path: str | Path, **kw) -> list[JobSpec]:
     """Read any supported trace, picking the reader from the header.
 
     Keyword arguments (``speedup``, ``curves_path``) go to the PCS/Philly
-    reader; the other formats have no model curves.
+    reader (default ``speedup="model"``); the other formats have no model
+    curves and accept only ``speedup="linear"``.
     """
     header, line = _read_header(path)
     columns = set(header)

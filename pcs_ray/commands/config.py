@@ -41,7 +41,7 @@ def set_cmd(
         "Without FILE and --policy: the configuration `pcs-ray solve --set` wrote.", show_default=False)] = None,
     policy: Annotated[str | None, typer.Option(
         "--policy", help="A policy by name instead of a file: pcs-jct, pcs-bal, pcs-pred, fifo, srsf, las, srtf, "
-        "themis, afs, fair.", show_default=False)] = None,
+        "themis, themis-lease, afs, afs-l, fair.", show_default=False)] = None,
     address: Annotated[str | None, ADDRESS] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:

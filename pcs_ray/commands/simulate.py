@@ -120,8 +120,8 @@ def simulate_cmd(
         "--pcs-config", metavar="FILE|NAME", help="PCS WFQ config for the pcs policy: a JSON file or a bundled "
         "name (e.g. themis1-jct); repeatable.", show_default=False)] = None,
     speedup: Annotated[Speedup | None, typer.Option(
-        "--speedup", help="Speedup curves of a PCS/Philly trace's apps: linear, or measured per model  "
-        "[default: linear]", show_default=False, case_sensitive=False)] = None,
+        "--speedup", help="Speedup curves of a PCS/Philly trace's apps: measured per model (as the PCS artifact "
+        "replays traces), or linear  [default: model]", show_default=False, case_sensitive=False)] = None,
     overhead: Annotated[float, typer.Option(
         "--overhead", metavar="SECONDS", help="Stall each time a running app's GPUs change (checkpoint/restore).")] = 0.0,
     predict: Annotated[bool, typer.Option(

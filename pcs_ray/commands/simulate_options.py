@@ -76,7 +76,7 @@ class SimulateOptions:
             num_apps=DEFAULT_NUM_APPS if self.num_apps is None else self.num_apps,
             load=DEFAULT_LOAD if self.load is None else self.load,
             seed=DEFAULT_SEED if self.seed is None else self.seed,
-            speedup=self.speedup or Speedup.linear,
+            speedup=self.speedup,  # None: the trace format's own default (model curves for PCS/Philly)
             workload=None if self.trace is not None else self.workload or DEFAULT_WORKLOAD,
             policy=self.policy or ["all"],
             pcs_config=list(self.pcs_config or []),

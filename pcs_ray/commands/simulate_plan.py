@@ -17,7 +17,7 @@ from pcs_ray.job import JobSpec
 from pcs_ray.placement.configure import PlacementSetup, configure_placement
 from pcs_ray.topology import read_topo
 from workloads.generator import generate_workload
-from workloads.traces import read_trace
+from workloads.traces import default_speedup, read_trace
 
 
 @dataclass
@@ -87,8 +87,9 @@ def make_plan(opts: SimulateOptions) -> Plan:
     power, budget = _power(opts, spec, setup, runs) if opts.power is not None else (None, None)
     if opts.trace is not None:
         trace = locate("trace", opts.trace)
-        jobs = read_trace(trace, speedup=opts.speedup.value)
-        about = {"source": "trace", "trace": str(trace), "speedup": opts.speedup.value}
+        speedup = opts.speedup.value if opts.speedup is not None else default_speedup(trace)
+        jobs = read_trace(trace, speedup=speedup)
+        about = {"source": "trace", "trace": str(trace), "speedup": speedup}
         title = f"{trace}"
     else:
         name = opts.workload

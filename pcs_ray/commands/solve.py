@@ -141,8 +141,8 @@ def register(app: typer.Typer) -> None:
         load: Annotated[float | None, typer.Option(
             "--load", metavar="X", help="Offered load of generated samples  [default: 0.9]", show_default=False)] = None,
         speedup: Annotated[str | None, typer.Option(
-            "--speedup", metavar="KIND", help="Speedup curves of a PCS/Philly trace's apps: linear or model  "
-            "[default: linear]", show_default=False)] = None,
+            "--speedup", metavar="KIND", help="Speedup curves of a PCS/Philly trace's apps: model (measured, as "
+            "the PCS artifact replays traces) or linear  [default: model]", show_default=False)] = None,
         gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
         objectives: Annotated[str, typer.Option(
             "--objectives", metavar="LIST", help="Comma-separated METRIC:MEASURE to minimise.")] = "jct:avg,pred_err:avg",
@@ -251,11 +251,13 @@ def _problem(opts: SolveOptions):
     from solver.preference import resolve_source
     from solver.search import Problem
     from solver.space import DEFAULT_MAX_QUEUES
+    from workloads.traces import default_speedup
 
     goals = parse_objectives(opts.objectives)
     trace = locate("trace", opts.trace) if opts.trace is not None else None
     source = resolve_source(opts.workload, trace, opts.history, None, opts.num_apps,
-                            0.9 if opts.load is None else opts.load, opts.speedup or "linear")
+                            0.9 if opts.load is None else opts.load,
+                            opts.speedup or (default_speedup(trace) if trace is not None else "linear"))
     return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,
                    search_delta=not opts.no_delta, space=opts.space,
                    max_queues=DEFAULT_MAX_QUEUES if opts.max_queues is None else opts.max_queues)

@@ -15,6 +15,7 @@ from pathlib import Path
 from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
 from pcs_ray.policies.afs import AFSPolicy
 from pcs_ray.policies.easy import EasyBackfill
+from pcs_ray.policies.afs_l import AFSLPolicy
 from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
 from pcs_ray.policies.fifo import FIFOPolicy
@@ -24,12 +25,13 @@ from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.themis import ThemisPolicy
 from pcs_ray.policies.vahrm import ENERGY_POLICIES
+from pcs_ray.policies.themis_lease import ThemisLeasePolicy
 from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
-    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
-                EasyBackfill, RushPolicy, *ENERGY_POLICIES)
+    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, ThemisLeasePolicy, AFSPolicy, AFSLPolicy,
+                FairSharePolicy, WFQPolicy, EasyBackfill, RushPolicy, *ENERGY_POLICIES)
 }
 
 
@@ -50,11 +52,17 @@ BUNDLED: dict[str, BundledConfig] = {f"pcs-{k}": BundledConfig("themis1", k) for
 #: One line per policy name, for help texts and the README.
 ABOUT: dict[str, str] = {
     "fifo": "arrival order, each app as many GPUs as it can use",
-    "srsf": "shortest remaining service (GPU-seconds) first (Tiresias-G)",
+    "srsf": "shortest remaining service first (Tiresias-G): GPU-seconds still needed at full demand, as the PCS "
+            "artifact ranks",
     "las": "two-level least attained service (Tiresias-L)",
     "srtf": "shortest remaining time at the app's best allocation first",
-    "themis": "finish-time fairness with 600 s leases",
-    "afs": "AFS-L, GPU by GPU to the app that gains most",
+    "themis": "finish-time fairness as the PCS artifact runs it: largest rho first at every event and 600 s "
+              "quantum, fair share from the contention each app has seen",
+    "themis-lease": "finish-time fairness at a 1/N share with 600 s leases (the PCS paper's Fig. 1a reading)",
+    "afs": "AFS as the PCS artifact runs it (Algorithm C): GPU by GPU by relative speedup gain, every app one "
+           "GPU first",
+    "afs-l": "AFS-L as read from the AFS paper: GPU by GPU to the shortest app unless another gains "
+             "relatively more (SRTF under linear scaling)",
     "fair": "max-min fair share in whole GPUs",
     "pcs": "PCS weighted fair queueing with a WFQ configuration (a JSON file in the PCS artifact's format "
            "or a bundled name)",

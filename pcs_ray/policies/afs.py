@@ -1,42 +1,79 @@
-"""AFS-L (Hwang et al., NSDI'21): GPU by GPU, to the shortest app unless
-another app gains relatively more throughput than it is longer."""
+"""AFS as the PCS evaluation runs it: Algorithm C of the AFS paper (Hwang et al., NSDI'21),
+one GPU at a time to the app with the best relative speedup gain.
+
+Source: the PCS artifact's simulator (``AFSScheduler``), read to learn its
+rule. Every round starts from zero GPUs each. For each GPU a pairwise scan
+over the apps that can still take one (arrival order) keeps a candidate;
+against the next app it compares l, the one with the shorter remaining time
+at its current count, with the other, h, by
+
+    l if (s_l(n_l+1) - s_l(n_l)) / s_l(n_l) > (s_h(n_h+1) - s_h(n_h)) / s_h(n_h+1) else h,
+
+where s(n) = 1 / (remaining / speedup(n) + 1e-7) is the app's speed at n
+GPUs (0 at none). The artifact divides l's gain by its speed before the GPU
+and h's by its speed after it; we keep that. Two consequences, used below to
+run in O(n log n + G^2) instead of O(G n) per round: an app without a GPU
+beats every app holding one (its gain counts as 1, which no concave curve
+beats), and among apps without one the fastest at one GPU wins, the later
+arrival on a tie. So the first GPUs go one each to the apps with the least
+remaining service; only what is left after every app holds one goes through
+the pairwise scan.
+
+Rigid jobs (min GPUs > 1, not in the artifact) take their minimum as one step.
+"""
 
 from __future__ import annotations
 
-from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
-from pcs_ray.state import Snapshot
+from pcs_ray.policies.base import Allocation, SchedulingPolicy
+from pcs_ray.state import JobState, Snapshot
+
+EPS = 1e-7
+
+
+def _speed(job: JobState, n: int) -> float:
+    """1 / (remaining time at ``n`` GPUs + EPS), 0 without GPUs."""
+    if n <= 0:
+        return 0.0
+    return 1.0 / (job.remaining / job.spec.speedup[n] + EPS)
 
 
 class AFSPolicy(SchedulingPolicy):
-    """Each GPU goes to A, the app with the shortest remaining time at its
-    current allocation, unless an app B would gain more throughput from it by
-    a larger factor than B is longer than A (gain_B/gain_A > len_B/len_A);
-    then B becomes A and the scan goes on. Linear scaling makes this SRTF;
-    sub-linear scaling spreads GPUs to where they help most."""
-
     name = "afs"
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        alloc: Allocation = {}
         free = snap.capacity
-        while free > 0:
-            candidates = []
-            for job in snap.jobs:
-                spec = job.spec
-                n = alloc.get(spec.job_id, 0)
-                step = spec.max_gpus if spec.rigid else (spec.min_gpus if n == 0 else 1)
-                if n + step > spec.max_gpus or step > free:
-                    continue
-                length = job.remaining / spec.speedup[max(n, 1)]
-                gain = (spec.speedup[n + step] - spec.speedup[n]) / step
-                candidates.append((length, spec.submit_time, spec.job_id, gain, step))
-            if not candidates:
-                break
-            candidates.sort()
-            a_len, _, a_id, a_gain, a_step = candidates[0]
-            for b_len, _, b_id, b_gain, b_step in candidates[1:]:
-                if b_gain * a_len > a_gain * b_len:
-                    a_len, a_id, a_gain, a_step = b_len, b_id, b_gain, b_step
-            alloc[a_id] = alloc.get(a_id, 0) + a_step
-            free -= a_step
-        return top_up(snap.jobs, alloc, snap.capacity)
+        alloc: Allocation = {}
+        # Apps without GPUs, fastest at their first step first (later arrival on a tie).
+        waiting = sorted(
+            ((-_speed(job, job.spec.min_gpus), -i, job) for i, job in enumerate(snap.jobs)),
+            key=lambda e: (e[0], e[1]),
+        )
+        for _, _, job in waiting:
+            if free == 0:
+                return alloc
+            step = job.spec.min_gpus
+            if step <= free:
+                alloc[job.spec.job_id] = step
+                free -= step
+        # Every app that could take a first step has one: the pairwise scan, in arrival order.
+        open_ = [j for j in snap.jobs if 0 < alloc.get(j.spec.job_id, 0) < j.spec.max_gpus]
+        while free > 0 and open_:
+            cand = open_[0]
+            nc = alloc[cand.spec.job_id]
+            for m in open_[1:]:
+                nm = alloc[m.spec.job_id]
+                if m.remaining / m.spec.speedup[nm] < cand.remaining / cand.spec.speedup[nc]:
+                    low, nl, high, nh = m, nm, cand, nc
+                else:
+                    low, nl, high, nh = cand, nc, m, nm
+                l0, l1 = _speed(low, nl), _speed(low, nl + 1)
+                h0, h1 = _speed(high, nh), _speed(high, nh + 1)
+                if (l1 - l0) / l0 > (h1 - h0) / h1:
+                    cand, nc = low, nl
+                else:
+                    cand, nc = high, nh
+            alloc[cand.spec.job_id] = nc + 1
+            free -= 1
+            if nc + 1 == cand.spec.max_gpus:
+                open_.remove(cand)
+        return alloc

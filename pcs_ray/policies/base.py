@@ -35,6 +35,10 @@ class SchedulingPolicy(ABC):
     #: Whether ``allocate`` leaves a GPU idle only when no active job can use it (the PCS
     #: setting). Backfilling schedulers keep GPUs free for a reserved job and say False.
     work_conserving: ClassVar[bool] = True
+    #: Period (s) of reviews the policy asks for only while they can change something
+    #: (``next_review``). The engine counts the ones it skips as events all the same, since the
+    #: PCS artifact's Themis counts every quantum in an app's observed contention. None: no quantum.
+    quantum: float | None = None
 
     @abstractmethod
     def allocate(self, snap: Snapshot) -> Allocation:

@@ -7,10 +7,18 @@ from pcs_ray.state import Snapshot
 
 
 class SRSFPolicy(SchedulingPolicy):
-    """Remaining service is GPU-seconds at one GPU, so wide and long jobs wait alike."""
+    """Remaining service is the GPU-seconds an app still needs at its full demand,
+    demand x remaining / speedup(demand), so wide and long jobs wait alike.
+
+    Source: the PCS artifact's SRSF key. Under linear scaling it is the
+    remaining 1-GPU service; a sub-linear app counts the GPU-seconds its
+    scaling wastes.
+    """
 
     name = "srsf"
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        order = sorted(snap.jobs, key=lambda j: (j.remaining, j.spec.submit_time, j.spec.job_id))
+        # max_gpus / speedup is exactly 1.0 for a linear table, so linear keys equal the 1-GPU service.
+        order = sorted(snap.jobs, key=lambda j: (j.remaining * (j.spec.max_gpus / j.spec.speedup[j.spec.max_gpus]),
+                                                 j.spec.submit_time, j.spec.job_id))
         return greedy_fill(order, snap.capacity)

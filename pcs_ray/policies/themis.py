@@ -1,79 +1,91 @@
-"""Themis: finish-time fairness with leases, as PCS evaluates it.
+"""Themis (finish-time fairness) as the PCS evaluation runs it.
 
-An app's fairness ratio is rho = T_shared / T_fair: its elapsed time plus the
-time its remaining work takes at a fair 1/N share, over the time its whole
-service takes at that share. GPUs go to the apps with the largest rho (the
-most unfairly treated) on every event and at each lease expiry. The running
-app keeps its GPUs on a tie, which is what the PCS toy example (Fig. 1a) shows.
+Source: the PCS artifact's simulator (``ThemisScheduler``), read to learn its
+rule. GPUs are handed out greedily: while GPUs are left (``residual``), the
+app with the largest
+
+    rho = (elapsed + remaining / min(residual, demand)) / (service / min(G / contention, demand))
+
+gets ``min(residual, demand)`` GPUs, where ``contention`` is the average
+number of active apps the app has seen per event (arrival, completion or
+quantum; ``Snapshot.contention``). The ranking is redone at every arrival and
+completion and ``quantum`` seconds after the last event. ``remaining`` is
+1-GPU service and the shared time divides it by the GPU count, whatever the
+app's speedup curve: so does the artifact.
+
+When every app's demand fits, the ranking cannot change anything, so no
+review is asked for; the engine still counts the skipped quanta as events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
-from pcs_ray.state import JobState, Snapshot
-
-
-def fractional_speedup(job: JobState, share: float) -> float:
-    """Speedup at a possibly fractional GPU share (time-sharing below one GPU)."""
-    table = job.spec.speedup
-    share = min(share, job.spec.max_gpus)
-    if share <= 1:
-        return share
-    lo = int(share)
-    if lo == share:
-        return table[lo]
-    return table[lo] + (share - lo) * (table[lo + 1] - table[lo])
-
-
-def ranked(jobs: Iterable[JobState], now: float, share: float) -> list[tuple]:
-    """``(-rho quantised, waiting, submit time, job id, rho, job)`` per job, unsorted.
-
-    rho is elapsed time at the fair rate plus the remaining work, over the
-    whole service. Quantising it to 1e-9 (an int: far cheaper than
-    round(x, 9)) keeps float noise from breaking a tie. The fair rate
-    (``fractional_speedup`` at the fair ``share``) is memoised per job: the
-    share only changes when an app arrives or leaves, but Themis asks at every
-    lease expiry of every forward play.
-    """
-    out = []
-    for job in jobs:
-        spec = job.spec
-        memo = job._fair
-        fair = memo.get(share)
-        if fair is None:
-            fair = memo[share] = fractional_speedup(job, share)
-        rho = ((now - spec.submit_time) * fair + job.remaining) / spec.service
-        out.append((-(rho * 1e9).__round__(), job.alloc == 0, spec.submit_time, spec.job_id, rho, job))
-    return out
+from pcs_ray.policies.base import Allocation, SchedulingPolicy
+from pcs_ray.state import Snapshot
 
 
 class ThemisPolicy(SchedulingPolicy):
     name = "themis"
 
-    def __init__(self, lease: float = 600.0) -> None:
-        if lease <= 0:
-            raise ValueError(f"Themis lease must be > 0 seconds, got {lease}")
-        self.lease = lease
+    def __init__(self, quantum: float = 600.0) -> None:
+        if not quantum > 0:
+            raise ValueError(f"Themis quantum must be > 0 seconds, got {quantum}")
+        self.quantum = quantum
 
-    def rho(self, snap: Snapshot, job: JobState) -> float:
-        return ranked((job,), snap.now, snap.capacity / len(snap.jobs))[0][4]
+    def rho(self, snap: Snapshot, job, share: int | None = None) -> float:
+        """``job``'s ratio if it got ``share`` GPUs (default: its demand, capped by the cluster)."""
+        spec = job.spec
+        share = min(snap.capacity, spec.max_gpus) if share is None else share
+        fair = spec.service / min(snap.capacity / snap.contention(job), spec.max_gpus)
+        return (snap.now - spec.submit_time + job.remaining / share) / fair
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        jobs = snap.jobs
-        if not jobs:
-            return {}
-        keyed = ranked(jobs, snap.now, snap.capacity / len(jobs))
-        keyed.sort()  # job ids are unique, so rho and the JobState are never compared
-        return greedy_fill([k[5] for k in keyed], snap.capacity)
+        now, capacity = snap.now, snap.capacity
+        demand = snap.demand if snap.demand is not None else sum(j.spec.max_gpus for j in snap.jobs)
+        residual = min(demand, capacity)
+        # Per app: (elapsed, remaining, fair time, demand, min GPUs, arrival rank). rho at a share
+        # of min(residual, demand) is fixed for apps whose demand fits the residual; only the
+        # others' depends on it, and residual only shrinks, so apps move one way: into ``wide``.
+        apps = []
+        for i, job in enumerate(snap.jobs):
+            spec = job.spec
+            fair = spec.service / min(capacity / snap.contention(job), spec.max_gpus)
+            apps.append((now - spec.submit_time, job.remaining, fair, spec.max_gpus, spec.min_gpus, i, spec.job_id))
+        # Fitting apps by their fixed rho, highest first, earliest arrival on a tie.
+        fitting = sorted(apps, key=lambda a: (-(a[0] + a[1] / a[3]) / a[2], a[5]))
+        by_width = sorted(apps, key=lambda a: -a[3])  # widest first: they join ``wide`` first
+        wide: list[tuple] = []
+        taken: set[int] = set()
+        alloc: Allocation = {}
+        head = joined = 0
+        while residual > 0:
+            while joined < len(by_width) and by_width[joined][3] > residual:
+                if by_width[joined][5] not in taken and by_width[joined][4] <= residual:
+                    wide.append(by_width[joined])
+                joined += 1
+            wide = [a for a in wide if a[4] <= residual and a[5] not in taken]
+            while head < len(fitting) and (fitting[head][5] in taken or fitting[head][3] > residual):
+                head += 1
+            best, best_key = None, None
+            if head < len(fitting):
+                a = fitting[head]
+                best, best_key = a, ((a[0] + a[1] / a[3]) / a[2], -a[5])
+            for a in wide:
+                key = ((a[0] + a[1] / residual) / a[2], -a[5])
+                if best_key is None or key > best_key:
+                    best, best_key = a, key
+            if best is None:
+                break
+            n = min(residual, best[3])
+            alloc[best[6]] = n
+            taken.add(best[5])
+            residual -= n
+        return alloc
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
-        # A lone app, or apps that all fit, keep their GPUs until an event.
         demand = snap.demand if snap.demand is not None else sum(j.spec.max_gpus for j in snap.jobs)
         if demand <= snap.capacity:
             return None
-        return snap.now + self.lease
+        return snap.now + self.quantum
 
     def describe(self) -> dict:
-        return {"policy": self.name, "lease_s": self.lease}
+        return {"policy": self.name, "quantum_s": self.quantum}
