@@ -53,8 +53,8 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "pcs-ray"
 #: A runner's resident memory before one has been measured: torch, torchvision and the workloads imported
-#: (measured here: see the pool's ``describe()`` after a start, ``rss_mb``).
-RSS_ESTIMATE_B = 600 * 2**20
+#: (measured here: 756 MB per runner, ``WarmPool.describe()`` ``rss_mb`` after ``ready()``, torch 2.14).
+RSS_ESTIMATE_B = 760 * 2**20
 #: The share of a Ray node's schedulable memory the warm runners may take together (the rest is for training).
 MEMORY_SHARE = 0.5
 FAILED_RANK_WAIT_S = 5.0  # after one rank fails, how long the others get before they are killed (stuck in collectives)

@@ -4,8 +4,8 @@ An embedded local Ray gets 2 nodes x 4 logical GPUs (``demo_cluster``: real
 topology and measured variability), the coordinator runs PCS's WFQ with queue
 thresholds sized for these short jobs, and real PyTorch jobs of mixed sizes
 and classes arrive over time (``demo_jobs``, driven by ``demo_poll``).
-Runners stretch each step by the slowdown the cluster model gives their GPUs
-(there is no real device). At the end: per-job predicted (at submission) vs
+Each logical GPU emulates a device (``workloads.device_model``): a step takes the
+workload's nominal step time × the GPU's slowdown ÷ the job's scaling. At the end: per-job predicted (at submission) vs
 actual JCT, preemptions, GPUs (``demo_report``), a JSON report and a PNG
 timeline (``demo_plot``).
 """

@@ -48,7 +48,7 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
         if failed:
             row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
         table.add_row(*row)
-    table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
+    table.caption = "* step time of emulated GPUs (logical GPUs: workloads.device_model)"
     return table
 
 
