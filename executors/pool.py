@@ -57,6 +57,7 @@ NAMESPACE = "pcs-ray"
 RSS_ESTIMATE_B = 760 * 2**20
 #: The share of a Ray node's schedulable memory the warm runners may take together (the rest is for training).
 MEMORY_SHARE = 0.5
+REPLACE_BACKOFF_MAX_S = 60.0
 FAILED_RANK_WAIT_S = 5.0  # after one rank fails, how long the others get before they are killed (stuck in collectives)
 
 
@@ -212,6 +213,8 @@ class _Slot:
     info_ref: object = None
     started: float = 0.0
     replaced: int = 0
+    retry_at: float = 0.0  # a dead runner is replaced from then on (its GPU's runs start cold meanwhile)
+    backoff: float = 0.0  # doubles with each death in a row (e.g. the node's OOM killer), so replacing cannot churn
 
 
 @dataclass
@@ -298,19 +301,28 @@ class WarmPool:
     def maintain(self) -> list[GPUSlot]:
         """Replace dead runners, refresh memory figures; returns the GPUs whose runner was replaced."""
         with self._lock:
-            entries = [e for e in self._warm.values() if e.actor is not None]
-            dead, _ = ray.wait([e.sentinel for e in entries], num_returns=len(entries), timeout=0) if entries else ([], [])
+            if self._closed.is_set():
+                return []
+            now = time.time()
+            alive = [e for e in self._warm.values() if e.actor is not None]
+            dead, _ = ray.wait([e.sentinel for e in alive], num_returns=len(alive), timeout=0) if alive else ([], [])
             dead = set(dead)
             replaced = []
-            for entry in entries:
-                if entry.sentinel in dead:
-                    log.warning("warm runner for %s died; starting a new one", entry.slot)
+            for entry in self._warm.values():
+                if entry.actor is not None and entry.sentinel in dead:
+                    log.warning("warm runner for %s died; replacing it in %.0f s", entry.slot, entry.backoff)
+                    entry.actor, entry.info, entry.info_ref = None, None, None
+                    entry.retry_at = now + entry.backoff
+                    entry.backoff = min(REPLACE_BACKOFF_MAX_S, max(1.0, 2 * entry.backoff))
+                if entry.actor is None:
                     node_id = self._ray_nodes().get(gpu_resource(entry.slot.node, entry.slot.index), (None, 0))[0]
-                    if node_id is not None:
+                    if now >= entry.retry_at and node_id is not None:
                         entry.replaced += 1
                         self._start(entry, node_id)
                         replaced.append(entry.slot)
                     continue
+                if entry.info is not None and now - entry.started > REPLACE_BACKOFF_MAX_S:
+                    entry.backoff = 0.0  # alive for a while: the next death is replaced at once again
                 if entry.info_ref is not None:
                     ready, _ = ray.wait([entry.info_ref], timeout=0)
                     if ready:
@@ -343,8 +355,9 @@ class WarmPool:
                     out.append({"node": slot.node, "gpu": slot.index, "kind": "cold"})
                     continue
                 info = entry.info or {}
+                state = "replacing" if entry.actor is None else "ready" if info else "starting"
                 out.append({"node": slot.node, "gpu": slot.index, "kind": "warm", "name": runner_name(slot),
-                            "state": "ready" if info else "starting", "pid": info.get("pid"),
+                            "state": state, "pid": info.get("pid"),
                             "rss_mb": round(info["rss_bytes"] / 2**20, 1) if info else None,
                             "runs": info.get("runs"), "replaced": entry.replaced})
         return out
@@ -352,10 +365,11 @@ class WarmPool:
     def ready(self, timeout: float = 120.0) -> list[dict]:
         """Wait until every warm runner has started (imports done); returns :meth:`describe`."""
         with self._lock:
-            refs = [e.actor.info.remote() for e in self._warm.values()]
+            entries = [e for e in self._warm.values() if e.actor is not None]
+            refs = [e.actor.info.remote() for e in entries]
         infos = ray.get(refs, timeout=timeout)
         with self._lock:
-            for entry, info in zip(self._warm.values(), infos):
+            for entry, info in zip(entries, infos):
                 entry.info = {**info, "at": time.time()}
         return self.describe()
 
@@ -382,7 +396,8 @@ class WarmPool:
 
     def shutdown(self, kill_runners: bool = False) -> None:
         """Stop maintaining; with ``kill_runners`` also end the runners (detached: they outlive us otherwise)."""
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
         if kill_runners:
             with self._lock:
                 for entry in self._warm.values():
