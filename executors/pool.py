@@ -16,9 +16,11 @@ keeps one :class:`WarmRunner` per GPU instead:
   ``pcs-ray``), so a restarted coordinator finds the same runners. It then
   stops whatever they were still running for its previous incarnation
   (at a checkpoint) before anything new starts.
-- **warm**: torch, every workload's modules and the training loop are
-  imported once. DDP sets up its process group per run (a rendezvous per
+- **warm**: torch, every workload's modules (in the background) and the
+  training loop are imported once. DDP sets up its process group per run (a rendezvous per
   run), the one thing not kept.
+- **started one at a time** (a launch starts its own GPUs' runners at once):
+  eight processes importing torch together would starve a small machine.
 - **replaced in the background** when it dies (killed by ``RunHandle.kill``
   after a missed grace period, or crashed).
 - **bounded by memory**: a Ray node keeps at most as many warm runners as a
@@ -98,15 +100,25 @@ class WarmRunner:
         self._stop_early: set[tuple[str, int]] = set()  # runs asked to stop before they began
         self._never = threading.Event()
         self.runs = 0
+        import executors.training  # noqa: F401  (torch, the loop, checkpoints)
+
+        self.warmed = time.time()
+        # The workloads' own heavy modules (torchvision) load in the background: a run that needs one
+        # first simply waits on Python's import lock, and runs that do not are not held up.
+        threading.Thread(target=self._import_workloads, name="warm-imports", daemon=True).start()
+
+    @staticmethod
+    def _import_workloads() -> None:
         import importlib
 
-        import executors.training  # noqa: F401  (torch, the loop, checkpoints)
         from workloads.models import WORKLOADS
 
         for workload in WORKLOADS.values():
             for module in workload.imports:
-                importlib.import_module(module)
-        self.warmed = time.time()
+                try:
+                    importlib.import_module(module)
+                except Exception:  # a run that needs it reports the error itself
+                    log.exception("warm runner: importing %s failed", module)
 
     def info(self) -> dict:
         with self._state:
@@ -213,6 +225,7 @@ class _Slot:
     info_ref: object = None
     started: float = 0.0
     replaced: int = 0
+    node_id: str | None = None
     retry_at: float = 0.0  # a dead runner is replaced from then on (its GPU's runs start cold meanwhile)
     backoff: float = 0.0  # doubles with each death in a row (e.g. the node's OOM killer), so replacing cannot churn
 
@@ -246,8 +259,8 @@ class WarmPool:
             room = 0 if node_id is None else self.capacity(node_id)
             for k, slot in enumerate(slots):
                 if k < room:
-                    self._warm[slot] = _Slot(slot)
-                    self._start(self._warm[slot], node_id, adopt=True)
+                    self._warm[slot] = _Slot(slot, node_id=node_id)
+                    self._adopt(self._warm[slot])
                 else:
                     self.cold_only.append(slot)
         self._thread = threading.Thread(target=self._maintain_loop, name="pcs-ray-warm-pool", daemon=True)
@@ -275,25 +288,30 @@ class WarmPool:
         return warm_capacity(memory, self.runner_bytes(), self.memory_share, self.max_per_node)
 
     # -- runners ---------------------------------------------------------------------------
-    def _start(self, entry: _Slot, node_id: str, adopt: bool = False) -> None:
+    def _adopt(self, entry: _Slot) -> None:
+        """Take over the runner a previous coordinator left (detached, found by name), if there is one."""
+        try:
+            existing = ray.get_actor(runner_name(entry.slot), namespace=self.namespace)
+        except ValueError:
+            return
+        entry.actor = existing
+        entry.started = time.time()
+        entry.sentinel = existing.sentinel.remote()
+        entry.info, entry.info_ref = None, existing.info.remote()
+        self._settling.append(existing.abandon.remote())  # its run belongs to a coordinator that is gone
+
+    def _starting(self) -> bool:
+        return any(e.actor is not None and e.info is None for e in self._warm.values())
+
+    def _start(self, entry: _Slot, node_id: str | None = None) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        name = runner_name(entry.slot)
-        existing = None
-        if adopt:
-            try:
-                existing = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                existing = None
-        if existing is not None:
-            entry.actor = existing
-            self._settling.append(existing.abandon.remote())  # its run belongs to a coordinator that is gone
-        else:
-            entry.actor = RemoteWarmRunner.options(
-                name=name, namespace=self.namespace, lifetime="detached", get_if_exists=True,
-                num_cpus=0, num_gpus=0, max_concurrency=32, max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(entry.slot)
+        node_id = node_id or entry.node_id
+        entry.actor = RemoteWarmRunner.options(
+            name=runner_name(entry.slot), namespace=self.namespace, lifetime="detached", get_if_exists=True,
+            num_cpus=0, num_gpus=0, max_concurrency=32, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        ).remote(entry.slot)
         entry.started = time.time()
         entry.sentinel = entry.actor.sentinel.remote()
         entry.info, entry.info_ref = None, entry.actor.info.remote()
@@ -315,6 +333,8 @@ class WarmPool:
                     entry.retry_at = now + entry.backoff
                     entry.backoff = min(REPLACE_BACKOFF_MAX_S, max(1.0, 2 * entry.backoff))
                 if entry.actor is None:
+                    if entry.started == 0.0:  # never started: one at a time, below, unless a launch wants it first
+                        continue
                     node_id = self._ray_nodes().get(gpu_resource(entry.slot.node, entry.slot.index), (None, 0))[0]
                     if now >= entry.retry_at and node_id is not None:
                         entry.replaced += 1
@@ -336,6 +356,12 @@ class WarmPool:
                 if entry.info is not None:
                     entry.info.setdefault("at", time.time())
             self._settling = [r for r in self._settling if not ray.wait([r], timeout=0)[0]]
+            # Runners never started yet start one at a time: eight processes importing torch at once would
+            # starve the runs of a small machine (a launch starts its GPUs' runners at once, see launch).
+            if not self._starting():
+                fresh = next((e for e in self._warm.values() if e.actor is None and e.started == 0.0), None)
+                if fresh is not None:
+                    self._start(fresh)
             return replaced
 
     def _maintain_loop(self) -> None:
@@ -365,6 +391,9 @@ class WarmPool:
     def ready(self, timeout: float = 120.0) -> list[dict]:
         """Wait until every warm runner has started (imports done); returns :meth:`describe`."""
         with self._lock:
+            for entry in self._warm.values():
+                if entry.actor is None and entry.started == 0.0:
+                    self._start(entry)
             entries = [e for e in self._warm.values() if e.actor is not None]
             refs = [e.actor.info.remote() for e in entries]
         infos = ray.get(refs, timeout=timeout)
@@ -378,6 +407,9 @@ class WarmPool:
         """Hand ``request`` to the warm runners of its GPUs; a cold launch when one of them has none."""
         with self._lock:
             entries = [self._warm.get(GPUSlot(s.node, s.index)) for s in request.gpus]
+            for entry in entries:
+                if entry is not None and entry.actor is None and entry.started == 0.0 and not self._closed.is_set():
+                    self._start(entry)  # its first run waits for its start-up, once; later ones find it warm
             settling = list(self._settling)
         if not request.gpus or any(e is None or e.actor is None for e in entries):
             return cold_launch(request, after)
