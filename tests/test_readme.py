@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pcs_ray.commands.catalog import placement_list, policy_list
+from pcs_ray.commands.catalog import placement_list, policy_list, semantics_list
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 
@@ -20,7 +20,8 @@ def block(tag: str) -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize("tag,render", [("policies", policy_list), ("placements", placement_list)])
+@pytest.mark.parametrize("tag,render", [("policies", policy_list), ("placements", placement_list),
+                                        ("semantics", semantics_list)])
 def test_readme_list_is_rendered_from_the_registry(tag, render):
     assert block(tag) == render(), f"paste this between the README's {tag} markers:\n{render()}"
 

@@ -31,14 +31,22 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
         for run in plan.runs:
             task = progress.add_task(run.label, total=len(plan.jobs))
             placed = plan.setup.new() if plan.setup is not None else None
+            meter = None
+            if plan.power is not None:
+                from pcs_ray.power.meter import EnergyMeter
+
+                meter = EnergyMeter(plan.power, plan.capacity)
             result = simulate(
                 plan.jobs, plan.capacity, run.policy, predict=predict, overhead=overhead, placement=placed,
                 workers=workers, progress=lambda done, total, task=task: progress.update(task, completed=done),
+                energy=meter,
             )
             progress.remove_task(task)
             summary = summarize(result)
             summary["policy"] = run.label
             summary["config"] = result.policy
+            if meter is not None:
+                summary["energy"] = result.extra["energy"]
             if placed is not None:
                 summary["placement"] = {**placed.describe(), **placed.summary()}
             outcomes.append(Outcome(run.label, result, summary, placed))
