@@ -182,4 +182,5 @@ def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
     target = _FakeActor()
     run_training(_request(tmp_path, total_steps=4, reporter=target, report_interval_s=0.0))
     assert [args[1] for args, _ in target.calls] == [1, 2, 3, 4]
-    assert all(args[2] > 0 and kw == {"emulated": True} for args, kw in target.calls)
+    # (an "overruns" count comes along only when the machine could not keep up with the emulated GPU)
+    assert all(args[2] > 0 and kw["emulated"] is True and set(kw) <= {"emulated", "overruns"} for args, kw in target.calls)
