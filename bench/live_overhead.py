@@ -1,4 +1,4 @@
-"""Live-system overhead benchmark: part (a) of issue 5 item 7 (part (b) is bench/coordinator_latency.py).
+"""Live-system overhead benchmark: part (a) of issue 5 item 7 (part (b) is bench/coordinator_latency.py), and issue 12's warm runners.
 
 (a) Preempt -> resume cycle of a ResNet-18 job (batch 32, CIFAR-10-format
     data), measured in one run, side by side:
@@ -19,6 +19,13 @@
     its checkpoint on the step it is paused at (it knows the pause steps in
     advance, which favours Tune: a real Tune job must checkpoint every
     reported step to be paused without losing work).
+
+    Warm runners (issue 12): the same cycle handed to the warm pool's runners
+    (``executors.pool``: one long-lived process per GPU, nothing to start or
+    import; ``pcs_ray_warm``, ``warm_over_tune_median``, target <= 0.2), and
+    a job's fresh start on warm runners against a cold start (``job_start``,
+    from the launch call to ready to train; target <= 1 s median). The pool's
+    own start-up (once per GPU) is not timed.
 
 Prints one JSON object (stdout); progress goes to stderr. Timings are
 wall-clock on a shared 2-core machine: noisy when others run CPU work.
@@ -67,13 +74,25 @@ def _start_ray(address: str | None, temp_dir: str) -> None:
 # ----------------------------------------------------------------------------- pcs-ray
 
 
-def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, work: Path, overlap: bool) -> dict:
+def warm_gpus():
+    """The GPUs the runs below move across (a different one every attempt), which the warm pool covers."""
+    from pcs_ray.contract import GPUSlot
+
+    return [GPUSlot(f"node{a % 2}", a % 4) for a in range(4)]
+
+
+def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, work: Path, overlap: bool,
+                  pool=None) -> dict:
     """``overlap``: launch the next run with ``after=`` right after the stop request (process start and
-    imports overlap the stop); otherwise launch it once the stopped run's outcome is in."""
+    imports overlap the stop); otherwise launch it once the stopped run's outcome is in (as the coordinator
+    does). ``pool``: hand the runs to its warm runners instead of starting runner processes."""
     import ray
 
     from pcs_ray.contract import GPUSlot, RunRequest
     from executors.launch import launch
+
+    if pool is not None:
+        launch = pool.launch
 
     @ray.remote(num_cpus=0)
     class Recorder:
@@ -87,7 +106,7 @@ def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, 
             return self.step
 
     recorder = Recorder.remote()
-    name = "overlapped" if overlap else "sequential"
+    name = ("warm-" if pool is not None else "") + ("overlapped" if overlap else "sequential")
 
     def request(attempt: int) -> RunRequest:
         gpu = GPUSlot(f"node{attempt % 2}", attempt % 4)  # a different GPU every time
@@ -122,16 +141,40 @@ def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, 
                 "to_first_step_s": t_new["first_step"] - t_old["last_step_end"],
                 "checkpoint_s": t_old["saved"] - t_old["last_step_end"],
                 "relaunch_after_saved_s": new["launched"] - t_old["saved"],
-                "actor_start_s": t_new["actor_created"] - new["launched"],
-                "imports_s": t_new["warmed"] - t_new["actor_created"],
+                "actor_start_s": max(0.0, t_new["actor_created"] - new["launched"]),
+                "imports_s": max(0.0, t_new["warmed"] - max(t_new["actor_created"], new["launched"])),
                 "restore_s": t_new["restored"] - t_new["run_called"],
                 "waited_for_step_s": t_old["last_step_end"] - old["stop_requested"],
+                "runner": new["outcome"].runner,
                 "steps": [new["outcome"].start_step, new["outcome"].step],
                 "gpu": [new["outcome"].gpus[0].node, new["outcome"].gpus[0].index],
             }
         )
     step_times = [r["outcome"].step_time_s for r in runs if r["outcome"].step_time_s]
     return {"cycles": cycles_out, "cycle_s": summary([c["cycle_s"] for c in cycles_out]), "to_first_step_s": summary([c["to_first_step_s"] for c in cycles_out]), "step_time_s": summary(step_times)}
+
+
+def bench_job_start(workload: str, params: dict, starts: int, work: Path, pool) -> dict:
+    """Fresh starts of a job, warm (handed to the pool's runners) and cold (runner processes started for it),
+    alternated: ``start_s`` is from the launch call to the state built and restored, ready to train;
+    ``to_first_step_s`` adds the first (emulated) step."""
+    from pcs_ray.contract import RunRequest
+    from executors.launch import launch
+
+    gpus = warm_gpus()
+    out: dict[str, list] = {"warm": [], "cold": []}
+    for k in range(starts):
+        for kind in ("warm", "cold"):
+            request = RunRequest(f"start-{kind}-{k}", workload, 1, (gpus[k % len(gpus)],), str(work / f"start-{kind}-{k}"),
+                                 params=params)
+            outcome = (pool.launch if kind == "warm" else launch)(request).outcome(timeout=600)
+            if outcome.status != "finished" or outcome.runner != kind:
+                raise RuntimeError(f"{kind} start ended {outcome.status} on a {outcome.runner} runner: {outcome.error}")
+            t = outcome.timings
+            out[kind].append({"start_s": t["restored"] - t["launched"], "to_first_step_s": t["first_step"] - t["launched"]})
+            log(f"{kind} start {k}: {out[kind][-1]['start_s']:.3f} s to ready, {out[kind][-1]['to_first_step_s']:.3f} s to the first step")
+    return {kind: {"start_s": summary([r["start_s"] for r in rows]), "to_first_step_s": summary([r["to_first_step_s"] for r in rows]),
+                   "runs": rows} for kind, rows in out.items()}
 
 
 # ----------------------------------------------------------------------------- Ray Tune
@@ -219,25 +262,44 @@ def bench_tune(workload: str, params: dict, cycles: int, steps_between: int, wor
 
 
 def bench_preempt_resume(args) -> dict:
+    from executors.pool import WarmPool
+
     params = {"seed": 0, "batch_size": args.batch_size, "threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="pcs-live-") as tmp:
         work = Path(tmp)
+        log("warm pool: starting one runner per GPU used below (not timed)")
+        pool = WarmPool(warm_gpus())
+        pool.ready(timeout=600)
         log(f"pcs-ray: {args.cycles} preempt->resume cycles of {args.workload}, relaunch after the stop")
         ours = bench_pcs_ray(args.workload, params, args.cycles, args.steps_between, work, overlap=False)
         log(f"pcs-ray: {args.cycles} preempt->resume cycles of {args.workload}, relaunch overlapping the stop (launch(after=...))")
         overlapped = bench_pcs_ray(args.workload, params, args.cycles, args.steps_between, work, overlap=True)
+        log(f"pcs-ray warm runners: {args.cycles} preempt->resume cycles of {args.workload}, relaunch after the stop")
+        warm = bench_pcs_ray(args.workload, params, args.cycles, args.steps_between, work, overlap=False, pool=pool)
         log(f"ray tune: {args.cycles} pause->resume cycles of the same trainable")
         tune_side = bench_tune(args.workload, params, args.cycles, args.steps_between, work)
+        log(f"job start: {args.starts} fresh starts each on warm and on cold runners")
+        starts = bench_job_start(args.workload, params, args.starts, work, pool)
+        runners = pool.describe()
+        pool.shutdown(kill_runners=True)
     return {
         "workload": args.workload,
         "params": params,
         "cycles": args.cycles,
         "pcs_ray": ours,
         "pcs_ray_overlapped": overlapped,
+        "pcs_ray_warm": warm,
         "ray_tune": tune_side,
+        "job_start": starts,
+        "warm_runners": runners,
         "target_met": ours["cycle_s"]["median"] <= tune_side["cycle_s"]["median"],
         "tune_over_pcs_ray_median": tune_side["cycle_s"]["median"] / ours["cycle_s"]["median"],
         "tune_over_pcs_ray_overlapped_median": tune_side["cycle_s"]["median"] / overlapped["cycle_s"]["median"],
+        # issue 12: the warm cycle at most 1/5 of Tune's, a job's start on warm runners at most 1 s (medians)
+        "warm_over_tune_median": warm["cycle_s"]["median"] / tune_side["cycle_s"]["median"],
+        "warm_cycle_target_met": warm["cycle_s"]["median"] <= tune_side["cycle_s"]["median"] / 5,
+        "warm_start_median_s": starts["warm"]["start_s"]["median"],
+        "warm_start_target_met": starts["warm"]["start_s"]["median"] <= 1.0,
     }
 
 
@@ -249,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per trainer")
     parser.add_argument("--cycles", type=int, default=3, help="preempt->resume cycles per system")
     parser.add_argument("--steps-between", type=int, default=2, help="training steps between preemptions")
+    parser.add_argument("--starts", type=int, default=5, help="fresh job starts on warm and on cold runners")
     args = parser.parse_args(argv)
 
     import ray
@@ -261,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             ray.shutdown()
     report["wall_s"] = time.time() - began
-    report["load_average"] = os.getloadavg()
+    report["load_average"] = os.getloadavg()  # at the end: 1, 5 and 15 minute averages over the measurement
     print(json.dumps(report, indent=2))
 
 

@@ -17,6 +17,7 @@ zero-CPU watcher task produces it and frees the GPUs when the run ends.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import ray
@@ -57,6 +58,7 @@ class RunHandle:
     request: RunRequest
     actors: list
     done: ray.ObjectRef
+    stop_args: tuple = ()  # what each actor's request_stop takes (a warm runner: which run to stop)
 
     @property
     def job_id(self) -> str:
@@ -65,7 +67,7 @@ class RunHandle:
     def request_stop(self) -> None:
         """Ask every rank to checkpoint at the next step boundary and exit ("preempted"); returns at once."""
         for actor in self.actors:
-            actor.request_stop.remote()
+            actor.request_stop.remote(*self.stop_args)
 
     def kill(self) -> None:
         """Hard-kill every rank; ``done`` then resolves to "failed" at the last checkpoint's step."""
@@ -74,6 +76,10 @@ class RunHandle:
 
     def outcome(self, timeout: float | None = None) -> RunOutcome:
         return ray.get(self.done, timeout=timeout)
+
+    @property
+    def warm(self) -> bool:
+        return bool(self.stop_args)
 
 
 def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle:
@@ -92,6 +98,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
     if request.total_steps < 0:
         raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
     world_size = len(request.gpus)
+    launched = time.time()
     actors = [
         RemoteRunner.options(
             num_cpus=0,
@@ -104,7 +111,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
         for rank, slot in enumerate(request.gpus)
     ]
     master = actors[0].rendezvous.remote() if world_size > 1 else None
-    runs = [actor.run.remote(request, master, after) for actor in actors]
+    runs = [actor.run.remote(request, master, after, launched) for actor in actors]
     return RunHandle(request, actors, _watch.remote(request, actors, runs))
 
 

@@ -76,29 +76,41 @@ class Runner:
         self._boundaries += 1
         return self._stop.is_set()
 
-    def run(self, request: RunRequest, master: tuple[str, int] | None = None, after: object = None) -> RunOutcome:
+    def run(self, request: RunRequest, master: tuple[str, int] | None = None, after: object = None,
+            launched: float | None = None) -> RunOutcome:
         """Train; ``after`` (an object ref Ray resolves before this starts) orders us behind a previous run."""
         timings = {"actor_created": self.created, "warmed": self.warmed, "run_called": time.time()}
+        if launched is not None:
+            timings["launched"] = launched
+        return train_rank(request, self._should_stop, self.rank, self.world_size, master, timings)
+
+
+def train_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
+               timings: dict) -> RunOutcome:
+    """One rank's run in this process: join the run's process group (DDP), train, leave it; failures become outcomes.
+
+    Shared by the runners started for one run and the pool's warm runners, so both train the same way.
+    """
+    try:
+        import torch.distributed as dist
+
+        from executors.training import run_training, uses_real_gpu
+
+        if world_size > 1:
+            host, port = master
+            dist.init_process_group(
+                "nccl" if uses_real_gpu() else "gloo",
+                init_method=f"tcp://{host}:{port}",
+                rank=rank,
+                world_size=world_size,
+            )
         try:
-            import torch.distributed as dist
-
-            from executors.training import run_training, uses_real_gpu
-
-            if self.world_size > 1:
-                host, port = master
-                dist.init_process_group(
-                    "nccl" if uses_real_gpu() else "gloo",
-                    init_method=f"tcp://{host}:{port}",
-                    rank=self.rank,
-                    world_size=self.world_size,
-                )
-            try:
-                return run_training(request, self._should_stop, rank=self.rank, world_size=self.world_size, timings=timings)
-            finally:
-                if self.world_size > 1 and dist.is_initialized():
-                    dist.destroy_process_group()
-        except Exception as exc:
-            return failed_outcome(request, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}", timings=timings)
+            return run_training(request, should_stop, rank=rank, world_size=world_size, timings=timings)
+        finally:
+            if world_size > 1 and dist.is_initialized():
+                dist.destroy_process_group()
+    except Exception as exc:
+        return failed_outcome(request, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}", timings=timings)
 
 
 RemoteRunner = ray.remote(Runner)

@@ -39,7 +39,9 @@ import torch.nn.functional as F
 from torch.utils.data import default_collate
 
 from pcs_ray.contract import RunOutcome, RunRequest
+from executors.emulation import StepBudget
 from executors.checkpoint import capture_rng_state, load_checkpoint, remove_stale_temporaries, restore_rng_state, save_checkpoint
+from workloads.device_model import emulated_step_s
 from workloads.models import get_workload
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ class ProgressReporter:
     job_id: str
     interval_s: float
     emulated: bool = False
+    budget: StepBudget | None = None  # emulated steps: its overrun count travels with each report
     _last: float = field(default=float("-inf"))
     _times: list = field(default_factory=list)
 
@@ -102,8 +105,11 @@ class ProgressReporter:
         mean = sum(self._times) / len(self._times)
         self._times.clear()
         self._last = now
+        extra = {"emulated": self.emulated}
+        if self.budget is not None and self.budget.overruns:  # only then: older reporters lack the keyword
+            extra["overruns"] = self.budget.overruns
         try:
-            self.target.report_progress.remote(self.job_id, step, mean, emulated=self.emulated)
+            self.target.report_progress.remote(self.job_id, step, mean, **extra)
         except Exception as exc:  # a dead reporter must not stop training
             log.warning("progress report for %s failed: %s", self.job_id, exc)
 
@@ -243,8 +249,10 @@ def run_training(
     session = TrainingSession(request.workload, request.params, rank=rank, world_size=world_size)
     emulated = not session.real_gpu
     notes = [f"data: {session.data_source}"]
+    budget = None
     if emulated:
-        notes.append(f"emulated GPUs: steps stretched x{request.slowdown:g}")
+        budget = StepBudget(emulated_step_s(request.workload, request.params, world_size, request.slowdown))
+        notes.append(f"emulated GPUs: {budget.step_s:.4g} s per step (slowdown x{request.slowdown:g}, {world_size} GPU(s))")
     if rank == 0:
         remove_stale_temporaries(request.checkpoint_dir)  # a previous runner killed mid-write
     loaded = load_checkpoint(request.checkpoint_dir)
@@ -254,7 +262,7 @@ def run_training(
             notes.append(f"latest checkpoint unusable, resumed from {loaded.path.name}")
     start_step = last_saved = session.step
     timings["restored"] = time.time()
-    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated)
+    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget)
 
     def checkpoint() -> None:
         nonlocal last_saved
@@ -270,10 +278,10 @@ def run_training(
             stopped = True
             break
         began = time.perf_counter()
+        if budget is not None:
+            budget.begin()
         session.train_step()
-        if emulated and request.slowdown > 1.0:
-            time.sleep((time.perf_counter() - began) * (request.slowdown - 1.0))
-        step_time = time.perf_counter() - began
+        step_time = budget.end() if budget is not None else time.perf_counter() - began
         timings["last_step_end"] = time.time()
         timings.setdefault("first_step", timings["last_step_end"])
         step = session.step
@@ -284,6 +292,9 @@ def run_training(
 
     if session.step != last_saved:
         checkpoint()
+    if budget is not None and budget.overruns:
+        notes.append(f"emulation overran its budget on {budget.overruns} of {budget.steps} steps "
+                     f"(+{budget.overrun_s:.3g} s): this machine is too small for what it emulates")
     timings["saved"] = time.time()
     return RunOutcome(
         job_id=request.job_id,
@@ -291,6 +302,8 @@ def run_training(
         step=session.step,
         step_time_s=step_time,
         emulated=emulated,
+        overruns=budget.overruns if budget is not None else 0,
+        emulated_step_s=budget.step_s if budget is not None else None,
         start_step=start_step,
         gpus=tuple(request.gpus),
         notes=tuple(notes),

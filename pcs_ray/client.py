@@ -107,9 +107,10 @@ class Client:
         return self._call("cancel", int(job_id))
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
-                        emulated: bool = False) -> None:
+                        emulated: bool = False, overruns: int = 0) -> None:
         """Fire-and-forget, as runners report."""
-        self.actor.report_progress.remote(str(job_id), int(step), step_time_s, emulated=emulated)
+        extra = {"overruns": int(overruns)} if overruns else {}
+        self.actor.report_progress.remote(str(job_id), int(step), step_time_s, emulated=emulated, **extra)
 
     # -- external executors (a Ray Tune sweep, see executors.tune) ------------------
     def assignment(self, job_id: int) -> dict:

@@ -94,8 +94,9 @@ class CoordinatorAPI(Protocol):
         """Cancel a job (a running one stops at its next step); returns its view."""
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
-                        emulated: bool = False) -> None:
-        """A runner's or an external executor's progress: its step and measured seconds per step."""
+                        emulated: bool = False, overruns: int = 0) -> None:
+        """A runner's or an external executor's progress: its step and measured seconds per step
+        (``overruns``: this run's emulated steps so far whose real compute exceeded their budget)."""
 
     def assignment(self, job_id: int) -> dict:
         """The GPUs an ``executor: external`` job may use now: ``gpus`` while running, only ``target``
@@ -158,8 +159,9 @@ class RunRequest:
     ``total_steps`` is the job's whole budget: a resumed job continues from
     the step in its newest valid checkpoint under ``checkpoint_dir``.
     ``slowdown`` is what the cluster model says these GPUs cost (slowest
-    GPU × locality × topology); runners on logical GPUs stretch each step
-    by it, runners on real GPUs ignore it. ``attempt`` counts starts.
+    GPU × locality × topology); runners on logical GPUs emulate devices
+    whose step takes ``workloads.device_model.emulated_step_s`` (which
+    includes it), runners on real GPUs ignore it. ``attempt`` counts starts.
     """
 
     job_id: str
@@ -171,7 +173,7 @@ class RunRequest:
     slowdown: float = 1.0
     checkpoint_every: int = 0  # 0: only when asked to stop
     attempt: int = 0
-    reporter: Any = None  # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool); fire-and-forget
+    reporter: Any = None  # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool[, overruns=int]); fire-and-forget
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
 
     def to_dict(self) -> dict:
@@ -194,3 +196,6 @@ class RunOutcome:
     gpus: tuple[GPUSlot, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. a checkpoint fallback warning, the data source
     timings: dict[str, float] | None = None  # wall-clock stamps (time.time()) of the run's phases
+    overruns: int = 0  # emulated steps whose real compute took longer than the emulated GPU's step
+    emulated_step_s: float | None = None  # the emulated GPU's step budget (None: real GPUs)
+    runner: str = "cold"  # "warm": a pooled runner took the run; "cold": runner processes started for it

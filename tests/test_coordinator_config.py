@@ -161,3 +161,16 @@ def test_config_help_explains(capsys):
     for cmd in ("show", "set"):
         assert run(["config", cmd, "--help"]) == 0
     assert "journaled" in capsys.readouterr().out
+
+
+def test_emulation_overruns_are_counted_per_run_and_shown_in_status(tmp_path):
+    link = LocalCoordinator(build_core(config(tmp_path)))
+    jid = link.submit({"workload": "tiny_cnn", "steps": 100, "gpus": 1, "step_time": 0.1}).id
+    link.report_progress(str(jid), 5, 0.1, emulated=True, overruns=2)
+    link.report_progress(str(jid), 9, 0.1, emulated=True, overruns=3)  # a running total: 3, not 5
+    link.report_progress(str(jid), 10, 0.1, emulated=True, overruns=1)  # a late, older report changes nothing
+    link.count_overruns(jid, 7, 4)  # another run of the job (its outcome's count)
+    status = link.status()
+    assert status["emulation_overruns"] == 7
+    assert [j["emulation_overruns"] for j in status["jobs"] if j["id"] == jid] == [7]
+    assert "runners" not in status  # no pool in this host

@@ -22,6 +22,7 @@ from pcs_ray.contract import ConfigError, JobSpecError, UnknownJobError
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 
 TIMEOUT = 120
+LONG = 250  # steps of the long job: tiny_cnn on the 3x slow emulated GPU takes about 0.09 s a step
 
 
 def _tiny(steps, gpus=1, **kw):
@@ -36,17 +37,22 @@ def coordinator(ray_local, tmp_path):
     started = []
 
     def start(cluster: ClusterSpec, policy: str = "fifo", **kw):
+        kw.setdefault("warm_pool", False)  # cold runners: a test that wants the pool says so (it costs a start each)
         config = CoordinatorConfig(
             cluster=cluster_dict(cluster), state_dir=str(tmp_path / "state"), policy=policy, grace_s=15.0,
             progress_journal_every=0.0, **kw,
         )
         actor = start_coordinator(config)
-        started.append(actor)
+        started.append((actor, cluster))
         return actor
 
     yield start
-    for actor in started:
+    from executors.pool import kill_warm_runners
+    from pcs_ray.contract import GPUSlot
+
+    for actor, cluster in started:
         ray_local.kill(actor, no_restart=True)
+        kill_warm_runners([GPUSlot(cluster.node_of(g).name, cluster.gpu(g).index) for g in cluster.gpu_ids()])
     time.sleep(0.5)  # let the name free up for the next test
 
 
@@ -94,17 +100,22 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
     from pcs_ray.client import Client
 
     # One GPU and SRSF: a short arrival preempts the long job, so a preemption is easy to catch in flight.
-    # Its GPU is 3x slow for class A: runners stretch each step (no CPU), so the long job lasts long
-    # enough to be caught mid-run even on an idle machine.
+    # Its GPU is 3x slow for class A: its emulated steps take 3x the nominal GPU's (waiting, no CPU),
+    # so the long job lasts long enough to be caught mid-run even on an idle machine.
     slow_gpu = ClusterSpec.model_validate({"nodes": [{"name": "node0", "gpus": [{"index": 0, "uuid": "GPU-s", "scores": {"A": 3.0}}]}]})
-    actor = coordinator(slow_gpu, policy="srsf")
+    actor = coordinator(slow_gpu, policy="srsf", warm_pool=True)  # the restarted coordinator finds its warm runner
     client = Client(coordinator=actor)
-    long_job = client.submit(_tiny(600, checkpoint_every=50))
+    long_job = client.submit(_tiny(LONG, checkpoint_every=25))
     _wait_for(lambda: client.job(long_job.id)["steps"] >= 30, what="the long job to make progress")
+
+    warm = _wait_for(lambda: (r := client.status()["runners"][0])["state"] == "ready" and r, what="the warm runner")
+    assert warm["kind"] == "warm" and warm["rss_mb"] > 0
 
     # 1. Killed mid-run: the job resumes from a checkpoint on the restarted coordinator.
     info = _kill_and_wait_restart(ray_local, actor)
     assert info["recovered"] == 1
+    again = _wait_for(lambda: (r := client.status()["runners"][0])["state"] == "ready" and r, what="the runner found")
+    assert again["pid"] == warm["pid"]  # the same detached runner, found by name, not a new one
     job = _wait_for(lambda: (j := client.job(long_job.id))["state"] == "running" and j["attempts"] >= 2 and j, what="resume")
     assert job["segments"][-1]["kind"] in ("resume", "migrate")
 
@@ -119,7 +130,7 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_nothing(coordi
 
     finals = {h.id: client.wait(h.id, timeout=TIMEOUT) for h in (short, long_job)}
     assert finals[short.id]["state"] == "finished" and finals[short.id]["steps"] == 10
-    assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == 600
+    assert finals[long_job.id]["state"] == "finished" and finals[long_job.id]["steps"] == LONG
     assert finals[short.id]["finish"] < finals[long_job.id]["finish"]  # SRSF ran the short one first
     assert finals[long_job.id]["attempts"] >= 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from executors.checkpoint import load_checkpoint, peek_step
 
 TOTAL = 30
 PARAMS = {"seed": 5, "num_samples": 64}
-SLOW = 10.0  # emulated slowdown: makes tiny steps long enough to stop mid-run
+SLOW = 2.0  # emulated slowdown: tiny_cnn steps of about 0.06 s, long enough to stop mid-run
+WARM = [("node0", 0), ("node0", 1), ("node1", 0), ("node1", 1)]  # GPUs with a warm runner in these tests
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +44,11 @@ def _request(job, gpus, directory, **kw) -> RunRequest:
 
 def _wait_until(predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.02)
+    return value
 
 
 def _max_step(ray, recorder, job):
@@ -58,6 +61,16 @@ def _same(a, b) -> bool:
 
 
 @pytest.fixture(scope="module")
+def pool(ray_env):
+    from executors.pool import WarmPool
+
+    pool = WarmPool([GPUSlot(n, i) for n, i in WARM])
+    pool.ready(timeout=300)
+    yield pool
+    pool.shutdown(kill_runners=True)
+
+
+@pytest.fixture(scope="module")
 def reference(ray_env, tmp_path_factory):
     """The same job run once without interruption."""
     _, launch_module, _ = ray_env
@@ -67,15 +80,15 @@ def reference(ray_env, tmp_path_factory):
     return directory
 
 
-def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_env, reference, tmp_path):
+def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_env, pool, reference, tmp_path):
     ray, launch_module, recorder = ray_env
-    placements = [[("node0", 1)], [("node1", 2)], [("node0", 3)], [("node1", 0)]]
+    placements = [[("node0", 1)], [("node1", 0)], [("node0", 0)], [("node1", 1)]]  # warm runners
 
     def request(attempt):
         return _request("pre", placements[attempt], tmp_path, slowdown=SLOW, reporter=recorder, report_interval_s=0.0, attempt=attempt)
 
     segments = []
-    handle = launch_module.launch(request(0))
+    handle = pool.launch(request(0))
     for attempt in range(4):
         if attempt < 3:
             start = peek_step(tmp_path) or 0
@@ -86,19 +99,19 @@ def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_e
             if attempt < 3:
                 handle.request_stop()  # returns at once
             if attempt == 2:  # the next run starts now and restores once this one has checkpointed
-                following = launch_module.launch(request(3), after=handle.done)
+                following = pool.launch(request(3), after=handle.done)
             outcome = handle.outcome(timeout=120)
         segments.append((outcome.status, outcome.start_step, outcome.step))
-        assert outcome.gpus == request(attempt).gpus and outcome.emulated
+        assert outcome.gpus == request(attempt).gpus and outcome.emulated and outcome.runner == "warm"
         if attempt < 3:
-            handle = following if attempt == 2 else launch_module.launch(request(attempt + 1))
+            handle = following if attempt == 2 else pool.launch(request(attempt + 1))
     assert [s[0] for s in segments] == ["preempted"] * 3 + ["finished"]
     for (_, _, end), (_, next_start, _) in zip(segments, segments[1:]):
         assert next_start == end  # nothing lost, nothing repeated
     assert 0 < segments[0][2] < segments[1][2] < segments[2][2] < TOTAL == segments[3][2]
     assert _same(reference, tmp_path)
     reports = ray.get(recorder.of.remote("pre"))
-    assert reports and all(extra == {"emulated": True} and t > 0 for _, _, t, extra in reports)
+    assert reports and all(extra.get("emulated") is True and t > 0 for _, _, t, extra in reports)
 
 
 def test_pinned_runner_killed_resumes_from_its_last_checkpoint(ray_env, reference, tmp_path):
@@ -129,12 +142,12 @@ def test_stop_kills_a_runner_that_misses_the_grace_period(ray_env, tmp_path):
     assert outcome.step == 0  # no checkpoint yet: resumes from the start
 
 
-def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, tmp_path):
+def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, pool, tmp_path):
     ray, launch_module, recorder = ray_env
     # the uninterrupted reference and the first, interrupted segment run side by side (disjoint GPUs)
-    reference = launch_module.launch(_request("ddp-ref", [("node0", 0), ("node0", 1)], tmp_path / "whole", total_steps=12))
+    reference = launch_module.launch(_request("ddp-ref", [("node0", 2), ("node0", 3)], tmp_path / "whole", total_steps=12))
     parts = tmp_path / "parts"
-    first = launch_module.launch(_request("ddp", [("node0", 2), ("node1", 3)], parts, total_steps=12, slowdown=SLOW, reporter=recorder, report_interval_s=0.0))
+    first = pool.launch(_request("ddp", [("node0", 0), ("node1", 1)], parts, total_steps=12, slowdown=SLOW, reporter=recorder, report_interval_s=0.0))
     _wait_until(lambda: _max_step(ray, recorder, "ddp") >= 3)
     first.request_stop()
     stopped = first.outcome(timeout=120)
@@ -143,20 +156,55 @@ def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, tmp_path)
     assert (whole.status, whole.step) == ("finished", 12)
     state = load_checkpoint(parts).state
     assert state["world_size"] == 2 and len(state["rng"]) == 2
-    resumed = launch_module.launch(_request("ddp", [("node1", 0), ("node1", 1)], parts, total_steps=12)).outcome(timeout=120)
+    resumed = pool.launch(_request("ddp", [("node1", 0), ("node0", 1)], parts, total_steps=12)).outcome(timeout=120)
     assert (resumed.status, resumed.start_step, resumed.step) == ("finished", stopped.step, 12)
+    assert (stopped.runner, resumed.runner, whole.runner) == ("warm", "warm", "cold")
     assert _same(tmp_path / "whole", parts)  # same world size on other GPUs: bitwise identical
 
     # a changed world size continues the same sample stream to the end (not bitwise: see executors.training)
-    shrunk = launch_module.launch(_request("ddp", [("node0", 0)], parts, total_steps=16)).outcome(timeout=120)
+    shrunk = pool.launch(_request("ddp", [("node0", 0)], parts, total_steps=16)).outcome(timeout=120)
     assert (shrunk.status, shrunk.start_step, shrunk.step) == ("finished", 12, 16)
     assert load_checkpoint(parts).state["data"]["samples_seen"] == 16 * 8
 
 
-def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, tmp_path):
-    _, launch_module, _ = ray_env
-    outcome = launch_module.launch(_request("bad", [("node0", 0)], tmp_path, params={"no_such_param": 1})).outcome(timeout=120)
-    assert outcome.status == "failed" and "no_such_param" in outcome.error
+def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, pool, tmp_path):
+    from executors.pool import WarmPool
+
+    bad = _request("bad", [("node0", 0)], tmp_path, params={"no_such_param": 1})
+    outcome = pool.launch(bad).outcome(timeout=120)
+    assert outcome.status == "failed" and "no_such_param" in outcome.error and outcome.runner == "warm"
+    none_fit = WarmPool([GPUSlot("node0", 2)], max_per_node=0)  # no room for a warm runner: runs start cold
+    outcome = none_fit.launch(replace(bad, gpus=(GPUSlot("node0", 2),))).outcome(timeout=120)
+    assert outcome.status == "failed" and "no_such_param" in outcome.error and outcome.runner == "cold"
+    assert none_fit.cold_only == [GPUSlot("node0", 2)] and none_fit.describe()[0]["kind"] == "cold"
+    none_fit.shutdown()
+
+
+def test_a_dead_warm_runner_is_replaced_and_its_job_resumes_on_the_new_one(ray_env, pool, reference, tmp_path):
+    ray, _, _ = ray_env
+    gpu = GPUSlot("node1", 1)
+    handle = pool.launch(_request("wkill", [("node1", 1)], tmp_path, slowdown=SLOW, checkpoint_every=4))
+    before = ray.get(handle.actors[0].info.remote())
+    _wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
+    handle.kill()
+    outcome = handle.outcome(timeout=60)
+    assert outcome.status == "failed" and "died" in outcome.error and outcome.step % 4 == 0
+    replaced = _wait_until(lambda: [r for r in pool.describe() if (r["node"], r["gpu"]) == (gpu.node, gpu.index)
+                                    and r["replaced"] == 1 and r["state"] == "ready"], timeout=180)
+    assert replaced[0]["pid"] != before["pid"] and replaced[0]["rss_mb"] > 100
+    resumed = pool.launch(_request("wkill", [("node1", 1)], tmp_path)).outcome(timeout=120)
+    assert (resumed.status, resumed.start_step, resumed.step, resumed.runner) == ("finished", outcome.step, TOTAL, "warm")
+    assert _same(reference, tmp_path)
+
+
+def test_warm_runners_per_node_are_what_its_memory_share_holds_unless_set():
+    from executors.pool import warm_capacity
+
+    gib = 2**30
+    assert warm_capacity(16 * gib, 0.75 * gib, share=0.5) == 10
+    assert warm_capacity(2 * gib, 0.75 * gib, share=0.5) == 1
+    assert warm_capacity(1 * gib, 0.75 * gib, share=0.5) == 0  # none fits: every run there starts cold
+    assert warm_capacity(16 * gib, 0.75 * gib, share=0.5, max_per_node=3) == 3
 
 
 def test_launch_rejects_bad_requests_before_starting_anything(ray_env, tmp_path):

@@ -10,7 +10,9 @@ import torch
 from executors import training
 from pcs_ray.contract import GPUSlot, RunRequest
 from executors.checkpoint import LATEST, load_checkpoint
+from executors.emulation import StepBudget
 from executors.training import DataStream, ProgressReporter, run_training, shard
+from workloads.device_model import emulated_step_s, reference_step_s
 
 
 def _request(directory, total_steps=9, **kw) -> RunRequest:
@@ -100,15 +102,66 @@ def test_shards_cover_the_global_batch_in_order(world):
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
-def test_logical_gpus_stretch_each_step_by_the_slowdown(tmp_path, monkeypatch):
-    slept = []
-    monkeypatch.setattr(training.time, "sleep", slept.append)
-    out = run_training(_request(tmp_path, total_steps=3, slowdown=2.5))
-    assert out.emulated and any("x2.5" in n for n in out.notes)
-    assert len(slept) == 3 and all(s > 0 for s in slept)
-    slept.clear()
-    run_training(_request(tmp_path / "plain", total_steps=3, slowdown=1.0))
-    assert slept == []
+class _FakeClock:
+    """A clock that advances only when told: ``work`` is real compute, ``sleep`` wakes ``late`` seconds late."""
+
+    def __init__(self, late: float = 0.0):
+        self.t, self.late, self.slept = 100.0, late, []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds + self.late
+
+
+def test_an_emulated_step_takes_its_budget_and_an_overrun_is_counted_not_hidden():
+    clock = _FakeClock()
+    budget = StepBudget(0.5, clock=clock, sleep=clock.sleep)
+    durations = []
+    for compute in (0.1, 0.45, 0.7, 0.2):
+        budget.begin()
+        clock.t += compute
+        durations.append(budget.end())
+    assert durations == pytest.approx([0.5, 0.5, 0.7, 0.5])  # the overrun step took what it took
+    assert clock.slept == pytest.approx([0.4, 0.05, 0.3])
+    assert (budget.overruns, budget.steps) == (1, 4) and budget.overrun_s == pytest.approx(0.2)
+    assert budget.load == pytest.approx(1.45 / 2.0)
+    with pytest.raises(ValueError):
+        StepBudget(0.0)
+
+
+def test_waking_late_is_paid_back_so_the_emulated_pace_holds_on_average():
+    clock = _FakeClock(late=0.01)
+    budget = StepBudget(0.1, clock=clock, sleep=clock.sleep)
+    began = clock.t
+    for _ in range(50):
+        budget.begin()
+        clock.t += 0.03
+        budget.end()
+    assert clock.t - began == pytest.approx(50 * 0.1, abs=0.011)  # without the carry: 50 * 0.11
+    assert budget.overruns == 0
+
+
+def test_logical_gpus_run_each_step_in_the_emulated_devices_time(tmp_path):
+    target = _FakeActor()
+    budget_s = emulated_step_s("tiny_cnn", {"seed": 11, "num_samples": 40}, 1, 2.5)
+    out = run_training(_request(tmp_path, total_steps=3, slowdown=2.5, reporter=target, report_interval_s=0.0))
+    assert out.emulated and out.emulated_step_s == pytest.approx(budget_s)
+    assert budget_s == pytest.approx(2.5 * reference_step_s("tiny_cnn", {}))
+    assert any(f"{budget_s:.4g} s per step" in n for n in out.notes)
+    if out.overruns == 0:  # the steps took the device's time on average (a late wake-up is paid back next step)
+        mean = sum(args[2] for args, _ in target.calls) / 3
+        assert budget_s * 0.95 <= mean <= budget_s * 1.5
+
+
+def test_a_machine_too_small_for_its_emulated_gpus_reports_every_overrun(tmp_path):
+    target = _FakeActor()
+    # a GPU 10^5 times faster than nominal: no real step fits its budget
+    out = run_training(_request(tmp_path, total_steps=3, slowdown=1e-5, reporter=target, report_interval_s=0.0))
+    assert out.overruns == 3 and any("overran its budget on 3 of 3 steps" in n for n in out.notes)
+    assert [kw.get("overruns") for _, kw in target.calls] == [1, 2, 3]
 
 
 class _FakeActor:
@@ -129,4 +182,5 @@ def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
     target = _FakeActor()
     run_training(_request(tmp_path, total_steps=4, reporter=target, report_interval_s=0.0))
     assert [args[1] for args, _ in target.calls] == [1, 2, 3, 4]
-    assert all(args[2] > 0 and kw == {"emulated": True} for args, kw in target.calls)
+    # (an "overruns" count comes along only when the machine could not keep up with the emulated GPU)
+    assert all(args[2] > 0 and kw["emulated"] is True and set(kw) <= {"emulated", "overruns"} for args, kw in target.calls)

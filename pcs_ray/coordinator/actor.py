@@ -27,6 +27,7 @@ from pcs_ray.coordinator.host import CoordinatorHost
 
 NAMESPACE = "pcs-ray"
 ACTOR_NAME = "coordinator"
+DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, warm_pool switches to the pool
 LOOP_WAIT_S = 0.2
 REFRESH_EVERY_S = 1.0  # progress reports alone re-run the forward play at most this often
 
@@ -52,6 +53,14 @@ class CoordinatorService(CoordinatorHost):
         self.config = CoordinatorConfig.from_dict(config)
         super().__init__(build_core(self.config))
         self.launch = _load_launcher(self.config.launcher)
+        self.pool = None
+        if self.config.warm_pool and self.config.launcher == DEFAULT_LAUNCHER:
+            from executors.pool import WarmPool
+
+            cluster = self.core.cluster
+            slots = [self.core.slot(g) for g in cluster.gpu_ids()]
+            self.pool = WarmPool(slots, max_per_node=self.config.warm_runners_per_node)
+            self.launch = self.pool.launch
         self.runs: dict[int, _Run] = {}
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
@@ -90,6 +99,7 @@ class CoordinatorService(CoordinatorHost):
                 status, step, step_time, error = outcome.status, outcome.step, outcome.step_time_s, outcome.error
                 if outcome.emulated:
                     self.core.jobs[jid].emulated = True
+                self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
             except Exception as e:  # the runner died or was killed: resume from its last checkpoint
                 status, step, step_time, error = "failed", self.core.jobs[jid].steps, None, type(e).__name__
             actions += self.core.run_ended(jid, run.attempt, status, step, step_time, error)
@@ -138,6 +148,17 @@ class CoordinatorService(CoordinatorHost):
             for run in self.runs.values():
                 run.handle.kill()
             return len(self.runs)
+
+    def _runners(self) -> list[dict] | None:
+        return self.pool.describe() if self.pool is not None else None
+
+    def shutdown_runners(self) -> int:
+        """End this coordinator's warm runners (they are detached: they outlive it otherwise); returns how many."""
+        if self.pool is None:
+            return 0
+        count = sum(1 for r in self.pool.describe() if r["kind"] == "warm")
+        self.pool.shutdown(kill_runners=True)
+        return count
 
     def ping(self) -> dict:
         return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "epoch": self.core.epoch,

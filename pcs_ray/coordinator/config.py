@@ -39,7 +39,9 @@ class CoordinatorConfig:
     wfq: dict | None = None  # WFQ config (PCS JSON format) for policy "pcs"
     placement: str = "packed-sticky"
     grace_s: float = 30.0  # a runner asked to stop is killed after this long
-    launcher: str = "executors.launch:launch"
+    launcher: str = "executors.launch:launch"  # cold starts: runner processes started for each run
+    warm_pool: bool = True  # hand runs to warm runners (executors.pool), one per GPU; cold where there is none
+    warm_runners_per_node: int | None = None  # at most this many warm runners per Ray node (None: what memory holds)
     default_step_time: float = 1.0
     restart_overhead: float = 3.0
     progress_journal_every: float = 5.0

@@ -22,6 +22,9 @@ class CoordinatorHost(ABC):
     def __init__(self, core: Coordinator) -> None:
         self.core = core
         self.lock = threading.RLock()
+        # Emulated steps whose real compute overran the emulated GPU's budget, per job: the latest count of
+        # each run (reports carry the run's running total) plus the finished runs' totals.
+        self.overruns: dict[int, dict[int, int]] = {}
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -43,7 +46,25 @@ class CoordinatorHost(ABC):
 
     def status(self) -> dict:
         with self.lock:
-            return self.core.status()
+            out = self.core.status()
+            totals = {jid: sum(runs.values()) for jid, runs in self.overruns.items()}
+            for view in out.get("jobs", []):
+                view["emulation_overruns"] = totals.get(view.get("id"), 0)
+            out["emulation_overruns"] = sum(totals.values())
+            runners = self._runners()
+            if runners is not None:
+                out["runners"] = runners
+            return out
+
+    def _runners(self) -> list[dict] | None:
+        """Each GPU's runner (warm or cold, its memory), where a host keeps a pool."""
+        return None
+
+    def count_overruns(self, job_id: int, attempt: int, overruns: int) -> None:
+        """A run's emulation overruns so far (a running total per run, so late or repeated reports are harmless)."""
+        if overruns:
+            runs = self.overruns.setdefault(int(job_id), {})
+            runs[attempt] = max(runs.get(attempt, 0), int(overruns))
 
     def predict(self, job_id: int) -> dict:
         with self.lock:
@@ -55,9 +76,12 @@ class CoordinatorHost(ABC):
             return self.core.job_view(int(job_id))
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
-                        emulated: bool = False) -> None:
+                        emulated: bool = False, overruns: int = 0) -> None:
         with self.lock:
             self.core.progress(int(job_id), int(step), step_time_s, bool(emulated))
+            if overruns:
+                job = self.core.jobs.get(int(job_id))
+                self.count_overruns(int(job_id), job.attempt if job is not None else 0, overruns)
 
     # -- external executors (``executor: external`` jobs, e.g. a Ray Tune sweep) --------
     def assignment(self, job_id: int) -> dict:
