@@ -144,10 +144,11 @@ class CoordinatorService(CoordinatorHost):
                 "pid": os.getpid()}
 
 
-def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
+def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True, strategy=None):
     """Start the coordinator (or return the running one): detached, named, restarted on failure.
 
-    ``pin_here`` keeps it on this node, where its state folder (journal) lives. With no policy in
+    ``pin_here`` keeps it on this node, where its state folder (journal) lives; ``strategy`` (a Ray
+    scheduling strategy) puts it elsewhere (``pcs-ray up``: on the head node). With no policy in
     ``config``, the operator's choice is read here (see ``config.choose_policy``) and travels inline.
     """
     config = config.resolved()
@@ -155,7 +156,9 @@ def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
         name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=-1, max_concurrency=64, num_cpus=0,
     )
-    if pin_here:
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
+    elif pin_here:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
