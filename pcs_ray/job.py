@@ -30,6 +30,10 @@ class JobSpec:
     pattern: str = "ring"
     bw_sensitive: bool = False
     name: str = field(default="", compare=False)
+    #: Seconds from being given GPUs for the first time to its first step (start-up), and for every later
+    #: start on other GPUs or another count (stop + restart + restore); ``None``: the engine's ``overhead``.
+    start_cost: float = 0.0
+    move_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.service <= 0:

@@ -177,6 +177,12 @@ class Engine:
                 self.eta_heap = [(t, j) for j, t in self.eta.items()]
                 heapq.heapify(self.eta_heap)
 
+    def set_costs(self, job_id: int, start_cost: float, move_cost: float | None) -> None:
+        """What the job's next first start and later moves cost (seconds before it progresses); used
+        from its next allocation change on."""
+        job = self.active[job_id]
+        job.start_cost, job.move_cost = start_cost, move_cost
+
     def snapshot(self) -> Snapshot:
         # A live view, not a copy: a snapshot is only valid for the round it is made in.
         return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand)
@@ -288,8 +294,12 @@ class Engine:
                 job.preemptions += 1
             if n and job.start_time is None:
                 job.start_time = now
-            elif n and overhead:
-                job.stall_until = now + overhead  # checkpoint + restore before it moves again
+                if job.start_cost:
+                    job.stall_until = now + job.start_cost  # start-up before its first step
+            elif n:
+                cost = overhead if job.move_cost is None else job.move_cost
+                if cost:
+                    job.stall_until = now + cost  # checkpoint + restore before it moves again
             self.busy += n - job.alloc
             job.alloc = n
             if n:
@@ -302,10 +312,11 @@ class Engine:
             # count did not change (non-sticky); such a move costs a checkpoint + restore.
             counted = {job.spec.job_id for job in changed}
             changed = self.placement.place(self.snapshot(), changed, alloc)
-            if overhead:
-                for job in changed:
-                    if job.alloc and job.spec.job_id not in counted:
-                        job.stall_until = now + overhead
+            for job in changed:
+                if job.alloc and job.spec.job_id not in counted:
+                    cost = overhead if job.move_cost is None else job.move_cost
+                    if cost:
+                        job.stall_until = now + cost
         for job in changed:
             jid = job.spec.job_id
             if job.alloc:

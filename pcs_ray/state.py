@@ -27,12 +27,14 @@ class JobState:
     slowdown: float = 1.0  # placement-induced: slowest GPU x locality x topology
     preemptions: int = 0
     anchor: float = 0.0  # remaining/attained are exact as of this time (settled lazily)
+    start_cost: float = 0.0  # see JobSpec; the live coordinator updates them as it learns
+    move_cost: float | None = None
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
     _fair: dict[float, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def new(cls, spec: JobSpec, now: float = 0.0) -> "JobState":
-        return cls(spec=spec, remaining=spec.service, anchor=now)
+        return cls(spec=spec, remaining=spec.service, anchor=now, start_cost=spec.start_cost, move_cost=spec.move_cost)
 
     @property
     def job_id(self) -> int:
@@ -57,7 +59,8 @@ class JobState:
     def clone(self) -> "JobState":
         return JobState(
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
-            self.stall_until, self.slowdown, self.preemptions, self.anchor, self._caps, self._fair,
+            self.stall_until, self.slowdown, self.preemptions, self.anchor, self.start_cost, self.move_cost,
+            self._caps, self._fair,
         )
 
 

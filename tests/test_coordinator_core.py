@@ -136,14 +136,78 @@ def test_predictions_use_measured_speed_and_refresh():
     core.progress(j, step=10, step_time=0.5)  # twice as fast as estimated
     core.refresh_predictions()
     assert core.predict(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
-    # j ran at half its estimate: the estimates of jobs not yet measured are scaled the same way (EMA).
-    assert core.speed.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
+    # The first report came 10 s after the start with 10 steps of 0.5 s done: 5 s of start-up.
+    assert core.speed.cost("tiny", "start") == pytest.approx(5.0)
+    # A job of the same shape runs at the measured pace whatever its own guess, and pays the measured start.
     k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
-    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 20 * 0.85)
-    # The first report came 10 s after the start with 10 steps of 0.5 s done: 5 s of start-up (EMA from 0).
-    assert core.speed.restart_overhead == pytest.approx(0.3 * 5.0)
+    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 5 + 10 * 0.5)
+    # Another shape of an unknown workload has only its guess, scaled as guesses turned out (EMA).
+    assert core.speed.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
+    m, _ = core.submit(job(steps=10, step_time=2.0, params={"batch_size": 64}))
+    assert core.predict(m)["predicted_completion"] == pytest.approx(1010 + 45 + 10 + 5 + 20 * 0.85)
     # FIFO's bound serves the queue one job at a time, plus k's own start-up.
-    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 20 * 0.85 + 1.5)
+    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 10 * 0.5 + 5.0)
+
+
+def test_forecasts_charge_start_and_every_move_they_play():
+    # SRSF on one GPU: a long job runs; a short one arrives and preempts it in the forecast.
+    core, clock = make(policy="srsf", gpus=1, per_node=1, restart_overhead=2.0)
+    long_id, _ = core.submit(job(steps=100, step_time=1.0))
+    clock.t += 12
+    core.progress(long_id, step=10, step_time=1.0)  # 2 s of start-up measured
+    core.refresh_predictions(force=True)
+    assert core.predict(long_id)["predicted_completion"] == pytest.approx(1012 + 90)
+    short_id, actions = core.submit(job(steps=5, step_time=1.0))
+    assert actions == [StopRun(long_id, 1, "preempt")]
+    clock.t += 1
+    core.run_ended(long_id, 1, "preempted", step=11, step_time=1.0)  # the stop took 1 s
+    core.refresh_predictions(force=True)
+    # The short job pays its start (2 s); the long one a stop (1 s) and a resume (the start's 2 s, no resume
+    # measured yet) when it gets its GPU back.
+    short_end = 1013 + 2 + 5
+    assert core.predict(short_id)["predicted_completion"] == pytest.approx(short_end)
+    assert core.predict(long_id)["predicted_completion"] == pytest.approx(short_end + 1 + 2 + 89)
+
+
+def test_scaling_and_step_times_are_learned_per_gpu_count():
+    core, clock = make(gpus=4, per_node=4, restart_overhead=0.0)
+    a, _ = core.submit(job(gpus=1, steps=100, step_time=1.0))
+    clock.t += 1
+    core.progress(a, step=1, step_time=0.8)
+    core.run_ended(a, 1, "finished", step=100)
+    b, _ = core.submit(job(gpus=2, steps=100, step_time=1.0))
+    clock.t += 1
+    core.progress(b, step=1, step_time=0.5)  # 1.6x on 2 GPUs, not 2x
+    spec = core.jobs[b].spec
+    assert core.speed.step_s(spec, 1) == (pytest.approx(0.8), "measured")
+    assert core.speed.step_s(spec, 2) == (pytest.approx(0.5), "measured")
+    assert core.speed.speedup(spec) == pytest.approx((0.0, 1.0, 1.6))
+
+
+def test_learned_speeds_persist_for_a_new_coordinator(tmp_path):
+    speeds = tmp_path / "speeds.json"
+    core, clock = make(gpus=1, per_node=1, speeds_path=speeds)
+    j, _ = core.submit(job(steps=20, step_time=1.0))
+    clock.t += 4
+    core.progress(j, step=4, step_time=0.25)
+    core.run_ended(j, 1, "finished", step=20)
+    assert speeds.is_file() and oct(speeds.stat().st_mode & 0o777) == "0o600"
+    fresh, _ = make(gpus=1, per_node=1, speeds_path=speeds, clock=Clock(5000.0))  # a new journal
+    k, _ = fresh.submit(job(steps=20, step_time=1.0))
+    view = fresh.predict(k)
+    assert view["predicted_completion"] == pytest.approx(5000 + 3.0 + 20 * 0.25)
+    assert "step_time" not in view["estimates"] and "start_stop_costs" in view["estimates"]
+    lo, hi = view["range"]
+    assert lo <= view["predicted_completion"] <= hi
+
+
+def test_an_unmeasured_prediction_says_so_and_carries_a_wide_range():
+    core, _ = make(gpus=1, per_node=1)
+    j, _ = core.submit(job(steps=100, step_time=1.0))
+    view = core.predict(j)
+    assert {"step_time", "start_stop_costs"} <= set(view["estimates"])
+    lo, hi = view["range"]
+    assert lo < view["predicted_completion"] < hi
 
 
 def test_a_late_runner_never_makes_the_model_finish_it():

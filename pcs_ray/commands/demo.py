@@ -3,9 +3,10 @@
 An embedded local Ray gets 2 nodes x 4 logical GPUs (``demo_cluster``: real
 topology and measured variability), the coordinator runs PCS's WFQ with queue
 thresholds sized for these short jobs, and real PyTorch jobs of mixed sizes
-and classes arrive over time (``demo_jobs``, driven by ``demo_poll``).
-Runners stretch each step by the slowdown the cluster model gives their GPUs
-(there is no real device). At the end: per-job predicted (at submission) vs
+and classes arrive over time (the bundled job list ``demo``, run as
+``pcs-ray replay`` runs a list). Each logical GPU emulates an independent
+device (``workloads.device_model``): a step takes the workload's reference
+time x its GPUs' slowdown / its scaling, whatever else runs on the machine. At the end: per-job predicted (at submission) vs
 actual JCT, preemptions, GPUs (``demo_report``), a JSON report and a PNG
 timeline (``demo_plot``).
 """
@@ -31,9 +32,9 @@ def run_demo(out: str | Path, num_jobs: int = 8, seed: int = 1, live: bool = Tru
     from pcs_ray.commands.demo_cluster import demo_cluster
     from pcs_ray.commands.demo_jobs import DEMO_WFQ, demo_jobs
     from pcs_ray.commands.demo_plot import plot_report
-    from pcs_ray.commands.demo_poll import calibrate, follow
     from pcs_ray.commands.demo_ray import demo_coordinator
     from pcs_ray.commands.demo_report import build_report, result_table
+    from pcs_ray.commands.replay import run_live
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,8 +43,8 @@ def run_demo(out: str | Path, num_jobs: int = 8, seed: int = 1, live: bool = Tru
     cluster, notes = demo_cluster(out, seed)
     err.print(f"[bold]pcs-ray demo[/]: starting Ray with {cluster.num_gpus} logical GPUs on {len(cluster.nodes)} nodes ...")
     with demo_coordinator(cluster, DEMO_WFQ) as client:
-        calibrate(client, began, deadline_s, err)
-        status, submitted = follow(client, demo_jobs(num_jobs), began, deadline_s, live, err)
+        status, submitted, _ = run_live(client, demo_jobs(num_jobs), calibrate=True, deadline_s=deadline_s,
+                                        live=live, err=err, title="pcs-ray demo")
         report = build_report(status, submitted, cluster, notes, wall_s=time.time() - began)
     (out / "demo-report.json").write_text(json.dumps(report, indent=2))
     plot_report(report, out / "demo-timeline.png")

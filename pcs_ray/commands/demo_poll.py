@@ -1,4 +1,4 @@
-"""Driving the demo: calibration runs first, then submissions on schedule and a status poll every half second.
+"""Driving a live run (the demo, ``pcs-ray replay``): submissions on schedule and a status poll every half second.
 
 The poll keeps each job's prediction history (for the mid-life error) and,
 with ``live``, redraws the status table on stderr.
@@ -12,22 +12,13 @@ from rich.console import Console
 from rich.live import Live
 
 from pcs_ray.client import Client
-from pcs_ray.commands.demo_jobs import calibration_jobs
 from pcs_ray.commands.format import status_table
 
 ENDED = ("finished", "cancelled", "failed")
 
 
-def calibrate(client: Client, began: float, deadline_s: float, err: Console) -> None:
-    """Run the calibration jobs together and wait for them (at most until half the deadline)."""
-    handles = [client.submit(spec) for spec in calibration_jobs()]
-    err.print(f"calibrating: a short run of each of the {len(handles)} workloads (step times, start-up) ...")
-    for handle in handles:
-        client.wait(handle.id, timeout=max(10.0, deadline_s / 2 - (time.time() - began)))
-
-
 def follow(client: Client, arrivals: list[tuple[float, dict]], began: float, deadline_s: float, live: bool,
-           err: Console) -> tuple[dict, dict[int, dict]]:
+           err: Console, title: str = "pcs-ray demo") -> tuple[dict, dict[int, dict]]:
     """Submit ``arrivals`` on schedule and poll until all have ended or the deadline passes.
 
     Returns the last status (only the demo's jobs) and, per job id, its spec,
@@ -50,17 +41,17 @@ def follow(client: Client, arrivals: list[tuple[float, dict]], began: float, dea
         return status
 
     status = step()
-    with Live(status_table(status, "pcs-ray demo (live)"), console=err, refresh_per_second=2,
+    with Live(status_table(status, f"{title} (live)"), console=err, refresh_per_second=2,
               transient=False, auto_refresh=live) as view:
         while True:
             status = step()
             if live:
-                view.update(status_table(status, f"pcs-ray demo (live, {time.time() - t0:.0f} s)"))
+                view.update(status_table(status, f"{title} (live, {time.time() - t0:.0f} s)"))
             done = [j for j in status["jobs"] if j["state"] in ENDED]
             if not pending and len(done) == len(status["jobs"]):
                 break
             if time.time() - began > deadline_s:
-                err.print(f"[yellow]demo deadline of {deadline_s:.0f} s reached; reporting what finished[/]")
+                err.print(f"[yellow]{title}: deadline of {deadline_s:.0f} s reached; reporting what finished[/]")
                 break
             time.sleep(0.5)
     return {**status, "jobs": [j for j in status["jobs"] if j["id"] in submitted]}, submitted

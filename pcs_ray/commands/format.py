@@ -48,7 +48,10 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
         if failed:
             row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
         table.add_row(*row)
-    table.caption = "* step time stretched to emulate the GPUs' variability (logical GPUs)"
+    overruns = sum(job.get("emulation_overruns") or 0 for job in status["jobs"])
+    table.caption = "* emulated device (logical GPUs): each step takes the device model's time"
+    if overruns:
+        table.caption += f"; {overruns} step(s) overran their budget (the machine is too small for what it emulates)"
     return table
 
 

@@ -173,13 +173,19 @@ def predict_cmd(
     address: Annotated[str | None, ADDRESS] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
-    """A job's current predicted completion and worst-case bound (refreshed on every cluster event)."""
+    """A job's current predicted completion, its p10-p90 range and worst-case bound (refreshed on every
+    cluster event), and which of the forecast's inputs are still estimates rather than measurements."""
     reply = _client(address).predict(job_id)
     if as_json:
         print(json.dumps(reply))
     else:
-        print(f"job {job_id} ({reply['state']}): predicted completion {when(reply['predicted_completion'], time.time())}, "
-              f"bound {clock(reply['bound'])}")
+        line = (f"job {job_id} ({reply['state']}): predicted completion {when(reply['predicted_completion'], time.time())}, "
+                f"bound {clock(reply['bound'])}")
+        if reply.get("range"):
+            line += f", p10-p90 {clock(reply['range'][0])} to {clock(reply['range'][1])}"
+        if reply.get("estimates"):
+            line += f" (still estimated: {', '.join(reply['estimates'])})"
+        print(line)
 
 
 def cancel_cmd(

@@ -70,6 +70,10 @@ class CoordinatorConfig:
     def history_path(self) -> Path:
         return Path(self.state_dir) / "history.jsonl"
 
+    @property
+    def speeds_path(self) -> Path:
+        return Path(self.state_dir) / "speeds.json"
+
 
 def build_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
     """``pcs`` with a WFQ config (``wfq``), else any name ``pcs_ray.policies.build_policy`` knows."""
@@ -126,7 +130,7 @@ def build_core(config: CoordinatorConfig, clock=time.time) -> Coordinator:
         cluster, build_policy(config.policy, config.wfq), Journal(config.journal_path),
         checkpoint_root=config.checkpoint_root, placement=create_placement(config.placement, cluster),
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
-        restart_overhead=config.restart_overhead, history_path=config.history_path,
+        restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
         progress_journal_every=config.progress_journal_every, policies=build_policy,
     )
 

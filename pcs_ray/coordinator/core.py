@@ -57,6 +57,7 @@ class Coordinator(CoordinatorState):
         default_step_time: float = 1.0,
         restart_overhead: float = 3.0,
         history_path: str | Path | None = None,
+        speeds_path: str | Path | None = None,
         max_failures: int = 3,
         progress_journal_every: float = 5.0,
         policies: PolicyFactory | None = None,
@@ -64,11 +65,15 @@ class Coordinator(CoordinatorState):
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
         self.history_path = history_path
+        self.speeds_path = speeds_path
+        speed = SpeedModel(default_step_time, restart_overhead)
         self.max_failures = max_failures
         self.progress_journal_every = progress_journal_every
         self._progress_logged: dict[int, float] = {}
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
-                         speed=SpeedModel(default_step_time, restart_overhead))
+                         speed=speed)
+        if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
+            self.speed.load(speeds_path)
 
     # -- events --------------------------------------------------------------------
     def submit(
@@ -130,9 +135,6 @@ class Coordinator(CoordinatorState):
             self._apply_progress(job, self.now(), step, step_time, job.emulated)
         if status == "finished":
             self._record("finished", jid, step=step)
-            workload = job.spec.workload
-            if workload in self.speed.measured_t1:
-                self._record("measured", None, workload=workload, t1=self.speed.measured_t1[workload])
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step)
@@ -143,6 +145,7 @@ class Coordinator(CoordinatorState):
             self._record(
                 "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING, failed=unexpected, error=error,
             )
+        self.save_speeds()
         return self.decide()
 
     def tick(self) -> list[Action]:
@@ -222,8 +225,9 @@ class Coordinator(CoordinatorState):
         if jid not in self.model:
             return None
         bound = self.model.bound(jid)
-        if bound is not None and self.jobs[jid].reported_at is None:
-            bound += self.speed.restart_overhead
+        job = self.jobs[jid]
+        if bound is not None and job.reported_at is None:
+            bound += self.speed.cost(job.spec.workload, "start" if job.first_start is None else "resume")
         return bound
 
     def predict(self, jid: int) -> dict:
@@ -233,7 +237,25 @@ class Coordinator(CoordinatorState):
             self.model.sync(self.now(), self.active, self._dirty, self.speed)
             bound = self._bound(jid)
             job.bound = bound if bound is not None else job.bound
-        return views.prediction(job, self.epoch, self._explain(jid))
+        return views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
+
+    def _uncertainty(self, job: LiveJob) -> dict:
+        """Which inputs of the job's forecast are still estimates, and its range (p10-p90 of the spread
+        of the step times its shape measured, applied to the time it has left)."""
+        if job.done or job.predicted is None:
+            return {"estimates": [], "range": None}
+        lo, hi = self.speed.spread(job)
+        left = max(0.0, job.predicted - self.now())
+        return {"estimates": self.speed.estimates(job),
+                "range": [self.wall(self.now() + left * lo), self.wall(self.now() + left * hi)]}
+
+    def save_speeds(self) -> None:
+        """Keep what was learned beside the journal, for a new coordinator (and ``pcs-ray calibrate``)."""
+        if self.speeds_path is not None:
+            try:
+                self.speed.save(self.speeds_path)
+            except OSError:
+                pass  # the journal still holds every measurement; the file is a convenience
 
     def _explain(self, jid: int) -> dict | None:
         """Why placement gave the job its GPUs (``Placement.explain``, GPUs by name), if it placed it."""
@@ -251,13 +273,16 @@ class Coordinator(CoordinatorState):
         return views.job_view(self._job(jid), self.epoch, self.gpu_name)
 
     def status(self) -> dict:
-        return views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
+        view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
                             self.speed.restart_overhead, self.jobs.values(), self.gpu_name)
+        view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
+        return view
 
     def config(self) -> dict:
         """The policy in force (its parameters), the placement, and where and when the policy came from."""
         return {"policy": self.policy.describe(), "placement": self.model.placement.describe(),
-                "source": self.config_source, "since": self.wall(self.config_since)}
+                "source": self.config_source, "since": self.wall(self.config_since),
+                "cluster": self.cluster.model_dump(mode="json")}
 
     def assignment(self, jid: int) -> dict:
         """What an external executor may use now (see :mod:`.external`)."""

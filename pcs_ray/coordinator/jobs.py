@@ -39,6 +39,7 @@ class LiveJob:
     first_predicted: float | None = None
     bound: float | None = None
     stop_reason: str | None = None
+    stop_at: float | None = None  # when the current stop was requested
     cancel_requested: bool = False
     failures: int = 0
     error: str | None = None
@@ -55,13 +56,13 @@ class LiveJob:
         self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
         self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
         self.start_step = self.steps
-        self.stop_reason = None
+        self.stop_reason, self.stop_at = None, None
         if self.first_start is None:
             self.first_start = t
         self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind})
 
-    def stopping(self, reason: str) -> None:
-        self.state, self.stop_reason = JobStatus.STOPPING, reason
+    def stopping(self, reason: str, t: float | None = None) -> None:
+        self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
 
     def requeued(self, t: float) -> None:
         """Its run ended without finishing the job (stopped, lost or failed): back to the queue."""

@@ -56,6 +56,7 @@ class ClusterModel:
         self.placement = default_placement(cluster) if placement is None else placement
         self.engine = Engine(cluster.num_gpus, policy, placement=self.placement, check=True)
         self.placement_matters = placement_changes_rates(cluster)
+        self._speed_version = -1
 
     # -- membership ------------------------------------------------------------
     def admit(self, spec: JobSpec) -> None:
@@ -82,11 +83,16 @@ class ClusterModel:
         """Bring the engine to ``now``: every running or changed (``dirty``, emptied here) job's remaining
         work and when it can next progress, as the speed model sees them."""
         self.engine.set_clock(now)
+        if speed.version != self._speed_version:  # estimates moved: every job's work and costs follow
+            self._speed_version = speed.version
+            dirty.update(jobs)
         for jid in set(self.engine.running_ids()) | dirty:
             job = jobs.get(jid)
             if job is None or jid not in self:
                 continue
-            self.engine.set_remaining(jid, speed.remaining(job, now), speed.stall_until(job, now))
+            self.engine.set_costs(jid, *speed.job_costs(job))
+            table = self.engine.job(jid).spec.speedup
+            self.engine.set_remaining(jid, speed.remaining(job, now, table), speed.stall_until(job, now))
         dirty.clear()
 
     def reallocate(self) -> None:

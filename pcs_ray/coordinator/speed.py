@@ -1,84 +1,340 @@
-"""How fast jobs run and what a (re)start costs: estimates at submission, refined by what runners measure.
+"""How fast jobs run and what a (re)start costs: priors at submission, refined by what runners measure.
 
 Predictions are only as good as this model (DESIGN §10): everything the live
-system pays must be in it. It keeps
+system pays must be in it, and every forecast charges it. It keeps
 
-* per job, ``t1``: seconds per step on one nominal GPU, its runner's
-  measurement once there is one, else the submitted estimate scaled by
-  ``estimate_ratio`` (measured / estimated over jobs that have run: users'
-  guesses tend to be off in one direction);
-* per workload, the last 1-GPU measurement (``measured_t1``), the estimate
-  for its next jobs; journaled when a job finishes, so kept across restarts;
-* ``restart_overhead``: seconds from a launch to the first step (actor
-  start-up, checkpoint restore), measured on every start;
-* scaling: ``speedup(spec)``, a job's speedup per GPU count (linear today).
+* **step times per workload shape and GPU count**: seconds per step on ``n``
+  GPUs at slowdown 1 (a measured step time divided by its GPUs' slowdown),
+  for the shape of the job (its workload and the parameters that change a
+  step's cost: batch size, sequence length ...). Unmeasured counts follow
+  from a measured one through the workload's declared scaling
+  (``workloads.device_model.scaling``); an unmeasured shape starts from the
+  device model's reference time, corrected by what other shapes of the same
+  workload measured, else from the job's own ``step_time`` estimate (scaled
+  by ``estimate_ratio``: users' guesses tend to be off in one direction),
+  else ``default_step_time``;
+* **costs per workload**: a first start (launch to first step), a resume
+  (the same plus the checkpoint restore) and a stop (request to checkpoint
+  written and GPUs free). Every forecast charges them: a queued job pays its
+  start when the play gives it GPUs, and every move the play makes (a
+  preemption, a migration, a resize) pays stop + resume
+  (``Engine.set_costs``);
+* the spread of each measurement, for prediction ranges, and which inputs
+  are still estimates.
 
-The other measurements are replayed from the journaled progress reports.
+What it learned is replayed from the journal and also kept in the state
+folder (``speeds.json``, :meth:`to_dict`), so a new coordinator (or one
+seeded by ``pcs-ray calibrate``) starts from it.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
 from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.job import linear_speedup
 from pcs_ray.jobfile import JobFile
 
 #: Work (fraction of one step) left in a job the model thinks is done but its runner has not reported:
 #: only the runner says when a job has finished.
 SLIVER = 0.05
 EMA = 0.3  # weight of a new measurement
+SAMPLES = 32  # measurements kept per key for the spread
+#: Parameters that do not change what a step costs: jobs differing only in them share step times.
+NOT_SPEED = frozenset({"seed", "lr", "momentum", "weight_decay", "data_root", "num_samples", "optimizer"})
+#: The range of a prediction whose step time is still an estimate (no run of its shape measured yet).
+UNMEASURED_SPREAD = (0.6, 1.6)
+
+
+def shape_key(workload: str, params: Mapping | None) -> str:
+    """What identifies a job's step cost: its workload and the parameters that change it."""
+    kept = {k: v for k, v in sorted((params or {}).items()) if k not in NOT_SPEED}
+    return workload + (json.dumps(kept, sort_keys=True, separators=(",", ":")) if kept else "")
+
+
+@dataclass
+class Stat:
+    """An exponentially weighted mean and the recent measurements (for the spread)."""
+
+    mean: float
+    samples: list[float] = field(default_factory=list)
+
+    def add(self, x: float) -> None:
+        self.mean = x if not self.samples else (1 - EMA) * self.mean + EMA * x
+        self.samples = (self.samples + [x])[-SAMPLES:]
+
+    def ratio(self, q: float) -> float:
+        """The ``q`` quantile of the measurements over their mean (1.0 with fewer than two)."""
+        if len(self.samples) < 2 or self.mean <= 0:
+            return 1.0
+        xs = sorted(self.samples)
+        pos = q * (len(xs) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return (xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)) / self.mean
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Stat":
+        return cls(float(raw["mean"]), [float(x) for x in raw.get("samples", [])])
+
+
+def _device_model():
+    """``workloads.device_model`` (torch-free), imported on first use."""
+    from workloads import device_model
+
+    return device_model
 
 
 class SpeedModel:
-    """Step times, start-up cost and scaling; see the module docstring."""
+    """Step times, start/stop costs and scaling; see the module docstring."""
 
     def __init__(self, default_step_time: float = 1.0, restart_overhead: float = 3.0) -> None:
         self.default_step_time = default_step_time
-        self.restart_overhead = restart_overhead  # estimate, refined by measurement
-        self.measured_t1: dict[str, float] = {}  # workload -> last measured 1-GPU step time
+        self.default_cost = restart_overhead  # a start's cost before any was measured
+        self.steps: dict[str, dict[int, Stat]] = {}  # shape -> GPU count -> seconds per step at slowdown 1
+        self.costs: dict[str, dict[str, Stat]] = {}  # workload -> "start" | "resume" | "stop" -> seconds
         self.estimate_ratio = 1.0
+        self.version = 0  # bumped whenever an estimate other jobs use changes
+        self._cache: dict = {}
+        self._cache_version = -1
 
-    # -- estimates ----------------------------------------------------------------
+    # -- priors --------------------------------------------------------------------
+    def _reference(self, spec: JobFile, n: int) -> float | None:
+        """The device model's step time for the job's shape on ``n`` nominal GPUs, or None (unknown workload)."""
+        try:
+            return _device_model().emulated_step_s(spec.workload, spec.params or {}, n, 1.0)
+        except (KeyError, ValueError):
+            return None
+
+    def _scaling(self, workload: str, n: int) -> float:
+        try:
+            return _device_model().scaling(workload, n)
+        except (KeyError, ValueError):
+            return float(n)
+
+    def step_s(self, spec: JobFile, n: int) -> tuple[float, str]:
+        """Seconds per step of the job on ``n`` GPUs at slowdown 1, and where the figure comes from:
+        ``measured`` (this shape on ``n`` GPUs), ``scaled`` (this shape on other counts, through the
+        declared scaling), ``workload`` (other shapes of the workload), ``estimate`` (the job's own
+        ``step_time``), ``reference`` (the device model) or ``default``."""
+        n = max(1, n)
+        key = (shape_key(spec.workload, spec.params), n, spec.step_time)
+        if self._cache_version != self.version:
+            self._cache, self._cache_version = {}, self.version
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._step_s(spec, n, key[0])
+        return hit
+
+    def _step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
+        by_n = self.steps.get(shape)
+        if by_n:
+            if n in by_n:
+                return by_n[n].mean, "measured"
+            m = min(by_n, key=lambda k: (abs(k - n), k))
+            return by_n[m].mean * self._scaling(spec.workload, m) / self._scaling(spec.workload, n), "scaled"
+        reference = self._reference(spec, n)
+        if reference is not None:
+            per_ref = self._workload_ratio(spec.workload)
+            if per_ref is not None:
+                return reference * per_ref, "workload"
+        if spec.step_time:
+            return spec.step_time * self.estimate_ratio / self._scaling(spec.workload, n), "estimate"
+        if reference is not None:
+            return reference, "reference"
+        return self.default_step_time / self._scaling(spec.workload, n), "default"
+
+    def _workload_ratio(self, workload: str) -> float | None:
+        """Measured over device-model step time across the workload's measured shapes (None: none measured)."""
+        ratios = [stat.mean / ref for key, n, stat, ref in self._measured_refs(workload) if ref]
+        return None if not ratios else sum(ratios) / len(ratios)
+
+    def _measured_refs(self, workload: str):
+        for key, by_n in self.steps.items():
+            name, _, params = key.partition("{")
+            if name != workload:
+                continue
+            shape = json.loads("{" + params) if params else {}
+            for n, stat in by_n.items():
+                try:
+                    ref = _device_model().emulated_step_s(workload, shape, n, 1.0)
+                except (KeyError, ValueError):
+                    ref = None
+                yield key, n, stat, ref
+
+    # -- what the engine gets --------------------------------------------------------
     def estimate(self, spec: JobFile) -> float:
-        """``t1`` of a new job: its own estimate, else its workload's last measurement, else the default."""
-        return spec.step_time or self.measured_t1.get(spec.workload, self.default_step_time)
+        """``t1`` of a new job: seconds per step on one nominal GPU (see :meth:`step_s`)."""
+        return self.step_s(spec, 1)[0]
 
     def speedup(self, spec: JobFile) -> tuple[float, ...]:
-        return linear_speedup(spec.gpus)
+        """Throughput on ``n`` GPUs relative to one, ``n`` = 0..most: measured or declared (sub-linear) scaling."""
+        t1 = self.step_s(spec, 1)[0]
+        return (0.0,) + tuple(t1 / self.step_s(spec, n)[0] for n in range(1, spec.gpus + 1))
 
-    def remaining(self, job: LiveJob, now: float) -> float:
-        """GPU-seconds at one nominal GPU still to do, from the runner's last report."""
+    def cost(self, workload: str, kind: str) -> float:
+        """Seconds a ``start``, ``resume`` or ``stop`` of the workload costs: measured, else the mean over
+        workloads, else the configured default (a stop: 0)."""
+        stat = self.costs.get(workload, {}).get(kind)
+        if stat is not None:
+            return stat.mean
+        others = [c[kind].mean for c in self.costs.values() if kind in c]
+        if others:
+            return sum(others) / len(others)
+        if kind == "resume" and "start" in self.costs.get(workload, {}):
+            return self.costs[workload]["start"].mean
+        return 0.0 if kind == "stop" else self.default_cost
+
+    def job_costs(self, job: LiveJob) -> tuple[float, float]:
+        """(first start, every later move) for the engine: a move is a stop plus a resume."""
+        workload = job.spec.workload
+        start = self.cost(workload, "start") if job.first_start is None else 0.0
+        return start, self.cost(workload, "stop") + self.cost(workload, "resume")
+
+    def remaining(self, job: LiveJob, now: float, speedup: tuple[float, ...] | None = None) -> float:
+        """GPU-seconds at one nominal GPU still to do, from the runner's last report.
+
+        A running job that has reported is measured on its own GPUs: its work is expressed through
+        ``speedup`` (the table its model was admitted with), so the forecast of its current run is
+        exactly its measured pace; any other job's through the current estimate of ``t1``.
+        """
         steps_left = job.spec.steps - job.steps
-        if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time:
+        n = min(len(job.gpus), job.spec.gpus)
+        if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time and n:
             steps_left -= (now - job.reported_at) / job.step_time
-        t1 = job.t1 if job.measured else job.t1 * self.estimate_ratio
+            table = speedup if speedup is not None else self.speedup(job.spec)
+            t1 = job.step_time / job.slowdown * table[n]
+        else:
+            t1 = self.estimate(job.spec)
         return max(steps_left, SLIVER) * t1
 
     def stall_until(self, job: LiveJob, now: float) -> float:
-        """When the job can next make progress: a run that has not reported yet is still starting up,
-        and a queued or stopping job pays a start-up before it trains again."""
-        if job.state == JobStatus.RUNNING:
-            return 0.0 if job.reported_at is not None else job.started_at + self.restart_overhead
-        return now + self.restart_overhead
+        """When a running job can next make progress: one that has not reported yet is still starting up.
+        A queued job pays its start when the forecast gives it GPUs (``job_costs``), not here."""
+        if job.state == JobStatus.RUNNING and job.reported_at is None and job.started_at is not None:
+            kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
+            return job.started_at + self.cost(job.spec.workload, kind)
+        return 0.0
+
+    @property
+    def restart_overhead(self) -> float:
+        """The mean resume cost over measured workloads (what ``status`` shows)."""
+        return self.cost("", "resume")
+
+    # -- what a prediction says about itself --------------------------------------------
+    def estimates(self, job: LiveJob) -> list[str]:
+        """The inputs of the job's forecast that are still estimates, not measurements."""
+        out = []
+        n = len(job.gpus) or job.spec.gpus
+        if not job.measured and self.step_s(job.spec, n)[1] != "measured":
+            out.append("step_time")
+        if len(self.steps.get(shape_key(job.spec.workload, job.spec.params), {})) < 2 and job.spec.gpus > 1:
+            out.append("scaling")
+        kinds = ("start",) if job.first_start is None else ()
+        kinds += ("resume", "stop")
+        if any(k not in self.costs.get(job.spec.workload, {}) for k in kinds):
+            out.append("start_stop_costs")
+        return out
+
+    def spread(self, job: LiveJob) -> tuple[float, float]:
+        """(p10, p90) of the job's step time over its mean: the measured spread of its shape, else wide."""
+        by_n = self.steps.get(shape_key(job.spec.workload, job.spec.params))
+        if not by_n:
+            return UNMEASURED_SPREAD
+        n = len(job.gpus) or job.spec.gpus
+        stat = by_n.get(n) or by_n[min(by_n, key=lambda k: abs(k - n))]
+        return min(stat.ratio(0.1), 1.0), max(stat.ratio(0.9), 1.0)
 
     # -- measurements ----------------------------------------------------------------
     def observe_start_up(self, job: LiveJob, t: float, step: int, step_time: float) -> None:
-        """The first report of a run: the time since its launch not spent on its steps was start-up."""
-        overhead = max(0.0, t - job.started_at - max(1, step - job.start_step) * step_time)
-        self.restart_overhead = (1 - EMA) * self.restart_overhead + EMA * overhead
+        """The first report of a run: the time since its launch not spent on its steps was its start."""
+        cost = max(0.0, t - job.started_at - max(1, step - job.start_step) * step_time)
+        kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
+        self._add_cost(job.spec.workload, kind, cost)
 
-    def observe_step_time(self, job: LiveJob, step_time: float) -> bool:
-        """A measured step time on the job's GPUs; True when it moved the estimates of unmeasured jobs."""
+    def observe_stop(self, job: LiveJob, seconds: float) -> None:
+        """A stop request took ``seconds`` until the run ended (checkpoint written, GPUs free)."""
+        self._add_cost(job.spec.workload, "stop", max(0.0, seconds))
+
+    def _add_cost(self, workload: str, kind: str, seconds: float) -> None:
+        by_kind = self.costs.setdefault(workload, {})
+        if kind in by_kind:
+            by_kind[kind].add(seconds)
+        else:
+            by_kind[kind] = Stat(seconds, [seconds])
+        self.version += 1
+
+    def observe_step_time(self, job: LiveJob, step_time: float, first_of_run: bool = False) -> bool:
+        """A measured step time on the job's GPUs (a run's first report: ``first_of_run``); True when
+        it moved the estimates of other jobs (then their forecasts must be re-synced)."""
         n = min(len(job.gpus), job.spec.gpus)
-        t1 = step_time * self.speedup(job.spec)[n] / job.slowdown
-        first = not job.measured
-        if first:
-            self.estimate_ratio = (1 - EMA) * self.estimate_ratio + EMA * (t1 / job.t1)
+        normalised = step_time / job.slowdown
+        by_n = self.steps.setdefault(shape_key(job.spec.workload, job.spec.params), {})
+        new = n not in by_n
+        if new:
+            by_n[n] = Stat(normalised, [normalised])
+        else:
+            by_n[n].add(normalised)
+        t1 = normalised * self.speedup(job.spec)[n]
+        if not job.measured and job.spec.step_time:
+            self.estimate_ratio = (1 - EMA) * self.estimate_ratio + EMA * (t1 / job.spec.step_time)
         job.t1, job.measured = t1, True
-        if n == 1:  # only a 1-GPU run measures t1 directly, with no speedup model in between
-            self.measured_t1[job.spec.workload] = t1
-        return first
+        if new or first_of_run:
+            self.version += 1
+            return True
+        return False
 
     def learned(self, workload: str, t1: float) -> None:
-        """A journaled per-workload measurement (replayed after a restart)."""
-        self.measured_t1[workload] = t1
+        """A journaled 1-GPU measurement of an older coordinator (``measured`` events)."""
+        self.steps.setdefault(workload, {}).setdefault(1, Stat(t1, [t1]))
+
+    # -- persistence ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "version": 1,
+            "steps": {k: {str(n): s.to_dict() for n, s in by_n.items()} for k, by_n in self.steps.items()},
+            "costs": {w: {k: s.to_dict() for k, s in by_kind.items()} for w, by_kind in self.costs.items()},
+            "estimate_ratio": self.estimate_ratio,
+        }
+
+    def merge(self, raw: Mapping) -> None:
+        """Add what another coordinator (or ``pcs-ray calibrate``) learned, where this one knows nothing yet."""
+        for key, by_n in raw.get("steps", {}).items():
+            mine = self.steps.setdefault(key, {})
+            for n, stat in by_n.items():
+                mine.setdefault(int(n), Stat.from_dict(stat))
+        for workload, by_kind in raw.get("costs", {}).items():
+            mine = self.costs.setdefault(workload, {})
+            for kind, stat in by_kind.items():
+                mine.setdefault(kind, Stat.from_dict(stat))
+        self.version += 1
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` atomically (0600)."""
+        path = Path(path)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.to_dict(), f)
+        os.replace(tmp, path)
+
+    def load(self, path: str | Path) -> bool:
+        """Merge a saved model; False when there is none (or it cannot be read: then it is ignored)."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(raw, dict):
+            return False
+        try:
+            self.merge(raw)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True

@@ -129,7 +129,7 @@ class CoordinatorState:
         if kind == "start":
             job.launched(t, data["attempt"], tuple(data["gpus"]), data["slowdown"], data["kind"])
         elif kind == "stop":
-            job.stopping(data["reason"])
+            job.stopping(data["reason"], t)
         elif kind == "progress":
             self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
         elif kind == "cancel":
@@ -142,6 +142,8 @@ class CoordinatorState:
                 job.steps = data["step"]
                 if data.get("preempted"):
                     job.preemptions += 1
+                    if job.stop_at is not None:
+                        self.speed.observe_stop(job, t - job.stop_at)
                 if data.get("failed"):
                     job.failures += 1
                     job.error = data.get("error")
@@ -168,13 +170,13 @@ class CoordinatorState:
         self.config_source, self.config_since = data["source"], t
 
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
-        if step_time and job.reported_at is None and job.started_at is not None:
+        first = job.reported_at is None and job.started_at is not None
+        if step_time and first:
             self.speed.observe_start_up(job, t, step, step_time)
         job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
         if step_time and job.gpus:
             job.step_time = step_time
-            if self.speed.observe_step_time(job, step_time):
-                self._dirty.update(j.job_id for j in self.active.values() if not j.measured)
+            self.speed.observe_step_time(job, step_time, first_of_run=first)
         self._dirty.add(job.job_id)
 
     def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
