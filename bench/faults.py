@@ -254,9 +254,15 @@ def main() -> None:
             from pcs_ray.client import Client
 
             client = Client(up["address"])
+            print(f"cluster up in {out['up_s']} s; killing a runner", file=sys.stderr, flush=True)
             out["runner"] = runner_fault(env, client, state, args)
+            print(json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
             out["worker_node"] = node_fault(env, client, state, args)
+            print(json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
         finally:
+            import ray
+
+            ray.shutdown()  # before its GCS goes: a driver that loses the GCS aborts the process
             record = lc.load(state) if (state / lc.STATE_FILE).exists() else None
             if record is not None:
                 result = lc.down(state)

@@ -24,6 +24,7 @@ import ray
 from pcs_ray.contract import Action, CoordinatorError, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
+from pcs_ray.coordinator.telemetry import RayMetrics, readings
 
 NAMESPACE = "pcs-ray"
 ACTOR_NAME = "coordinator"
@@ -73,6 +74,7 @@ class CoordinatorService(CoordinatorHost):
         self.suspects: dict[int, _Suspect] = {}
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
+        self.metrics = _metrics()
         self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
@@ -164,8 +166,20 @@ class CoordinatorService(CoordinatorHost):
                     if ready or actions or now - last_refresh >= REFRESH_EVERY_S:
                         self.core.refresh_predictions()
                         last_refresh = now
+                        if self.metrics is not None:
+                            self.metrics.publish(readings(self.core))
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
+
+    def submit(self, spec: dict, submission_id: str | None = None):
+        """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""
+        reply = super().submit(spec, submission_id)
+        with self.lock:
+            job = self.core.jobs.get(reply.id)
+            if job is not None and job.first_predicted is not None:
+                # Not replayed into state (no _record): a note for offline reports, ignored on recovery.
+                self.core.journal.append(self.core.now(), "predicted", reply.id, {"completion": job.first_predicted})
+        return reply
 
     def _lose_nodes(self, lost: set[str]) -> None:
         """Nodes died: checkpoint every surviving run, then rebuild the state on the nodes left.
@@ -236,6 +250,15 @@ def _alive_gpu_nodes() -> set[str]:
         return {node.name for node in cluster_from_ray_nodes(ray.nodes()).nodes}
     except ClusterSpecError:
         return set()
+
+
+def _metrics():
+    """Prometheus metrics on Ray's endpoint; a coordinator without them still schedules."""
+    try:
+        return RayMetrics()
+    except Exception:
+        log.exception("metrics are off")
+        return None
 
 
 def _a_death(error: str | None) -> bool:
