@@ -121,7 +121,7 @@ def runner_fault(env, client, state: Path, args) -> dict:
     jid = client.submit(job).id
     watch = Watch(client)
     before = watch.until(lambda js: js[jid]["state"] == "running" and js[jid]["steps"] > args.interval, 600, "the job to run")[jid]
-    runners = [a for a in list_actors(filters=[("class_name", "=", "RemoteRunner"), ("state", "=", "ALIVE")])]
+    runners = list_actors(address=args.dashboard, filters=[("class_name", "=", "RemoteRunner"), ("state", "=", "ALIVE")])
     pid = next(int(a.pid) for a in runners if a.pid)
     ours = {p for n in lc.load(state).nodes for p in lc.session_pids(n.leader)}
     assert pid in ours, "the runner is not a process of this local cluster"
@@ -250,6 +250,7 @@ def main() -> None:
             up = json.loads(_cli(env, "up", "--local", "--nodes", args.nodes, "--gpus-per-node", args.gpus_per_node,
                                  "--state-dir", state, "--json"))
             out["up_s"] = round(time.perf_counter() - began, 1)
+            args.dashboard = up["dashboard"]
             os.environ.update(RAY_AUTH_TOKEN_PATH=str(token), RAY_health_check_period_ms="500")
             from pcs_ray.client import Client
 
