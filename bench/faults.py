@@ -121,8 +121,8 @@ def runner_fault(env, client, state: Path, args) -> dict:
     jid = client.submit(job).id
     watch = Watch(client)
     before = watch.until(lambda js: js[jid]["state"] == "running" and js[jid]["steps"] > args.interval, 600, "the job to run")[jid]
-    runners = list_actors(address=args.dashboard, filters=[("class_name", "=", "RemoteRunner"), ("state", "=", "ALIVE")])
-    pid = next(int(a.pid) for a in runners if a.pid)
+    runners = list_actors(address=args.dashboard, filters=[("state", "=", "ALIVE")], limit=1000)
+    pid = next(int(a.pid) for a in runners if a.pid and a.class_name in ("Runner", "RemoteRunner"))
     ours = {p for n in lc.load(state).nodes for p in lc.session_pids(n.leader)}
     assert pid in ours, "the runner is not a process of this local cluster"
     killed_at = time.monotonic()
