@@ -181,34 +181,26 @@ def start_nodes(state_dir: Path, spec: Path, names: list[str], cpus_per_node: in
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     try:
         for i, name in enumerate(names):
-            args, gpus = _node_args(name, spec)
-            ports = _free_ports(8)
-            temp_dir = tempfile.mkdtemp(prefix=f"pcsray-{name}-", dir="/tmp")  # short: socket paths have a limit
-            cmd = [_ray_bin(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
-                   f"--num-cpus={cpus_per_node if cpus_per_node is not None else max(1, gpus)}",
-                   "--disable-usage-stats", f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
-                   f"--dashboard-agent-listen-port={ports[2]}", f"--dashboard-agent-grpc-port={ports[3]}",
-                   f"--runtime-env-agent-port={ports[4]}", f"--metrics-export-port={ports[5]}",
-                   "--object-store-memory=100000000", *args]
-            if i == 0:
-                gcs, dash = ports[6], ports[7]
-                cmd += ["--head", f"--port={gcs}", f"--ray-client-server-port={_free_ports(1)[0]}",
-                        "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                        f"--dashboard-port={dash}"]
-                record.address, record.dashboard = f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}"
-            else:
-                cmd += [f"--address={record.address}"]
-            log = logs / f"{name}.log"
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
-            st = _stat(proc.pid)
-            record.nodes.append(NodeRecord(name, gpus, proc.pid, st[1] if st else 0, [proc.pid], temp_dir, str(log),
-                                           head=i == 0))
+            node = _launch(record, i, name, spec, cpus_per_node, env, logs)
             save(record, state_path)  # on disk before anything else can fail, so `down` finds it
             if i == 0:
-                _wait_port(gcs, proc, log, deadline)
-        _wait_nodes(record, env, deadline)
+                _wait_port(int(record.address.rsplit(":", 1)[1]), node, Path(record.nodes[0].log), deadline)
+        retries = {n.name: 1 for n in record.nodes[1:]}
+
+        def relaunch(node: NodeRecord) -> bool:
+            """A worker whose `ray start` exited early (a port taken meanwhile by another process): once more."""
+            if not retries.get(node.name):
+                return False
+            retries[node.name] -= 1
+            stop_node(node, grace_s=5.0)  # whatever that session still runs
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
+            i = record.nodes.index(node)
+            record.nodes.pop(i)
+            _launch(record, i, node.name, spec, cpus_per_node, env, logs)
+            save(record, state_path)
+            return True
+
+        _wait_nodes(record, env, deadline, relaunch)
     except BaseException:
         down(state_dir)
         raise
@@ -218,7 +210,36 @@ def start_nodes(state_dir: Path, spec: Path, names: list[str], cpus_per_node: in
     return record
 
 
-def _wait_nodes(record: ClusterRecord, env: dict, deadline: float) -> None:
+def _launch(record: ClusterRecord, i: int, name: str, spec: Path | None, cpus_per_node: int | None, env: dict,
+            logs: Path) -> subprocess.Popen:
+    """``ray start --block`` node ``name`` in a session of its own; recorded at position ``i`` of ``record``."""
+    args, gpus = _node_args(name, spec)
+    ports = _free_ports(8)
+    temp_dir = tempfile.mkdtemp(prefix=f"pcsray-{name}-", dir="/tmp")  # short: socket paths have a limit
+    cmd = [_ray_bin(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+           f"--num-cpus={cpus_per_node if cpus_per_node is not None else max(1, gpus)}",
+           "--disable-usage-stats", f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
+           f"--dashboard-agent-listen-port={ports[2]}", f"--dashboard-agent-grpc-port={ports[3]}",
+           f"--runtime-env-agent-port={ports[4]}", f"--metrics-export-port={ports[5]}",
+           "--object-store-memory=100000000", *args]
+    if i == 0:
+        gcs, dash = ports[6], ports[7]
+        cmd += ["--head", f"--port={gcs}", f"--ray-client-server-port={_free_ports(1)[0]}",
+                "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"]
+        record.address, record.dashboard = f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}"
+    else:
+        cmd += [f"--address={record.address}"]
+    log = logs / f"{name}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    st = _stat(proc.pid)
+    record.nodes.insert(i, NodeRecord(name, gpus, proc.pid, st[1] if st else 0, [proc.pid], temp_dir, str(log),
+                                      head=i == 0))
+    return proc
+
+
+def _wait_nodes(record: ClusterRecord, env: dict, deadline: float, relaunch=lambda node: False) -> None:
     """Until every node's raylet has registered its per-GPU resources with the GCS."""
     probe = ("import json,ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False);"
              "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))") % record.address
@@ -231,8 +252,8 @@ def _wait_nodes(record: ClusterRecord, env: dict, deadline: float) -> None:
                     if n.gpus == 0 or f"{n.name}_gpu0" in r}
             if len(resources) >= len(wanted) and seen == wanted:
                 return
-        for node in record.nodes:
-            if _stat(node.leader) is None:
+        for node in list(record.nodes):
+            if _stat(node.leader) is None and (node.head or not relaunch(node)):
                 raise LocalClusterError(f"node {node.name}: ray start exited; see {node.log}")
         if time.monotonic() > deadline:
             raise LocalClusterError(f"the local cluster did not come up in {BOOT_TIMEOUT_S:.0f} s; see {record.nodes[0].log}")
