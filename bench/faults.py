@@ -100,11 +100,15 @@ def node_fault(env, client, state: Path, args) -> dict:
     watch.until(lambda js: all(js[j]["state"] == "running" and js[j]["attempts"] > jobs[j]["attempts"]
                                and not any(g.startswith(dead + ":") for g in js[j]["gpus"]) or js[j]["state"] == "finished"
                                for j in on_dead), 600, "the dead node's jobs to run again")
+    restarted_s = time.monotonic() - killed_at
+    seen = watch.jobs()
+    watch.until(lambda js: all(js[j]["steps"] != seen[j]["steps"] or js[j]["state"] == "finished" for j in on_dead),
+                600, "the dead node's jobs to report progress again")
     recovered_s = time.monotonic() - killed_at
     final = watch.until(lambda js: all(js[j]["state"] in ("finished", "failed", "cancelled") for j in submitted),
                         1800, "every job to end")
     out = _losses(final, submitted, reached, checkpoints)
-    out.update(time_to_recover_s=round(recovered_s, 2), dead_node=dead, jobs_on_dead_node=len(on_dead),
+    out.update(time_to_recover_s=round(recovered_s, 2), time_to_restart_s=round(restarted_s, 2), dead_node=dead, jobs_on_dead_node=len(on_dead),
                checkpoint_interval_steps=args.interval,
                max_steps_lost_within_one_interval=all(v <= args.interval for v in out["steps_lost"].values()),
                states=sorted({j["state"] for j in final.values() if j["id"] in submitted}))
@@ -129,12 +133,17 @@ def runner_fault(env, client, state: Path, args) -> dict:
     os.kill(pid, signal.SIGKILL)
     reached = watch.best[jid]
     ckpt = _peek(state / "checkpoints" / str(jid))
-    watch.until(lambda js: js[jid]["attempts"] > before["attempts"] and js[jid]["state"] == "running"
-                or js[jid]["state"] == "finished", 300, "the job to run again")
+    again = watch.until(lambda js: js[jid]["attempts"] > before["attempts"] and js[jid]["state"] == "running"
+                        or js[jid]["state"] == "finished", 300, "the job to run again")
+    restarted_s = time.monotonic() - killed_at
+    watch.until(lambda js: js[jid]["steps"] != again[jid]["steps"] or js[jid]["state"] == "finished", 300,
+                "the new runner's first progress report")
     recovered_s = time.monotonic() - killed_at
     final = watch.until(lambda js: js[jid]["state"] in ("finished", "failed", "cancelled"), 900, "the job to end")
     out = _losses(final, [jid], {jid: reached}, {jid: ckpt})
-    out.update(time_to_recover_s=round(recovered_s, 2), checkpoint_interval_steps=args.interval)
+    out.update(time_to_recover_s=round(recovered_s, 2), time_to_restart_s=round(restarted_s, 2),
+               checkpoint_interval_steps=args.interval,
+               recover_means="the kill until the new runner's first progress report (restart: until it is launched)")
     del ray
     return out
 
