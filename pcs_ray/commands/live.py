@@ -22,14 +22,25 @@ from pcs_ray.contract import JobStatus
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 
-ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the running local cluster).")
+ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up --local` started with the default --state-dir, else the running local cluster).")
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
+
+
+def cluster_address(address: str | None) -> str | None:
+    """``--address``, else ``$RAY_ADDRESS``, else the cluster `pcs-ray up --local` recorded in ~/.pcs-ray, else
+    ``None`` (Ray's own lookup of a local cluster)."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return address
+    try:
+        return json.loads((Path("~/.pcs-ray/cluster.json").expanduser()).read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _client(address: str | None):
     from pcs_ray.client import Client
 
-    return Client(address)
+    return Client(cluster_address(address))
 
 
 def start_cmd(
@@ -78,7 +89,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
     if declared is not None:
         create_placement(placement, declared)
-    connect(address, NAMESPACE)
+    connect(cluster_address(address), NAMESPACE)
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
@@ -207,7 +218,7 @@ def stop_cmd(
     from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
     from pcs_ray.client import connect
 
-    connect(address, NAMESPACE)
+    connect(cluster_address(address), NAMESPACE)
     actor = get_coordinator()
     killed = ray.get(actor.drain.remote(timeout))
     ray.kill(actor, no_restart=True)
