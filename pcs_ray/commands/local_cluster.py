@@ -338,5 +338,6 @@ def node_names(spec: Path) -> list[str]:
 
 
 def client_hint(record: ClusterRecord) -> str:
-    return (f"export RAY_ADDRESS={shlex.quote(record.address)}   # the token is in {record.token_source}; "
-            f"on another machine set {TOKEN} or {TOKEN_PATH} (pcs-ray sets {AUTH_MODE}=token when it finds one)")
+    return (f"pcs-ray commands find it (with another --state-dir: export RAY_ADDRESS={shlex.quote(record.address)}); "
+            f"the token is in {record.token_source} (elsewhere set {TOKEN} or {TOKEN_PATH}; pcs-ray sets "
+            f"{AUTH_MODE}=token when it finds one)")
