@@ -242,12 +242,13 @@ def _launch(record: ClusterRecord, i: int, name: str, spec: Path | None, cpus_pe
 def _wait_nodes(record: ClusterRecord, env: dict, deadline: float, relaunch=lambda node: False) -> None:
     """Until every node's raylet has registered its per-GPU resources with the GCS."""
     probe = ("import json,ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False);"
-             "print(json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))") % record.address
+             "print('PCSRAY-NODES', json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))") % record.address
     wanted = {n.name for n in record.nodes}
     while True:
         proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
-        if proc.returncode == 0:
-            resources = json.loads(proc.stdout.strip().splitlines()[-1])
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("PCSRAY-NODES ")]
+        if proc.returncode == 0 and lines:  # Ray may print its own lines to stdout too
+            resources = json.loads(lines[-1].split(" ", 1)[1])
             seen = {n.name for n in record.nodes for r in resources
                     if n.gpus == 0 or f"{n.name}_gpu0" in r}
             if len(resources) >= len(wanted) and seen == wanted:
