@@ -30,7 +30,7 @@ from pcs_ray.auth import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token
 from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
 
 STATE_FILE = "cluster.json"
-BOOT_TIMEOUT_S = 180.0
+BOOT_TIMEOUT_S = 300.0  # a loaded 2-core machine has taken 80 s to start one raylet
 
 
 class LocalClusterError(ValueError):
@@ -185,7 +185,7 @@ def start_nodes(state_dir: Path, spec: Path, names: list[str], cpus_per_node: in
             save(record, state_path)  # on disk before anything else can fail, so `down` finds it
             if i == 0:
                 _wait_port(int(record.address.rsplit(":", 1)[1]), node, Path(record.nodes[0].log), deadline)
-        retries = {n.name: 1 for n in record.nodes[1:]}
+        retries = {n.name: 2 for n in record.nodes[1:]}
 
         def relaunch(node: NodeRecord) -> bool:
             """A worker whose `ray start` exited early (a port taken meanwhile by another process): once more."""
@@ -245,7 +245,10 @@ def _wait_nodes(record: ClusterRecord, env: dict, deadline: float, relaunch=lamb
              "print('PCSRAY-NODES', json.dumps([n['Resources'] for n in ray.nodes() if n['Alive']]))") % record.address
     wanted = {n.name for n in record.nodes}
     while True:
-        proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        try:
+            proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:  # the GCS is busy: ask again (until the deadline)
+            proc = subprocess.CompletedProcess(probe, 1, "", "")
         lines = [line for line in proc.stdout.splitlines() if line.startswith("PCSRAY-NODES ")]
         if proc.returncode == 0 and lines:  # Ray may print its own lines to stdout too
             resources = json.loads(lines[-1].split(" ", 1)[1])
