@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--examples", type=int, default=1000)
+    ap.add_argument("--only", help="comma-separated surfaces (default: all)")
     args = ap.parse_args()
     os.environ["PCS_RAY_FUZZ_EXAMPLES"] = str(args.examples)
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -50,7 +51,10 @@ def main() -> None:
             "cli": fz.test_fuzz_cli_arguments,
         }
         out: dict = {"examples_asked": args.examples, "load_average": os.getloadavg(), "surfaces": {}}
+        wanted = set(args.only.split(",")) if args.only else set(runs)
         for name, run in runs.items():
+            if name not in wanted:
+                continue
             began = time.perf_counter()
             failure = None
             try:
