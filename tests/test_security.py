@@ -89,3 +89,13 @@ def test_product_code_never_unpickles_and_loads_checkpoints_weights_only():
                 if base == "np" and name == "load" and not any(k.arg == "allow_pickle" for k in node.keywords):
                     pass  # numpy refuses pickles by default
     assert offenders == []
+
+
+def test_a_cluster_spec_cannot_ask_for_unbounded_memory(tmp_path):
+    from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
+
+    spec = tmp_path / "huge.yaml"
+    spec.write_text("nodes:\n  - {name: n0, gpus: 1000000000000}\n")  # found by the fuzz suite: it exhausted memory
+    with pytest.raises(ClusterSpecError, match="1 to 65536") as refused:
+        load_cluster_spec(spec)
+    assert "\n" not in str(refused.value)
