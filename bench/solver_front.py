@@ -12,8 +12,17 @@ for two stated reference points:
   artifact configurations (the region where they live);
 * ``references``: 1.1 x the worst test value among all reference policies.
 
+With ``--watch N`` it also evaluates the current train front on the test
+samples every N generations and records, per check, which artifact
+configurations it weakly dominates and how many simulations the search had
+run by then (the checks' own test simulations are counted apart, and their
+wall time is inside ``search_s``); the search is never steered or stopped by
+them. This shows how much search a budget must buy when the shared machine
+gives the 10 minutes fewer simulations than it would alone.
+
 Usage: python bench/solver_front.py [--objectives jct:avg,pred_err:avg]
-       [--budget 600] [--population 40] [--seed 0] [--out DIR]
+       [--space paper|cuts] [--max-queues 6] [--budget 600] [--population 40] [--seed 0] [--out DIR]
+       [--watch N]
 The machine is shared with other jobs: wall times are pessimistic.
 """
 
@@ -35,6 +44,7 @@ from solver.front import (  # noqa: E402
 )
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
+from solver.space import DEFAULT_MAX_QUEUES, SPACES  # noqa: E402
 from solver.workload import WorkloadSource  # noqa: E402
 
 
@@ -44,6 +54,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=600.0, help="wall seconds for everything (search + test)")
     ap.add_argument("--margin", type=float, default=2.0,
                     help="stop searching when elapsed + margin x (estimated time of the remaining work) reaches --budget")
+    ap.add_argument("--space", choices=SPACES, default="paper", help="search space (solver.space)")
+    ap.add_argument("--max-queues", type=int, default=DEFAULT_MAX_QUEUES, help="queues at most, --space cuts")
     ap.add_argument("--population", type=int, default=40)
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--samples", type=int, default=3)
@@ -51,13 +63,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--serial", action="store_true")
     ap.add_argument("--front-size", type=int, default=None, help="thin the front to this many points (default: all)")
+    ap.add_argument("--watch", type=int, default=0, help="test-evaluate the front every N generations (0: never)")
     ap.add_argument("--out", type=Path, default=None, help="folder for front.json and front.png")
     args = ap.parse_args()
 
     started = time.perf_counter()
     objectives = parse_objectives(args.objectives)
     problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, objectives, args.samples,
-                      args.test_samples, args.population, args.seed)
+                      args.test_samples, args.population, args.seed, space=args.space, max_queues=args.max_queues)
     if not args.serial:
         import ray
 
@@ -70,11 +83,28 @@ def main() -> None:
     refs = search.references(published_cfg)
     references_s = time.perf_counter() - started - ray_ready
     reports = []
+    watched = []
+    published_now = {r.label: r.test for r in refs if r.label.startswith("pcs-")}
+    reference_sims = search.evaluator.simulations
+    test_sims = 0
+
+    def watch(r) -> None:
+        nonlocal test_sims
+        search_sims = r.simulations - reference_sims - test_sims  # train simulations of the search so far
+        before = search.evaluator.simulations
+        test = [p.test for p in search.front(args.front_size)]
+        test_sims += search.evaluator.simulations - before
+        watched.append({"generation": r.generation, "search_simulations": search_sims,
+                        "wall_s": round(time.perf_counter() - started, 1), "front_size": len(test),
+                        "dominated": {k: v is not None for k, v in dominance_report(test, published_now).items()}})
+        print(json.dumps(watched[-1]), file=sys.stderr, flush=True)
 
     def on_generation(r) -> bool:
         reports.append({"generation": r.generation, "evaluations": r.evaluations, "simulations": r.simulations,
                         "front_size": r.front_size, "train_hv": round(r.hypervolume, 5), "wall_s": round(r.wall_s, 1)})
         print(json.dumps(reports[-1]), file=sys.stderr, flush=True)
+        if args.watch and r.generation % args.watch == 0:
+            watch(r)
         # Remaining work if we stop now: the front on the test samples, plus one more generation if we go
         # on; priced at the simulation rate measured over the last generations.
         recent = reports[-5:]
@@ -98,7 +128,7 @@ def main() -> None:
         "objectives": [o.label for o in objectives],
         "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs",
         "samples": args.samples, "test_samples": args.test_samples, "population": args.population,
-        "seed": args.seed, "backend": backend.name,
+        "seed": args.seed, "backend": backend.name, "space": search.space.describe(),
         "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
         "ray_start_s": round(ray_ready, 1), "references_s": round(references_s, 1), "search_s": round(search_s, 1), "total_wall_s": round(total_s, 1),
         "generations": state.generation, "evaluations": state.evaluations,
@@ -124,6 +154,9 @@ def main() -> None:
     }
     result["baselines_test"] = {r.label: list(r.test) for r in refs if not r.label.startswith("pcs-")}
     result["progress"] = reports
+    if args.watch:
+        result["watch"] = watched
+        result["watch_test_simulations"] = test_sims
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "front.json").write_text(json.dumps(front_json(points, objectives, refs, {}), indent=1))

@@ -8,7 +8,11 @@ configuration this prints its first threshold, the nearest reachable first
 cuts below and above it, how many train sizes lie between, the prefix C^2 at
 each, and the objectives (train and test, same samples as bench/solver_front.py)
 of the artifact configuration and of the same configuration with its first
-threshold moved to each reachable neighbour.
+threshold moved to each reachable neighbour. For the ``cuts`` space
+(``--space cuts``), the configuration its encoding of the artifact's
+thresholds and W decodes to, and whether that puts every train size in the
+same queue as the artifact's configuration does, with its objectives (W is
+quantised to 0.01, so they may differ a little).
 
 Usage: python bench/solver_reachability.py [--objectives jct:avg,pred_err:avg] [--seed 0]
 Prints one JSON object.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
+from solver.space import SearchSpace  # noqa: E402
 from solver.workload import WorkloadSource  # noqa: E402
 
 
@@ -52,6 +58,10 @@ def prefix_c2(c2_at: dict[float, float], x: float) -> float:
     keys = sorted(c2_at)
     i = bisect.bisect_right(keys, x) - 1
     return c2_at[keys[i]]
+
+
+def queue(cfg: WFQConfig, size: float) -> int:
+    return bisect.bisect_left(cfg.thresholds, size)
 
 
 def main() -> None:
@@ -92,6 +102,16 @@ def main() -> None:
                 "train": list(ref.train), "test": list(ref.test),
                 "weakly_dominates_on_test": all(a <= b for a, b in zip(ref.test, art.test)),
             }
+        cuts = SearchSpace.from_samples(search.train, kind="cuts", max_queues=max(len(cfg.thresholds), 2))
+        W = math.log(cfg.weights[0] / cfg.weights[1]) if len(cfg.weights) > 1 else 0.0
+        decoded = cuts.decode(cuts.encode_thresholds(cfg.thresholds, W, cfg.zeta_min, cfg.delta))
+        via = search.references([("cuts", decoded)], baselines=())[0]
+        entry["cuts_space"] = {
+            "thresholds": list(decoded.thresholds[:-1]),
+            "weights": list(decoded.normalised_weights),
+            "same_train_queues": [queue(decoded, x) for x in sizes] == [queue(cfg, x) for x in sizes],
+            "train": list(via.train), "test": list(via.test),
+        }
         out["configs"][f"pcs-{kind}"] = entry
     out["wall_s"] = round(time.perf_counter() - started, 1)
     search.close()

@@ -17,7 +17,7 @@ simulations, or from the local machine via NVML (:func:`discover_cluster`)::
         topology: topo-node0.txt      # optional: `nvidia-smi topo -m` output, or a bundled name (dgx1-v100)
         gpus:
           - {index: 0, uuid: GPU-aaaa, scores: {A: 1.0, B: 1.1}}
-          - {index: 1, uuid: GPU-bbbb, scores: {A: 1.4}}
+          - {index: 1, uuid: GPU-bbbb, scores: {A: 1.4}, power: {A: 190.0}}   # W per class, optional
       - name: node1
         gpus: 4                       # shorthand: 4 nominal GPUs GPU-sim-node1-0..3
 """
@@ -50,13 +50,15 @@ def sim_uuid(node: str, index: int) -> str:
 
 
 class GPUSpec(BaseModel):
-    """One GPU: its index on its node, its UUID and its per-class slowdown scores."""
+    """One GPU: its index on its node, its UUID, its per-class slowdown scores and, where known, the
+    power (W) it is predicted to draw running a job of each class (what energy-aware placement reads)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int = Field(ge=0)
     uuid: str = Field(min_length=1)
     scores: dict[str, Score] = Field(default_factory=dict)
+    power: dict[str, Score] = Field(default_factory=dict)
 
     def score(self, job_class: str) -> float:
         """Slowdown of a ``job_class`` job on this GPU; 1.0 for classes without a score."""

@@ -27,7 +27,7 @@ from solver.front import FrontPoint
 from workloads.history import read_history
 from solver.objectives import Objective, parse_objective, parse_objectives
 from solver.search import Problem, Search
-from solver.space import canonical_dict
+from solver.space import DEFAULT_MAX_QUEUES, canonical_dict
 from solver.workload import WorkloadSource
 from workloads.traces import read_trace
 
@@ -131,12 +131,14 @@ class PreferenceSolver:
         num_apps: int | None = None, load: float = 0.9, samples: int = 3, test_samples: int = 3,
         generations: int = 20, population: int = 40, seed: int = 0, backend=None, checkpoint=None,
         time_limit: float | None = None, on_generation=None, max_points: int | None = None,
+        space: str = "paper", max_queues: int = DEFAULT_MAX_QUEUES,
     ) -> list[FrontPoint]:
         """Search WFQ configurations; returns the front (train and test values), best first objective first."""
         if not self.objectives:
             raise PreferenceError("call set_preference(...) first")
         source = resolve_source(workload, trace, history, jobs, num_apps, load)
-        problem = Problem(source, gpus, self.objectives, samples, test_samples, population, seed)
+        problem = Problem(source, gpus, self.objectives, samples, test_samples, population, seed, space=space,
+                          max_queues=max_queues)
         search = Search(problem, backend, checkpoint)
         try:
             search.run(generations, on_generation, time_limit)

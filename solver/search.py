@@ -26,7 +26,7 @@ from solver.checkpoint import Checkpoint
 from solver.evaluate import Evaluator
 from solver.front import FrontPoint, Reference, normalised_hypervolume, pareto_indices
 from solver.objectives import Objective
-from solver.space import GENE_NAMES, SearchSpace, config_key, describe_genes
+from solver.space import DEFAULT_MAX_QUEUES, MAX_QUEUES_LIMIT, SPACES, SearchSpace, config_key, describe_genes
 from solver.spea2 import SPEA2, SearchError, SearchState, truncate
 from solver.workload import WorkloadSource
 
@@ -45,6 +45,8 @@ class Problem:
     population: int = 40
     seed: int = 0
     search_delta: bool = True
+    space: str = "paper"
+    max_queues: int = DEFAULT_MAX_QUEUES
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -55,6 +57,10 @@ class Problem:
             raise SearchError(f"the population needs at least 2 members, got {self.population}")
         if not self.objectives:
             raise SearchError("give at least one objective")
+        if self.space not in SPACES:
+            raise SearchError(f"unknown search space {self.space!r}: choose {' or '.join(SPACES)}")
+        if not 2 <= self.max_queues <= MAX_QUEUES_LIMIT:
+            raise SearchError(f"max queues must be between 2 and {MAX_QUEUES_LIMIT}, got {self.max_queues}")
 
     def fingerprint(self) -> dict:
         raw = {
@@ -63,6 +69,8 @@ class Problem:
             "seed": self.seed, "search_delta": self.search_delta,
             "jobs_digest": _digest(self.source.jobs) if self.source.jobs else None,
         }
+        if self.space != "paper":  # checkpoints of the paper's space written before there was a choice stay valid
+            raw |= {"space": self.space, "max_queues": self.max_queues}
         return json.loads(json.dumps(raw))
 
 
@@ -99,19 +107,13 @@ class Search:
                 too_big = [j for j in sample if j.min_gpus > p.gpus]
                 if too_big:
                     raise SearchError(f"job {too_big[0].job_id} needs {too_big[0].min_gpus} GPUs; the cluster has {p.gpus}")
-        self.space = SearchSpace.from_samples(self.train, p.search_delta)
+        self.space = SearchSpace.from_samples(self.train, p.search_delta, p.space, p.max_queues)
         self.checkpoint = Checkpoint(checkpoint, p.fingerprint(), fresh) if checkpoint is not None else None
         cache = self.checkpoint.cache() if self.checkpoint is not None else EvaluationCache()
         self.evaluator = Evaluator({"train": self.train, "test": self.test}, p.gpus, p.objectives, backend, cache)
         self.genes_of: dict[str, list[float]] = {}  # first genome seen per decoded configuration
         self.algorithm = SPEA2(self.space.lower, self.space.upper, len(p.objectives), p.population, seed=p.seed,
-                               seeds=self._extreme_genomes())
-
-    def _extreme_genomes(self) -> list[list[float]]:
-        """PCS §3.1's extremes: FIFO (one queue), SJF-like (many queues, steep weights), fair-like (equal weights)."""
-        lo, hi = self.space.lower, self.space.upper
-        tail = [0.0, lo[3]][: self.space.dimensions - 2]
-        return [[hi[0], 0.0, *tail], [lo[0], hi[1], *tail], [lo[0], 0.0, *tail]]
+                               seeds=self.space.seeds(p.population // 2))
 
     def close(self) -> None:
         self.evaluator.cache.close()
@@ -227,7 +229,7 @@ class Search:
         return {
             "workload": p.source.describe(), "gpus": p.gpus, "samples": p.samples, "test_samples": p.test_samples,
             "population": p.population, "seed": p.seed, "space": self.space.describe(),
-            "genes": list(GENE_NAMES[: self.space.dimensions]),
+            "genes": list(self.space.gene_names),
         }
 
 

@@ -59,6 +59,7 @@ def test_json_single_policy(capsys):
     assert data["workload"] == {
         "source": "generated", "workload": "themis1", "num_apps": 30, "load": 0.9, "seed": 4567, "jobs": 30,
         "gpus": 16, "nodes": 1, "gpus_per_node": 16, "cluster": None, "overhead": 0.0, "predict": True,
+        "semantics": "continuous",
     }
 
 

@@ -50,7 +50,7 @@ class CheckedPolicy(SchedulingPolicy):
         assert len(set(ids)) == len(ids)
         free = snap.capacity - sum(alloc.values())
         assert free >= 0
-        if free > 0:
+        if free > 0 and self.inner.work_conserving:
             for j in jobs:
                 spec = j.spec
                 have = alloc.get(spec.job_id, 0)

@@ -166,6 +166,10 @@ def test_cli_writes_front_plot_and_picks(capsys, tmp_path, monkeypatch):
         (["--generations", "0"], "--generations must be >= 1"),
         (["--generations", "-3"], "--generations must be >= 1"),
         (["--population", "1"], "--population must be >= 2"),
+        (["--space", "grid"], "--space must be paper or cuts, got 'grid'"),
+        (["--space", "cuts", "--max-queues", "1"], "--max-queues must be between 2 and 64, got 1"),
+        (["--space", "cuts", "--max-queues", "x"], "--max-queues"),
+        (["--max-queues", "4"], "--max-queues applies only to --space cuts"),
     ],
 )
 def test_cli_bad_options_are_one_line_errors(capsys, args, message):
@@ -188,6 +192,7 @@ def test_cli_bad_workloads_are_one_line_errors(capsys, tmp_path):
         (["--history", empty], "the job history is empty"),
         (["--history", garbage], "missing"),
         (["--history", tmp_path / "nope.jsonl"], "no such job-history file"),
+        (["--history", tmp_path], "history.jsonl is missing"),
         (["--history", single], "has 1 job"),
         (["--trace", trace], "has 1 job"),
         (["--workload", "themis1", "--num-apps", "1"], "at least 2 apps"),
@@ -285,3 +290,25 @@ def test_reference_configurations_never_enter_the_front():
     search.run(1)
     assert spec not in search.train_front()
     assert spec not in {p.spec for p in search.front()}
+
+
+def test_solve_help_explains_the_spaces_and_the_state_folder(capsys):
+    code, out, _ = invoke(capsys, "solve", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    for phrase in ("--space", "paper", "cuts", "--max-queues", "STATE_DIR", "history.jsonl", "every threshold vector"):
+        assert phrase in text, phrase
+
+
+def test_cuts_space_search_runs_and_is_its_own_checkpoint():
+    paper, cuts = small_problem(), small_problem(space="cuts", max_queues=3)
+    assert paper.fingerprint() != cuts.fingerprint() != small_problem(space="cuts", max_queues=4).fingerprint()
+    assert "space" not in paper.fingerprint()  # checkpoints of the paper's space from before the choice stay valid
+    search = Search(cuts)
+    search.run(2)
+    front = search.front()
+    assert front and all(len(p.config.thresholds) <= 3 for p in front)
+    assert set(front[0].genes) == {"queues", "log10_cut1", "log10_cut2", "W", "zeta_min", "delta"}
+    assert search.describe()["space"]["kind"] == "cuts"
+    with pytest.raises(ValueError, match="unknown search space"):
+        small_problem(space="grid")

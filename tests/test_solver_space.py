@@ -114,3 +114,60 @@ def test_objective_parsing():
                      ("jct:avg,jct:avg", "twice")):
         with pytest.raises(ObjectiveError, match=msg):
             parse_objectives(bad)
+
+
+def cuts_space(sizes=SIZES, max_queues=4, search_delta=True) -> SearchSpace:
+    jobs = [job(i, s) for i, s in enumerate(sizes)]
+    return SearchSpace.from_samples([jobs], search_delta, kind="cuts", max_queues=max_queues)
+
+
+def test_cuts_reach_every_threshold_vector_the_paper_space_misses():
+    # {1, 2, 10} then {11}: the prefix C^2 at 11 (0.57) is below the record at 10 (0.86), so no T ends a queue at 10
+    paper = {space().decode([t, 0.0, 0.0, 0.5]).thresholds for t in [1e-3 * 1.01 ** k for k in range(700)]}
+    assert (10.0, math.inf) not in paper and (1.0, 2.0, math.inf) in paper
+    s = cuts_space()
+    assert s.gene_names == ("queues", "log10_cut1", "log10_cut2", "log10_cut3", "W", "zeta_min", "delta")
+    assert len(s.lower) == len(s.upper) == s.dimensions == 7
+    inner = (1.0, 2.0, 10.0)  # the largest size cannot end a queue: the last one would be empty
+    for mask in range(8):
+        want = tuple(x for k, x in enumerate(inner) if mask >> k & 1)
+        config = s.decode(s.encode_thresholds(want, W=1.0))
+        assert config.thresholds == (*want, math.inf)
+        assert config.weights == pytest.approx(tuple(math.exp(-i) for i in range(len(want) + 1)))
+
+
+def test_cuts_snap_down_to_sizes_merge_and_drop_empty_queues():
+    s = cuts_space()
+    log = math.log10
+    # three queues asked, cuts between sizes snap down to the size below; the unused fourth gene is ignored
+    assert s.decode([3.2, log(9.0), log(1.5), log(2.0), 0.0, 0.0, 0.5]).thresholds == (1.0, 2.0, math.inf)
+    # both cuts snap to 2: one cut; a cut at the largest size is dropped (FIFO)
+    assert s.decode([3.0, log(2.5), log(2.0), 0.0, 0.0, 0.0, 0.5]).thresholds == (2.0, math.inf)
+    assert s.decode([2.0, log(11.0), 0.0, 0.0, 0.0, 0.0, 0.5]).thresholds == (math.inf,)
+    # the queue count is rounded and clipped: 0.7 -> 1 queue, 9 -> 4
+    assert s.decode([0.7, log(2.0), log(10.0), log(1.0), 1.0, 0.0, 0.5]).thresholds == (math.inf,)
+    assert s.decode([9.0, log(2.0), log(10.0), log(1.0), 1.0, 0.0, 0.5]).thresholds == (1.0, 2.0, 10.0, math.inf)
+    # equal behaviour, one cache key; the same partition as the paper's space, the same key as there
+    assert config_key(s.decode([2.0, log(2.9), 0.0, 0.0, 1.0, 0.0, 0.5])) == config_key(
+        s.decode([2.0, log(2.1), log(10.0), log(1.0), 1.001, 0.4, 0.9]))
+    assert config_key(s.decode(s.encode_thresholds((2.0,), W=1.0))) == config_key(space().decode([0.5, 1.0, 0.0, 0.5]))
+
+
+def test_cuts_space_seeds_extremes_and_paper_partitions():
+    s = cuts_space(search_delta=False)
+    seeds = [s.decode(g) for g in s.seeds(10)]
+    assert len(s.seeds(10)[0]) == s.dimensions == 6
+    assert seeds[0].thresholds == (math.inf,)  # FIFO first
+    assert len(seeds[1].thresholds) == 3 and seeds[1].weights[-1] < seeds[1].weights[0]  # SJF-like (log-even cuts)
+    assert len(set(seeds[2].weights)) == 1  # fair-like
+    c2_partitions = {space().decode([t, 0.0, 0.0, 0.5]).thresholds for t in (0.1, 0.5)}
+    assert c2_partitions <= {c.thresholds for c in seeds[3:]}
+
+
+def test_bad_space_settings():
+    with pytest.raises(SpaceError, match="unknown search space 'grid'"):
+        SearchSpace.from_samples([[job(0, 1.0), job(1, 2.0)]], kind="grid")
+    with pytest.raises(SpaceError, match="between 2 and 64"):
+        cuts_space(max_queues=1)
+    with pytest.raises(SpaceError, match="only the cuts space"):
+        space().encode_thresholds((2.0,))

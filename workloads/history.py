@@ -44,6 +44,7 @@ from pathlib import Path
 from pcs_ray.job import JobSpec, linear_speedup
 
 HISTORY_VERSION = 1
+HISTORY_FILE = "history.jsonl"  # its name in a coordinator's state folder
 JOB_CLASSES = ("A", "B", "C", "D")
 
 
@@ -156,11 +157,24 @@ def _parse_line(raw: dict, where: str) -> HistoryRecord:
         raise HistoryError(f"{where}: {e}") from None
 
 
-def read_history_records(path: str | Path) -> list[HistoryRecord]:
-    """Every record in the file, in file order."""
-    p = Path(path)
+def history_file(path: str | Path) -> Path:
+    """The history file ``path`` names: the file itself, or the one in a coordinator's state folder."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        found = p / HISTORY_FILE
+        if not found.is_file():
+            raise HistoryError(f"no job history in {path}: {HISTORY_FILE} is missing (a coordinator started with "
+                               f"--state-dir {path} writes it when its first job finishes)")
+        return found
     if not p.is_file():
-        raise HistoryError(f"no such job-history file: {path}")
+        raise HistoryError(f"no such job-history file or state folder: {path}")
+    return p
+
+
+def read_history_records(path: str | Path) -> list[HistoryRecord]:
+    """Every record in the file (or in a state folder's ``history.jsonl``), in file order."""
+    p = history_file(path)
+    path = p
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -21,3 +21,9 @@ def policy_list() -> str:
 
 def placement_list() -> str:
     return bullets((name, placement_help(name)) for name in PLACEMENTS)
+
+
+def semantics_list() -> str:
+    from pcs_ray.semantics import SEMANTICS
+
+    return bullets(SEMANTICS.items())

@@ -8,6 +8,7 @@ from pathlib import Path
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.data import locate
 from pcs_ray.policies import BUNDLED, POLICIES, SchedulingPolicy, WFQConfig, build_policy
+from pcs_ray.semantics import ordered_policies, with_semantics
 
 
 @dataclass
@@ -28,14 +29,16 @@ def _pcs_runs(pcs_configs: list[str]) -> list[PolicyRun]:
     return runs
 
 
-def resolve_policies(names: list[str], pcs_configs: list[str]) -> list[PolicyRun]:
-    """Expand ``--policy`` values (repeatable, comma-separated, ``all``) into labelled runs, repeats dropped."""
+def resolve_policies(names: list[str], pcs_configs: list[str], semantics: str = "continuous") -> list[PolicyRun]:
+    """Expand ``--policy`` values (repeatable, comma-separated, ``all``) into labelled runs, repeats dropped,
+    each run under ``semantics`` (``all`` under ``blox``: the policies that are a priority order)."""
     tokens = [t.strip().lower() for value in names for t in value.split(",") if t.strip()]
     if not tokens:
         raise UsageError("--policy is empty; give a policy name or 'all'")
+    every = ordered_policies() if semantics != "continuous" else list(POLICIES)
     expanded: list[str] = []
     for t in tokens:
-        expanded.extend(POLICIES if t == "all" else [t])
+        expanded.extend(every if t == "all" else [t])
     if pcs_configs and "pcs" not in expanded:
         raise UsageError("--pcs-config needs the pcs policy (--policy pcs or all)")
     runs: list[PolicyRun] = []
@@ -44,4 +47,7 @@ def resolve_policies(names: list[str], pcs_configs: list[str]) -> list[PolicyRun
     unique: dict[str, PolicyRun] = {}
     for run in runs:
         unique.setdefault(run.label, run)
-    return list(unique.values())
+    try:
+        return [PolicyRun(run.label, with_semantics(run.policy, semantics)) for run in unique.values()]
+    except ValueError as e:
+        raise UsageError(f"--semantics {semantics}: {e}") from None

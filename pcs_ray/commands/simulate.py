@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperCommand
 
 from pcs_ray.commands.simulate_options import (
-    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, SimulateOptions, Speedup,
+    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, SimulateOptions, Speedup,
 )
 from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
 from pcs_ray.data import names
@@ -20,7 +20,8 @@ SUMMARY = "Replay a workload through one or more scheduling policies and compare
 
 def simulate_help() -> str:
     """The full help, listing every registered policy and placement."""
-    from pcs_ray.commands.catalog import placement_list, policy_list
+    from pcs_ray.commands.catalog import placement_list, policy_list, semantics_list
+    from pcs_ray.semantics import ordered_policies
 
     return f"""
 {SUMMARY}
@@ -47,11 +48,34 @@ Placement (**--placement**; without it every GPU is equal and nothing pays a loc
 
 {placement_list()}
 
+Semantics (**--semantics**), the same policies and placements run two ways:
+
+{semantics_list()}
+
+Under `blox` only policies that are a priority order run ({', '.join(ordered_policies())}; `all` means
+these); elastic apps take their full demand. PAL's published results come from `blox`: on Sia-Philly
+workload-1 with `--profile pal-sim64 --locality-penalty 1.7 --gpus-per-node 4 -p fifo` it reproduces
+the authors' simulator: Packed-Sticky and PAL average JCT within 0.1 % of theirs
+(`bench/placement_experiments.py pal`). `pal-sim64` is that simulator's 64-GPU cluster, not a sample.
+
 Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
 samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
 slowest GPU's score, times **--locality-penalty** when spread over nodes, times a topology slowdown
 (bandwidth-sensitive apps on poorly linked GPUs) when **--topology** gives the nodes' links
 (a bundled name such as `dgx1-v100`, or `nvidia-smi topo -m` output; nodes then default to its size).
+
+Energy: **--power** samples a power profile onto the GPUs (true and model-predicted watts per class; a GPU
+with a variability score takes the measured GPU nearest its speed). Placements decide on the predicted
+watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
+admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
+
+**--run-variability longhorn** makes runs vary over time as well: each simulated GPU is one of
+Longhorn's V100s (drawn with **--profile-seed**) and every run on it takes that GPU's next recorded
+run in time order (a job runs at its slowest GPU's recorded slowdown); a run is slow when a record
+is more than 1.5 sigma above its application's mean. The slow-run model (`pcs-ray slow-runs fit
+--data longhorn`, fitted first) predicts each GPU's next run: `rush` skips a job predicted to run slow
+up to **--skip-threshold** times, and `-slow-run` placements keep starts off GPUs predicted slow.
+The output then gains `slow_runs` and `runs` per policy.
 
 Output: a comparison table on stdout (average JCT also normalised to the first policy), or with
 **--json** exactly one JSON object: for one policy, its metrics (`policy`, `jobs`, `gpus`,
@@ -60,7 +84,9 @@ Output: a comparison table on stdout (average JCT also normalised to the first p
 (the policy's parameters), and with **--placement** a `placement` object (its name and settings,
 `migrations`, `jobs_across_nodes`, and on nodes with a topology `sensitive_effbw_gbps`: min, p25,
 p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
-apps); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
+apps); with **--power** an `energy` object (`kwh`, `jobs_per_kwh`, `avg_kw`, `peak_kw`: busy GPUs draw their
+app's power for its class on those GPUs, idle GPUs the profile's idle power, from the first event to the
+last); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
 when it is a terminal.
 """
 
@@ -117,10 +143,30 @@ def simulate_cmd(
     locality_penalty: Annotated[float | None, typer.Option(
         "--locality-penalty", metavar="X", help="Slowdown (>= 1) of an app spread over nodes  [default: the "
         "cluster spec's, else 1.0]", show_default=False)] = None,
+    semantics: Annotated[Semantics | None, typer.Option(
+        "--semantics", help="How decisions become a schedule: continuous (work-conserving, a decision at every "
+        "event) or blox (PAL's evaluation: strict priority, no backfilling, 360 s rounds; see below)  "
+        "[default: continuous]", show_default=False, case_sensitive=False)] = None,
     workers: Annotated[int, typer.Option(
         "--workers", metavar="N", help="Processes for the forward plays (predictions) of each run; the "
         "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,
+    run_variability: Annotated[str | None, typer.Option(
+        "--run-variability", metavar="longhorn", help="Replay run-to-run variability: each run on a GPU takes "
+        "that GPU's next recorded run (seeded by --profile-seed); needs --placement.", show_default=False)] = None,
+    skip_threshold: Annotated[int | None, typer.Option(
+        "--skip-threshold", metavar="N", help="rush: most times a job predicted to run slow is skipped (>= 0)  "
+        "[default: 5]", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of the table.")] = False,
+    power: Annotated[str | None, typer.Option(
+        "--power", metavar="NAME|FILE", help="Power profile: 'longhorn' or a CSV (class,power_w[,device,predicted_w,"
+        "runtime]); sampled per GPU with --profile-seed; adds an 'energy' object to the results.",
+        show_default=False)] = None,
+    power_budget_kw: Annotated[float | None, typer.Option(
+        "--power-budget-kw", metavar="KW", help="System power budget (kW, > 0) that vahrm and the *-fcfs policies "
+        "admit jobs under (system-wide; the instantaneous draw may exceed it).", show_default=False)] = None,
+    pcr: Annotated[float | None, typer.Option(
+        "--pcr", metavar="X", help="Power budget as a fraction of the GPUs' summed TDP (the VAHRM paper's PCR).",
+        show_default=False)] = None,
 ) -> None:
     opts = SimulateOptions(**locals()).checked()  # first: the parameters above are exactly the option fields
     # Imported here so `pcs-ray --help` stays fast (they pull in the simulator and the workload readers).

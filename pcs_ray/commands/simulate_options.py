@@ -20,6 +20,13 @@ class Speedup(str, Enum):
     model = "model"
 
 
+class Semantics(str, Enum):
+    """How decisions become a schedule (``pcs_ray.semantics``)."""
+
+    continuous = "continuous"
+    blox = "blox"
+
+
 @dataclass(frozen=True)
 class SimulateOptions:
     """The command's options as given (``None``: not given); ``checked`` validates them and fills defaults."""
@@ -44,7 +51,13 @@ class SimulateOptions:
     topology: str | None
     locality_penalty: float | None
     workers: int
+    semantics: Semantics | None
+    run_variability: str | None
+    skip_threshold: int | None
     as_json: bool
+    power: str | None = None
+    power_budget_kw: float | None = None
+    pcr: float | None = None
 
     def checked(self) -> "SimulateOptions":
         """These options with defaults filled in; ``UsageError`` for combinations or values that cannot work."""
@@ -67,6 +80,7 @@ class SimulateOptions:
             workload=None if self.trace is not None else self.workload or DEFAULT_WORKLOAD,
             policy=self.policy or ["all"],
             pcs_config=list(self.pcs_config or []),
+            semantics=self.semantics or Semantics.continuous,
         )
         if opts.num_apps < 1:
             raise UsageError(f"--num-apps must be >= 1, got {opts.num_apps}")
@@ -82,8 +96,27 @@ class SimulateOptions:
             raise UsageError(f"--per-job: folder {opts.per_job.parent} does not exist")
         if opts.per_job is not None and opts.per_job.is_dir():
             raise UsageError(f"--per-job: {opts.per_job} is a folder")
+        if opts.skip_threshold is not None and opts.skip_threshold < 0:
+            raise UsageError(f"--skip-threshold must be >= 0, got {opts.skip_threshold}")
+        if opts.run_variability is not None:
+            from pcs_ray.runvariability import SOURCES
+
+            if opts.run_variability not in SOURCES:
+                raise UsageError(f"unknown --run-variability {opts.run_variability!r}; valid: {', '.join(SOURCES)}")
+            if opts.placement is None:
+                raise UsageError("--run-variability needs --placement (runs vary per GPU)")
         if opts.workers < 1:
             raise UsageError(f"--workers must be >= 1, got {opts.workers}")
+        if opts.power_budget_kw is not None and opts.pcr is not None:
+            raise UsageError("--power-budget-kw and --pcr are two ways to set one budget: give one")
+        if opts.power_budget_kw is not None and not (opts.power_budget_kw > 0 and math.isfinite(opts.power_budget_kw)):
+            raise UsageError(f"--power-budget-kw must be a number of kW > 0, got {opts.power_budget_kw}")
+        if opts.pcr is not None and not (opts.pcr > 0 and math.isfinite(opts.pcr)):
+            raise UsageError(f"--pcr must be a fraction of the summed TDP > 0, got {opts.pcr}")
+        if (opts.power_budget_kw is not None or opts.pcr is not None) and opts.power is None:
+            raise UsageError("--power-budget-kw and --pcr need --power (a power profile)")
+        if opts.workers > 1 and opts.power is not None:
+            raise UsageError("--workers > 1 does not combine with --power (energy is accounted in one process)")
         if opts.workers > 1 and opts.placement is not None:
             # Each process would place on its own copy, and the placement summary is kept in this one.
             raise UsageError("--workers > 1 does not combine with --placement yet")

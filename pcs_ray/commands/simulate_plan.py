@@ -28,6 +28,30 @@ class Plan:
     setup: PlacementSetup | None  # None: every GPU equal
     about: dict  # what ran, for the JSON's "workload"
     title: str  # the same, for the table
+    power: object = None  # pcs_ray.power.profile.GPUPower with --power
+    run_variability: str | None = None
+    replay_seed: int = 0
+
+
+def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | None, runs: list[PolicyRun]):
+    """The sampled power of the cluster's GPUs; placements and power-aware policies get the predictions."""
+    import inspect
+
+    from pcs_ray.policies import build_policy
+    from pcs_ray.power.profile import load_power_profile
+
+    power = load_power_profile(opts.power).sample(spec, opts.profile_seed)
+    if setup is not None:
+        setup.cluster = power.onto(setup.cluster)
+        setup.about["power"] = opts.power
+    budget = opts.power_budget_kw * 1e3 if opts.power_budget_kw is not None else (
+        opts.pcr * power.summed_tdp_w() if opts.pcr is not None else None)
+    class_w = {c: float(v.mean()) for c, v in power.predicted.items()}
+    for run in runs:
+        params = inspect.signature(type(run.policy).__init__).parameters
+        if "power" in params and "budget_w" in params:
+            run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget)
+    return power, budget
 
 
 def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]:
@@ -49,9 +73,18 @@ def _cluster(opts: SimulateOptions) -> tuple[ClusterSpec, PlacementSetup | None]
 
 def make_plan(opts: SimulateOptions) -> Plan:
     """The plan for checked ``SimulateOptions``."""
-    runs = resolve_policies(opts.policy, opts.pcs_config)
+    runs = resolve_policies(opts.policy, opts.pcs_config, opts.semantics.value)
+    if opts.skip_threshold is not None:
+        from pcs_ray.policies.rush import RushPolicy
+
+        if not any(isinstance(run.policy, RushPolicy) for run in runs):
+            raise UsageError("--skip-threshold applies to the rush policy (--policy rush)")
+        for run in runs:
+            if isinstance(run.policy, RushPolicy):
+                run.policy = RushPolicy(skip_threshold=opts.skip_threshold, retry=run.policy.retry)
     spec, setup = _cluster(opts)
     capacity = spec.num_gpus
+    power, budget = _power(opts, spec, setup, runs) if opts.power is not None else (None, None)
     if opts.trace is not None:
         trace = locate("trace", opts.trace)
         jobs = read_trace(trace, speedup=opts.speedup.value)
@@ -66,10 +99,17 @@ def make_plan(opts: SimulateOptions) -> Plan:
     about.update({
         "jobs": len(jobs), "gpus": capacity, "nodes": len(spec.nodes), "gpus_per_node": spec.gpus_per_node,
         "cluster": str(opts.cluster) if opts.cluster is not None else None, "overhead": opts.overhead,
-        "predict": opts.predict,
+        "predict": opts.predict, "semantics": opts.semantics.value,
     })
+    if power is not None:
+        about["power"] = {"profile": opts.power, "profile_seed": opts.profile_seed, "idle_w": power.idle_w,
+                          "tdp_w": power.tdp_w, "budget_kw": None if budget is None else budget / 1e3}
     if setup is not None:
         about["placement"] = setup.about
         title += f", placement {setup.name}"
     title += f" on {capacity} GPUs ({len(spec.nodes)} node{'s' if len(spec.nodes) != 1 else ''})"
-    return Plan(runs, jobs, capacity, setup, about, title)
+    if opts.semantics.value != "continuous":
+        title += f", {opts.semantics.value} semantics"
+    if opts.run_variability is not None:
+        about["run_variability"] = {"source": opts.run_variability, "seed": opts.profile_seed}
+    return Plan(runs, jobs, capacity, setup, about, title, power, opts.run_variability, opts.profile_seed)

@@ -31,15 +31,38 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
         for run in plan.runs:
             task = progress.add_task(run.label, total=len(plan.jobs))
             placed = plan.setup.new() if plan.setup is not None else None
+            meter = None
+            if plan.power is not None:
+                from pcs_ray.power.meter import EnergyMeter
+
+                meter = EnergyMeter(plan.power, plan.capacity)
+            if plan.run_variability is not None:
+                placed = _replayed(placed, run.policy, plan)
             result = simulate(
                 plan.jobs, plan.capacity, run.policy, predict=predict, overhead=overhead, placement=placed,
                 workers=workers, progress=lambda done, total, task=task: progress.update(task, completed=done),
+                energy=meter,
             )
             progress.remove_task(task)
             summary = summarize(result)
             summary["policy"] = run.label
             summary["config"] = result.policy
+            if meter is not None:
+                summary["energy"] = result.extra["energy"]
             if placed is not None:
                 summary["placement"] = {**placed.describe(), **placed.summary()}
+            if plan.run_variability is not None:
+                summary.update(runs=placed.replay.runs, slow_runs=placed.replay.slow_runs)
             outcomes.append(Outcome(run.label, result, summary, placed))
     return outcomes
+
+
+def _replayed(placed, policy, plan: Plan):
+    """``placed`` with run-to-run variability replayed; RUSH's start function reads the same predictions."""
+    from pcs_ray.policies.rush import RushPolicy
+    from pcs_ray.runvariability import ReplayedPlacement, longhorn_replay
+
+    placed = ReplayedPlacement(placed, longhorn_replay(plan.capacity, plan.replay_seed))
+    if isinstance(policy, RushPolicy):
+        policy.predictor = placed.replay
+    return placed

@@ -20,15 +20,22 @@ from pcs_ray.policies import BUNDLED, WFQConfig
 
 SOLVE_HELP = """
 Search PCS's WFQ configurations for a workload and show the Pareto front of the chosen objectives
-(PCS §3.2-3.3): SPEA2 over WFQ(T, W, zeta_min, delta), every candidate simulated (predictions on) on
+(PCS §3.2-3.3): SPEA2 over WFQ configurations, every candidate simulated (predictions on) on
 **--samples** train samples of the workload, its objectives averaged; the front is then evaluated on
 **--test-samples** separate samples, and FIFO, SRSF, Themis, AFS and reference configurations are
 evaluated on the same samples for comparison.
 
 Workload: **--workload NAME** (CDF workload, default `themis1`, **--num-apps** apps per sample at
 **--load**), **--trace NAME|FILE** (a bundled trace such as `philly/0e4a51`, or a PCS/Philly, testbed or
-Sia-Philly CSV) or **--history FILE** (the job history the coordinator records, JSON lines); traces and
-histories are bootstrap-resampled. `pcs-ray data` lists the bundled names.
+Sia-Philly CSV) or **--history STATE_DIR|FILE** (the jobs a coordinator has run: its state folder, whose
+`history.jsonl` it appends each finished job to, or such a file); traces and histories are
+bootstrap-resampled. `pcs-ray data` lists the bundled names.
+
+Search space (**--space**): `paper` (default) is the paper's WFQ(T, W, zeta_min, delta): queues cut where
+the sizes' squared coefficient of variation would pass T, weights exp(-i W), allocations capped at
+efficiency zeta_min, relaxed by delta. `cuts` searches the queue count (up to **--max-queues**, default 6)
+and each threshold directly on a log scale instead of T, with the same W, zeta_min and delta, so every
+threshold vector is reachable (T reaches only some; the artifact's pcs-bal for themis1 lies between two).
 
 Objectives (**--objectives**, comma-separated METRIC:MEASURE, all minimised): metric `jct`,
 `pred_err` or `unfairness`; measure `avg` or a percentile `pNN`, e.g. `jct:avg,pred_err:p99`.
@@ -70,6 +77,8 @@ class SolveOptions:
     front_size: int | None
     time_limit: float | None
     no_delta: bool
+    space: str
+    max_queues: int | None
     reference: list[str] | None
     out: Path | None
     plot: Path | None
@@ -126,7 +135,8 @@ def register(app: typer.Typer) -> None:
             "--trace", metavar="NAME|FILE", help="Trace to resample: a bundled name or a CSV.",
             show_default=False)] = None,
         history: Annotated[Path | None, typer.Option(
-            "--history", metavar="FILE", help="Job history (JSON lines) to resample.", show_default=False)] = None,
+            "--history", metavar="STATE_DIR|FILE", help="A coordinator's state folder (its history.jsonl) or a "
+            "job-history file to resample.", show_default=False)] = None,
         num_apps: Annotated[int | None, typer.Option(
             "--num-apps", metavar="N", help="Apps per sample  [default: 500, or the trace's size]",
             show_default=False)] = None,
@@ -152,7 +162,13 @@ def register(app: typer.Typer) -> None:
             "--time-limit", metavar="SECONDS", help="Stop after the generation that passes this wall time.",
             show_default=False)] = None,
         no_delta: Annotated[bool, typer.Option(
-            "--no-delta", help="Search WFQ(T, W, zeta_min) only; leftovers relax zeta straight to 0.")] = False,
+            "--no-delta", help="Search without delta; leftovers relax zeta straight to 0.")] = False,
+        space: Annotated[str, typer.Option(
+            "--space", metavar="paper|cuts", help="paper: WFQ(T, W, zeta_min, delta); cuts: queue count and "
+            "log-scale thresholds instead of T (any threshold vector).")] = "paper",
+        max_queues: Annotated[int | None, typer.Option(
+            "--max-queues", metavar="N", help="Most queues --space cuts tries  [default: 6]",
+            show_default=False)] = None,
         reference: Annotated[list[str] | None, typer.Option(
             "--reference-config", metavar="FILE|NAME", help="WFQ config (JSON file or bundled name) to draw on the "
             "front; repeatable  "
@@ -190,6 +206,7 @@ def register(app: typer.Typer) -> None:
             workload=workload, trace=trace, history=history, num_apps=num_apps, load=load, speedup=speedup, gpus=gpus,
             objectives=objectives, generations=generations, population=population, samples=samples,
             test_samples=test_samples, seed=seed, front_size=front_size, time_limit=time_limit, no_delta=no_delta,
+            space=space, max_queues=max_queues,
             reference=reference, out=out, plot=plot, checkpoint=checkpoint, fresh=fresh, serial=serial,
             ray_address=ray_address,
         ))
@@ -215,6 +232,14 @@ def _check(opts: SolveOptions) -> None:
         raise ValueError(f"--front-size must be >= 1, got {opts.front_size}")
     if opts.time_limit is not None and not opts.time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {opts.time_limit}")
+    from solver.space import MAX_QUEUES_LIMIT, SPACES
+
+    if opts.space not in SPACES:
+        raise ValueError(f"--space must be {' or '.join(SPACES)}, got {opts.space!r}")
+    if opts.max_queues is not None and opts.space != "cuts":
+        raise ValueError("--max-queues applies only to --space cuts")
+    if opts.max_queues is not None and not 2 <= opts.max_queues <= MAX_QUEUES_LIMIT:
+        raise ValueError(f"--max-queues must be between 2 and {MAX_QUEUES_LIMIT}, got {opts.max_queues}")
     if opts.serial and opts.ray_address is not None:
         raise ValueError("--serial and --ray-address are mutually exclusive")
     for path, opt in ((opts.out, "--out"), (opts.plot, "--plot")):
@@ -227,13 +252,15 @@ def _problem(opts: SolveOptions):
     from solver.objectives import parse_objectives
     from solver.preference import resolve_source
     from solver.search import Problem
+    from solver.space import DEFAULT_MAX_QUEUES
 
     goals = parse_objectives(opts.objectives)
     trace = locate("trace", opts.trace) if opts.trace is not None else None
     source = resolve_source(opts.workload, trace, opts.history, None, opts.num_apps,
                             0.9 if opts.load is None else opts.load, opts.speedup or "linear")
     return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,
-                   search_delta=not opts.no_delta)
+                   search_delta=not opts.no_delta, space=opts.space,
+                   max_queues=DEFAULT_MAX_QUEUES if opts.max_queues is None else opts.max_queues)
 
 
 def _search(opts: SolveOptions, problem, refs, err) -> tuple[dict, list[dict], list, list]:

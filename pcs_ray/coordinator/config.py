@@ -26,6 +26,7 @@ from pcs_ray.coordinator.journal import Journal
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
 from workloads.catalog import registered_workloads
+from workloads.history import HISTORY_FILE
 
 DEFAULT_POLICY = "pcs-bal"
 
@@ -68,7 +69,7 @@ class CoordinatorConfig:
 
     @property
     def history_path(self) -> Path:
-        return Path(self.state_dir) / "history.jsonl"
+        return Path(self.state_dir) / HISTORY_FILE
 
     @property
     def speeds_path(self) -> Path:

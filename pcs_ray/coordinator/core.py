@@ -270,13 +270,17 @@ class Coordinator(CoordinatorState):
         return job
 
     def job_view(self, jid: int) -> dict:
-        return views.job_view(self._job(jid), self.epoch, self.gpu_name)
+        return views.job_view(self._job(jid), self.epoch, self.gpu_name, self.gpu_watts, self.clock() - self.epoch)
 
     def status(self) -> dict:
         view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
-                            self.speed.restart_overhead, self.jobs.values(), self.gpu_name)
+                            self.speed.restart_overhead, self.jobs.values(), self.gpu_name, self.gpu_watts)
         view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
         return view
+
+    def gpu_watts(self, job_class: str, gid: int) -> float | None:
+        """The cluster spec's predicted power of GPU ``gid`` for ``job_class`` (None: not given)."""
+        return self.cluster.gpu(gid).power.get(job_class)
 
     def config(self) -> dict:
         """The policy in force (its parameters), the placement, and where and when the policy came from."""

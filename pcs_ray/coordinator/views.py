@@ -16,7 +16,23 @@ def wall(epoch: float, t: float | None) -> float | None:
     return None if t is None else epoch + t
 
 
-def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str]) -> dict:
+def modelled_energy(job: LiveJob, watts: Callable[[str, int], float | None] | None, now: float) -> dict | None:
+    """The job's energy so far from the cluster spec's predicted power per GPU (``GPUSpec.power``) over its
+    runs (``now``: seconds since the epoch); None where a GPU it ran on has no power for its class."""
+    if watts is None or not job.segments:
+        return None
+    joules = 0.0
+    for seg in job.segments:
+        per_gpu = [watts(job.spec.job_class, g) for g in seg["gpus"]]
+        if any(p is None for p in per_gpu):
+            return None
+        end = seg["end"] if seg["end"] is not None else now
+        joules += sum(per_gpu) * max(0.0, end - seg["start"])
+    return {"joules": joules, "modelled": True}
+
+
+def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
+             watts: Callable[[str, int], float | None] | None = None, now: float | None = None) -> dict:
     def w(t):
         return wall(epoch, t)
 
@@ -33,6 +49,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str]) -> dict
             {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}
             for s in job.segments
         ],
+        "energy": modelled_energy(job, watts, now if now is not None else (job.finish or 0.0)),
     }
 
 
@@ -50,11 +67,12 @@ def prediction(job: LiveJob, epoch: float, placement: dict | None = None, uncert
 
 
 def status(now: float, epoch: float, policy: dict, gpus: int, restart_overhead: float,
-           jobs: Iterable[LiveJob], gpu_name: Callable[[int], str]) -> dict:
+           jobs: Iterable[LiveJob], gpu_name: Callable[[int], str],
+           watts: Callable[[str, int], float | None] | None = None) -> dict:
     """The whole cluster (``now`` is absolute)."""
     return {
         "now": now, "epoch": epoch, "policy": policy, "gpus": gpus, "restart_overhead": restart_overhead,
-        "jobs": [job_view(j, epoch, gpu_name) for j in jobs],
+        "jobs": [job_view(j, epoch, gpu_name, watts, now - epoch) for j in jobs],
     }
 
 

@@ -65,6 +65,7 @@ PROFILES = {
     "frontera": "TACC Frontera RTX 5000s",
     "ls6": "TACC Lonestar6",
     "32gpu": "32 Frontera GPUs with per-class scores",
+    "pal-sim64": "the PAL artifact's simulated 64-GPU cluster (16 x 4): its per-GPU draw and its bins",
 }
 
 

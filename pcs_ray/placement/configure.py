@@ -25,9 +25,11 @@ class PlacementSetup:
     name: str
     topology: TopoMatrix | None = None
     about: dict = field(default_factory=dict)
+    binned: dict | None = None  # bins a recorded profile brings (else placements bin the scores themselves)
 
     def new(self, seed: int = 0) -> PlacementLog:
-        return PlacementLog(create_placement(self.name, self.cluster, seed=seed, topology=self.topology))
+        extra = {"binned": self.binned} if self.binned is not None else {}
+        return PlacementLog(create_placement(self.name, self.cluster, seed=seed, topology=self.topology, **extra))
 
 
 def configure_placement(
@@ -48,8 +50,11 @@ def configure_placement(
             raise ValueError(f"--locality-penalty must be a number >= 1, got {locality_penalty}")
         cluster = ClusterSpec(nodes=cluster.nodes, locality_penalty=locality_penalty)
     about: dict = {"placement": key, "locality_penalty": cluster.locality_penalty}
+    binned = None
     if profile is not None:
-        cluster = apply_profile(cluster, load_profile(profile), profile_seed)
+        loaded = load_profile(profile)
+        cluster = apply_profile(cluster, loaded, profile_seed)
+        binned = loaded.binned
         about.update(profile=profile, profile_seed=profile_seed)
     topo = None
     if topology is not None:
@@ -58,7 +63,7 @@ def configure_placement(
         if bad:
             raise ValueError(f"--topology {topology} has {topo.size} GPUs but node {bad[0]} has a different number")
         about["topology"] = topology
-    setup = PlacementSetup(cluster, key, topo, about)
+    setup = PlacementSetup(cluster, key, topo, about, binned)
     setup.new()  # fail now, not in the middle of a run (e.g. a topology file named in the spec)
     return setup
 

@@ -78,6 +78,23 @@ class ClusterFacts:
         for name in tables:
             getattr(self, name)
 
+    # -- power ---------------------------------------------------------------------
+    def power(self, job_class: str) -> np.ndarray | None:
+        """Each GPU's predicted power (W) for ``job_class`` from the cluster spec; None unless every GPU has one."""
+        cache = self.__dict__.setdefault("_power", {})
+        if job_class not in cache:
+            values = [self.cluster.gpu(i).power.get(job_class) for i in range(self.num_gpus)]
+            cache[job_class] = None if any(v is None for v in values) else np.asarray(values, dtype=np.float64)
+        return cache[job_class]
+
+    def power_ratio(self, job_class: str) -> np.ndarray:
+        """Predicted power over the cluster's median for the class (1 everywhere without power data)."""
+        cache = self.__dict__.setdefault("_power_ratio", {})
+        if job_class not in cache:
+            p = self.power(job_class)
+            cache[job_class] = self.ones if p is None else p / float(np.median(p))
+        return cache[job_class]
+
     # -- variability ---------------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
         """Each GPU's measured slowdown for ``job_class`` (what a job really runs at)."""

@@ -12,7 +12,15 @@ longhorn   ResNet-50 / BERT / PageRank / PageRank     ``sim/*-longhorn-agg.csv``
 frontera   ResNet-50 / BERT / PageRank / PageRank     ``frontera/*-agg.csv`` (RTX 5000)
 ls6        ResNet-50 / - / - / -                      ``ls6/resnet-ls6-agg.csv`` (A100)
 32gpu      per-GPU ``PerfVar_classA..D``              ``32gpu-variability.csv``
+pal-sim64  per-GPU draw of the PAL artifact's          ``pal-sim64-variability.csv``
+           64-GPU simulated cluster, with its bins
 =========  =========================================  ==================================
+
+``pal-sim64`` is the cluster the PAL artifact simulated (16 nodes x 4): each
+GPU's scores are the artifact's own draw from the Longhorn runs (ResNet-50 /
+BERT / BERT / PageRank, as its ``profiles.json`` maps the classes), and its
+bins are the ones the artifact decided on (``gpudf_class*.csv``). It is not
+sampled: GPU i gets row i, so it needs exactly 64 GPUs.
 
 Class D (the least variability-sensitive class) has no application of its
 own in the artifact: it takes the memory-bound PageRank profile, like C.
@@ -33,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
+from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray import data
 
 CLASSES = ("A", "B", "C", "D")
@@ -45,7 +53,7 @@ _APP_FILES = {
                  "C": "frontera/frontera-pagerank-agg.csv", "D": "frontera/frontera-pagerank-agg.csv"},
     "ls6": {"A": "ls6/resnet-ls6-agg.csv"},
 }
-PROFILES = (*_APP_FILES, "32gpu")
+PROFILES = (*_APP_FILES, "32gpu", "pal-sim64")
 
 
 class ProfileError(ValueError):
@@ -60,13 +68,22 @@ class VariabilityProfile:
     name: str
     scores: dict[str, np.ndarray]
     per_gpu: bool = False
+    #: GPU i is row i (a recorded cluster, not a sample); ``binned``: the bins decided on there
+    fixed: bool = False
+    binned: dict[str, np.ndarray] | None = None
 
     def sample(self, num_gpus: int, seed: int = 0) -> dict[str, np.ndarray]:
         """``num_gpus`` scores per class, drawn without repetition (seeded), as the paper does.
 
         A per-GPU profile keeps each GPU's classes together (one draw of GPUs).
         With more GPUs than measurements, whole shuffled passes repeat (said in the README).
+        A fixed profile is its rows in order, for exactly as many GPUs.
         """
+        if self.fixed:
+            rows = len(next(iter(self.scores.values())))
+            if num_gpus != rows:
+                raise ProfileError(f"profile {self.name} is a recorded {rows}-GPU cluster; the cluster has {num_gpus} GPUs")
+            return dict(self.scores)
         rng = np.random.default_rng(seed)
         if self.per_gpu:
             rows = _draw(rng, len(next(iter(self.scores.values()))), num_gpus)
@@ -93,6 +110,8 @@ def load_profile(name_or_path: str | Path, data_dir: str | Path | None = None) -
         return VariabilityProfile(key, scores)
     if key == "32gpu":
         return _per_gpu_profile(base / "32gpu-variability.csv", "32gpu")
+    if key == "pal-sim64":
+        return _recorded_profile(base / "pal-sim64-variability.csv", "pal-sim64")
     path = Path(name_or_path)
     if not path.is_file():
         raise ProfileError(f"unknown profile {str(name_or_path)!r}: not one of {', '.join(PROFILES)} and not a file")
@@ -141,6 +160,14 @@ def _per_gpu_profile(path: Path, name: str) -> VariabilityProfile:
     return VariabilityProfile(name, scores, per_gpu=True)
 
 
+def _recorded_profile(path: Path, name: str) -> VariabilityProfile:
+    """A per-GPU profile whose rows are one cluster's GPUs in order, with ``bin_classX`` columns."""
+    fields, rows = _read_rows(path)
+    profile = _per_gpu_profile(path, name)
+    binned = {c: np.asarray([float(r[f"bin_class{c}"]) for r in rows]) for c in profile.scores if f"bin_class{c}" in fields}
+    return VariabilityProfile(name, profile.scores, per_gpu=True, fixed=True, binned=binned or None)
+
+
 def apply_profile(cluster: ClusterSpec, profile: VariabilityProfile, seed: int = 0) -> ClusterSpec:
     """``cluster`` with every GPU's per-class scores drawn from ``profile``."""
     drawn = profile.sample(cluster.num_gpus, seed)
@@ -149,7 +176,7 @@ def apply_profile(cluster: ClusterSpec, profile: VariabilityProfile, seed: int =
         gpus = []
         for gpu in node.gpus:
             scores = {c: float(v[gid]) for c, v in drawn.items()}
-            gpus.append(GPUSpec(index=gpu.index, uuid=gpu.uuid, scores=scores))
+            gpus.append(gpu.model_copy(update={"scores": scores}))
             gid += 1
         nodes.append(NodeSpec(name=node.name, gpus=gpus, topology=node.topology))
     return ClusterSpec(nodes=nodes, locality_penalty=cluster.locality_penalty)

@@ -14,18 +14,22 @@ from pathlib import Path
 
 from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
 from pcs_ray.policies.afs import AFSPolicy
+from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.policies.base import Allocation, AllocationError, SchedulingPolicy
 from pcs_ray.policies.fair import FairSharePolicy
 from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.policies.las import LASPolicy
+from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.themis import ThemisPolicy
+from pcs_ray.policies.vahrm import ENERGY_POLICIES
 from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
-    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy)
+    for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, AFSPolicy, FairSharePolicy, WFQPolicy,
+                EasyBackfill, RushPolicy, *ENERGY_POLICIES)
 }
 
 
@@ -57,6 +61,16 @@ ABOUT: dict[str, str] = {
     "pcs-jct": "PCS with the artifact's themis1 configuration for the best JCT",
     "pcs-bal": "PCS with the artifact's themis1 configuration that balances JCT and predictability",
     "pcs-pred": "PCS with the artifact's themis1 configuration for the best predictability",
+    "fcfs-easy": "arrival order with EASY backfilling on requested run times; rigid, never preempts",
+    "vu-fcfs": "VAHRM paper's variation-unaware FCFS: arrival order, no backfilling, never preempts (with packed GPUs)",
+    "vu-fcfs-b": "vu-fcfs with EASY backfilling",
+    "cva-fcfs": "VAHRM paper's CPU-variation-aware FCFS; with GPU jobs only, random GPUs",
+    "cva-fcfs-b": "cva-fcfs with EASY backfilling",
+    "cgva-fcfs": "VAHRM paper's CPU-and-GPU-variation-aware FCFS: the most power-efficient free GPUs",
+    "cgva-fcfs-b": "cgva-fcfs with EASY backfilling",
+    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the most power-efficient GPUs, "
+             "under a power budget",
+    "rush": "fcfs-easy whose start function skips a job predicted to run slow, up to a skip threshold (RUSH)",
 }
 
 
@@ -106,6 +120,6 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
 create_policy = build_policy
 
 __all__ = [
-    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError",
+    "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill", "RushPolicy",
     "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
 ]

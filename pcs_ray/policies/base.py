@@ -28,11 +28,23 @@ class SchedulingPolicy(ABC):
     #: Whether ``allocate`` reads ``remaining``/``attained``. The engine brings
     #: progress up to date before each round only for policies that do.
     reads_progress: ClassVar[bool] = True
+    #: Round length in seconds when the policy decides only at multiples of it (Blox's rounds,
+    #: ``pcs_ray.semantics``): arrivals wait for the next boundary and a finished job holds its
+    #: GPUs until it. None: continuous time, a decision at every event.
+    round_s: float | None = None
+    #: Whether ``allocate`` leaves a GPU idle only when no active job can use it (the PCS
+    #: setting). Backfilling schedulers keep GPUs free for a reserved job and say False.
+    work_conserving: ClassVar[bool] = True
 
     @abstractmethod
     def allocate(self, snap: Snapshot) -> Allocation:
-        """GPU count per active job. Must be work-conserving: a GPU stays idle
-        only if no active job can use it."""
+        """GPU count per active job. Unless the class says ``work_conserving = False``,
+        a GPU stays idle only if no active job can use it."""
+
+    def order(self, snap: Snapshot) -> Iterable[JobState] | None:
+        """The active jobs in priority order, for a policy that is a priority order filled greedily
+        (what strict-priority semantics walks, ``pcs_ray.semantics``); None: it is not one."""
+        return None
 
     def make_index(self, jobs: Iterable[JobState]):
         """An incrementally maintained view of the active jobs (``add``/``remove``),

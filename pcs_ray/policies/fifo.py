@@ -16,5 +16,8 @@ class FIFOPolicy(SchedulingPolicy):
     def allocate(self, snap: Snapshot) -> Allocation:
         return greedy_fill(snap.jobs, snap.capacity)
 
+    def order(self, snap: Snapshot):
+        return snap.jobs
+
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         return fifo_queue_bound(snap, list(snap.jobs), job, snap.capacity, zeta=0.0)

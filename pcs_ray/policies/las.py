@@ -18,8 +18,10 @@ class LASPolicy(SchedulingPolicy):
         self.threshold = threshold
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        order = sorted(snap.jobs, key=lambda j: (self.demoted(j), j.spec.submit_time, j.spec.job_id))
-        return greedy_fill(order, snap.capacity)
+        return greedy_fill(self.order(snap), snap.capacity)
+
+    def order(self, snap: Snapshot) -> list:
+        return sorted(snap.jobs, key=lambda j: (self.demoted(j), j.spec.submit_time, j.spec.job_id))
 
     def demoted(self, job) -> bool:
         # Tolerance: the review fires when attained service reaches the

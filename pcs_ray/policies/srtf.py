@@ -12,5 +12,7 @@ class SRTFPolicy(SchedulingPolicy):
     name = "srtf"
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        order = sorted(snap.jobs, key=lambda j: (j.remaining_time(), j.spec.submit_time, j.spec.job_id))
-        return greedy_fill(order, snap.capacity)
+        return greedy_fill(self.order(snap), snap.capacity)
+
+    def order(self, snap: Snapshot) -> list:
+        return sorted(snap.jobs, key=lambda j: (j.remaining_time(), j.spec.submit_time, j.spec.job_id))

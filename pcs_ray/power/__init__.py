@@ -1,0 +1,1 @@
+"""Power: records, TSMVA models, power profiles and energy accounting (core tier)."""

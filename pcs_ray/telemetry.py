@@ -1,0 +1,200 @@
+"""GPU telemetry per node through NVML (``nvidia-ml-py``), and each job's energy from the counters.
+
+``NVMLSampler.sample()`` reads, per GPU: power (W), the total-energy counter
+(``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded), SM
+and memory clocks (MHz), temperature (C), utilisation (%) and the clock-event
+(throttle) reasons by name. A field the device does not support is None; a
+machine without NVML (``NVMLError_LibraryNotFound``, no driver, no library)
+gives a sampler with ``available`` False, whose samples are empty.
+
+A job's energy is the sum over its GPUs of the counter's growth since the
+job started on them (:class:`JobEnergy`); GPUs shared in time with other
+jobs are not separated (GPUs are whole-job exclusive here). Without NVML
+(logical GPUs) :class:`ModelledTelemetry` gives the same record from a
+power model (W per GPU per class, e.g. a power profile's predictions) and
+the time the job ran, marked ``modelled``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+#: clock-event reason bits (NVML ``nvmlClocksEventReason*``), by name
+REASONS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+}
+
+
+def reason_names(mask: int | None) -> list[str] | None:
+    if mask is None:
+        return None
+    return [name for bit, name in REASONS.items() if mask & bit]
+
+
+@dataclass
+class GPUSample:
+    """One GPU at one time; None: not supported by the device (or modelled without it)."""
+
+    index: int
+    uuid: str | None
+    ts: float
+    power_w: float | None = None
+    energy_mj: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    temperature_c: float | None = None
+    utilization_pct: float | None = None
+    clock_events: list[str] | None = None
+    modelled: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _load_nvml():
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+class NVMLSampler:
+    """Samples this node's GPUs through NVML; ``nvml`` is the module (injectable for tests)."""
+
+    def __init__(self, nvml=None, clock: Callable[[], float] = time.time) -> None:
+        self.nvml = _load_nvml() if nvml is None else nvml
+        self.clock = clock
+        self.available = False
+        self.reason: str | None = None
+        self._handles: list = []
+        if self.nvml is None:
+            self.reason = "nvidia-ml-py is not installed"
+            return
+        try:
+            self.nvml.nvmlInit()
+            count = self.nvml.nvmlDeviceGetCount()
+            self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self.available = True
+        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no telemetry, not a crash
+            self.reason = f"NVML unavailable: {type(e).__name__}"
+
+    def close(self) -> None:
+        if self.available:
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self.available = False
+
+    def _read(self, fn: str, *args):
+        try:
+            return getattr(self.nvml, fn)(*args)
+        except Exception:  # NotSupported, NoPermission, a function the driver lacks: that field is unknown
+            return None
+
+    def sample(self, indices: Iterable[int] | None = None) -> list[GPUSample]:
+        """One sample per GPU (all, or ``indices``); empty without NVML."""
+        if not self.available:
+            return []
+        nv = self.nvml
+        out = []
+        wanted = range(len(self._handles)) if indices is None else indices
+        for i in wanted:
+            h = self._handles[i]
+            uuid = self._read("nvmlDeviceGetUUID", h)
+            power = self._read("nvmlDeviceGetPowerUsage", h)  # mW
+            util = self._read("nvmlDeviceGetUtilizationRates", h)
+            reasons = self._read("nvmlDeviceGetCurrentClocksEventReasons", h)
+            if reasons is None:
+                reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+            sm = self._read("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM)
+            mem = self._read("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM)
+            temp = self._read("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
+            energy = self._read("nvmlDeviceGetTotalEnergyConsumption", h)
+            out.append(GPUSample(
+                index=i, uuid=uuid.decode() if isinstance(uuid, bytes) else uuid, ts=self.clock(),
+                power_w=None if power is None else power / 1000.0,
+                energy_mj=None if energy is None else float(energy),
+                sm_clock_mhz=None if sm is None else float(sm), mem_clock_mhz=None if mem is None else float(mem),
+                temperature_c=None if temp is None else float(temp),
+                utilization_pct=None if util is None else float(util.gpu),
+                clock_events=reason_names(reasons),
+            ))
+        return out
+
+
+@dataclass
+class JobEnergy:
+    """A job's energy from energy-counter deltas over its GPUs (J), and its latest samples."""
+
+    job_id: int
+    gpus: tuple[int, ...]
+    start_mj: dict[int, float] = field(default_factory=dict)
+    last_mj: dict[int, float] = field(default_factory=dict)
+    samples: list[GPUSample] = field(default_factory=list)
+    modelled: bool = False
+    joules_modelled: float = 0.0
+
+    def update(self, samples: Iterable[GPUSample]) -> None:
+        mine = [s for s in samples if s.index in self.gpus]
+        for s in mine:
+            if s.energy_mj is None:
+                continue
+            self.start_mj.setdefault(s.index, s.energy_mj)
+            self.last_mj[s.index] = s.energy_mj
+        if mine:
+            self.samples = mine
+
+    @property
+    def joules(self) -> float | None:
+        """Energy since the job started on its GPUs; None until a counter has been read twice."""
+        if self.modelled:
+            return self.joules_modelled
+        if not self.last_mj:
+            return None
+        return sum(self.last_mj[g] - self.start_mj[g] for g in self.last_mj) / 1000.0
+
+    def view(self) -> dict:
+        """What status, the report and the job history show."""
+        power = [s.power_w for s in self.samples if s.power_w is not None]
+        return {"energy_j": self.joules, "power_w": sum(power) if power else None, "modelled": self.modelled,
+                "gpus": [s.as_dict() for s in self.samples]}
+
+
+def record_rows(app: str, energy: JobEnergy, runtime: float | None = None) -> list[dict]:
+    """The job's latest samples as power records (``pcs_ray.power.records`` schema), one per GPU, for
+    the telemetry history that ``pcs-ray power fit --data FILE.csv`` trains on; modelled samples are
+    not measurements and give none."""
+    if energy.modelled:
+        return []
+    return [{"app": app, "device": s.uuid or str(s.index), "power_w": s.power_w, "ts": s.ts,
+             "sm_clock_mhz": s.sm_clock_mhz, "mem_clock_mhz": s.mem_clock_mhz, "temperature_c": s.temperature_c,
+             "runtime": runtime} for s in energy.samples if s.power_w]
+
+
+class ModelledTelemetry:
+    """Telemetry of logical GPUs from a power model: W per GPU for a job class (``watts(class, gpu)``)."""
+
+    def __init__(self, watts: Callable[[str, int], float] | Mapping[str, float], clock: Callable[[], float] = time.time,
+                 idle_w: float = 60.0) -> None:
+        self.watts = watts if callable(watts) else (lambda cls, gpu, table=dict(watts): table.get(cls, 300.0))
+        self.clock = clock
+        self.idle_w = idle_w
+        self.available = True
+
+    def sample_job(self, energy: JobEnergy, job_class: str, since: float) -> JobEnergy:
+        """Advance ``energy`` (modelled) from ``since`` to now at the model's power on its GPUs."""
+        now = self.clock()
+        samples = [GPUSample(index=g, uuid=None, ts=now, power_w=float(self.watts(job_class, g)), modelled=True)
+                   for g in energy.gpus]
+        energy.modelled = True
+        energy.joules_modelled += sum(s.power_w for s in samples) * max(0.0, now - since)
+        energy.samples = samples
+        return energy
+
+
+__all__ = ["GPUSample", "JobEnergy", "ModelledTelemetry", "NVMLSampler", "REASONS", "reason_names", "record_rows"]
