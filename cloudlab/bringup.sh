@@ -46,11 +46,19 @@ for host in "$@"; do
     run_on "$host" "$install_cmd"
 done
 
-# Head first: its GPUs become <head>_gpu0.. resources.
-run_on "$HEAD" "cd $REMOTE_DIR && eval .venv/bin/ray start --port=$RAY_PORT \$(.venv/bin/pcs-ray node-resources --head)"
+# Head first: its GPUs become <head>_gpu0.. resources. Token authentication is on
+# (RAY_AUTH_MODE=token); the head's token (~/.ray/auth_token, generated if missing)
+# is copied to every worker, which needs it to join.
+run_on "$HEAD" "mkdir -p ~/.ray && chmod 700 ~/.ray && (test -s ~/.ray/auth_token || $REMOTE_DIR/.venv/bin/ray get-auth-token --generate >/dev/null)"
+run_on "$HEAD" "cd $REMOTE_DIR && export RAY_AUTH_MODE=token && eval .venv/bin/ray start --port=$RAY_PORT \$(.venv/bin/pcs-ray node-resources --head)"
 shift
 for host in "$@"; do
-    run_on "$host" "cd $REMOTE_DIR && eval .venv/bin/ray start \$(.venv/bin/pcs-ray node-resources --address=$head_ip:$RAY_PORT)"
+    if [[ -n ${DRY_RUN:-} ]]; then
+        printf 'ssh %s cat ~/.ray/auth_token | ssh %s %q\n' "$HEAD" "$host" 'umask 077; mkdir -p ~/.ray; cat > ~/.ray/auth_token'
+    else
+        ssh -o BatchMode=yes "$HEAD" 'cat ~/.ray/auth_token' | ssh -o BatchMode=yes "$host" 'umask 077; mkdir -p ~/.ray; cat > ~/.ray/auth_token'
+    fi
+    run_on "$host" "cd $REMOTE_DIR && export RAY_AUTH_MODE=token && eval .venv/bin/ray start \$(.venv/bin/pcs-ray node-resources --address=$head_ip:$RAY_PORT)"
 done
 
 run_on "$HEAD" "mkdir -p $STATE_DIR && cd $REMOTE_DIR && .venv/bin/pcs-ray start --address=$head_ip:$RAY_PORT --policy=$POLICY --state-dir=$STATE_DIR"

@@ -18,12 +18,16 @@ second job.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
 from pcs_ray.jobfile import JobFile, load_job, parse_job
 
@@ -47,14 +51,51 @@ class JobHandle(Submitted):
         return self.client.cancel(self.id)
 
 
-def _ray_init(address: str | None, namespace: str) -> None:
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Ray's C++ core logs each refused retry to fd 2 for 20 s; keep it, to read why, instead of showing it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def connect(address: str | None = None, namespace: str | None = None) -> None:
+    """Join the Ray cluster at ``address`` (default ``$RAY_ADDRESS``, else the local one), with its token.
+
+    Token mode follows :mod:`pcs_ray.auth`; a refusal becomes one ``ConnectionError`` line that says what to set.
+    """
+    prefer_token()  # before Ray reads the mode; refreshed below if Ray was imported already
     import ray
 
     if ray.is_initialized():
         return
+    if os.environ.get(AUTH_MODE) == "token":
+        try:  # Ray's own switch: sets the mode and refreshes its cached config (what `ray start` calls)
+            from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+            _enable_token_auth()
+        except ImportError:  # pragma: no cover - a Ray without token auth
+            pass
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_LOG_TO_DRIVER", "0")
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=namespace,
-             log_to_driver=False, logging_level="ERROR")
+    with tempfile.TemporaryDirectory(prefix="pcs-ray-connect-") as tmp:
+        log = Path(tmp) / "stderr"
+        try:
+            with _stderr_to(log):
+                ray.init(address=target, namespace=namespace, log_to_driver=False, logging_level="ERROR")
+        except ConnectionError as e:
+            raise ConnectionError(refusal_message(target, str(e), log.read_text(errors="replace"))) from None
+        finally:
+            captured = log.read_text(errors="replace")
+        noise = [line for line in captured.splitlines() if "gcs_client.cc" not in line and line.strip()]
+        if noise and ray.is_initialized():
+            print("\n".join(noise), file=sys.stderr)
 
 
 class Client:
@@ -64,7 +105,7 @@ class Client:
         from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
 
         if coordinator is None:
-            _ray_init(address, NAMESPACE)
+            connect(address, NAMESPACE)
             coordinator = get_coordinator()
         self.actor = coordinator
 

@@ -37,6 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 Score = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
+MAX_GPUS_PER_NODE = 65_536  # far above any machine; a bound so `gpus: 1e12` is an error, not an out-of-memory
+
+
 class ClusterSpecError(ValueError):
     """A cluster spec that cannot be used, with a one-line message naming the field."""
 
@@ -77,8 +80,8 @@ class NodeSpec(BaseModel):
         """``gpus: 4`` means four nominal GPUs with simulated UUIDs."""
         if isinstance(data, dict) and isinstance(data.get("gpus"), int) and not isinstance(data["gpus"], bool):
             count = data["gpus"]
-            if count < 1:
-                raise ValueError(f"'gpus' must list at least one GPU or be a count >= 1, got {count}")
+            if not 1 <= count <= MAX_GPUS_PER_NODE:  # a count is expanded into objects: bound it before that
+                raise ValueError(f"'gpus' must list at least one GPU or be a count from 1 to {MAX_GPUS_PER_NODE}, got {count}")
             name = str(data.get("name", "node"))
             data = {**data, "gpus": [{"index": i, "uuid": sim_uuid(name, i)} for i in range(count)]}
         return data

@@ -103,10 +103,12 @@ def test_real_cifar10_loader_reads_the_torchvision_format(tmp_path, monkeypatch)
     expected = torch.from_numpy(data[5].reshape(3, 32, 32).astype(np.float32) / 255.0)
     mean, std = torch.tensor([0.4914, 0.4822, 0.4465]).view(3, 1, 1), torch.tensor([0.2470, 0.2435, 0.2616]).view(3, 1, 1)
     assert torch.allclose(tensor, (expected - mean) / std, atol=1e-6)
-    # the image workloads use it when data_root holds it
+    # the image workloads use it when data_root holds it, inside a dataset root the operator configured
     workload = get_workload("tiny_cnn")
+    with pytest.raises(ValueError, match="outside the dataset roots"):
+        workload.resolve({"data_root": str(tmp_path)})
+    monkeypatch.setenv("PCS_RAY_DATASETS", str(tmp_path))  # the operator's roots, and the default for every job
     assert workload.build_dataset(workload.resolve({"data_root": str(tmp_path)})).source == "cifar10"
-    monkeypatch.setenv("PCS_RAY_DATASETS", str(tmp_path))  # the operator's default for every job
     assert workload.build_dataset(workload.resolve({})).source == "cifar10"
 
 

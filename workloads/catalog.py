@@ -18,8 +18,10 @@ under 80 MB. ``batch_size`` is the global batch, split across the job's GPUs.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -33,6 +35,9 @@ class WorkloadError(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+DATASETS_ENV = "PCS_RAY_DATASETS"  # the operator's dataset roots, os.pathsep-separated
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class Param:
                 raise WorkloadError(f"{name}: {value!r} is not one of {self.allowed()}", name)
             if not isinstance(value, str):
                 raise WorkloadError(f"{name}: {value!r} is not text; allowed {self.allowed()}", name)
+            if not self.choices:
+                dataset_path(name, value)
             return value
         number = _as_number(value)
         if number is None or (self.kind is int and number != int(number)):
@@ -75,6 +82,26 @@ class Param:
         if not self.low <= number <= self.high:
             raise WorkloadError(f"{name}: {value!r} is outside the allowed range {self.allowed()} for {workload}", name)
         return number
+
+
+def dataset_roots() -> list[Path]:
+    """The folders the operator allows jobs to read data from: ``$PCS_RAY_DATASETS`` (``os.pathsep``-separated)."""
+    raw = os.environ.get(DATASETS_ENV, "")
+    return [Path(os.path.realpath(os.path.expanduser(p))) for p in raw.split(os.pathsep) if p.strip()]
+
+
+def dataset_path(name: str, value: str) -> Path:
+    """``value`` resolved (symlinks too) if it lies inside a configured dataset root; else a one-line error.
+
+    A job file names data; it must not make a runner read (and torchvision unpickle) files the operator did
+    not put under a dataset root.
+    """
+    roots = dataset_roots()
+    resolved = Path(os.path.realpath(os.path.expanduser(value))) if value and "\x00" not in value else None
+    if resolved is not None and any(resolved == r or r in resolved.parents for r in roots):
+        return resolved
+    where = ", ".join(map(str, roots)) if roots else f"none configured (set ${DATASETS_ENV} on the coordinator's node)"
+    raise WorkloadError(f"{name}: {value!r} is outside the dataset roots ({where})", name)
 
 
 def _as_number(value: Any) -> float | None:
@@ -110,7 +137,7 @@ COMMON: dict[str, Param] = {
 # Image workloads read CIFAR-10 when data_root (or $PCS_RAY_DATASETS) holds it.
 IMAGE: dict[str, Param] = {
     **COMMON,
-    "data_root": Param(None, "folder holding cifar-10-batches-py (null: $PCS_RAY_DATASETS, else generated data)",
+    "data_root": Param(None, "folder holding cifar-10-batches-py, inside $PCS_RAY_DATASETS (null: $PCS_RAY_DATASETS, else generated data)",
                        kind=str, nullable=True),
 }
 

@@ -125,7 +125,7 @@ def _problems(r: HistoryRecord) -> list[str]:
 def append_history(path: str | Path, record: HistoryRecord) -> None:
     """Append one record as a JSON line (a single ``write`` on an ``O_APPEND`` file)."""
     line = json.dumps(record.to_json(), allow_nan=False, separators=(",", ":")) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # jobs and their sizes: the owner's only
     try:
         os.write(fd, line.encode())
     finally:

@@ -17,7 +17,6 @@ Every dataset is indexable, so the training loop owns the sample order
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,13 +26,12 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from workloads.catalog import CATALOG, WorkloadError
+from workloads.catalog import CATALOG, WorkloadError, dataset_roots
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 NUM_CLASSES = 10
-DATASETS_ENV = "PCS_RAY_DATASETS"
 
 
 # --------------------------------------------------------------------------- data
@@ -210,7 +208,8 @@ class Workload:
 
 def _image_dataset(default_samples: int) -> Callable[[dict], Dataset]:
     def build(params: dict) -> Dataset:
-        root = params["data_root"] if params["data_root"] is not None else os.environ.get(DATASETS_ENV)
+        roots = dataset_roots()
+        root = params["data_root"] if params["data_root"] is not None else (roots[0] if roots else None)
         return load_cifar10(root, seed=params["seed"], num_samples=params["num_samples"] or default_samples)
 
     return build

@@ -16,7 +16,7 @@ def plot_report(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gpus = [f"{n}:{i}" for n in report["cluster"]["nodes"] for i in range(GPUS_PER_NODE)]
+    gpus = report["cluster"].get("gpu_names") or [f"{n}:{i}" for n in report["cluster"]["nodes"] for i in range(GPUS_PER_NODE)]
     row = {g: k for k, g in enumerate(gpus)}
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [2.2, 1]})
     colours = plt.get_cmap("tab10")

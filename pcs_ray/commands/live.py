@@ -22,14 +22,25 @@ from pcs_ray.contract import JobStatus
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 
-ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the running local cluster).")
+ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up --local` started with the default --state-dir, else the running local cluster).")
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
+
+
+def cluster_address(address: str | None) -> str | None:
+    """``--address``, else ``$RAY_ADDRESS``, else the cluster `pcs-ray up --local` recorded in ~/.pcs-ray, else
+    ``None`` (Ray's own lookup of a local cluster)."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return address
+    try:
+        return json.loads((Path("~/.pcs-ray/cluster.json").expanduser()).read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _client(address: str | None):
     from pcs_ray.client import Client
 
-    return Client(address)
+    return Client(cluster_address(address))
 
 
 def start_cmd(
@@ -52,8 +63,22 @@ def start_cmd(
     ~/.pcs-ray/wfq_config.json), else pcs-bal. A restart keeps a policy set
     with `pcs-ray config set` unless this command names a different one.
     """
+    from pcs_ray.coordinator.actor import NAMESPACE
+
+    config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace)
+    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
+          f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
+
+
+def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None):
+    """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
+
+    ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
+    Returns the config, its ``ping`` and the configuration in force; progress goes to stderr.
+    """
     import ray
 
+    from pcs_ray.client import connect
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
     from pcs_ray.coordinator.config import CoordinatorConfig, choose_policy, cluster_dict
@@ -64,19 +89,25 @@ def start_cmd(
     declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
     if declared is not None:
         create_placement(placement, declared)
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
-             log_to_driver=False, logging_level="ERROR")
+    connect(cluster_address(address), NAMESPACE)
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
-        cluster=cluster_dict(cluster), state_dir=str(state_dir.expanduser().resolve()), policy=choice.policy,
+        cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
         wfq=choice.wfq, placement=placement, grace_s=grace,
     )
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)
-    actor = start_coordinator(config)
+    actor = start_coordinator(config, pin_here=pin_node is None) if pin_node is None else _start_on(config, pin_node)
     info, running = ray.get([actor.ping.remote(), actor.config.remote()])  # one already running keeps its own
-    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
-          f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
+    return config, info, running
+
+
+def _start_on(config, node_id: str):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from pcs_ray.coordinator.actor import start_coordinator
+
+    return start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
 
 
 def submit_cmd(
@@ -185,9 +216,9 @@ def stop_cmd(
     import ray
 
     from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
-    from pcs_ray.client import _ray_init
+    from pcs_ray.client import connect
 
-    _ray_init(address, NAMESPACE)
+    connect(cluster_address(address), NAMESPACE)
     actor = get_coordinator()
     killed = ray.get(actor.drain.remote(timeout))
     ray.kill(actor, no_restart=True)

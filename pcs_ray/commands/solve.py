@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -12,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from pcs_ray.auth import prefer_token
 from pcs_ray.data import locate
 from pcs_ray.commands.views import stdout_console
 from pcs_ray.policies import BUNDLED, WFQConfig
@@ -273,6 +275,12 @@ def _search(opts: SolveOptions, problem, refs, err) -> tuple[dict, list[dict], l
     checkpoint = opts.checkpoint
     if checkpoint is None and opts.out is not None:
         checkpoint = Path(str(opts.out) + ".ckpt")
+    if not opts.serial and opts.ray_address != "local" and (opts.ray_address or os.environ.get("RAY_ADDRESS")):
+        from pcs_ray.client import connect
+
+        connect(opts.ray_address)  # an existing cluster: with its token, and a one-line refusal
+    else:
+        prefer_token()  # an auto-found or new local cluster: Ray decides, seeing the token if there is one
     backend = SerialBackend() if opts.serial else RayBackend(opts.ray_address)
     started = time.perf_counter()
     search = Search(problem, backend, checkpoint, opts.fresh)

@@ -24,11 +24,14 @@ import ray
 from pcs_ray.contract import Action, CoordinatorError, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
+from pcs_ray.coordinator.telemetry import RayMetrics, readings
 
 NAMESPACE = "pcs-ray"
 ACTOR_NAME = "coordinator"
 DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, warm_pool switches to the pool
 LOOP_WAIT_S = 0.2
+NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
+NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
 REFRESH_EVERY_S = 1.0  # progress reports alone re-run the forward play at most this often
 
 log = logging.getLogger("pcs_ray.coordinator")
@@ -41,6 +44,21 @@ class _Run:
     kill_at: float | None = None
 
 
+@dataclass
+class _Suspect:
+    """A run whose runner died on its own: a node loss or a single crash, told apart before it is recorded."""
+
+    run: _Run
+    outcome: tuple  # status, step, step_time, error
+    since: float
+    probes: list | None  # one tiny task pinned to each node of the run; None: a node is already gone
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _alive() -> bool:
+    return True
+
+
 def _load_launcher(path: str):
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -50,7 +68,7 @@ class CoordinatorService(CoordinatorHost):
     """The actor body: the host's calls, plus runners launched and collected by a background loop."""
 
     def __init__(self, config: dict) -> None:
-        self.config = CoordinatorConfig.from_dict(config)
+        self.config = _on_alive_nodes(CoordinatorConfig.from_dict(config))
         super().__init__(build_core(self.config))
         self.launch = _load_launcher(self.config.launcher)
         self.pool = None
@@ -62,8 +80,10 @@ class CoordinatorService(CoordinatorHost):
             self.pool = WarmPool(slots, max_per_node=self.config.warm_runners_per_node)
             self.launch = self.pool.launch
         self.runs: dict[int, _Run] = {}
+        self.suspects: dict[int, _Suspect] = {}
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
+        self.metrics = _metrics()
         self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
@@ -102,12 +122,40 @@ class CoordinatorService(CoordinatorHost):
                 self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
             except Exception as e:  # the runner died or was killed: resume from its last checkpoint
                 status, step, step_time, error = "failed", self.core.jobs[jid].steps, None, type(e).__name__
+            if status == "failed" and run.kill_at is None and _a_death(error):
+                # Not a training error: a crash, or its node died and Ray has not said so yet. A node loss
+                # must not count as the job's failure (nor send it back to the dead node), so wait to know.
+                self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run))
+                continue
             actions += self.core.run_ended(jid, run.attempt, status, step, step_time, error)
         return actions
 
+    def _settle_suspects(self) -> list[Action]:
+        """Record the deaths whose nodes answered (a lone crash), or that waited too long."""
+        actions: list[Action] = []
+        for jid, sus in list(self.suspects.items()):
+            answered = sus.probes is not None and len(ray.wait(sus.probes, num_returns=len(sus.probes), timeout=0)[0]) == len(sus.probes)
+            if answered:
+                try:
+                    ray.get(sus.probes, timeout=0)
+                except Exception:
+                    answered = False
+            if answered or time.monotonic() - sus.since > NODE_DEATH_WAIT_S:
+                del self.suspects[jid]
+                actions += self.core.run_ended(jid, sus.run.attempt, *sus.outcome)
+        return actions
+
     def _loop(self) -> None:
-        last_refresh = 0.0
+        last_refresh = last_node_check = 0.0
         while True:
+            if time.monotonic() - last_node_check >= NODE_CHECK_S:
+                last_node_check = time.monotonic()
+                lost = _lost_nodes(self.config)
+                if lost:
+                    try:
+                        self._lose_nodes(lost)
+                    except Exception:
+                        log.exception("recovering from the loss of node(s) %s", sorted(lost))
             with self.lock:
                 refs = [run.handle.done for run in self.runs.values()]
             ready: list = []
@@ -117,7 +165,7 @@ class CoordinatorService(CoordinatorHost):
                 time.sleep(LOOP_WAIT_S)
             with self.lock:
                 try:
-                    actions = self._collect(ready)
+                    actions = self._collect(ready) + self._settle_suspects()
                     now = time.monotonic()
                     for run in self.runs.values():
                         if run.kill_at is not None and now >= run.kill_at:
@@ -128,8 +176,57 @@ class CoordinatorService(CoordinatorHost):
                     if ready or actions or now - last_refresh >= REFRESH_EVERY_S:
                         self.core.refresh_predictions()
                         last_refresh = now
+                        if self.metrics is not None:
+                            self.metrics.publish(readings(self.core))
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
+
+    def submit(self, spec: dict, submission_id: str | None = None):
+        """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""
+        reply = super().submit(spec, submission_id)
+        with self.lock:
+            job = self.core.jobs.get(reply.id)
+            if job is not None and job.first_predicted is not None:
+                # Not replayed into state (no _record): a note for offline reports, ignored on recovery.
+                self.core.journal.append(self.core.now(), "predicted", reply.id, {"completion": job.first_predicted})
+        return reply
+
+    def _lose_nodes(self, lost: set[str]) -> None:
+        """Nodes died: checkpoint every surviving run, then rebuild the state on the nodes left.
+
+        Jobs of the dead nodes resume from their last checkpoints; the others lose nothing (they
+        stop at a step boundary with a checkpoint). The journal replay is the same as after a crash.
+        """
+        log.warning("node(s) %s lost: checkpointing every job and rescheduling on the nodes left", sorted(lost))
+        with self.lock:
+            self.draining = True
+            for run in self.runs.values():
+                run.handle.request_stop()
+                run.kill_at = time.monotonic() + self.config.grace_s
+        deadline = time.monotonic() + self.config.grace_s + 30.0
+        while time.monotonic() < deadline:
+            with self.lock:
+                refs = [run.handle.done for run in self.runs.values()]
+            if not refs:
+                break
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOOP_WAIT_S)
+            with self.lock:
+                self._collect(ready)  # decisions taken meanwhile are dropped: the rebuild below decides afresh
+                for run in self.runs.values():
+                    if run.kill_at is not None and time.monotonic() >= run.kill_at:
+                        run.handle.kill()
+                        run.kill_at = float("inf")
+        with self.lock:
+            for run in self.runs.values():
+                run.handle.kill()
+            self.runs.clear()
+            self.suspects.clear()  # their jobs have no run: the replay below sends them back to the queue
+            old = self.core
+            self.config = _on_alive_nodes(self.config)
+            self.core = build_core(self.config)  # replays the journal: jobs without a run go back to the queue
+            old.journal.close()
+            self.draining = False
+        self._resume()
 
     # -- the actor's own calls (predictions they read are at most REFRESH_EVERY_S old) ------
     def drain(self, timeout_s: float = 60.0) -> int:
@@ -165,10 +262,67 @@ class CoordinatorService(CoordinatorHost):
                 "pid": os.getpid()}
 
 
-def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
+def _alive_gpu_nodes() -> set[str]:
+    """Names of the nodes whose per-GPU resources a live Ray node offers."""
+    from pcs_ray.cluster import ClusterSpecError
+    from pcs_ray.discovery import cluster_from_ray_nodes
+
+    try:
+        return {node.name for node in cluster_from_ray_nodes(ray.nodes()).nodes}
+    except ClusterSpecError:
+        return set()
+
+
+def _metrics():
+    """Prometheus metrics on Ray's endpoint; a coordinator without them still schedules."""
+    try:
+        return RayMetrics()
+    except Exception:
+        log.exception("metrics are off")
+        return None
+
+
+def _a_death(error: str | None) -> bool:
+    """A runner that died (its process or node), as opposed to training that raised."""
+    return error is None or any(w in error.lower() for w in ("died", "crash", "unavailable", "nodedied"))
+
+
+def _probe(run: _Run) -> list | None:
+    """A tiny task pinned to each node the run used; ``None`` when one of them is no longer alive."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    names = {slot.node for slot in run.handle.request.gpus}
+    ids = {}
+    for info in ray.nodes():
+        if info.get("Alive"):
+            for name in names:
+                if any(k.startswith(f"{name}_gpu") for k in info.get("Resources", {})):
+                    ids[name] = info["NodeID"]
+    if set(ids) != names:
+        return None
+    return [_alive.options(scheduling_strategy=NodeAffinitySchedulingStrategy(i, soft=False)).remote() for i in ids.values()]
+
+
+def _lost_nodes(config: CoordinatorConfig) -> set[str]:
+    nodes = {n["name"] for n in config.cluster["nodes"] if n.get("gpus")}
+    alive = _alive_gpu_nodes()
+    return nodes - alive if alive else set()  # no GPU node at all: a Ray hiccup, not a loss to act on
+
+
+def _on_alive_nodes(config: CoordinatorConfig) -> CoordinatorConfig:
+    """``config`` with only the nodes Ray has alive (all of them when Ray shows none)."""
+    alive = _alive_gpu_nodes()
+    nodes = [n for n in config.cluster["nodes"] if n["name"] in alive]
+    if not alive or not nodes or len(nodes) == len(config.cluster["nodes"]):
+        return config
+    return replace(config, cluster={**config.cluster, "nodes": nodes})
+
+
+def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True, strategy=None):
     """Start the coordinator (or return the running one): detached, named, restarted on failure.
 
-    ``pin_here`` keeps it on this node, where its state folder (journal) lives. With no policy in
+    ``pin_here`` keeps it on this node, where its state folder (journal) lives; ``strategy`` (a Ray
+    scheduling strategy) puts it elsewhere (``pcs-ray up``: on the head node). With no policy in
     ``config``, the operator's choice is read here (see ``config.choose_policy``) and travels inline.
     """
     config = config.resolved()
@@ -176,7 +330,9 @@ def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True):
         name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         max_restarts=-1, max_task_retries=-1, max_concurrency=64, num_cpus=0,
     )
-    if pin_here:
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
+    elif pin_here:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

@@ -298,6 +298,8 @@ class Coordinator(CoordinatorState):
         return GPUSlot(self.cluster.node_of(gid).name, self.cluster.gpu(gid).index)
 
     def gpu_name(self, gid: int) -> str:
+        if not 0 <= gid < self.cluster.num_gpus:  # a segment on a node lost since (the actor rebuilt without it)
+            return f"lost:{gid}"
         s = self.slot(gid)
         return f"{s.node}:{s.index}"
 

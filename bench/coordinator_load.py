@@ -1,0 +1,130 @@
+"""Load through the coordinator actor: many queued jobs on a local multi-node cluster, stand-in runners.
+
+    PYTHONPATH=. python bench/coordinator_load.py [--nodes 4] [--gpus-per-node 64] [--jobs 10000]
+
+Brings up `pcs-ray up --local` (token auth on, a private token file),
+replaces its coordinator by one whose runners are ``bench.standin`` (they
+start, report progress, checkpoint and stop like real ones), submits
+``--jobs`` jobs through ``pcs_ray.client.Client`` one after another, and
+prints one JSON object: submissions per second, submit→prediction latency
+(p50/p99: the call returns the job's predicted completion), ``status``
+latency (p50/p99) with everything queued, and the coordinator's resident
+memory. Decision latency inside the actor is not visible from outside; see
+``bench/coordinator_latency.py`` for it in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pcs_ray.commands import local_cluster as lc  # noqa: E402
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus-per-node", type=int, default=64)
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--policy", default="pcs-bal")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="pcsray-load-"))
+    token = tmp / "token"
+    token.write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT))
+    os.environ.update(RAY_AUTH_TOKEN_PATH=str(token))
+    state = tmp / "state"
+    out: dict = {"nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "jobs": args.jobs,
+                 "load_average_before": os.getloadavg()}
+    try:
+        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", "--nodes", str(args.nodes),
+                             "--gpus-per-node", str(args.gpus_per_node), "--cpus-per-node", "2", "--state-dir",
+                             str(state), "--json"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        if up.returncode != 0:
+            raise RuntimeError(up.stderr[-2000:])
+        address = json.loads(up.stdout)["address"]
+        import ray
+
+        from pcs_ray.client import Client, connect
+        from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator, start_coordinator
+        from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+        from pcs_ray.discovery import cluster_from_ray_nodes
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        connect(address, NAMESPACE)
+        ray.kill(get_coordinator(), no_restart=True)  # the stock one: replaced by one with stand-in runners
+        head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+        config = CoordinatorConfig(cluster=cluster_dict(cluster_from_ray_nodes(ray.nodes())),
+                                   state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
+                                   placement="packed-sticky", grace_s=5.0, launcher="bench.standin:launch")
+        time.sleep(2.0)
+        actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
+        pid = ray.get(actor.ping.remote())["pid"]
+        client = Client(coordinator=actor)
+        rng = random.Random(args.seed)
+        lat = []
+        began = time.perf_counter()
+        for i in range(args.jobs):
+            gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
+            spec = {"workload": "tiny_cnn", "steps": rng.randint(200, 20_000), "gpus": gpus,
+                    "min_gpus": max(1, gpus // 2), "step_time": 0.05, "checkpoint_every": 100,
+                    "class": rng.choice("ABCD"), "name": f"load-{i}"}
+            t = time.perf_counter()
+            client.submit(spec)
+            lat.append(time.perf_counter() - t)
+            if i and i % 1000 == 0:
+                print(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms", file=sys.stderr, flush=True)
+        wall = time.perf_counter() - began
+        status_lat = []
+        for _ in range(30):
+            t = time.perf_counter()
+            st = client.status()
+            status_lat.append(time.perf_counter() - t)
+        states: dict[str, int] = {}
+        for j in st["jobs"]:
+            states[j["state"]] = states.get(j["state"], 0) + 1
+        out.update(
+            submissions_per_s=round(args.jobs / wall, 1),
+            submit_to_prediction_ms={"p50": round(1000 * float(np.percentile(lat, 50)), 1),
+                                     "p99": round(1000 * float(np.percentile(lat, 99)), 1),
+                                     "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
+            status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
+                       "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
+            coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
+        )
+        ray.shutdown()
+    finally:
+        if (state / lc.STATE_FILE).exists():
+            out["down_left"] = lc.down(state)["left"]
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""``pcs-ray report STATE_DIR``: the GPU timeline, JCT CDF and predicted-vs-actual plots of any run, from its journal.
+
+The journal is read, never written (a copy is opened, so a damaged one is
+recovered in the copy). GPU names come from ``STATE_DIR/cluster-spec.yaml``
+(``pcs-ray up`` writes it) or ``--cluster-spec``; otherwise GPUs are shown by
+id. Predictions at submission are in journals written by coordinators that
+note them (``predicted`` events); older journals give the timeline and CDF only.
+The timeline and predicted-vs-actual panels are the demo's (``demo_plot``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from pcs_ray.commands.live import JSON_OUT
+
+
+def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[dict, list[str]]:
+    """A ``status``-shaped dict (absolute times) and the GPU names, rebuilt from the journal's events."""
+    from pcs_ray.cluster import load_cluster_spec
+    from pcs_ray.coordinator.journal import Journal
+
+    source = state_dir / "journal.sqlite"
+    if not source.is_file():
+        raise FileNotFoundError(f"no journal in {state_dir} (journal.sqlite)")
+    spec_path = cluster_spec or (state_dir / "cluster-spec.yaml")
+    names: list[str] = []
+    if spec_path.is_file():
+        spec = load_cluster_spec(spec_path)
+        names = [f"{n.name}:{g.index}" for n in spec.nodes for g in n.gpus]
+    with tempfile.TemporaryDirectory(prefix="pcs-ray-report-") as tmp:
+        for suffix in ("", "-wal"):
+            if Path(str(source) + suffix).exists():
+                shutil.copy(str(source) + suffix, Path(tmp) / ("journal.sqlite" + suffix))
+        journal = Journal(Path(tmp) / "journal.sqlite")
+        events = list(journal.events())
+        journal.close()
+    epoch, policy, jobs, top = 0.0, {}, {}, -1
+
+    def name(g: int) -> str:
+        return names[g] if 0 <= g < len(names) else f"gpu{g}"
+
+    for ev in events:
+        t, jid, d = ev.t, ev.job_id, ev.data
+        if ev.kind == "init":
+            epoch, policy = d.get("epoch", 0.0), d.get("policy") or {}
+            continue
+        if jid is None:
+            continue
+        if ev.kind == "submit":
+            spec = d.get("spec", {})
+            jobs[jid] = {"id": jid, "name": spec.get("name") or f"{spec.get('workload')}-{jid}",
+                         "workload": spec.get("workload"), "class": spec.get("class", "A"), "state": "queued",
+                         "demand": [spec.get("min_gpus") or spec.get("gpus", 1), spec.get("gpus", 1)],
+                         "steps": 0, "total_steps": spec.get("steps"), "submit": epoch + t, "finish": None,
+                         "first_predicted": None, "preemptions": 0, "attempts": 0, "emulated": False, "segments": []}
+            continue
+        job = jobs.get(jid)
+        if job is None:
+            continue
+        segs = job["segments"]
+        if ev.kind == "predicted" and job["first_predicted"] is None:
+            job["first_predicted"] = epoch + d["completion"]
+        elif ev.kind == "start":
+            if segs and segs[-1]["end"] is None:
+                segs[-1]["end"] = epoch + t
+            gpus = [int(g) for g in d.get("gpus", [])]
+            top = max([top, *gpus])
+            segs.append({"start": epoch + t, "end": None, "gpus": [name(g) for g in gpus], "kind": d.get("kind", "start")})
+            job["state"], job["attempts"] = "running", d.get("attempt", job["attempts"] + 1)
+        elif ev.kind == "progress":
+            job["steps"] = d.get("step", job["steps"])
+        elif ev.kind in ("requeue", "lost", "finished", "failed", "cancelled"):
+            if segs and segs[-1]["end"] is None:
+                segs[-1]["end"] = epoch + t
+            job["preemptions"] += bool(d.get("preempted"))
+            job["steps"] = d.get("step", job["steps"])
+            job["state"] = "queued" if ev.kind in ("requeue", "lost") else ev.kind
+            if ev.kind in ("finished", "failed", "cancelled"):
+                job["finish"] = epoch + t
+    if not names:
+        names = [f"gpu{g}" for g in range(top + 1)]
+    status = {"policy": policy, "restart_overhead": 0.0, "jobs": list(jobs.values())}
+    return status, names
+
+
+def report_cmd(
+    state_dir: Annotated[Path, typer.Argument(help="The run's state folder (holding journal.sqlite).")],
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and the plots [default: STATE_DIR/report].",
+                                             show_default=False)] = None,
+    cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Names the GPUs (default: STATE_DIR/cluster-spec.yaml).")] = None,
+    as_json: Annotated[bool, JSON_OUT] = False,
+) -> None:
+    """Plot a run from its journal: GPU timeline, JCT CDF, predicted vs actual JCT."""
+    from pcs_ray.cluster import ClusterSpec, NodeSpec, GPUSpec, sim_uuid
+    from pcs_ray.commands.demo_plot import plot_report
+    from pcs_ray.commands.demo_report import build_report
+
+    state_dir = state_dir.expanduser()
+    status, names = journal_status(state_dir, cluster_spec)
+    if not status["jobs"]:
+        raise ValueError(f"the journal in {state_dir} holds no jobs")
+    nodes: dict[str, int] = {}
+    for g in names:
+        node = g.split(":")[0] if ":" in g else "gpus"
+        nodes[node] = nodes.get(node, 0) + 1
+    cluster = ClusterSpec(nodes=[NodeSpec(name=n, gpus=[GPUSpec(index=i, uuid=sim_uuid(n, i)) for i in range(k)])
+                                 for n, k in nodes.items()])
+    submitted = {j["id"]: {"predicted": j["first_predicted"]} for j in status["jobs"]}
+    finishes = [j["finish"] for j in status["jobs"] if j["finish"]]
+    wall = (max(finishes) - min(j["submit"] for j in status["jobs"])) if finishes else 0.0
+    report = build_report(status, submitted, cluster, ["rebuilt from the journal"], wall)
+    report["cluster"]["gpu_names"] = names
+    folder = out or state_dir / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    plot_report(report, folder / "timeline.png")
+    _plot_cdf(report, folder / "jct-cdf.png")
+    result = {"jobs": len(report["jobs"]), "finished": report["summary"]["finished"],
+              "report": str(folder / "report.json"), "plots": [str(folder / "timeline.png"), str(folder / "jct-cdf.png")],
+              "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"])}
+    print(json.dumps(result) if as_json else
+          f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
+          f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png")
+
+
+def _plot_cdf(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (("jct_s", "actual"), ("predicted_jct_s", "predicted at submission")):
+        values = np.sort([j[key] for j in report["jobs"] if j[key] is not None and j["jct_s"] is not None])
+        if len(values):
+            ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=label)
+    ax.set_xlabel("JCT (s)")
+    ax.set_ylabel("fraction of finished jobs")
+    ax.set_title("JCT CDF")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)

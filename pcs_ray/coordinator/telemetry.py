@@ -1,0 +1,96 @@
+"""Prometheus metrics of the live coordinator, through ``ray.util.metrics`` (shown on Ray's metrics endpoint).
+
+:func:`readings` computes what to show from the core (pure, testable without
+Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
+
+* ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled so far)
+* ``pcs_ray_wfq_queue_length{queue}``: active apps in each WFQ queue (``waiting`` tag: those without GPUs)
+* ``pcs_ray_gpus{state}``: GPUs allocated and idle
+* ``pcs_ray_preemptions_total``: preemptions so far
+* ``pcs_ray_prediction_error_percent``: histogram of finished jobs' ``100·|JCT − JCT_pred| / JCT_pred``
+  (the first prediction, as PCS measures it)
+
+``grafana/pcs-ray-dashboard.json`` at the repository root plots them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pcs_ray.contract import JobStatus
+
+ERROR_BOUNDARIES = [1, 2, 5, 10, 20, 50, 100, 200, 500]
+
+
+@dataclass
+class Readings:
+    jobs: dict[str, int]
+    queues: dict[str, tuple[int, int]]  # queue -> (active, waiting)
+    gpus_allocated: int
+    gpus_idle: int
+    preemptions: int
+    finished_errors: dict[int, float] = field(default_factory=dict)  # job id -> prediction error (%)
+
+
+def readings(core) -> Readings:
+    """What the coordinator shows now (call under its lock)."""
+    jobs = {s.value: 0 for s in JobStatus}
+    preemptions = 0
+    errors: dict[int, float] = {}
+    for job in core.jobs.values():
+        jobs[job.state.value] += 1
+        preemptions += job.preemptions
+        if job.state == JobStatus.FINISHED and job.first_predicted and job.finish is not None:
+            predicted, actual = job.first_predicted - job.submit, job.finish - job.submit
+            if predicted > 0:
+                errors[job.job_id] = 100.0 * abs(actual - predicted) / predicted
+    queues: dict[str, list[int]] = {}
+    queue_of = getattr(core.policy, "queue_of", None)
+    engine = core.model.engine
+    for jid, job in core.active.items():
+        state = engine.job(jid)
+        if queue_of is None or state is None:
+            continue
+        q = queues.setdefault(str(queue_of(state)), [0, 0])
+        q[0] += 1
+        q[1] += not job.gpus
+    allocated = sum(len(job.gpus) for job in core.active.values())
+    return Readings(jobs, {k: (v[0], v[1]) for k, v in queues.items()}, allocated,
+                    max(0, core.cluster.num_gpus - allocated), preemptions, errors)
+
+
+class RayMetrics:
+    """The ``ray.util.metrics`` objects; :meth:`publish` sets them from :class:`Readings`."""
+
+    def __init__(self) -> None:
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        self.jobs = Gauge("pcs_ray_jobs", "pcs-ray jobs by state", tag_keys=("state",))
+        self.queue = Gauge("pcs_ray_wfq_queue_length", "active apps per WFQ queue", tag_keys=("queue", "waiting"))
+        self.gpus = Gauge("pcs_ray_gpus", "GPUs allocated and idle", tag_keys=("state",))
+        self.preemptions = Counter("pcs_ray_preemptions_total", "preemptions so far")
+        self.error = Histogram("pcs_ray_prediction_error_percent", "finished jobs' prediction error (%)",
+                               boundaries=ERROR_BOUNDARIES)
+        self._preemptions = 0
+        self._seen: set[int] = set()
+        self._queues: set[str] = set()
+
+    def publish(self, r: Readings) -> None:
+        for state, n in r.jobs.items():
+            self.jobs.set(n, {"state": state})
+        for q in self._queues - set(r.queues):
+            self.queue.set(0, {"queue": q, "waiting": "false"})
+            self.queue.set(0, {"queue": q, "waiting": "true"})
+        for q, (active, waiting) in r.queues.items():
+            self.queue.set(active - waiting, {"queue": q, "waiting": "false"})
+            self.queue.set(waiting, {"queue": q, "waiting": "true"})
+        self._queues = set(r.queues)
+        self.gpus.set(r.gpus_allocated, {"state": "allocated"})
+        self.gpus.set(r.gpus_idle, {"state": "idle"})
+        if r.preemptions > self._preemptions:
+            self.preemptions.inc(r.preemptions - self._preemptions)
+            self._preemptions = r.preemptions
+        for jid, err in r.finished_errors.items():
+            if jid not in self._seen:
+                self._seen.add(jid)
+                self.error.observe(err)

@@ -1,0 +1,276 @@
+"""Fuzzing every input surface: each case ends in a result or one typed, one-line error — never a traceback.
+
+Surfaces: job files (as dicts through the parser and an in-process
+coordinator, and as YAML text), cluster specs, WFQ configurations, traces in
+the three formats, replay job lists, and CLI arguments. The coordinator that
+takes the fuzzed submissions must answer ``status`` after every case.
+
+The default run is small (``PCS_RAY_FUZZ_EXAMPLES``, default 40 per
+surface); ``bench/fuzz.py`` runs 1,000 per surface and prints the counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import string
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pcs_ray.cluster import ClusterSpec, ClusterSpecError, load_cluster_spec
+from pcs_ray.contract import CoordinatorError
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.local import LocalCoordinator
+from pcs_ray.jobfile import load_job, parse_job
+from pcs_ray.policies import create_policy, wfq_config
+from workloads.catalog import registered_workloads
+from workloads.errors import WorkloadError
+
+EXAMPLES = int(os.environ.get("PCS_RAY_FUZZ_EXAMPLES", "40"))
+CASES: Counter = Counter()  # cases run per surface (bench/fuzz.py reports them)
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100,
+                suppress_health_check=list(HealthCheck), database=None)
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                    st.text(max_size=20), st.sampled_from(["", "A", "tiny_cnn", "resnet18", "1e309", "-1", "../..",
+                                                           "/etc/passwd", "~", "nan"]))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                      max_leaves=8)
+JOB_KEYS = ["workload", "steps", "gpus", "min_gpus", "class", "name", "step_time", "checkpoint_every", "params",
+            "executor"]
+PARAM_KEYS = ["batch_size", "lr", "momentum", "num_samples", "seed", "threads", "data_root", "optimizer", "seq_len",
+              "vocab_size", "weight_decay"]
+jobs = st.fixed_dictionaries(
+    {"workload": st.one_of(st.sampled_from(sorted(registered_workloads())), values),
+     "steps": st.one_of(st.integers(-5, 10**8), values)},
+    optional={k: values for k in JOB_KEYS[2:] if k != "params"} | {
+        "params": st.one_of(values, st.dictionaries(st.sampled_from(PARAM_KEYS + ["x"]), values, max_size=4))},
+)
+
+
+def _one_line(error: BaseException) -> None:
+    text = str(error)
+    assert text and "\n" not in text and "Traceback" not in text, repr(text)
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory):
+    core = Coordinator(ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"),
+                       Journal(tmp_path_factory.mktemp("fuzz") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
+                       workloads=registered_workloads())
+    return LocalCoordinator(core)
+
+
+def _tmp_file(text: str, suffix: str) -> Path:
+    fd, name = tempfile.mkstemp(suffix=suffix, prefix="pcsray-fuzz-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(name)
+
+
+def check_job_dict(raw, coordinator):
+    CASES["job_dict"] += 1
+    try:
+        parse_job(raw, workloads=registered_workloads(), capacity=8)
+    except CoordinatorError as e:
+        _one_line(e)
+    try:
+        coordinator.submit(raw)
+    except CoordinatorError as e:
+        _one_line(e)
+    assert isinstance(coordinator.status()["jobs"], list)  # still serving
+
+
+def check_job_yaml(text):
+    CASES["job_yaml"] += 1
+    path = _tmp_file(text, ".yaml")
+    try:
+        load_job(path, workloads=registered_workloads())
+    except (CoordinatorError, ValueError, OSError) as e:
+        _one_line(e)
+    finally:
+        path.unlink()
+
+
+def check_cluster_spec(text):
+    CASES["cluster_spec"] += 1
+    path = _tmp_file(text, ".yaml")
+    try:
+        spec = load_cluster_spec(path)
+        assert spec.num_gpus >= 1
+    except (ClusterSpecError, OSError) as e:
+        _one_line(e)
+    finally:
+        path.unlink()
+
+
+def check_wfq(raw):
+    CASES["wfq_config"] += 1
+    path = _tmp_file(json.dumps(raw, allow_nan=True) if not isinstance(raw, str) else raw, ".json")
+    try:
+        config = wfq_config(path)
+        create_policy("pcs", config=config)
+    except ValueError as e:
+        _one_line(e)
+    finally:
+        path.unlink()
+
+
+def check_trace(kind, text):
+    from workloads.traces import read_pcs_trace, read_sia_philly, read_testbed_trace
+
+    CASES[f"trace_{kind}"] += 1
+    reader = {"pcs": read_pcs_trace, "testbed": read_testbed_trace, "sia": read_sia_philly}[kind]
+    path = _tmp_file(text, ".csv")
+    try:
+        for job in reader(path):
+            assert job.min_gpus >= 1
+    except (WorkloadError, ValueError, OSError) as e:
+        _one_line(e)
+    finally:
+        path.unlink()
+
+
+def check_joblist(text):
+    from workloads.joblist import JobListError, parse_joblist
+
+    CASES["joblist"] += 1
+    try:
+        parse_joblist(text, capacity=8)
+    except JobListError as e:
+        _one_line(e)
+
+
+def check_cli(argv):
+    from pcs_ray.cli import run
+
+    CASES["cli"] += 1
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run(argv)
+        except SystemExit as e:  # pragma: no cover - run() returns, never exits
+            code = e.code
+    assert isinstance(code, int), code
+    assert "Traceback" not in err.getvalue(), err.getvalue()[-2000:]
+    if code == 2:
+        lines = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+        assert len(lines) == 1, err.getvalue()[-2000:]
+
+
+# -- strategies for text surfaces ------------------------------------------------------------------
+def _yaml_of(strategy):
+    return strategy.map(lambda v: yaml.safe_dump(v, allow_unicode=True) if not isinstance(v, str) else v)
+
+
+texts = st.text(alphabet=string.printable, max_size=200)
+cluster_specs = st.one_of(
+    texts,
+    _yaml_of(st.fixed_dictionaries({"nodes": st.lists(st.fixed_dictionaries(
+        {"name": st.one_of(st.sampled_from(["node0", "node1", "a b", "../x", ""]), st.text(max_size=6)),
+         "gpus": st.one_of(st.integers(-2, 9), st.lists(st.fixed_dictionaries(
+             {"index": st.integers(-1, 9), "uuid": st.text(max_size=5),
+              "scores": st.dictionaries(st.sampled_from("ABCDX"), st.floats(allow_nan=True), max_size=3)}), max_size=3),
+             values)},
+        optional={"topology": st.sampled_from(["dgx1-v100", "/etc/passwd", "../../x.topo", "nope"])}), max_size=3),
+        "locality_penalty": st.one_of(st.floats(allow_nan=True), values)})),
+    _yaml_of(values),
+)
+wfq_configs = st.one_of(texts, values, st.fixed_dictionaries({}, optional={
+    k: st.one_of(st.floats(allow_nan=True), st.integers(-3, 10), values)
+    for k in ("T", "W", "zeta_min", "delta", "num_queues", "queue_thresholds", "weights", "threshold", "weight")}))
+
+
+def _csv(header, cells):
+    return st.lists(st.lists(cells, min_size=len(header) - 1, max_size=len(header) + 1), max_size=6).map(
+        lambda rows: ",".join(header) + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
+
+
+cells = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=True), st.sampled_from(["", "x", "resnet50", "1e400",
+                                                                                       "A", "GPT2", "\"", "-0"]))
+TRACE_HEADERS = {
+    "pcs": ["app_id", "submit_time", "service", "num_jobs", "sleep_time", "model_name"],
+    "testbed": ["app_id", "submit_time", "service", "num_jobs", "sleep_time"],
+    "sia": ["job_id", "num_gpus", "submit_time", "duration", "model"],
+}
+joblists = st.one_of(texts, _csv(["submit_s", "name", "workload", "steps", "gpus", "min_gpus", "class"],
+                                 st.one_of(cells, st.sampled_from(sorted(registered_workloads())),
+                                           st.sampled_from(["B", "C", "D", "{}"]))),
+                     _csv(["submit_s", "name", "workload", "steps", "gpus", "min_gpus", "class", "params"],
+                          st.one_of(cells, st.sampled_from(['{"lr": 0.1}', '"{}"', "[]", "tiny_cnn"]))))
+CLI_WORDS = ["simulate", "data", "node-resources", "submit", "up", "down", "replay", "config", "solve", "report", "--json",
+             "--help", "--gpus", "--num-apps", "--policy", "--placement", "--workload", "--trace", "--seed",
+             "--cluster-spec", "--node-name", "--state-dir", "--nodes", "--gpus-per-node", "--local", "--pcs-config",
+             "fifo", "pcs", "nope", "themis1", "0", "-1", "3", "1e9", "nan", "/nonexistent", "", "--no-predict",
+             "--per-job", "--profile", "--topology", "pal", "dgx1-v100", "x" * 30]
+
+
+NEEDS_A_CLUSTER = ("config", "replay", "solve", "submit")  # would connect to Ray, start one, or search for minutes
+
+
+@st.composite
+def cli_args(draw):
+    words = draw(st.lists(st.one_of(st.sampled_from(CLI_WORDS), st.text(max_size=8)), max_size=8))
+    if "up" in words and "--local" in words:  # would start a real cluster
+        words.remove("--local")
+    if "down" in words:  # only ever a folder that records no cluster
+        words += ["--state-dir", "/nonexistent-pcs-ray-fuzz"]
+    if "simulate" in words:  # keep any simulation tiny
+        words = ["simulate", "--num-apps", "3", "--gpus", "4", "--no-predict", *[w for w in words if w != "simulate"]]
+        words = [w for w in words if w not in ("--trace", "--workload")] + ["--workload", "themis1"]
+    if any(w in NEEDS_A_CLUSTER for w in words):
+        words.append("--help")  # its options are still parsed and checked; nothing runs
+    return words
+
+
+# -- the tests ------------------------------------------------------------------------------------
+@FUZZ
+@given(raw=st.one_of(jobs, values))
+def test_fuzz_job_dicts(raw, coordinator):
+    check_job_dict(raw, coordinator)
+
+
+@FUZZ
+@given(text=st.one_of(texts, _yaml_of(jobs), _yaml_of(values)))
+def test_fuzz_job_yaml(text):
+    check_job_yaml(text)
+
+
+@FUZZ
+@given(text=cluster_specs)
+def test_fuzz_cluster_specs(text):
+    check_cluster_spec(text)
+
+
+@FUZZ
+@given(raw=wfq_configs)
+def test_fuzz_wfq_configs(raw):
+    check_wfq(raw)
+
+
+@FUZZ
+@given(data=st.data())
+@pytest.mark.parametrize("kind", ["pcs", "testbed", "sia"])
+def test_fuzz_traces(kind, data):
+    check_trace(kind, data.draw(st.one_of(texts, _csv(TRACE_HEADERS[kind], cells))))
+
+
+@FUZZ
+@given(text=joblists)
+def test_fuzz_joblists(text):
+    check_joblist(text)
+
+
+@FUZZ
+@given(argv=cli_args())
+def test_fuzz_cli_arguments(argv):
+    check_cli(argv)

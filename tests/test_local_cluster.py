@@ -1,0 +1,105 @@
+"""A real two-raylet cluster from `pcs-ray up --local`: token auth, DDP across raylets, a node killed, `down`.
+
+Everything goes through the CLI as a user would, with token authentication on
+(the token in a private file named by RAY_AUTH_TOKEN_PATH, so ~/.ray is not
+touched) and no RAY_AUTH_MODE set: pcs-ray finds the token itself. Ray's node
+health checks are tightened for this instance only (a killed node is declared
+dead in ~3 s instead of ~30 s). The cluster is stopped by PID in the fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pcs_ray.commands import local_cluster as lc
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc")
+
+CLI = [sys.executable, "-m", "pcs_ray.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(env, *args, timeout=180, check=True):
+    proc = subprocess.run([*CLI, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pcs-ray {args[0]} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("local-cluster")
+    token = tmp / "token"
+    token.write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_health_check_period_ms="500",
+               RAY_health_check_failure_threshold="3", RAY_USAGE_STATS_ENABLED="0")
+    state = tmp / "state"
+    try:
+        up = _cli(env, "up", "--local", "--nodes", 2, "--gpus-per-node", 1, "--state-dir", state, "--json", timeout=300)
+        yield {"env": {**env, "RAY_ADDRESS": json.loads(up.stdout)["address"]}, "up": json.loads(up.stdout), "state": state}
+    finally:
+        if (state / lc.STATE_FILE).exists():
+            lc.down(state)
+
+
+def _jobs(env) -> dict[int, dict]:
+    return {j["id"]: j for j in json.loads(_cli(env, "status", "--json").stdout)["jobs"]}
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: {what}")
+        time.sleep(1.0)
+
+
+def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
+    up, state = cluster["up"], cluster["state"]
+    assert set(up) == {"address", "dashboard", "state_dir", "nodes"}
+    assert [(n["name"], n["gpus"]) for n in up["nodes"]] == [("node0", 1), ("node1", 1)]
+    assert all(n["pids"] for n in up["nodes"]) and not set(up["nodes"][0]["pids"]) & set(up["nodes"][1]["pids"])
+    assert stat.S_IMODE((state / lc.STATE_FILE).stat().st_mode) == 0o600
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    with pytest.raises(lc.LocalClusterError, match="already recorded"):
+        from pcs_ray.commands.up import up_cmd
+
+        up_cmd(local=True, state_dir=state)
+
+
+def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path):
+    env, state = cluster["env"], cluster["state"]
+    job = tmp_path / "ddp.yaml"
+    job.write_text("workload: tiny_cnn\nsteps: 1500\ngpus: 2\nmin_gpus: 1\ncheckpoint_every: 100\n")
+    jid = json.loads(_cli(env, "submit", job, "--json").stdout)["id"]
+    running = _wait(lambda: (j := _jobs(env)[jid])["state"] == "running" and j["steps"] >= 250 and j,
+                    120, "the DDP job to pass two checkpoints")
+    assert sorted(running["gpus"]) == ["node0:0", "node1:0"]  # one rank on each raylet
+    record = lc.load(state)
+    assert lc.kill_node(record.nodes[1])  # the worker node dies as a machine would (SIGKILL, all at once)
+    final = _wait(lambda: (j := _jobs(env)[jid])["state"] in ("finished", "failed", "cancelled") and j, 180,
+                  "the job to finish on the node left")
+    assert final["state"] == "finished" and final["steps"] == 1500, final
+    assert final["segments"][0]["gpus"] == ["node0:0", "lost:1"] and final["segments"][-1]["gpus"] == ["node0:0"]
+
+
+def test_down_stops_exactly_what_up_started(cluster):
+    record = lc.load(cluster["state"])
+    result = json.loads(_cli(cluster["env"], "down", "--state-dir", cluster["state"], "--json").stdout)
+    assert result["left"] == {}
+    assert all(lc._stat(pid) is None or lc._stat(pid)[0] not in {n.leader for n in record.nodes}
+               for n in record.nodes for pid in n.pids)
+    assert not (cluster["state"] / lc.STATE_FILE).exists()

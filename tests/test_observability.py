@@ -1,0 +1,84 @@
+"""Metrics readings from the coordinator core, the Grafana dashboard's queries, and `pcs-ray report` from a journal."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.telemetry import readings
+from pcs_ray.policies import create_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _core(path, clock, policy="pcs-bal"):
+    return Coordinator(ClusterSpec.homogeneous(4, 2), create_policy(policy), Journal(path), checkpoint_root="/tmp/ckpt",
+                       clock=clock, workloads=("tiny",))
+
+
+def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_path):
+    clock = Clock()
+    core = _core(tmp_path / "journal.sqlite", clock)
+    small, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 0.1})
+    big, _ = core.submit({"workload": "tiny", "steps": 100_000, "gpus": 4, "step_time": 1.0})
+    core.refresh_predictions(force=True)
+    r = readings(core)
+    assert r.jobs["running"] + r.jobs["queued"] + r.jobs["stopping"] == 2
+    assert r.gpus_allocated + r.gpus_idle == 4 and r.gpus_allocated == sum(len(j.gpus) for j in core.active.values())
+    assert sum(a for a, _ in r.queues.values()) == 2 and len(r.queues) >= 1  # WFQ: every active app has a queue
+    clock.t += 2.0
+    core.run_ended(small, core.jobs[small].attempt, "finished", 10)
+    r = readings(core)
+    assert r.jobs["finished"] == 1 and small in r.finished_errors and r.finished_errors[small] >= 0
+    assert readings(_core(":memory:", Clock(), "fifo")).queues == {}  # no WFQ, no queues
+
+
+def test_the_grafana_dashboard_plots_every_metric_the_coordinator_exports():
+    import pcs_ray.coordinator.telemetry as telemetry
+
+    dashboard = json.loads((ROOT / "grafana" / "pcs-ray-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for metric in ("pcs_ray_jobs", "pcs_ray_wfq_queue_length", "pcs_ray_gpus", "pcs_ray_preemptions_total",
+                   "pcs_ray_prediction_error_percent"):
+        assert metric in telemetry.__doc__ and f"ray_{metric}" in exprs
+
+
+def test_report_draws_a_run_from_its_journal(tmp_path):
+    from pcs_ray.cli import run
+
+    state = tmp_path / "state"
+    clock = Clock()
+    core = _core(state / "journal.sqlite", clock, "fifo")
+    jid, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1, "name": "first"})
+    core.journal.append(core.now(), "predicted", jid, {"completion": core.now() + 5.0})
+    clock.t += 1
+    other, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})
+    clock.t += 3
+    core.run_ended(jid, 1, "finished", 10)
+    clock.t += 2
+    core.run_ended(other, 1, "finished", 10)
+    core.journal.close()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run(["report", str(state), "--out", str(tmp_path / "r"), "--json"]) == 0
+    result = json.loads(out.getvalue())
+    assert (result["jobs"], result["finished"], result["predictions"]) == (2, 2, 1)
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    first = next(j for j in report["jobs"] if j["name"] == "first")
+    assert first["jct_s"] == 4.0 and first["predicted_jct_s"] == 5.0 and first["segments"][0]["gpus"] == ["gpu0", "gpu1"]
+    assert all((tmp_path / "r" / f).stat().st_size > 1000 for f in ("timeline.png", "jct-cdf.png"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run(["report", str(tmp_path / "nothing")]) == 2
+    assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1
