@@ -155,7 +155,9 @@ def check_cli(argv):
 
     CASES["cli"] += 1
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    # In a scratch folder: an argument list may name an output file (``--per-job x``) relative to it.
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = run(argv)
         except SystemExit as e:  # pragma: no cover - run() returns, never exits
