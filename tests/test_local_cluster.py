@@ -46,14 +46,19 @@ def cluster(tmp_path_factory):
     state = tmp / "state"
     try:
         up = _cli(env, "up", "--local", "--nodes", 2, "--gpus-per-node", 1, "--state-dir", state, "--json", timeout=300)
-        yield {"env": {**env, "RAY_ADDRESS": json.loads(up.stdout)["address"]}, "up": json.loads(up.stdout), "state": state}
+        yield {"env": {**env, "RAY_ADDRESS": _json(up.stdout)["address"]}, "up": _json(up.stdout), "state": state}
     finally:
         if (state / lc.STATE_FILE).exists():
             lc.down(state)
 
 
+def _json(stdout: str) -> dict:
+    """The command's one JSON object: Ray itself may print a line into the same stdout (a raylet it saw die)."""
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
+
+
 def _jobs(env) -> dict[int, dict]:
-    return {j["id"]: j for j in json.loads(_cli(env, "status", "--json").stdout)["jobs"]}
+    return {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
 
 
 def _wait(predicate, timeout, what):
@@ -84,7 +89,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
     env, state = cluster["env"], cluster["state"]
     job = tmp_path / "ddp.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 1500\ngpus: 2\nmin_gpus: 1\ncheckpoint_every: 100\n")
-    jid = json.loads(_cli(env, "submit", job, "--json").stdout)["id"]
+    jid = _json(_cli(env, "submit", job, "--json").stdout)["id"]
     running = _wait(lambda: (j := _jobs(env)[jid])["state"] == "running" and j["steps"] >= 250 and j,
                     120, "the DDP job to pass two checkpoints")
     assert sorted(running["gpus"]) == ["node0:0", "node1:0"]  # one rank on each raylet
@@ -98,7 +103,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
 
 def test_down_stops_exactly_what_up_started(cluster):
     record = lc.load(cluster["state"])
-    result = json.loads(_cli(cluster["env"], "down", "--state-dir", cluster["state"], "--json").stdout)
+    result = _json(_cli(cluster["env"], "down", "--state-dir", cluster["state"], "--json").stdout)
     assert result["left"] == {}
     assert all(lc._stat(pid) is None or lc._stat(pid)[0] not in {n.leader for n in record.nodes}
                for n in record.nodes for pid in n.pids)
