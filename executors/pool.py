@@ -405,6 +405,7 @@ class WarmPool:
     # -- runs ----------------------------------------------------------------------------------
     def launch(self, request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle:
         """Hand ``request`` to the warm runners of its GPUs; a cold launch when one of them has none."""
+        self.maintain()  # a runner killed since the last poll (a failed DDP peer) must not be handed work
         with self._lock:
             entries = [self._warm.get(GPUSlot(s.node, s.index)) for s in request.gpus]
             for entry in entries:

@@ -280,6 +280,8 @@ class Coordinator(CoordinatorState):
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:
         """The cluster spec's predicted power of GPU ``gid`` for ``job_class`` (None: not given)."""
+        if not 0 <= gid < self.cluster.num_gpus:  # a segment on a node lost since
+            return None
         return self.cluster.gpu(gid).power.get(job_class)
 
     def config(self) -> dict:
