@@ -11,6 +11,7 @@ restarted or new coordinator on the same state folder, starts from it.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -24,11 +25,25 @@ from pcs_ray.commands.inputs import UsageError
 CALIBRATION_STEPS = 6  # enough for a start-up and a few step times; short on every emulated device
 
 
+CALIBRATION_S = 3.0  # on the emulated device at least: steps measured after the first one (reports come each second)
+
+
+def calibration_steps(workload: str, params: dict, gpus: int, steps: int) -> int:
+    """``steps``, or more for a fast workload: enough for reports after its first step (which is warm-up)."""
+    from workloads.device_model import emulated_step_s
+
+    try:
+        return max(steps, math.ceil(CALIBRATION_S / emulated_step_s(workload, params, gpus)))
+    except (KeyError, ValueError):
+        return steps
+
+
 def calibration_jobs(shapes: list[tuple[str, dict, int]], steps: int = CALIBRATION_STEPS) -> list[dict]:
     """One short job per (workload, params, GPU count), rigid at that count, class D (it yields to everything)."""
     jobs = []
     for k, (workload, params, gpus) in enumerate(shapes):
-        jobs.append({"name": f"calibrate-{workload}-{gpus}gpu-{k}", "workload": workload, "steps": steps,
+        jobs.append({"name": f"calibrate-{workload}-{gpus}gpu-{k}", "workload": workload,
+                     "steps": calibration_steps(workload, params, gpus, steps),
                      "gpus": gpus, "min_gpus": gpus, "class": "D", "params": dict(params)})
     return jobs
 

@@ -47,10 +47,30 @@ def run_live(client, jobs, *, calibrate: bool, deadline_s: float, live: bool, er
     from pcs_ray.commands.demo_poll import follow
 
     began = time.time()
+    wait_for_warm_runners(client, timeout_s=min(180.0, deadline_s / 3), err=err)
     if calibrate:
         run_calibration(client, calibration_jobs(shapes_of_jobs(jobs)), deadline_s / 2, err)
     status, submitted = follow(client, arrivals(jobs), began, deadline_s, live, err, title=title)
     return status, submitted, began
+
+
+def wait_for_warm_runners(client, timeout_s: float, err: Console) -> bool:
+    """Wait until the coordinator's warm runners have started (a fresh cluster starts them one at a time),
+    so calibration measures the start-up the jobs will pay, not that of a runner still importing torch."""
+    deadline = time.monotonic() + timeout_s
+    shown = False
+    while True:
+        runners = [r for r in client.status().get("runners") or [] if r.get("kind") == "warm"]
+        waiting = [r for r in runners if r.get("state") != "ready"]
+        if not waiting:
+            return True
+        if time.monotonic() > deadline:
+            err.print(f"[yellow]{len(waiting)} warm runner(s) still starting after {timeout_s:.0f} s; going on[/]")
+            return False
+        if not shown:
+            err.print(f"waiting for {len(waiting)} of {len(runners)} warm runners to start ...")
+            shown = True
+        time.sleep(1.0)
 
 
 def summary(live: dict | None, sim: dict[str, dict], overruns: int, wall_s: float) -> dict:

@@ -63,6 +63,7 @@ class Stat:
 
     mean: float
     samples: list[float] = field(default_factory=list)
+    provisional: bool = False  # from a run's first step only: the next real measurement replaces it
 
     def add(self, x: float) -> None:
         self.mean = x if not self.samples else (1 - EMA) * self.mean + EMA * x
@@ -78,11 +79,11 @@ class Stat:
         return (xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)) / self.mean
 
     def to_dict(self) -> dict:
-        return {"mean": self.mean, "samples": self.samples}
+        return {"mean": self.mean, "samples": self.samples, **({"provisional": True} if self.provisional else {})}
 
     @classmethod
     def from_dict(cls, raw: dict) -> "Stat":
-        return cls(float(raw["mean"]), [float(x) for x in raw.get("samples", [])])
+        return cls(float(raw["mean"]), [float(x) for x in raw.get("samples", [])], bool(raw.get("provisional", False)))
 
 
 def _device_model():
@@ -277,10 +278,12 @@ class SpeedModel:
         n = min(len(job.gpus), job.spec.gpus)
         normalised = step_time / job.slowdown
         by_n = self.steps.setdefault(shape_key(job.spec.workload, job.spec.params), {})
-        new = n not in by_n
+        new = n not in by_n or by_n[n].provisional
         if new:
-            by_n[n] = Stat(normalised, [normalised])
-        else:
+            # A run's first report is its first step alone (warm-up, lazy initialisation): it stands in
+            # only until a later report of some run says what a step takes.
+            by_n[n] = Stat(normalised, [normalised], provisional=first_of_run)
+        elif not first_of_run:
             by_n[n].add(normalised)
         t1 = normalised * self.speedup(job.spec)[n]
         if not job.measured and job.spec.step_time:
