@@ -30,6 +30,7 @@ from pcs_ray.metrics import summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 from workloads.traces import read_trace
+from tests.artifact_results import per_job_errors
 
 REF = data_dir() / "pcs" / "reference"
 GPUS = 64
@@ -51,15 +52,6 @@ def figures(result) -> dict:
     s = summarize(result)
     return {"avg_jct_s": s["avg_jct"], "avg_pred_err_pct": s["avg_pred_err"], "p99_pred_err_pct": s["p99_pred_err"],
             "wall_s": round(result.wall_s, 2)}
-
-
-def per_job_errors(path) -> np.ndarray:
-    """Prediction errors (%) of an artifact per-job file, as its summary computes them."""
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    jct = np.array([float(r["end_time"]) - float(r["submit_time"]) for r in rows])
-    pred = np.array([float(r["estimated_end_time"]) - float(r["submit_time"]) for r in rows])
-    return 100 * np.abs(jct - pred) / pred
 
 
 def themis1() -> dict:

@@ -23,6 +23,7 @@ from pcs_ray.metrics import summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 from workloads.traces import read_trace
+from artifact_results import per_job_errors
 
 REF = data_dir() / "pcs" / "reference"
 ART = REF / "themis1-artifact"
@@ -45,15 +46,6 @@ def summary() -> dict:
 def themis1() -> dict[str, dict]:
     jobs = read_trace(locate("trace", "themis1-artifact"))
     return {name: summarize(simulate(jobs, GPUS, build_policy(name), workers=1)) for name in ARTIFACT}
-
-
-def per_job_errors(path) -> np.ndarray:
-    """Prediction errors (%) of an artifact per-job file, as its summary computes them."""
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    jct = np.array([float(r["end_time"]) - float(r["submit_time"]) for r in rows])
-    pred = np.array([float(r["estimated_end_time"]) - float(r["submit_time"]) for r in rows])
-    return 100 * np.abs(jct - pred) / pred
 
 
 def close(ours: float, theirs: float) -> bool:

@@ -128,7 +128,6 @@ def replay(trace: str, *, live: bool, address: str | None, calibrate: bool, dead
     """Run ``trace`` live (and/or) in the simulator; the report ``--json`` prints."""
     from pcs_ray.commands.demo_cluster import demo_cluster
     from pcs_ray.commands.demo_jobs import DEMO_WFQ
-    from pcs_ray.commands.demo_report import build_report
     from pcs_ray.commands.replay_sim import simulate_joblist
     from workloads.joblist import JobListError, read_joblist
 
@@ -206,7 +205,7 @@ def replay_cmd(
     result = replay(trace, live=live, address=address, calibrate=calibrate, deadline_s=deadline, seed=seed,
                     show_live=show_live, out=out)
     if as_json:
-        print(json.dumps({k: v for k, v in result.items()}))
+        print(json.dumps(result))
     elif live:
         stdout_console().print(side_by_side(result))
     else:
