@@ -12,7 +12,11 @@ devices), exactly as ``pcs-ray replay --trace NAME --live --json`` runs them:
 
 Targets (issue 12): mixed-20 |avg_jct_gap_pct| <= 10, live mean error at
 submission <= the simulator's + 10 points, 0 emulation overruns; the lone
-job's prediction within 10 % of its JCT. Prints one JSON object (stdout);
+job's prediction within 10 % of its JCT. An emulation overrun is a step
+that left its run more than one step behind its emulated device's schedule
+(``executors.emulation``); ``emulation_late_steps`` counts the steps that
+ran over their own budget and were caught up on the schedule, shown beside
+it. Prints one JSON object (stdout);
 progress goes to stderr. Wall-clock on a shared 2-core machine: say what
 else ran (the load average is printed with the figures).
 
