@@ -26,6 +26,7 @@ Usage: ``python bench/live_fidelity.py [--lists demo,mixed-20,lone]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -66,11 +67,13 @@ def main() -> None:
     parser.add_argument("--lists", default="demo,mixed-20,lone")
     args = parser.parse_args()
     out = {}
-    for name in [n.strip() for n in args.lists.split(",") if n.strip()]:
-        print(f"replaying {name} ...", file=sys.stderr)
-        result = run(name)
-        result.pop("jobs", None) if name != "lone" else None
-        out[name] = result
+    # Ray's log monitor prints its runners' and raylets' lines to stdout: keep stdout for the one JSON object.
+    with contextlib.redirect_stdout(sys.stderr):
+        for name in [n.strip() for n in args.lists.split(",") if n.strip()]:
+            print(f"replaying {name} ...", file=sys.stderr)
+            result = run(name)
+            result.pop("jobs", None) if name != "lone" else None
+            out[name] = result
     print(json.dumps(out))
 
 
