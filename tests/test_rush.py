@@ -227,3 +227,46 @@ def test_negative_threshold_and_bad_variability_are_one_line_errors(capsys):
     assert code == 2 and "unknown --run-variability 'quartz'" in err
     code, _, err = invoke(capsys, *base, "-p", "rush", "--run-variability", "longhorn")
     assert code == 2 and "--run-variability needs --placement" in err
+
+
+# -- live: skips are journaled and shown ------------------------------------------------------------
+
+
+def test_live_skips_show_in_status_and_report_and_survive_a_restart(tmp_path):
+    from pcs_ray.commands.format import status_table
+    from pcs_ray.commands.report import journal_status
+    from pcs_ray.coordinator import Coordinator, Journal, StartRun
+
+    class Clock:
+        t = 1000.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+
+    def core():
+        policy = RushPolicy(skip_threshold=2, retry=10.0, predictor=AlwaysSlow())
+        return Coordinator(ClusterSpec.homogeneous(4, 4), policy, Journal(tmp_path / "journal.sqlite"),
+                           checkpoint_root=tmp_path / "ckpt", clock=clock, workloads=("tiny",))
+
+    live = core()
+    jid, actions = live.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})
+    assert actions == []  # skipped once, held back
+    view = next(j for j in live.status()["jobs"] if j["id"] == jid)
+    assert view["skips"] == 1 and "predicted slow" in view["skip_reason"] and view["state"] == "queued"
+    status = live.status()
+    assert "skips" in [c.header for c in status_table(status).columns]
+    live.journal.close()
+
+    clock.t += 10.0
+    again = core()  # a restart: the count comes back from the journal, so one more skip, then the start
+    assert again.jobs[jid].skips == 1
+    assert again.decide() == [] and again.jobs[jid].skips == 2  # what a restarted actor does first
+    clock.t += 10.0
+    assert [a.job_id for a in again.tick() if isinstance(a, StartRun)] == [jid]
+    again.journal.close()
+
+    rebuilt, _ = journal_status(tmp_path)
+    job = next(j for j in rebuilt["jobs"] if j["id"] == jid)
+    assert job["skips"] == 2 and "skip 2 of 2" in job["skip_reason"]
