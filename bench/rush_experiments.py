@@ -38,6 +38,7 @@ import time
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import data_dir
+from pcs_ray.longhorn import CLASS_APPS
 from pcs_ray.metrics import summarize
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.stats import PlacementLog
@@ -101,7 +102,7 @@ def main() -> None:
     runs = [r for r in RUNS if not (args.without_pcs and r[1].startswith("pcs"))]
     cluster = ClusterSpec.homogeneous(64, 4)
     print("fitting the slow-run model ...", file=sys.stderr)
-    _, model = longhorn_devices()
+    _, model = longhorn_devices(0, None if args.any_app else tuple(sorted(set(CLASS_APPS.values()))))
     rows = []
     for trace, jobs in traces.items():
         for seed in range(args.seeds):

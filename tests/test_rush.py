@@ -107,6 +107,21 @@ def test_replay_slows_runs_and_counts_them():
     assert placed.replay.summary() == {"runs": 1, "slow_runs": 1, "predicted_slow_runs": 1, "predicted_and_slow": 1}
 
 
+def test_replay_draws_from_the_jobs_own_application():
+    """Per-application pools: a class A job replays the A application's records, a class C job C's; a
+    prediction is for the job's application, and a cluster larger than a pool draws it again."""
+    slow = [DeviceRuns(f"a{i}", np.full(3, 2.0), np.full(3, True), np.full(3, True)) for i in range(2)]
+    fast = [DeviceRuns(f"c{i}", np.full(3, 1.0), np.full(3, False), np.full(3, False)) for i in range(2)]
+    replay = RunReplay({"resnet": slow, "pagerank": fast}, 4, seed=0, classes={"A": "resnet", "C": "pagerank"})
+    a = simulate([JobSpec(1, 0.0, 100.0, 1, linear_speedup(1), min_gpus=1, job_class="A")], 4,
+                 build_policy("fcfs-easy"), predict=False,
+                 placement=ReplayedPlacement(create_placement("packed-sticky", ClusterSpec.homogeneous(4, 4)), replay))
+    assert a.records[0].finish == pytest.approx(200.0) and replay.slow_runs == 1
+    c_job = JobSpec(2, 0.0, 100.0, 1, linear_speedup(1), min_gpus=1, job_class="C")
+    assert replay.draw([0, 1, 2, 3], 0.0, type("J", (), {"spec": c_job})()) == (1.0, False, False)
+    assert replay.predicted_slow(type("J", (), {"spec": c_job})(), 0.0).tolist() == [False] * 4
+
+
 def test_slow_run_filter_avoids_predicted_slow_gpus_with_a_reason():
     recorded = devices(8)
     placed = replayed("packed-sticky-slow-run", recorded)
