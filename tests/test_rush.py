@@ -280,8 +280,20 @@ def test_live_skips_show_in_status_and_report_and_survive_a_restart(tmp_path):
     assert again.decide() == [] and again.jobs[jid].skips == 2  # what a restarted actor does first
     clock.t += 10.0
     assert [a.job_id for a in again.tick() if isinstance(a, StartRun)] == [jid]
+    clock.t += 1.0
+    again.run_ended(jid, 1, "finished", 10)
     again.journal.close()
 
     rebuilt, _ = journal_status(tmp_path)
     job = next(j for j in rebuilt["jobs"] if j["id"] == jid)
     assert job["skips"] == 2 and "skip 2 of 2" in job["skip_reason"]
+    import contextlib
+    import io
+    import json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.run(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--json"]) == 0
+    assert json.loads(out.getvalue())["skips"] == 2
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["skips"] == [{"id": jid, "name": f"tiny-{jid}", "skips": 2, "last_reason": job["skip_reason"]}]
