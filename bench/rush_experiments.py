@@ -17,7 +17,8 @@ said:
 * ``pcs+filter`` PCS (pcs-bal), ``combined-slow-run``, with forecasts.
 
 Per run: slow runs (runs more than 1.5 sigma above their application's mean),
-runs, average JCT, makespan, maximum run time of a job (finish - start), and
+of them the ones the model predicted (under FCFS+EASY: the most a start
+function acting on the model can avoid), runs, average JCT, makespan, maximum run time of a job (finish - start), and
 for PCS the average and p99 prediction error. The summary gives the means
 over seeds, RUSH's slow runs against FCFS+EASY's (target: at most half) and
 in how many seeds RUSH's makespan is no worse. The slow-run model's own
@@ -116,8 +117,8 @@ def main() -> None:
         vals = [r[key] for r in by[label] if r[key] is not None]
         return round(statistics.fmean(vals), 4) if vals else None
 
-    summary = {label: {k: mean(label, k) for k in ("slow_runs", "runs", "avg_jct", "makespan", "max_run_time",
-                                                    "avg_pred_err", "p99_pred_err")} for label in by}
+    summary = {label: {k: mean(label, k) for k in ("slow_runs", "predicted_and_slow", "runs", "avg_jct", "makespan",
+                                                    "max_run_time", "avg_pred_err", "p99_pred_err")} for label in by}
     easy, base = by["fcfs-easy"], summary["fcfs-easy"]
     for k in THRESHOLDS:
         label, rush = f"rush-{k}", by[f"rush-{k}"]
