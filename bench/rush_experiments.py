@@ -1,10 +1,14 @@
 """RUSH experiments (issue 15): slow runs under run-to-run variability replayed from the Longhorn records.
 
 A Sia-Philly trace (160 jobs, as the paper's ~190) on 64 GPUs (16 nodes x 4);
-every run on a GPU replays that GPU's next recorded run (``--run-variability
-longhorn``: each simulated GPU is one recorded V100, its later runs in time
-order, seeded). Five seeds (the replay's seed: which devices, where in their
-record each starts). Runs, no forecasts unless said:
+every run on a GPU replays that GPU's recorded state for the job's application
+(``--run-variability longhorn``: per application, each simulated GPU is one
+recorded V100, its later runs in time order, seeded; ResNet-50 for class A,
+BERT for B, PageRank for C and D, as PAL's profiles). ``--any-app`` is the
+ablation that replays every application's records by device whatever the job,
+SGEMM's included (what this bench did first). Five seeds (the replay's seed:
+which devices, where in their record each starts). Runs, no forecasts unless
+said:
 
 * ``fcfs-easy``  FCFS+EASY, placement ``packed-sticky`` (the paper's baseline: one run per job, as in HPC);
 * ``rush-K``     RUSH with skip threshold K (5, 20, 100; a pass every 60 s), ``packed-sticky-slow-run``;
@@ -13,7 +17,8 @@ record each starts). Runs, no forecasts unless said:
 * ``pcs+filter`` PCS (pcs-bal), ``combined-slow-run``, with forecasts.
 
 Per run: slow runs (runs more than 1.5 sigma above their application's mean),
-runs, average JCT, makespan, maximum run time of a job (finish - start), and
+of them the ones the model predicted (under FCFS+EASY: the most a start
+function acting on the model can avoid), runs, average JCT, makespan, maximum run time of a job (finish - start), and
 for PCS the average and p99 prediction error. The summary gives the means
 over seeds, RUSH's slow runs against FCFS+EASY's (target: at most half) and
 in how many seeds RUSH's makespan is no worse. The slow-run model's own
@@ -34,6 +39,7 @@ import time
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import data_dir
+from pcs_ray.longhorn import CLASS_APPS
 from pcs_ray.metrics import summarize
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.stats import PlacementLog
@@ -61,11 +67,11 @@ class CountedRush(RushPolicy):
         return self.table
 
 
-def one(label, policy_name, placement, predict, jobs, cluster, seed):
+def one(label, policy_name, placement, predict, jobs, cluster, seed, per_class=True):
     rush = policy_name.startswith("rush-")
     policy = CountedRush(skip_threshold=int(policy_name.split("-")[1])) if rush else build_policy(policy_name)
     placed = ReplayedPlacement(PlacementLog(create_placement(placement, cluster, seed=seed)),
-                               longhorn_replay(cluster.num_gpus, seed))
+                               longhorn_replay(cluster.num_gpus, seed, per_class))
     if isinstance(policy, RushPolicy):
         policy.predictor = placed.replay
     result = simulate(jobs, cluster.num_gpus, policy, predict=predict, placement=placed)
@@ -89,27 +95,30 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trace", default="workload-1", help="Sia-Philly trace(s), comma-separated (e.g. workload-1,workload-2)")
     ap.add_argument("--without-pcs", action="store_true", help="only the FCFS+EASY and RUSH runs")
+    ap.add_argument("--any-app", action="store_true",
+                    help="ablation: replay every application's records (SGEMM's included) whatever the job's class")
     args = ap.parse_args()
     started = time.perf_counter()
     traces = {t: read_sia_philly(data_dir() / "pal" / "sia-philly" / f"{t}.csv") for t in args.trace.split(",")}
     runs = [r for r in RUNS if not (args.without_pcs and r[1].startswith("pcs"))]
     cluster = ClusterSpec.homogeneous(64, 4)
     print("fitting the slow-run model ...", file=sys.stderr)
-    _, model = longhorn_devices()
+    _, model = longhorn_devices(0, None if args.any_app else tuple(sorted(set(CLASS_APPS.values()))))
     rows = []
     for trace, jobs in traces.items():
         for seed in range(args.seeds):
             for label, name, placement, predict in runs:
                 print(f"{trace} seed {seed}: {label}", file=sys.stderr)
-                rows.append({"trace": trace, **one(label, name, placement, predict, jobs, cluster, seed)})
+                rows.append({"trace": trace, **one(label, name, placement, predict, jobs, cluster, seed,
+                                                   not args.any_app)})
     by = {label: [r for r in rows if r["run"] == label] for label, *_ in runs}
 
     def mean(label, key):
         vals = [r[key] for r in by[label] if r[key] is not None]
         return round(statistics.fmean(vals), 4) if vals else None
 
-    summary = {label: {k: mean(label, k) for k in ("slow_runs", "runs", "avg_jct", "makespan", "max_run_time",
-                                                    "avg_pred_err", "p99_pred_err")} for label in by}
+    summary = {label: {k: mean(label, k) for k in ("slow_runs", "predicted_and_slow", "runs", "avg_jct", "makespan",
+                                                    "max_run_time", "avg_pred_err", "p99_pred_err")} for label in by}
     easy, base = by["fcfs-easy"], summary["fcfs-easy"]
     for k in THRESHOLDS:
         label, rush = f"rush-{k}", by[f"rush-{k}"]
@@ -130,6 +139,12 @@ def main() -> None:
             "avg_pred_err": [summary["pcs"]["avg_pred_err"], summary["pcs+filter"]["avg_pred_err"]],
             "p99_pred_err": [summary["pcs"]["p99_pred_err"], summary["pcs+filter"]["p99_pred_err"]],
         }
+    per_seed = {f"{r['trace']}/{r['seed']}": {} for r in rows}
+    for r in rows:
+        per_seed[f"{r['trace']}/{r['seed']}"][r["run"]] = {
+            "slow_runs": r["slow_runs"], "avg_jct": round(r["avg_jct"]), "makespan": round(r["makespan"]),
+            **({"avg_pred_err": round(r["avg_pred_err"], 2)} if r["avg_pred_err"] is not None else {})}
+    summary["per_seed"] = per_seed
     easy_filter = summary["fcfs-easy+filter"]
     summary["fcfs_easy_filter_vs_fcfs_easy"] = {
         "slow_runs_ratio": round(easy_filter["slow_runs"] / base["slow_runs"], 4) if base["slow_runs"] else None,
@@ -140,7 +155,8 @@ def main() -> None:
         "setup": {"traces": [f"sia-philly/{t}" for t in traces], "jobs": [len(j) for j in traces.values()],
                   "gpus": 64, "gpus_per_node": 4,
                   "seeds": args.seeds, "skip_thresholds": list(THRESHOLDS), "retry_s": 60.0,
-                  "run_variability": "longhorn", "load_average": os.getloadavg()},
+                  "run_variability": "longhorn, every application's records (ablation)" if args.any_app
+                  else "longhorn, the job's application's records", "load_average": os.getloadavg()},
         "model": model, "summary": summary, "runs": rows, "wall_s": round(time.perf_counter() - started, 1),
     }, indent=1))
 

@@ -37,6 +37,9 @@ import numpy as np
 from pcs_ray import data
 
 APPS = ("resnet", "bert", "pagerank", "sgemm")
+#: The application whose records stand for each job class (PAL's: ResNet-50 A, BERT B, PageRank C; D as C).
+#: SGEMM is a kernel benchmark, not a training job: it stands for no class.
+CLASS_APPS = {"A": "resnet", "B": "bert", "C": "pagerank", "D": "pagerank"}
 
 
 class LonghornError(ValueError):
@@ -146,4 +149,4 @@ def _runs(app: str, rows: list[dict[str, str]], where) -> list[Run]:
     return out
 
 
-__all__ = ["APPS", "LonghornError", "Run", "load_runs", "path_of"]
+__all__ = ["APPS", "CLASS_APPS", "LonghornError", "Run", "load_runs", "path_of"]

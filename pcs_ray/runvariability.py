@@ -2,23 +2,36 @@
 
 PAL's profiles model the part of a GPU's slowness that persists; the Longhorn
 records also show runs on the *same* GPU varying over time (ResNet: 20 %
-coefficient of variation over three days). :class:`RunReplay` maps every
-simulated GPU to one recorded device (drawn without repetition, seeded like
-variability profiles) and replays that device's later runs (the runs the
-slow-run model did not train on) on their own clock: simulated time plus a
-seeded offset per GPU, wrapping around the device's recorded span, selects
-the device's latest recorded run at that moment, its state then. A job that
-starts (or moves) on some GPUs at time t takes each one's record at t: it
-runs slower by the largest recorded slowdown
-(``runtime / its application's mean``; the slowest GPU sets a bulk-
-synchronous job's pace), and the run is **slow** when any of those records
-is (more than 1.5 sigma above its application's mean, the label of
-``pcs_ray.slowruns``). Each record also carries the slow-run model's
-prediction, made from features known before it ran: the prediction of each
-GPU's record now is what RUSH's start function and the slow-run placement
-filter see (``predicted_slow``), the model's honest view of a run started
-there now. Waiting can help twice: other GPUs free up, and a GPU's state
-moves on with time.
+coefficient of variation over three days). :class:`RunReplay` replays the
+records of the job's own application, as PAL's profiles do per class
+(``pcs_ray.longhorn.CLASS_APPS``: ResNet-50 for class A, BERT for B,
+PageRank for C and D): per application, every simulated GPU is one recorded
+device (drawn without repetition, seeded like variability profiles) whose
+later runs of that application (the runs the slow-run model did not train
+on) play on their own clock: simulated time plus a seeded offset per GPU,
+wrapping around the device's recorded span, selects the device's latest
+recorded run at that moment, its state then. A job that starts (or moves) on
+some GPUs at time t takes each one's record at t: it runs slower by the
+largest recorded slowdown (``runtime / its application's mean``; the slowest
+GPU sets a bulk-synchronous job's pace), and the run is **slow** when any of
+those records is (more than 1.5 sigma above its application's mean, the
+label of ``pcs_ray.slowruns``). Each record also carries the slow-run
+model's prediction for that run, made from features known before it ran
+(its application among them, RUSH's M(j, S)): the prediction of each GPU's
+record now is what RUSH's start function and the slow-run placement filter
+see (``predicted_slow``), the model's honest view of a run of this job
+started there now. Waiting can help twice: other GPUs free up, and a GPU's
+state moves on with time.
+
+SGEMM's records, three quarters of the data, are a kernel benchmark whose
+tiny spread makes a GPU 3 % slower than the mean slow on every run: it
+stands for no job class, and the replay's model is trained without it, on
+the applications it replays (as RUSH trains on the proxy applications it
+schedules; trained on all four, SGEMM's persistently slow GPUs are all the
+model learns to predict: none of the ResNet or BERT later runs is predicted
+slow). ``longhorn_replay(per_class=False)`` is the ablation that replays
+every application's records by device whatever the job, with the model
+trained on all four, as this module did first.
 
 :class:`ReplayedPlacement` wraps a placement and applies the draws; its
 ``summary`` counts runs and slow runs.
@@ -33,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pcs_ray.longhorn import CLASS_APPS
 from pcs_ray.state import JobState, Snapshot
 
 #: names ``--run-variability`` accepts
@@ -57,58 +71,89 @@ class DeviceRuns:
         return t, float(t[-1] + max(gap, 1.0))
 
 
+ANY = "*"  # the pool of every application's records, by device
+
+
 @functools.lru_cache(maxsize=2)
-def longhorn_devices(seed: int = 0) -> tuple[tuple[DeviceRuns, ...], dict]:
-    """Fit the slow-run model on the Longhorn records (``slowruns.fit``) and group its later runs by device.
+def longhorn_devices(seed: int = 0, apps: tuple[str, ...] | None = None
+                     ) -> tuple[dict[str, tuple[DeviceRuns, ...]], dict]:
+    """Fit the slow-run model on the Longhorn records of ``apps`` (default: all four) (``slowruns.fit``) and
+    group its later runs by application and device (and, under ``ANY``, by device across applications).
 
     Cached: the fit takes tens of seconds and does not depend on the simulation's seed."""
     from pcs_ray.slowruns import build_dataset, fit, load_records
 
-    ds = build_dataset(load_records("longhorn"))
-    result = fit(ds, data="longhorn", seed=seed)
+    runs = [r for r in load_records("longhorn") if apps is None or r.app in apps]
+    ds = build_dataset(runs)
+    result = fit(ds, data="longhorn" if apps is None else f"longhorn ({', '.join(apps)})", seed=seed)
     test = np.flatnonzero(result.test)
     predicted = result.predict(ds.X[test])
-    rows: dict[str, list[tuple[float, bool, bool, int]]] = defaultdict(list)
+    rows: dict[tuple[str, str], list[tuple[float, bool, bool, int]]] = defaultdict(list)
     for i, p in zip(test, predicted):
-        rows[ds.runs[i].device].append((float(ds.slowdown[i]), bool(ds.y[i]), bool(p), ds.runs[i].ts))
-    devices = tuple(
-        DeviceRuns(d, np.array([r[0] for r in v]), np.array([r[1] for r in v]), np.array([r[2] for r in v]),
-                   np.array([r[3] - v[0][3] for r in v], dtype=float))
-        for d, v in sorted(rows.items())
-    )
-    return devices, result.to_json()
+        row = (float(ds.slowdown[i]), bool(ds.y[i]), bool(p), ds.runs[i].ts)
+        rows[ds.runs[i].app, ds.runs[i].device].append(row)
+        rows[ANY, ds.runs[i].device].append(row)  # test runs are in time order across applications too
+    pools: dict[str, list[DeviceRuns]] = defaultdict(list)
+    for (app, d), v in sorted(rows.items()):
+        pools[app].append(DeviceRuns(d, np.array([r[0] for r in v]), np.array([r[1] for r in v]),
+                                     np.array([r[2] for r in v]), np.array([r[3] - v[0][3] for r in v], dtype=float)))
+    return {app: tuple(v) for app, v in pools.items()}, result.to_json()
+
+
+class _Lane:
+    """One application's recorded devices, one per simulated GPU, with their clocks and offsets."""
+
+    def __init__(self, pool: Sequence[DeviceRuns], num_gpus: int, rng: np.random.Generator) -> None:
+        usable = [d for d in pool if len(d.slowdown) >= MIN_RECORDS]
+        if len(usable) < num_gpus:
+            usable = list(pool)
+        if not usable:
+            raise ValueError("run variability: no recorded devices")
+        # Without repetition while the records last (PAL samples profiles so); a larger cluster draws again.
+        picks, left = [], num_gpus
+        while left > 0:
+            picks.extend(rng.choice(len(usable), size=min(left, len(usable)), replace=False))
+            left -= len(usable)
+        self.devices = [usable[i] for i in picks]
+        self.clocks = [d.clock() for d in self.devices]
+        self.offset = np.array([rng.uniform(0.0, span) for _, span in self.clocks])
+
+    def record(self, g: int, now: float) -> int:
+        times, span = self.clocks[g]
+        return int(np.searchsorted(times, (self.offset[g] + now) % span, side="right")) - 1
 
 
 class RunReplay:
-    """Per simulated GPU, a recorded device's runs replayed in order (see the module's note)."""
+    """Per application and simulated GPU, a recorded device's runs replayed in order (see the module's note).
 
-    def __init__(self, devices: Sequence[DeviceRuns], num_gpus: int, seed: int = 0, about: dict | None = None) -> None:
+    ``devices`` is one pool for every job, or a pool per application with ``classes`` mapping a job class
+    to its application (a class without one uses the ``ANY`` pool, or the first)."""
+
+    def __init__(self, devices: Sequence[DeviceRuns] | Mapping[str, Sequence[DeviceRuns]], num_gpus: int,
+                 seed: int = 0, about: dict | None = None, classes: Mapping[str, str] | None = None) -> None:
         rng = np.random.default_rng(seed)
-        pool = [d for d in devices if len(d.slowdown) >= MIN_RECORDS]
-        if len(pool) < num_gpus:
-            pool = list(devices)
-        if len(pool) < num_gpus:
-            raise ValueError(f"run variability: {len(pool)} recorded devices for {num_gpus} GPUs")
-        pick = rng.choice(len(pool), size=num_gpus, replace=False)
-        self.devices = [pool[i] for i in pick]
-        self.clocks = [d.clock() for d in self.devices]
-        self.offset = np.array([rng.uniform(0.0, span) for _, span in self.clocks])
+        pools = dict(devices) if isinstance(devices, Mapping) else {ANY: devices}
+        self.lanes = {app: _Lane(pools[app], num_gpus, rng) for app in sorted(pools)}
+        self.classes = {c: a for c, a in (classes or {}).items() if a in self.lanes}
+        self.default = ANY if ANY in self.lanes else next(iter(self.lanes))
+        self.devices = self.lanes[self.default].devices  # the default lane's (tests replace entries)
         self.now = 0.0  # the simulated time of the latest decision
         self.about = dict(about or {})
         self.owner_free = None  # set by ReplayedPlacement: the placement's free-GPU view
         self.runs = self.slow_runs = self.predicted_runs = self.predicted_and_slow = 0
 
-    def record(self, g: int, now: float) -> int:
-        """Which of GPU ``g``'s records is its state at simulated time ``now``."""
-        times, span = self.clocks[g]
-        return int(np.searchsorted(times, (self.offset[g] + now) % span, side="right")) - 1
+    def lane(self, job: JobState | None) -> _Lane:
+        """The records a run of ``job`` replays: its class's application's."""
+        app = self.classes.get(job.spec.job_class) if job is not None else None
+        return self.lanes[app if app is not None else self.default]
 
     def predicted_slow(self, job: JobState | None = None, now: float | None = None) -> np.ndarray:
-        """Per GPU, whether the model predicts a run started there at ``now`` (default: the latest decision's
-        time) slow."""
+        """Per GPU, whether the model predicts a run of ``job`` started there at ``now`` (default: the latest
+        decision's time) slow."""
         now = self.now if now is None else now
-        return np.fromiter((d.predicted[self.record(g, now)] for g, d in enumerate(self.devices)), dtype=bool,
-                           count=len(self.devices))
+        lane = self.lane(job)
+        return np.fromiter((d.predicted[lane.record(g, now)] for g, d in enumerate(lane.devices)), dtype=bool,
+                           count=len(lane.devices))
 
     def would_be_slow(self, job: JobState, n: int, free: int, now: float) -> bool:
         """RUSH's M(j, S): whether ``job`` would run slow if launched at ``now`` on ``n`` GPUs, i.e. fewer
@@ -120,12 +165,15 @@ class RunReplay:
         granted = int(np.count_nonzero(free_mask)) - free
         return fast - granted < n
 
-    def draw(self, gpus: Sequence[int], now: float | None = None) -> tuple[float, bool, bool]:
-        """One run on ``gpus`` started at ``now``: (slowdown, slow, predicted slow) from each GPU's record then."""
+    def draw(self, gpus: Sequence[int], now: float | None = None, job: JobState | None = None
+             ) -> tuple[float, bool, bool]:
+        """One run of ``job`` on ``gpus`` started at ``now``: (slowdown, slow, predicted slow) from each GPU's
+        record then."""
         now = self.now if now is None else now
+        lane = self.lane(job)
         factor, slow, predicted = 0.0, False, False
         for g in gpus:
-            d, c = self.devices[g], self.record(g, now)
+            d, c = lane.devices[g], lane.record(g, now)
             factor = max(factor, float(d.slowdown[c]))
             slow |= bool(d.slow[c])
             predicted |= bool(d.predicted[c])
@@ -140,10 +188,16 @@ class RunReplay:
                 "predicted_and_slow": self.predicted_and_slow}
 
 
-def longhorn_replay(num_gpus: int, seed: int = 0) -> RunReplay:
-    devices, model = longhorn_devices()
-    about = {"run_variability": "longhorn", "model": model["chosen"], "model_test_f1": model["chosen_test_f1"]}
-    return RunReplay(devices, num_gpus, seed, about)
+def longhorn_replay(num_gpus: int, seed: int = 0, per_class: bool = True) -> RunReplay:
+    """The Longhorn replay: each job class replays its application's records, and the model is trained on
+    those applications' earlier runs, as RUSH trains on the applications it schedules (``per_class=False``:
+    every application's records by device whatever the job, the model trained on all four; an ablation)."""
+    apps = sorted(set(CLASS_APPS.values())) if per_class else [ANY]
+    pools, model = longhorn_devices(0, tuple(apps) if per_class else None)
+    about = {"run_variability": "longhorn" if per_class else "longhorn (every application's records, any job)",
+             "model": model["chosen"], "model_test_f1": model["chosen_test_f1"],
+             "model_by_app": model["chosen_by_app"]}
+    return RunReplay({a: pools[a] for a in apps}, num_gpus, seed, about, CLASS_APPS if per_class else None)
 
 
 class ReplayedPlacement:
@@ -170,7 +224,7 @@ class ReplayedPlacement:
             if not job.gpus:
                 continue
             if job.gpus != self._last.get(jid):  # a new run: each GPU's next record
-                factor, slow, _ = self.replay.draw(job.gpus, snap.now)
+                factor, slow, _ = self.replay.draw(job.gpus, snap.now, job)
                 self._last[jid], self._factor[jid] = job.gpus, factor
                 if slow:
                     self.slow_jobs[jid] = self.slow_jobs.get(jid, 0) + 1
@@ -193,4 +247,4 @@ class ReplayedPlacement:
         return {**self.inner.describe(), **self.replay.about}
 
 
-__all__ = ["SOURCES", "DeviceRuns", "ReplayedPlacement", "RunReplay", "longhorn_devices", "longhorn_replay"]
+__all__ = ["ANY", "SOURCES", "DeviceRuns", "ReplayedPlacement", "RunReplay", "longhorn_devices", "longhorn_replay"]

@@ -252,6 +252,7 @@ class FitResult:
     cv_f1: dict[str, float]  # model -> stratified k-fold F1 on the training split
     test_f1: dict[str, float]  # model -> F1 on the later runs
     chosen: str
+    by_app: dict[str, dict]  # app -> the chosen model on its later runs: runs, slow, predicted, both, F1
     baseline_threshold: float
     baseline_test_f1: float
     thresholds: dict[str, float]
@@ -268,6 +269,7 @@ class FitResult:
             "slow_fraction": round(self.slow_fraction, 4), "label": f"runtime > app mean + {SLOW_SIGMAS} sd",
             "features": self.features, "cv_f1": _rounded(self.cv_f1), "test_f1": _rounded(self.test_f1),
             "chosen": self.chosen, "chosen_test_f1": round(self.test_f1[self.chosen], 4),
+            "chosen_by_app": self.by_app,
             "baseline": {"rule": "device's past mean slowdown > threshold", "threshold": round(self.baseline_threshold, 4),
                          "test_f1": round(self.baseline_test_f1, 4)},
             "beats_baseline": self.test_f1[self.chosen] > self.baseline_test_f1,
@@ -312,6 +314,15 @@ def fit(ds: Dataset, *, data: str = "", train: float = 0.7, folds: int = 5, seed
         model = fitted[name] = _make(name, seed).fit(Xtr[:, cols], ytr)
         test_f1[name] = float(f1_score(yte, model.predict(Xte[:, cols]), zero_division=0))
     chosen = max(models, key=lambda m: (cv_f1[m], -list(models).index(m)))
+    # Per application: one F1 over all runs can hide that the model predicts one application only.
+    by_app = {}
+    predicted, apps = fitted[chosen].predict(Xte[:, cols]).astype(bool), np.array([r.app for r in ds.runs])[te]
+    for app in sorted(set(apps)):
+        m = apps == app
+        y, p = yte[m].astype(bool), predicted[m]
+        by_app[app] = {"runs": int(m.sum()), "slow": int(y.sum()), "predicted": int(p.sum()),
+                       "predicted_and_slow": int((y & p).sum()),
+                       "f1": round(float(f1_score(y, p, zero_division=0)), 4) if y.any() or p.any() else None}
     # The naive baseline: one threshold on the device's past mean slowdown, the best F1 on the training split.
     candidates = np.unique(np.quantile(ds.naive[tr], np.linspace(0.5, 0.999, 60)))
     best_t, best_f = float(candidates[-1]), -1.0
@@ -322,7 +333,7 @@ def fit(ds: Dataset, *, data: str = "", train: float = 0.7, folds: int = 5, seed
     base_f1 = float(f1_score(yte, ds.naive[te] > best_t, zero_division=0))
     return FitResult(
         data=data, runs=len(ds.y), train_runs=cut, test_runs=len(yte), slow_fraction=float(ds.y.mean()),
-        features=[ds.features[i] for i in cols], cv_f1=cv_f1, test_f1=test_f1, chosen=chosen,
+        features=[ds.features[i] for i in cols], cv_f1=cv_f1, test_f1=test_f1, chosen=chosen, by_app=by_app,
         baseline_threshold=best_t, baseline_test_f1=base_f1, thresholds=ds.thresholds, seed=seed, train=train,
         folds=folds, model=fitted[chosen], columns=cols, test=te,
     )

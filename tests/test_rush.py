@@ -107,6 +107,21 @@ def test_replay_slows_runs_and_counts_them():
     assert placed.replay.summary() == {"runs": 1, "slow_runs": 1, "predicted_slow_runs": 1, "predicted_and_slow": 1}
 
 
+def test_replay_draws_from_the_jobs_own_application():
+    """Per-application pools: a class A job replays the A application's records, a class C job C's; a
+    prediction is for the job's application, and a cluster larger than a pool draws it again."""
+    slow = [DeviceRuns(f"a{i}", np.full(3, 2.0), np.full(3, True), np.full(3, True)) for i in range(2)]
+    fast = [DeviceRuns(f"c{i}", np.full(3, 1.0), np.full(3, False), np.full(3, False)) for i in range(2)]
+    replay = RunReplay({"resnet": slow, "pagerank": fast}, 4, seed=0, classes={"A": "resnet", "C": "pagerank"})
+    a = simulate([JobSpec(1, 0.0, 100.0, 1, linear_speedup(1), min_gpus=1, job_class="A")], 4,
+                 build_policy("fcfs-easy"), predict=False,
+                 placement=ReplayedPlacement(create_placement("packed-sticky", ClusterSpec.homogeneous(4, 4)), replay))
+    assert a.records[0].finish == pytest.approx(200.0) and replay.slow_runs == 1
+    c_job = JobSpec(2, 0.0, 100.0, 1, linear_speedup(1), min_gpus=1, job_class="C")
+    assert replay.draw([0, 1, 2, 3], 0.0, type("J", (), {"spec": c_job})()) == (1.0, False, False)
+    assert replay.predicted_slow(type("J", (), {"spec": c_job})(), 0.0).tolist() == [False] * 4
+
+
 def test_slow_run_filter_avoids_predicted_slow_gpus_with_a_reason():
     recorded = devices(8)
     placed = replayed("packed-sticky-slow-run", recorded)
@@ -227,3 +242,58 @@ def test_negative_threshold_and_bad_variability_are_one_line_errors(capsys):
     assert code == 2 and "unknown --run-variability 'quartz'" in err
     code, _, err = invoke(capsys, *base, "-p", "rush", "--run-variability", "longhorn")
     assert code == 2 and "--run-variability needs --placement" in err
+
+
+# -- live: skips are journaled and shown ------------------------------------------------------------
+
+
+def test_live_skips_show_in_status_and_report_and_survive_a_restart(tmp_path):
+    from pcs_ray.commands.format import status_table
+    from pcs_ray.commands.report import journal_status
+    from pcs_ray.coordinator import Coordinator, Journal, StartRun
+
+    class Clock:
+        t = 1000.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+
+    def core():
+        policy = RushPolicy(skip_threshold=2, retry=10.0, predictor=AlwaysSlow())
+        return Coordinator(ClusterSpec.homogeneous(4, 4), policy, Journal(tmp_path / "journal.sqlite"),
+                           checkpoint_root=tmp_path / "ckpt", clock=clock, workloads=("tiny",))
+
+    live = core()
+    jid, actions = live.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})
+    assert actions == []  # skipped once, held back
+    view = next(j for j in live.status()["jobs"] if j["id"] == jid)
+    assert view["skips"] == 1 and "predicted slow" in view["skip_reason"] and view["state"] == "queued"
+    status = live.status()
+    assert "skips" in [c.header for c in status_table(status).columns]
+    live.journal.close()
+
+    clock.t += 10.0
+    again = core()  # a restart: the count comes back from the journal, so one more skip, then the start
+    assert again.jobs[jid].skips == 1
+    assert again.decide() == [] and again.jobs[jid].skips == 2  # what a restarted actor does first
+    clock.t += 10.0
+    assert [a.job_id for a in again.tick() if isinstance(a, StartRun)] == [jid]
+    clock.t += 1.0
+    again.run_ended(jid, 1, "finished", 10)
+    again.journal.close()
+
+    rebuilt, _ = journal_status(tmp_path)
+    job = next(j for j in rebuilt["jobs"] if j["id"] == jid)
+    assert job["skips"] == 2 and "skip 2 of 2" in job["skip_reason"]
+    import contextlib
+    import io
+    import json
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.run(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--json"]) == 0
+    assert json.loads(out.getvalue())["skips"] == 2
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["skips"] == [{"id": jid, "name": f"tiny-{jid}", "skips": 2, "last_reason": job["skip_reason"]}]

@@ -28,12 +28,14 @@ def last_line(text: str | None) -> str:
 
 
 def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
-    """The live table: job, state, GPUs, progress, predicted finish, and why a failed job failed."""
+    """The live table: job, state, GPUs, progress, predicted finish, why a failed job failed, and how often
+    and why a job's start was skipped (RUSH)."""
     now = status["now"]
     failed = any(job["state"] == JobStatus.FAILED for job in status["jobs"])
+    skipped = any(job.get("skips") for job in status["jobs"])
     table = Table(title=title, title_justify="left")
     columns = ["id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
-    for col in columns + (["error"] if failed else []):
+    for col in columns + (["skips"] if skipped else []) + (["error"] if failed else []):
         table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
     for job in status["jobs"]:
         done = job["state"] in TERMINAL
@@ -45,6 +47,8 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
             f"{job['steps']}/{job['total_steps']} {pct:3.0f}%", step, finish,
             "-" if done else clock(job["bound"]), str(job["preemptions"]),
         ]
+        if skipped:
+            row.append(f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "")
         if failed:
             row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
         table.add_row(*row)

@@ -60,7 +60,8 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
                          "workload": spec.get("workload"), "class": spec.get("class", "A"), "state": "queued",
                          "demand": [spec.get("min_gpus") or spec.get("gpus", 1), spec.get("gpus", 1)],
                          "steps": 0, "total_steps": spec.get("steps"), "submit": epoch + t, "finish": None,
-                         "first_predicted": None, "preemptions": 0, "attempts": 0, "emulated": False, "segments": []}
+                         "first_predicted": None, "preemptions": 0, "attempts": 0, "emulated": False, "segments": [],
+                         "skips": 0, "skip_reason": None}
             continue
         job = jobs.get(jid)
         if job is None:
@@ -77,6 +78,8 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
             job["state"], job["attempts"] = "running", d.get("attempt", job["attempts"] + 1)
         elif ev.kind == "progress":
             job["steps"] = d.get("step", job["steps"])
+        elif ev.kind == "skip":
+            job["skips"], job["skip_reason"] = d.get("count", job["skips"] + 1), d.get("reason")
         elif ev.kind in ("requeue", "lost", "finished", "failed", "cancelled"):
             if segs and segs[-1]["end"] is None:
                 segs[-1]["end"] = epoch + t
@@ -118,6 +121,8 @@ def report_cmd(
     wall = (max(finishes) - min(j["submit"] for j in status["jobs"])) if finishes else 0.0
     report = build_report(status, submitted, cluster, ["rebuilt from the journal"], wall)
     report["cluster"]["gpu_names"] = names
+    report["skips"] = [{"id": j["id"], "name": j["name"], "skips": j["skips"], "last_reason": j["skip_reason"]}
+                       for j in status["jobs"] if j["skips"]]  # RUSH's skipped starts, per job
     folder = out or state_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
@@ -125,10 +130,13 @@ def report_cmd(
     _plot_cdf(report, folder / "jct-cdf.png")
     result = {"jobs": len(report["jobs"]), "finished": report["summary"]["finished"],
               "report": str(folder / "report.json"), "plots": [str(folder / "timeline.png"), str(folder / "jct-cdf.png")],
-              "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"])}
+              "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"]),
+              "skips": sum(s["skips"] for s in report["skips"]), "jobs_skipped": len(report["skips"])}
     print(json.dumps(result) if as_json else
           f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
-          f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png")
+          f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png"
+          + (f"; {result['skips']} skipped start(s) of {result['jobs_skipped']} job(s) (RUSH): " + "; ".join(
+              f"job {s['id']} x{s['skips']} ({s['last_reason']})" for s in report["skips"]) if report["skips"] else ""))
 
 
 def _plot_cdf(report: dict, path: Path) -> None:

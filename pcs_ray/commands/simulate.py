@@ -69,11 +69,12 @@ with a variability score takes the measured GPU nearest its speed). Placements d
 watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
 admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
 
-**--run-variability longhorn** makes runs vary over time as well: each simulated GPU is one of
-Longhorn's V100s (drawn with **--profile-seed**) and every run on it takes that GPU's next recorded
-run in time order (a job runs at its slowest GPU's recorded slowdown); a run is slow when a record
-is more than 1.5 sigma above its application's mean. The slow-run model (`pcs-ray slow-runs fit
---data longhorn`, fitted first) predicts each GPU's next run: `rush` skips a job predicted to run slow
+**--run-variability longhorn** makes runs vary over time as well: per application (ResNet-50 for
+class A, BERT for B, PageRank for C and D), each simulated GPU is one of Longhorn's V100s (drawn with
+**--profile-seed**) and a run of a job takes that GPU's recorded run of the job's application at that
+time (a job runs at its slowest GPU's recorded slowdown); a run is slow when a record is more than
+1.5 sigma above its application's mean. The slow-run model (`pcs-ray slow-runs fit`, fitted first on
+those applications' earlier runs) predicts each GPU's run: `rush` skips a job predicted to run slow
 up to **--skip-threshold** times, and `-slow-run` placements keep starts off GPUs predicted slow.
 The output then gains `slow_runs` and `runs` per policy.
 
@@ -152,7 +153,7 @@ def simulate_cmd(
         "results are identical, long traces finish sooner. Progress then shows only at the end.")] = 1,
     run_variability: Annotated[str | None, typer.Option(
         "--run-variability", metavar="longhorn", help="Replay run-to-run variability: each run on a GPU takes "
-        "that GPU's next recorded run (seeded by --profile-seed); needs --placement.", show_default=False)] = None,
+        "that GPU's recorded run of the job's application then (seeded by --profile-seed); needs --placement.", show_default=False)] = None,
     skip_threshold: Annotated[int | None, typer.Option(
         "--skip-threshold", metavar="N", help="rush: most times a job predicted to run slow is skipped (>= 0)  "
         "[default: 5]", show_default=False)] = None,

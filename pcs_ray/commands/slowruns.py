@@ -73,6 +73,9 @@ def fit_cmd(
     console = stdout_console()
     console.print(table)
     console.print(f"features ({len(report['features'])}): {', '.join(report['features'])}")
+    console.print("chosen model per application (later runs): " + "; ".join(
+        f"{app} F1 {'-' if a['f1'] is None else format(a['f1'], '.3f')} ({a['predicted_and_slow']} of {a['slow']} "
+        f"slow runs predicted, {a['predicted']} predicted)" for app, a in report["chosen_by_app"].items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -189,6 +189,8 @@ class Coordinator(CoordinatorState):
         """Run policy + placement on the current state and return the diff as actions."""
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         self.model.reallocate()
+        for jid, count, reason in self.model.take_skips():
+            self._record("skip", jid, count=count, reason=reason)
         stops, starts = diff(self.active.values(), self.model)
         actions: list[Action] = []
         for stop in stops:

@@ -47,6 +47,8 @@ class LiveJob:
     emulated: bool = False
     submission_id: str | None = None
     segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind
+    skips: int = 0  # times RUSH's start function held it back (its skip count)
+    skip_reason: str | None = None  # why, the last time
 
     @property
     def done(self) -> bool:

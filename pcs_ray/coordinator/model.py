@@ -23,6 +23,7 @@ from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.job import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
+from pcs_ray.policies.rush import SkipTable
 from pcs_ray.simulator import Engine
 
 
@@ -97,6 +98,22 @@ class ClusterModel:
 
     def reallocate(self) -> None:
         self.engine.reallocate()
+
+    def take_skips(self) -> list[tuple[int, int, str]]:
+        """(job id, its skip count, reason) of every start the policy skipped since the last call (RUSH's
+        start function), for the journal; empty for a policy that never skips."""
+        table = self.engine.snapshot().index
+        if not isinstance(table, SkipTable) or not table.log:
+            return []
+        taken = [(jid, table.skips.get(jid, 0), reason) for _, jid, reason in table.log]
+        table.log.clear()
+        return taken
+
+    def restore_skips(self, job_id: int, count: int) -> None:
+        """A journaled skip count, back in the policy's table after a restart (the threshold holds across it)."""
+        table = self.engine.snapshot().index
+        if isinstance(table, SkipTable) and job_id in self:
+            table.skips[job_id] = max(table.skips.get(job_id, 0), count)
 
     # -- reading it ------------------------------------------------------------
     def gpus(self, job_id: int) -> tuple[int, ...]:

@@ -133,6 +133,9 @@ class CoordinatorState:
                 job.runner = data["runner"]
         elif kind == "stop":
             job.stopping(data["reason"], t)
+        elif kind == "skip":  # RUSH held the start back: the count survives a restart
+            job.skips, job.skip_reason = data["count"], data["reason"]
+            self.model.restore_skips(jid, data["count"])
         elif kind == "progress":
             self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
         elif kind == "cancel":

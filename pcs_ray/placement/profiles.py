@@ -43,12 +43,12 @@ import numpy as np
 
 from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray import data
+from pcs_ray.longhorn import CLASS_APPS
 
 CLASSES = ("A", "B", "C", "D")
 
 _APP_FILES = {
-    "longhorn": {"A": "sim/resnet-longhorn-agg.csv", "B": "sim/bert-longhorn-agg.csv",
-                 "C": "sim/pagerank-longhorn-agg.csv", "D": "sim/pagerank-longhorn-agg.csv"},
+    "longhorn": {c: f"sim/{app}-longhorn-agg.csv" for c, app in CLASS_APPS.items()},
     "frontera": {"A": "frontera/frontera-resnet-agg.csv", "B": "frontera/frontera-bert-agg.csv",
                  "C": "frontera/frontera-pagerank-agg.csv", "D": "frontera/frontera-pagerank-agg.csv"},
     "ls6": {"A": "ls6/resnet-ls6-agg.csv"},

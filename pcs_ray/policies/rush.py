@@ -9,6 +9,8 @@ scheduling pass; otherwise it launches. A skipped job holds no reservation
 in that pass, so the jobs behind it can start. A pass with a skip asks to
 run again ``retry`` seconds later (Slurm's backfill pass is periodic), so a
 job waits at most about ``skip_threshold x retry`` for GPUs predicted fast.
+The paper gives each job its own threshold (``j.skip_threshold``) and no
+value for it: the default of 5 is ours.
 
 Skip counts are per-job state: they live in the policy's index, which the
 engine owns and rebuilds for each fork, so forecasts never change them. A
