@@ -98,10 +98,6 @@ class CoordinatorAPI(Protocol):
         """A runner's or an external executor's progress: its step and measured seconds per step
         (``overruns``: this run's emulated steps so far whose real compute exceeded their budget)."""
 
-    def report_telemetry(self, job_id: int | str, attempt: int, node: str, index: int, reading: dict) -> None:
-        """A rank's NVML reading of its GPU ``node:index`` in run ``attempt`` (``pcs_ray.telemetry.RunMeter``:
-        energy in J since the run started there, power, clocks, ...; ``final``: the run's last)."""
-
     def assignment(self, job_id: int) -> dict:
         """The GPUs an ``executor: external`` job may use now: ``gpus`` while running, only ``target``
         while stopping (then it acknowledges with :meth:`external_ended`)."""
@@ -177,7 +173,9 @@ class RunRequest:
     slowdown: float = 1.0
     checkpoint_every: int = 0  # 0: only when asked to stop
     attempt: int = 0
-    reporter: Any = None  # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool[, overruns=int]) and, on real GPUs, report_telemetry; fire-and-forget
+    # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool[, overruns=int]) and, on real GPUs,
+    # report_telemetry(job_id, attempt, node, index, reading) (CoordinatorHost); fire-and-forget
+    reporter: Any = None
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
 
     def to_dict(self) -> dict:

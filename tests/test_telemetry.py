@@ -165,8 +165,9 @@ def live_core(tmp_path, power=None, journal=None):
         cluster = ClusterSpec.model_validate({"nodes": [{"name": "node0", "gpus": [
             {"index": i, "uuid": f"u{i}", "power": {"A": w}} for i, w in enumerate(power)]}]})
     clock = types.SimpleNamespace(t=1000.0)
-    core = Coordinator(cluster, create_policy("fifo"), journal if journal is not None else Journal(":memory:"), checkpoint_root=tmp_path / "ckpt",
-                       clock=lambda: clock.t, workloads=("tiny",), history_path=tmp_path / "history.jsonl")
+    core = Coordinator(cluster, create_policy("fifo"), journal if journal is not None else Journal(":memory:"),
+                       checkpoint_root=tmp_path / "ckpt", clock=lambda: clock.t, workloads=("tiny",),
+                       history_path=tmp_path / "history.jsonl")
     return core, clock
 
 

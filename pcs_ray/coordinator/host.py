@@ -84,6 +84,8 @@ class CoordinatorHost(ABC):
                 self.count_overruns(int(job_id), job.attempt if job is not None else 0, overruns)
 
     def report_telemetry(self, job_id: int | str, attempt: int, node: str, index: int, reading: dict) -> None:
+        """A runner rank's NVML reading of its GPU ``node:index`` in run ``attempt``
+        (``pcs_ray.telemetry.RunMeter``; ``final``: the run's last). Runners call it, users do not."""
         with self.lock:
             self.core.telemetry(int(job_id), int(attempt), str(node), int(index), dict(reading))
 
