@@ -156,6 +156,7 @@ def telemetry_reporter(request: RunRequest, rank: int, sampler=None) -> Telemetr
     slot = request.gpus[rank]
     meter = RunMeter(sampler if sampler is not None else NVMLSampler(), slot.index)
     if not meter.available:
+        meter.sampler.close()
         return None
     return TelemetryReporter(request.reporter, request.job_id, request.attempt, slot.node, slot.index, meter,
                              request.report_interval_s)

@@ -87,6 +87,10 @@ class NVMLSampler:
         except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no telemetry, not a crash
             self.reason = f"NVML unavailable: {type(e).__name__}"
 
+    @property
+    def gpu_count(self) -> int:
+        return len(self._handles)
+
     def close(self) -> None:
         if self.available:
             try:
@@ -188,7 +192,7 @@ class RunMeter:
 
     def __init__(self, sampler: NVMLSampler, index: int) -> None:
         self.sampler, self.index = sampler, index
-        first = sampler.sample([index]) if sampler.available and 0 <= index < len(sampler._handles) else []
+        first = sampler.sample([index]) if sampler.available and 0 <= index < sampler.gpu_count else []
         self.available = bool(first) and (first[0].energy_mj is not None or first[0].power_w is not None)
         self._start_mj = first[0].energy_mj if first else None
         self._last = first[0] if first else None
