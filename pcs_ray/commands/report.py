@@ -158,7 +158,8 @@ def report_cmd(
     _plot_cdf(report, folder / "jct-cdf.png")
     result = {"jobs": len(report["jobs"]), "finished": report["summary"]["finished"],
               "report": str(folder / "report.json"), "plots": [str(folder / "timeline.png"), str(folder / "jct-cdf.png")],
-              "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"])}
+              "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"]),
+              "energy_j": report["summary"]["energy_j"], "energy_sources": report["summary"]["energy_sources"]}
     print(json.dumps(result) if as_json else
           f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
           f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png")
