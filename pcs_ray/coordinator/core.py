@@ -34,6 +34,9 @@ from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
 from workloads.history import append_history
 
+#: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
+TELEMETRY_JOURNAL_EVERY_S = 60.0
+
 
 class Coordinator(CoordinatorState):
     """Decisions and predictions of the live cluster manager.
@@ -126,8 +129,9 @@ class Coordinator(CoordinatorState):
 
     def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
         """A rank's NVML reading of its GPU (``pcs_ray.telemetry.RunMeter``); journaled at most every
-        ``progress_journal_every`` seconds per job and GPU, and always when it is the run's last
-        (``final``). Readings of an older run, or of a GPU the run does not hold, are dropped."""
+        ``TELEMETRY_JOURNAL_EVERY_S`` per job and GPU (a crash loses at most that much of a run's measured
+        energy), and always when it is the run's last (``final``). Readings of an older run, or of a GPU
+        the run does not hold, are dropped."""
         job = self.jobs.get(jid)
         if job is None or job.attempt != attempt or not job.segments:
             return
@@ -136,7 +140,7 @@ class Coordinator(CoordinatorState):
         if gid is None:
             return
         now = self.now()
-        if reading.get("final") or now - self._telemetry_logged.get((jid, gid), -math.inf) >= self.progress_journal_every:
+        if reading.get("final") or now - self._telemetry_logged.get((jid, gid), -math.inf) >= TELEMETRY_JOURNAL_EVERY_S:
             self._telemetry_logged[(jid, gid)] = now
             self._record("telemetry", jid, attempt=attempt, gpu=gid, reading=reading)
         else:
