@@ -13,11 +13,16 @@
   (from the true power) and VAHRM with E in kWh (``vahrm-kwh``: the paper's
   beta then weighs waiting time almost alone; the paper does not give E's unit). Energy efficiency = jobs per kWh (system energy:
   busy GPUs at their job's true power, idle GPUs at 60 W, over the run).
+  Each run also gives its utilisation, and ``setup.power_seed0`` the power
+  spread per class on the cluster and how well TSMVA's predictions rank the
+  GPUs (correlation of predicted and true power).
 * ``pcs``: PCS (themis1's balanced configuration) with the energy placement
   (deciding on TSMVA's held-out predictions, and on the true power:
   ``energy+ideal``) against PCS with packed placement, on the themis1 workload
   (500 apps, load 0.9, seed 4567), 64 GPUs (16 x 4), Longhorn power profile;
-  with and without the Longhorn variability profile.
+  with and without the Longhorn variability profile; each run's utilisation,
+  the share of its busy GPU-time with every GPU busy (placement has no choice
+  then), and the power spread and prediction quality per class.
 * ``decision``: VAHRM's allocate + lowest-power placement with 2,000 queued
   jobs on 2,160 GPUs (540 nodes x 4, the paper's system), 95 % busy, per
   decision (a later decision on the same queue; the first one, which also
@@ -101,7 +106,13 @@ def one_run(jobs, name: str, spec, power, seed: int, pcr: float, ideal: bool = F
     e = result.extra["energy"]
     return {"avg_turnaround": s["avg_jct"], "makespan": s["makespan"], "throughput_jobs_per_h": len(jobs) / s["makespan"] * 3600,
             "kwh": e["kwh"], "jobs_per_kwh": e["jobs_per_kwh"], "avg_kw": e["avg_kw"], "peak_kw": e["peak_kw"],
-            "wall_s": result.wall_s}
+            "utilization": s["utilization"], "wall_s": result.wall_s}
+
+
+def power_facts(power) -> dict:
+    """Per class on the simulated cluster: the true power's spread (CV) and how well the predictions rank it."""
+    return {c: {"mean_w": float(v.mean()), "cv": float(v.std() / v.mean()),
+                "corr_predicted_true": float(np.corrcoef(v, power.predicted[c])[0, 1])} for c, v in power.true.items()}
 
 
 #: VAHRM with E in kWh instead of J: the same beta then weighs waiting time almost alone (the paper gives no unit)
@@ -143,7 +154,8 @@ def run_mixes(seeds: int, pcr: float, sr: float, trace: str, gpus: int) -> dict:
     v = summary["vahrm"]
     return {
         "setup": {"trace": trace, "jobs": len(base), "gpus": gpus, "gpus_per_node": 4, "seeds": seeds, "sr": sr, "pcr": pcr,
-                  "profiles": "longhorn (variability and power)", "idle_w": 60, "tdp_w": 300},
+                  "profiles": "longhorn (variability and power)", "idle_w": 60, "tdp_w": 300,
+                  "power_seed0": power_facts(cluster(gpus, 4, 0)[1])},
         "summary": summary,
         "target": {"vahrm_efficiency_gain_avg_pct": v["efficiency_gain_vs_vu_fcfs_pct_avg"], "target_pct": 3.0,
                    "paper_pct": 4.5, "met_efficiency": v["efficiency_gain_vs_vu_fcfs_pct_avg"] >= 3.0,
@@ -157,6 +169,7 @@ def run_pcs(seed: int, per_node: int = 4) -> dict:
     from workloads.generator import generate_workload
 
     jobs = generate_workload("themis1", 500, 64, load=0.9, seed=4567)
+    classes = sorted({j.job_class for j in jobs})
     out = {}
     for variability in (False, True):
         spec, power = cluster(64, per_node, seed, variability)
@@ -168,10 +181,11 @@ def run_pcs(seed: int, per_node: int = 4) -> dict:
             result = simulate(jobs, 64, build_policy("pcs-bal"), predict=True, placement=placed, energy=meter)
             s = summarize(result)
             res[placement] = {"avg_jct": s["avg_jct"], "avg_pred_err": s["avg_pred_err"], "kwh": result.extra["energy"]["kwh"],
-                              "jobs_per_kwh": result.extra["energy"]["jobs_per_kwh"], "wall_s": result.wall_s}
+                              "jobs_per_kwh": result.extra["energy"]["jobs_per_kwh"], "utilization": s["utilization"],
+                              "busy_share_with_every_gpu_busy": full_share(result), "wall_s": result.wall_s}
             log(f"pcs variability={variability} {placement}: {res[placement]}")
         p = res["packed-sticky"]
-        out["with_variability" if variability else "power_only"] = {"runs": res, **{
+        out["with_variability" if variability else "power_only"] = {"runs": res, "power": power_facts(power), **{
             f"{name} vs packed-sticky": {
                 "energy_saved_pct": 100 * (1 - e["kwh"] / p["kwh"]),
                 "avg_jct_ratio": e["avg_jct"] / p["avg_jct"],
@@ -180,7 +194,18 @@ def run_pcs(seed: int, per_node: int = 4) -> dict:
                 and abs(e["avg_pred_err"] - p["avg_pred_err"]) <= 1.0,
             } for name, e in res.items() if name != "packed-sticky"}}
     return {"setup": {"workload": "themis1", "apps": 500, "load": 0.9, "seed": 4567, "gpus": 64, "gpus_per_node": per_node,
-                      "policy": "pcs-bal", "power_profile": "longhorn", "profile_seed": seed}, **out}
+                      "policy": "pcs-bal", "power_profile": "longhorn", "profile_seed": seed, "job_classes": classes}, **out}
+
+
+def full_share(result) -> float:
+    """The share of busy GPU-time spent with every GPU busy: placement has no choice then."""
+    tl, end = result.utilization_timeline, max(r.finish for r in result.records)
+    busy = full = 0.0
+    for (t0, n), (t1, _) in zip(tl, tl[1:] + [(end, 0)]):
+        d = max(0.0, min(t1, end) - t0)
+        busy += n * d
+        full += n * d if n >= result.capacity else 0.0
+    return full / busy if busy > 0 else 0.0
 
 
 def run_decision(queued: int = 2000, repeats: int = 30) -> dict:

@@ -114,6 +114,54 @@ class ProgressReporter:
             log.warning("progress report for %s failed: %s", self.job_id, exc)
 
 
+@dataclass
+class TelemetryReporter:
+    """Fire-and-forget, throttled NVML readings of one rank's GPU (``pcs_ray.telemetry.RunMeter``)."""
+
+    target: object
+    job_id: str
+    attempt: int
+    node: str
+    index: int
+    meter: object
+    interval_s: float
+    _last: float = field(default=float("-inf"))
+
+    def step_done(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._last < self.interval_s:
+            return
+        self._last = now
+        try:
+            reading = self.meter.reading()
+            if reading is not None:
+                if final:
+                    reading["final"] = True
+                self.target.report_telemetry.remote(self.job_id, self.attempt, self.node, self.index, reading)
+        except Exception as exc:  # telemetry must never stop training
+            log.warning("telemetry report for %s failed: %s", self.job_id, exc)
+
+
+def telemetry_reporter(request: RunRequest, rank: int, sampler=None) -> TelemetryReporter | None:
+    """This rank's GPU read through NVML, where it can be (a real GPU, the library, a reporter that takes
+    telemetry); None otherwise: the coordinator then models the job's energy."""
+    if request.reporter is None or rank >= len(request.gpus):
+        return None
+    try:
+        request.reporter.report_telemetry  # noqa: B018 - an older reporter lacks it
+    except AttributeError:
+        return None
+    from pcs_ray.telemetry import NVMLSampler, RunMeter
+
+    slot = request.gpus[rank]
+    meter = RunMeter(sampler if sampler is not None else NVMLSampler(), slot.index)
+    if not meter.available:
+        meter.sampler.close()
+        return None
+    return TelemetryReporter(request.reporter, request.job_id, request.attempt, slot.node, slot.index, meter,
+                             request.report_interval_s)
+
+
 def _build_optimizer(params: dict, model: torch.nn.Module) -> torch.optim.Optimizer:
     if params["optimizer"] == "adam":
         return torch.optim.Adam(model.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
@@ -263,6 +311,7 @@ def run_training(
     start_step = last_saved = session.step
     timings["restored"] = time.time()
     reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget)
+    telemetry = None if emulated else telemetry_reporter(request, rank)
 
     def checkpoint() -> None:
         nonlocal last_saved
@@ -289,9 +338,14 @@ def run_training(
             checkpoint()
         if rank == 0:
             reporter.step_done(step, step_time)
+        if telemetry is not None:
+            telemetry.step_done()
 
     if session.step != last_saved:
         checkpoint()
+    if telemetry is not None:
+        telemetry.step_done(final=True)
+        telemetry.meter.sampler.close()
     if budget is not None and budget.late_steps:
         notes.append(budget.describe())
     timings["saved"] = time.time()

@@ -173,7 +173,9 @@ class RunRequest:
     slowdown: float = 1.0
     checkpoint_every: int = 0  # 0: only when asked to stop
     attempt: int = 0
-    reporter: Any = None  # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool[, overruns=int]); fire-and-forget
+    # an actor handle with report_progress(job_id, step, step_time_s, emulated=bool[, overruns=int]) and, on real GPUs,
+    # report_telemetry(job_id, attempt, node, index, reading) (CoordinatorHost); fire-and-forget
+    reporter: Any = None
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
 
     def to_dict(self) -> dict:

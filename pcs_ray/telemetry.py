@@ -13,6 +13,11 @@ jobs are not separated (GPUs are whole-job exclusive here). Without NVML
 (logical GPUs) :class:`ModelledTelemetry` gives the same record from a
 power model (W per GPU per class, e.g. a power profile's predictions) and
 the time the job ran, marked ``modelled``.
+
+Live, each rank of a run samples its own GPU (:class:`RunMeter`) with its
+progress reports; the coordinator sums the runs' counter growth into the
+job's measured energy and falls back to the modelled one where no GPU of the
+job could be read (``energy_view``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ class NVMLSampler:
             self.available = True
         except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no telemetry, not a crash
             self.reason = f"NVML unavailable: {type(e).__name__}"
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._handles)
 
     def close(self) -> None:
         if self.available:
@@ -176,6 +185,56 @@ def record_rows(app: str, energy: JobEnergy, runtime: float | None = None) -> li
              "runtime": runtime} for s in energy.samples if s.power_w]
 
 
+class RunMeter:
+    """One rank's GPU over one run: the energy counter's growth since the run started on it, plus the
+    latest sample's fields, for the progress reports. Where the device lacks the counter (before Volta),
+    the energy is integrated from power readings instead (trapezoids between reports)."""
+
+    def __init__(self, sampler: NVMLSampler, index: int) -> None:
+        self.sampler, self.index = sampler, index
+        first = sampler.sample([index]) if sampler.available and 0 <= index < sampler.gpu_count else []
+        self.available = bool(first) and (first[0].energy_mj is not None or first[0].power_w is not None)
+        self._start_mj = first[0].energy_mj if first else None
+        self._last = first[0] if first else None
+        self._integrated_j = 0.0
+
+    def reading(self) -> dict | None:
+        """``{"energy_j", "power_w", "ts", "uuid", clocks, temperature, utilisation, clock events}``; None
+        without NVML for this GPU."""
+        if not self.available:
+            return None
+        got = self.sampler.sample([self.index])
+        if not got:
+            return None
+        s = got[0]
+        prev, self._last = self._last, s
+        if s.energy_mj is not None and self._start_mj is not None:
+            energy = (s.energy_mj - self._start_mj) / 1000.0
+        else:
+            if prev is not None and prev.power_w is not None and s.power_w is not None:
+                self._integrated_j += 0.5 * (prev.power_w + s.power_w) * max(0.0, s.ts - prev.ts)
+            energy = self._integrated_j
+        out = s.as_dict()
+        out.pop("energy_mj")
+        out.pop("modelled")
+        return {**out, "energy_j": energy}
+
+
+def energy_view(measured: Mapping[str, dict], modelled_j: float | None) -> dict | None:
+    """A job's energy as status, the report and the history show it: measured (``source: nvml``, the sum
+    of each run's counter growth on each GPU, ``measured``: run:GPU -> latest reading) where any reading
+    came in, else modelled from the power model (``source: model``), else None."""
+    if measured:
+        readings = list(measured.values())
+        latest = max(r.get("ts") or 0.0 for r in readings)
+        power = [r["power_w"] for r in readings if r.get("power_w") is not None and (r.get("ts") or 0.0) >= latest - 60]
+        return {"joules": float(sum(r.get("energy_j") or 0.0 for r in readings)), "modelled": False, "source": "nvml",
+                "power_w": float(sum(power)) if power else None, "gpus_read": len(readings)}
+    if modelled_j is None:
+        return None
+    return {"joules": modelled_j, "modelled": True, "source": "model"}
+
+
 class ModelledTelemetry:
     """Telemetry of logical GPUs from a power model: W per GPU for a job class (``watts(class, gpu)``)."""
 
@@ -197,4 +256,5 @@ class ModelledTelemetry:
         return energy
 
 
-__all__ = ["GPUSample", "JobEnergy", "ModelledTelemetry", "NVMLSampler", "REASONS", "reason_names", "record_rows"]
+__all__ = ["GPUSample", "JobEnergy", "ModelledTelemetry", "NVMLSampler", "REASONS", "RunMeter", "energy_view", "reason_names",
+           "record_rows"]

@@ -221,6 +221,27 @@ def test_lowest_power_and_lowest_energy_placements():
     assert place("lowest-power", cluster, 2, cls="B") == [0, 1]  # no power data for B: by id
 
 
+def test_vahrm_placement_draws_random_gpus_for_a_workloads_first_run_only():
+    # VAHRM has no profile of a workload before its first run: random free GPUs then (paper Step 5), the
+    # lowest-energy ones from the second run of that workload on.
+    cluster = powered_cluster([200, 150, 190, 210, 120, 300, 130, 250], scores=[1, 1, 1, 1, 1.6, 1, 1, 1])
+    firsts = set()
+    for seed in range(12):
+        p = create_placement("vahrm", cluster, seed=seed)
+        runs = []
+        for jid, model in ((1, "resnet"), (2, "resnet"), (3, "bert")):
+            j = state(JobSpec(jid, 0.0, 10.0, 2, linear_speedup(2), min_gpus=2, job_class="A", model=model))
+            j.alloc = 2
+            p.place(Snapshot(0.0, 8, (j,)), [j])
+            runs.append(sorted(j.gpus))
+            p.release(j)
+        firsts.add(tuple(runs[0]))
+        assert runs[1] == [1, 6]  # resnet's second run: lowest energy, as lowest-energy places it
+        assert p.explain(3)["source"] == "first-run" and p.explain(2)["source"] == "lowest-power"
+    assert len(firsts) > 3  # first runs are drawn, seeded per placement
+    assert build_policy("vahrm").placement == "vahrm"
+
+
 def test_energy_score_is_mean_power_over_median():
     cluster = powered_cluster([100, 100, 100, 100, 300, 300, 300, 300])
     p = create_placement("energy", cluster)

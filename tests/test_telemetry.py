@@ -117,3 +117,140 @@ def test_live_job_view_energy_is_modelled_from_the_cluster_power():
     assert modelled_energy(job, lambda cls, g: watts[g], now=30.0) == {"joules": 10 * 300 + 10 * 150, "modelled": True}
     assert modelled_energy(job, lambda cls, g: None, now=30.0) is None  # a GPU without power data
     assert modelled_energy(job, None, now=30.0) is None
+
+
+# -- live: each rank's NVML readings, the job's measured energy, the report and the history ------------------
+
+
+def test_run_meter_reports_counter_growth_since_the_run_started():
+    from pcs_ray.telemetry import RunMeter
+
+    meter = RunMeter(NVMLSampler(fake_nvml([0.0, 2_000.0])), 1)  # GPU 1: +2 J per read
+    assert meter.available
+    first, second = meter.reading(), meter.reading()
+    assert (first["energy_j"], second["energy_j"]) == (2.0, 4.0)
+    assert second["power_w"] == 151.0 and second["index"] == 1 and second["clock_events"] == ["sw_power_cap", "hw_thermal"]
+    assert "energy_mj" not in second
+
+
+def test_run_meter_integrates_power_where_the_energy_counter_is_missing():
+    from pcs_ray.telemetry import RunMeter
+
+    clock = iter([0.0, 10.0, 30.0])
+    sampler = NVMLSampler(fake_nvml([0.0, 0.0], {"nvmlDeviceGetTotalEnergyConsumption"}), clock=lambda: next(clock))
+    meter = RunMeter(sampler, 0)
+    assert meter.reading()["energy_j"] == pytest.approx(150.0 * 10)
+    assert meter.reading()["energy_j"] == pytest.approx(150.0 * 30)
+
+
+def test_run_meter_without_nvml_is_unavailable():
+    from pcs_ray.telemetry import RunMeter
+
+    class Broken:
+        def nvmlInit(self):
+            raise NVMLError_LibraryNotFound("no libnvidia-ml.so")
+
+    meter = RunMeter(NVMLSampler(Broken()), 0)
+    assert not meter.available and meter.reading() is None
+    assert not RunMeter(NVMLSampler(fake_nvml([1.0, 1.0])), 5).available  # not a GPU of this node
+
+
+def live_core(tmp_path, power=None, journal=None):
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator import Coordinator, Journal
+    from pcs_ray.policies import create_policy
+
+    cluster = ClusterSpec.homogeneous(2, 2)
+    if power is not None:
+        cluster = ClusterSpec.model_validate({"nodes": [{"name": "node0", "gpus": [
+            {"index": i, "uuid": f"u{i}", "power": {"A": w}} for i, w in enumerate(power)]}]})
+    clock = types.SimpleNamespace(t=1000.0)
+    core = Coordinator(cluster, create_policy("fifo"), journal if journal is not None else Journal(":memory:"),
+                       checkpoint_root=tmp_path / "ckpt", clock=lambda: clock.t, workloads=("tiny",),
+                       history_path=tmp_path / "history.jsonl")
+    return core, clock
+
+
+def test_live_energy_is_measured_from_readings_else_modelled(tmp_path):
+    from pcs_ray.coordinator import Journal
+    from workloads.history import read_history_records
+
+    journal = Journal(tmp_path / "journal.sqlite")
+    core, clock = live_core(tmp_path, power=[100.0, 200.0], journal=journal)
+    measured, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 1.0})
+    clock.t += 10
+    assert core.job_view(measured)["energy"] == {"joules": 10 * 300.0, "modelled": True, "source": "model"}
+    for index, joules in ((0, 40.0), (1, 60.0), (0, 30.0)):  # a late, smaller reading of GPU 0 does not win
+        core.telemetry(measured, 1, "node0", index, {"energy_j": joules, "power_w": 5.0, "ts": 1.0})
+    core.telemetry(measured, 0, "node0", 0, {"energy_j": 999.0, "ts": 1.0})  # an older run's
+    core.telemetry(measured, 1, "node9", 0, {"energy_j": 999.0, "ts": 1.0})  # not one of its GPUs
+    energy = core.job_view(measured)["energy"]
+    assert (energy["joules"], energy["source"], energy["modelled"], energy["gpus_read"]) == (100.0, "nvml", False, 2)
+    core.run_ended(measured, 1, "finished", step=10)
+    core.telemetry(measured, 1, "node0", 1, {"energy_j": 70.0, "ts": 2.0, "final": True})  # after the run's end
+    assert core.job_view(measured)["energy"]["joules"] == 110.0
+    [record] = read_history_records(tmp_path / "history.jsonl")
+    assert record.energy_source == "nvml" and record.energy_j == 100.0  # the history is written at the end
+
+    # a new coordinator on the same journal: the journaled readings (the first and the final) come back
+    core.journal.close()
+    replayed, _ = live_core(tmp_path, power=[100.0, 200.0], journal=Journal(tmp_path / "journal.sqlite"))
+    assert replayed.job_view(measured)["energy"]["joules"] == 40.0 + 70.0
+
+
+def test_live_energy_without_power_data_or_readings_is_null(tmp_path):
+    core, clock = live_core(tmp_path)
+    jid, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 1.0})
+    clock.t += 5
+    assert core.job_view(jid)["energy"] is None
+
+
+def test_report_shows_measured_and_modelled_energy(tmp_path):
+    from pcs_ray.commands.report import journal_status
+    from pcs_ray.coordinator import Journal
+
+    journal = Journal(tmp_path / "journal.sqlite")
+    core, clock = live_core(tmp_path, power=[100.0, 200.0], journal=journal)
+    a, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 1.0})
+    b, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 1.0})
+    clock.t += 10
+    core.telemetry(a, 1, "node0", 0, {"energy_j": 900.0, "power_w": 90.0, "ts": 1.0, "final": True})
+    core.run_ended(a, 1, "finished", step=10)
+    core.run_ended(b, 1, "finished", step=10)
+    journal.close()
+    (tmp_path / "cluster-spec.yaml").write_text(
+        "nodes:\n  - name: node0\n    gpus:\n      - {index: 0, uuid: u0, power: {A: 100.0}}\n"
+        "      - {index: 1, uuid: u1, power: {A: 200.0}}\n")
+    status, _ = journal_status(tmp_path)
+    energy = {j["id"]: j["energy"] for j in status["jobs"]}
+    assert energy[a]["source"] == "nvml" and energy[a]["joules"] == 900.0
+    assert energy[b] == {"joules": 200.0 * 10, "modelled": True, "source": "model"}
+    (tmp_path / "cluster-spec.yaml").unlink()
+    status, _ = journal_status(tmp_path)
+    assert [j["energy"] and j["energy"]["source"] for j in status["jobs"]] == ["nvml", None]
+
+
+def test_runner_telemetry_reporter_is_throttled_and_sends_the_final_reading():
+    from pcs_ray.contract import GPUSlot, RunRequest
+    from executors.training import telemetry_reporter
+
+    sent = []
+
+    class Target:
+        class report_telemetry:  # noqa: N801 - the actor method's name
+            @staticmethod
+            def remote(*args):
+                sent.append(args)
+
+    request = RunRequest(job_id="7", workload="tiny", params={}, total_steps=10, checkpoint_dir="/tmp/x",
+                         gpus=(GPUSlot("n0", 0), GPUSlot("n0", 1)), attempt=3, reporter=Target(), report_interval_s=3600)
+    rep = telemetry_reporter(request, rank=1, sampler=NVMLSampler(fake_nvml([0.0, 1_000.0])))
+    rep.step_done()
+    rep.step_done()  # within the interval: not sent
+    rep.step_done(final=True)
+    assert [(a[:4], a[4]["energy_j"], a[4].get("final", False)) for a in sent] == [
+        (("7", 3, "n0", 1), 1.0, False), (("7", 3, "n0", 1), 2.0, True)]  # a throttled step reads nothing
+    assert telemetry_reporter(request, 1, sampler=NVMLSampler(types.SimpleNamespace())) is None  # no NVML
+    no_telemetry = RunRequest(job_id="7", workload="tiny", params={}, total_steps=10, checkpoint_dir="/tmp/x",
+                              gpus=(GPUSlot("n0", 0),), reporter=object())
+    assert telemetry_reporter(no_telemetry, 0, sampler=NVMLSampler(fake_nvml([0.0, 0.0]))) is None  # an older reporter

@@ -25,6 +25,10 @@ key                required  meaning
                              GPU, index = GPU count (``[0, 1, ...]``); linear
                              when absent
 ``finish_time``    no        seconds, same epoch as ``submit_time``
+``energy_j``       no        the app's energy in joules over all its runs
+``energy_source``  no        ``nvml`` (measured: energy-counter growth on its
+                             GPUs) or ``model`` (modelled from the cluster
+                             spec's predicted power per GPU)
 =================  ========  ==================================================
 
 Unknown keys are kept out of the ``JobSpec`` but do not make a file
@@ -66,6 +70,8 @@ class HistoryRecord:
     job_class: str = "A"
     speedup: tuple[float, ...] | None = None
     finish_time: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -119,6 +125,10 @@ def _problems(r: HistoryRecord) -> list[str]:
             out.append("speedup must start [0, >0, ...]")
     if r.finish_time is not None and (not _finite(r.finish_time) or r.finish_time < r.submit_time):
         out.append(f"finish_time must be a number >= submit_time, got {r.finish_time!r}")
+    if r.energy_j is not None and (not _finite(r.energy_j) or r.energy_j < 0):
+        out.append(f"energy_j must be joules >= 0, got {r.energy_j!r}")
+    if r.energy_source not in (None, "nvml", "model"):
+        out.append(f"energy_source must be nvml or model, got {r.energy_source!r}")
     return out
 
 
@@ -133,7 +143,7 @@ def append_history(path: str | Path, record: HistoryRecord) -> None:
 
 
 _FIELDS = ("job_id", "submit_time", "gpus", "service", "min_gpus", "iteration_time", "model", "job_class",
-           "speedup", "finish_time")
+           "speedup", "finish_time", "energy_j", "energy_source")
 _REQUIRED = ("job_id", "submit_time", "gpus", "service")
 
 

@@ -32,6 +32,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "preemptions": j["preemptions"], "attempts": j["attempts"], "emulated": j["emulated"],
             "overruns": j.get("emulation_overruns") or 0,
             "late_steps": j.get("emulation_late_steps") or 0,
+            "energy": j.get("energy"),
             "segments": [
                 {"start_s": s["start"] - t0, "end_s": None if s["end"] is None else s["end"] - t0,
                  "gpus": s["gpus"], "kind": s["kind"]}
@@ -42,6 +43,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
     mid_errs = [j["midlife_error_pct"] for j in jobs if j["midlife_error_pct"] is not None]
     abs_s = [abs(j["signed_error_s"]) for j in jobs if j["signed_error_s"] is not None]
     finished = [j for j in jobs if j["state"] == "finished"]
+    energies = [j["energy"] for j in jobs if j["energy"]]
     return {
         "cluster": {"nodes": [n.name for n in cluster.nodes], "gpus": cluster.num_gpus,
                     "locality_penalty": cluster.locality_penalty, "notes": notes},
@@ -55,6 +57,8 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "makespan_s": max((j["finish_s"] for j in finished), default=None),
             "preemptions": sum(j["preemptions"] for j in jobs),
             "restart_overhead_s": status["restart_overhead"], "wall_s": wall_s,
+            "energy_j": sum(e["joules"] for e in energies) if energies else None,
+            "energy_sources": sorted({e["source"] for e in energies}),
         },
         "jobs": jobs,
     }

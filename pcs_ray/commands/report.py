@@ -5,6 +5,9 @@ recovered in the copy). GPU names come from ``STATE_DIR/cluster-spec.yaml``
 (``pcs-ray up`` writes it) or ``--cluster-spec``; otherwise GPUs are shown by
 id. Predictions at submission are in journals written by coordinators that
 note them (``predicted`` events); older journals give the timeline and CDF only.
+Each job's energy is measured where its runners sent NVML readings
+(``telemetry`` events), else modelled from the cluster spec's predicted power
+per GPU and class over its runs, else null (``source`` says which).
 The timeline and predicted-vs-actual panels are the demo's (``demo_plot``).
 """
 
@@ -26,15 +29,18 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
     """A ``status``-shaped dict (absolute times) and the GPU names, rebuilt from the journal's events."""
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator.journal import Journal
+    from pcs_ray.telemetry import energy_view
 
     source = state_dir / "journal.sqlite"
     if not source.is_file():
         raise FileNotFoundError(f"no journal in {state_dir} (journal.sqlite)")
     spec_path = cluster_spec or (state_dir / "cluster-spec.yaml")
     names: list[str] = []
+    power: list[dict] = []  # per GPU id: predicted W per class
     if spec_path.is_file():
         spec = load_cluster_spec(spec_path)
         names = [f"{n.name}:{g.index}" for n in spec.nodes for g in n.gpus]
+        power = [dict(g.power) for n in spec.nodes for g in n.gpus]
     with tempfile.TemporaryDirectory(prefix="pcs-ray-report-") as tmp:
         for suffix in ("", "-wal"):
             if Path(str(source) + suffix).exists():
@@ -61,20 +67,29 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
                          "demand": [spec.get("min_gpus") or spec.get("gpus", 1), spec.get("gpus", 1)],
                          "steps": 0, "total_steps": spec.get("steps"), "submit": epoch + t, "finish": None,
                          "first_predicted": None, "preemptions": 0, "attempts": 0, "emulated": False, "segments": [],
-                         "skips": 0, "skip_reason": None}
+                         "skips": 0, "skip_reason": None,
+                         "_measured": {}, "_modelled": 0.0, "_unmodelled": False}
             continue
         job = jobs.get(jid)
         if job is None:
             continue
         segs = job["segments"]
-        if ev.kind == "predicted" and job["first_predicted"] is None:
+        if segs and segs[-1]["end"] is None and ev.kind in ("start", "requeue", "lost", "finished", "failed", "cancelled"):
+            _model_segment(job, segs[-1], epoch + t, power)
+        if ev.kind == "telemetry":
+            key = f"{d['attempt']}:{d['gpu']}"
+            old = job["_measured"].get(key)
+            if old is None or (d["reading"].get("energy_j") or 0.0) >= (old.get("energy_j") or 0.0):
+                job["_measured"][key] = d["reading"]
+        elif ev.kind == "predicted" and job["first_predicted"] is None:
             job["first_predicted"] = epoch + d["completion"]
         elif ev.kind == "start":
             if segs and segs[-1]["end"] is None:
                 segs[-1]["end"] = epoch + t
             gpus = [int(g) for g in d.get("gpus", [])]
             top = max([top, *gpus])
-            segs.append({"start": epoch + t, "end": None, "gpus": [name(g) for g in gpus], "kind": d.get("kind", "start")})
+            segs.append({"start": epoch + t, "end": None, "gpus": [name(g) for g in gpus], "kind": d.get("kind", "start"),
+                         "_ids": gpus})
             job["state"], job["attempts"] = "running", d.get("attempt", job["attempts"] + 1)
         elif ev.kind == "progress":
             job["steps"] = d.get("step", job["steps"])
@@ -88,10 +103,28 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
             job["state"] = "queued" if ev.kind in ("requeue", "lost") else ev.kind
             if ev.kind in ("finished", "failed", "cancelled"):
                 job["finish"] = epoch + t
+    last = epoch + (events[-1].t if events else 0.0)
+    for job in jobs.values():
+        if job["segments"] and job["segments"][-1]["end"] is None:  # still running: modelled up to the journal's end
+            _model_segment(job, job["segments"][-1], last, power)
+        modelled = None if job.pop("_unmodelled") or not job["segments"] else job["_modelled"]
+        job["energy"] = energy_view(job.pop("_measured"), modelled)
+        job.pop("_modelled")
+        for s in job["segments"]:
+            s.pop("_ids", None)
     if not names:
         names = [f"gpu{g}" for g in range(top + 1)]
     status = {"policy": policy, "restart_overhead": 0.0, "jobs": list(jobs.values())}
     return status, names
+
+
+def _model_segment(job: dict, seg: dict, end: float, power: list[dict]) -> None:
+    """Adds a closed run's modelled energy (predicted W of its GPUs for the job's class x its length)."""
+    watts = [power[g].get(job["class"]) if 0 <= g < len(power) else None for g in seg["_ids"]]
+    if any(w is None for w in watts):
+        job["_unmodelled"] = True
+        return
+    job["_modelled"] += sum(watts) * max(0.0, end - seg["start"])
 
 
 def report_cmd(
@@ -131,7 +164,8 @@ def report_cmd(
     result = {"jobs": len(report["jobs"]), "finished": report["summary"]["finished"],
               "report": str(folder / "report.json"), "plots": [str(folder / "timeline.png"), str(folder / "jct-cdf.png")],
               "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"]),
-              "skips": sum(s["skips"] for s in report["skips"]), "jobs_skipped": len(report["skips"])}
+              "skips": sum(s["skips"] for s in report["skips"]), "jobs_skipped": len(report["skips"]),
+              "energy_j": report["summary"]["energy_j"], "energy_sources": report["summary"]["energy_sources"]}
     print(json.dumps(result) if as_json else
           f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
           f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png"

@@ -34,6 +34,9 @@ from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
 from workloads.history import append_history
 
+#: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
+TELEMETRY_JOURNAL_EVERY_S = 60.0
+
 
 class Coordinator(CoordinatorState):
     """Decisions and predictions of the live cluster manager.
@@ -70,6 +73,7 @@ class Coordinator(CoordinatorState):
         self.max_failures = max_failures
         self.progress_journal_every = progress_journal_every
         self._progress_logged: dict[int, float] = {}
+        self._telemetry_logged: dict[tuple[int, int], float] = {}
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
                          speed=speed)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
@@ -128,6 +132,25 @@ class Coordinator(CoordinatorState):
         else:
             self._apply_progress(job, now, step, step_time, emulated)
             self._predictions_stale = True
+
+    def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
+        """A rank's NVML reading of its GPU (``pcs_ray.telemetry.RunMeter``); journaled at most every
+        ``TELEMETRY_JOURNAL_EVERY_S`` per job and GPU (a crash loses at most that much of a run's measured
+        energy), and always when it is the run's last (``final``). Readings of an older run, or of a GPU
+        the run does not hold, are dropped."""
+        job = self.jobs.get(jid)
+        if job is None or job.attempt != attempt or not job.segments:
+            return
+        held = job.gpus or tuple(job.segments[-1]["gpus"])  # the last reading may come after the run ended
+        gid = next((g for g in held if self.slot(g) == GPUSlot(node, int(index))), None)
+        if gid is None:
+            return
+        now = self.now()
+        if reading.get("final") or now - self._telemetry_logged.get((jid, gid), -math.inf) >= TELEMETRY_JOURNAL_EVERY_S:
+            self._telemetry_logged[(jid, gid)] = now
+            self._record("telemetry", jid, attempt=attempt, gpu=gid, reading=reading)
+        else:
+            job.note_reading(attempt, gid, reading)
 
     def run_ended(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
@@ -320,4 +343,5 @@ class Coordinator(CoordinatorState):
 
     def _write_history(self, job: LiveJob) -> None:
         if self.history_path is not None:
-            append_history(self.history_path, views.history_record(job, self.epoch, self.speed.speedup(job.spec)))
+            append_history(self.history_path, views.history_record(job, self.epoch, self.speed.speedup(job.spec),
+                                                                   self.gpu_watts))

@@ -86,6 +86,12 @@ class CoordinatorHost(ABC):
                 job = self.core.jobs.get(int(job_id))
                 self.count_overruns(int(job_id), job.attempt if job is not None else 0, overruns)
 
+    def report_telemetry(self, job_id: int | str, attempt: int, node: str, index: int, reading: dict) -> None:
+        """A runner rank's NVML reading of its GPU ``node:index`` in run ``attempt``
+        (``pcs_ray.telemetry.RunMeter``; ``final``: the run's last). Runners call it, users do not."""
+        with self.lock:
+            self.core.telemetry(int(job_id), int(attempt), str(node), int(index), dict(reading))
+
     # -- external executors (``executor: external`` jobs, e.g. a Ray Tune sweep) --------
     def assignment(self, job_id: int) -> dict:
         with self.lock:

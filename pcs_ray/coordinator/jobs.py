@@ -49,6 +49,7 @@ class LiveJob:
     segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind
     skips: int = 0  # times RUSH's start function held it back (its skip count)
     skip_reason: str | None = None  # why, the last time
+    energy: dict[str, dict] = field(default_factory=dict)  # "attempt:gpu" -> that run's latest NVML reading there
 
     @property
     def done(self) -> bool:
@@ -77,6 +78,14 @@ class LiveJob:
         """Finished, cancelled or failed for good."""
         self._close_segment(t)
         self.state, self.finish, self.gpus = state, t, ()
+
+    def note_reading(self, attempt: int, gpu: int, reading: dict) -> None:
+        """A rank's NVML reading of ``gpu`` in run ``attempt``; readings arrive out of order, the
+        counter only grows, so the largest energy stands."""
+        key = f"{attempt}:{gpu}"
+        old = self.energy.get(key)
+        if old is None or (reading.get("energy_j") or 0.0) >= (old.get("energy_j") or 0.0):
+            self.energy[key] = dict(reading)
 
     def _close_segment(self, t: float) -> None:
         if self.segments and self.segments[-1]["end"] is None:

@@ -138,6 +138,8 @@ class CoordinatorState:
             self.model.restore_skips(jid, data["count"])
         elif kind == "progress":
             self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
+        elif kind == "telemetry":
+            job.note_reading(data["attempt"], data["gpu"], data["reading"])
         elif kind == "cancel":
             job.cancel_requested = True
             self.model.remove(jid)

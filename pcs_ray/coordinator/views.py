@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.telemetry import energy_view
 from workloads.history import HistoryRecord
 
 
@@ -31,6 +32,12 @@ def modelled_energy(job: LiveJob, watts: Callable[[str, int], float | None] | No
     return {"joules": joules, "modelled": True}
 
 
+def job_energy(job: LiveJob, watts: Callable[[str, int], float | None] | None, now: float) -> dict | None:
+    """Measured (NVML readings of its runs) where any came in, else modelled, else None (``energy_view``)."""
+    modelled = None if job.energy else modelled_energy(job, watts, now)
+    return energy_view(job.energy, None if modelled is None else modelled["joules"])
+
+
 def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
              watts: Callable[[str, int], float | None] | None = None, now: float | None = None) -> dict:
     def w(t):
@@ -49,7 +56,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
             {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}
             for s in job.segments
         ],
-        "energy": modelled_energy(job, watts, now if now is not None else (job.finish or 0.0)),
+        "energy": job_energy(job, watts, now if now is not None else (job.finish or 0.0)),
     }
 
 
@@ -76,11 +83,14 @@ def status(now: float, epoch: float, policy: dict, gpus: int, restart_overhead: 
     }
 
 
-def history_record(job: LiveJob, epoch: float, speedup: tuple[float, ...]) -> HistoryRecord:
-    """A finished job as the solver resamples it (``pcs-ray solve --history``)."""
+def history_record(job: LiveJob, epoch: float, speedup: tuple[float, ...],
+                   watts: Callable[[str, int], float | None] | None = None) -> HistoryRecord:
+    """A finished job as the solver resamples it (``pcs-ray solve --history``), with its energy."""
+    energy = job_energy(job, watts, job.finish or 0.0)
     return HistoryRecord(
         job_id=job.job_id, submit_time=wall(epoch, job.submit), gpus=job.spec.gpus,
         service=job.spec.steps * job.t1, min_gpus=job.spec.fewest_gpus, iteration_time=job.t1,
         model=job.spec.workload, job_class=job.spec.job_class, speedup=speedup,
         finish_time=wall(epoch, job.finish),
+        energy_j=None if energy is None else energy["joules"], energy_source=None if energy is None else energy["source"],
     )

@@ -76,6 +76,7 @@ class Placement:
         self.owner = np.full(self.num_gpus, -1, dtype=np.int64)  # job id per GPU, -1 = free
         self.held: dict[int, tuple[int, ...]] = {}
         self.rng = np.random.default_rng(seed)
+        self.memory: dict = {}  # plugins' state between decisions (Context.memory)
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
 
@@ -197,6 +198,7 @@ class Placement:
         other.owner = self.owner.copy()
         other.held = dict(self.held)
         other.rng = copy.deepcopy(self.rng)
+        other.memory = copy.deepcopy(self.memory)
         other.decisions = None
         return other
 
@@ -235,7 +237,7 @@ class Placement:
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
         at least ``n`` True entries; ``home`` are the GPUs it held before this round (preferred on ties)."""
-        ctx = self.config.context(self.facts, job, n, free, home, self.rng)
+        ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
         gpus, decision = self.config.decide(ctx)
         if self.decisions is not None:
             self.decisions[job.spec.job_id] = decision

@@ -18,6 +18,9 @@ Configurations:
 * ``lowest-energy``: the same by predicted power x binned score, i.e. the most
   power-efficient GPUs (energy per unit of work) where speed varies too, as
   it does on Longhorn (VAHRM's and CGVA's placement here);
+* ``vahrm``: ``lowest-energy``, except that a workload's first run (no job
+  of its model placed here before) gets random free GPUs: VAHRM has no
+  profile of it yet and draws nodes at random (paper §III-C, Step 5);
 * ``energy``: the combined placement with the energy score, over candidates
   that also include the lowest-power and lowest power x score GPU sets of the
   cluster and of each node.
@@ -55,8 +58,8 @@ class LowestPower(Source):
 
     name = "lowest-power"
 
-    def __init__(self, *, per_work: bool = False) -> None:
-        self.per_work = per_work
+    def __init__(self, *, per_work: bool = False, first_run_random: bool = False) -> None:
+        self.per_work, self.first_run_random = per_work, first_run_random
 
     def prepare(self, facts) -> None:
         if self.per_work:
@@ -64,6 +67,14 @@ class LowestPower(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         ids = np.flatnonzero(ctx.free)
+        if self.first_run_random:
+            seen = ctx.memory.setdefault("workloads_run", set())
+            workload = ctx.spec.model or ctx.spec.job_class
+            if workload not in seen:
+                seen.add(workload)
+                gpus = np.sort(ctx.rng.choice(ids, size=ctx.n, replace=False))
+                yield Candidates("first-run", _ACROSS, gpus=gpus[None, :], across=True)
+                return
         key = ctx.facts.power_ratio(ctx.spec.job_class)
         if self.per_work:
             key = key * ctx.class_scores
@@ -123,6 +134,13 @@ LOWEST_ENERGY = Configuration(
     sticky=True,
 )
 
+VAHRM = Configuration(
+    name="vahrm",
+    help="lowest-energy, but a workload's first run gets random free GPUs (VAHRM has no profile of it yet); sticky",
+    sources=(LowestPower(per_work=True, first_run_random=True),),
+    sticky=True,
+)
+
 ENERGY = Configuration(
     name="energy",
     help="the lowest variability x locality x topology x predicted power (energy per unit of work) per app",
@@ -136,4 +154,4 @@ ENERGY = Configuration(
     about={"base": COMBINED.name},
 )
 
-__all__ = ["ENERGY", "LOWEST_ENERGY", "LOWEST_POWER", "Energy", "EnergyCandidates", "LowestPower"]
+__all__ = ["ENERGY", "LOWEST_ENERGY", "LOWEST_POWER", "VAHRM", "Energy", "EnergyCandidates", "LowestPower"]

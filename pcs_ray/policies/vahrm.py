@@ -14,7 +14,7 @@ cva-fcfs       arrival                      none                ``random-sticky`
 cva-fcfs-b     arrival                      EASY                ``random-sticky``
 cgva-fcfs      arrival                      none                ``lowest-energy``
 cgva-fcfs-b    arrival                      EASY                ``lowest-energy``
-vahrm          P = beta E + (1 - beta) W    greedy, no reserve  ``lowest-energy``
+vahrm          P = beta E + (1 - beta) W    greedy, no reserve  ``vahrm`` (first runs random)
 =============  ===========================  ==================  ============================================
 
 CVA (the paper's CPU-variation-aware FCFS) gives power-efficient nodes to CPU
@@ -166,7 +166,7 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
     """Most energy first, aged by waiting time; lowest-power GPUs (paper §III)."""
 
     name = "vahrm"
-    placement = "lowest-energy"
+    placement = "vahrm"
     reads_progress = False
     work_conserving = False  # the budget and the waiting cap may leave GPUs idle
 
