@@ -41,7 +41,8 @@ class Coordinator(CoordinatorState):
     ``checkpoint_root/<job id>`` is each job's checkpoint folder (it must be
     reachable from every node). ``clock`` is injectable for tests.
     ``policies`` builds a policy from its name and WFQ configuration: without
-    it the policy cannot be swapped (:meth:`set_policy`).
+    it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
+    a restart, the host says which runs still train (:meth:`settle_runs`).
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class Coordinator(CoordinatorState):
         max_failures: int = 3,
         progress_journal_every: float = 5.0,
         policies: PolicyFactory | None = None,
+        keep_runs: bool = False,
     ) -> None:
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
@@ -71,7 +73,7 @@ class Coordinator(CoordinatorState):
         self.progress_journal_every = progress_journal_every
         self._progress_logged: dict[int, float] = {}
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
-                         speed=speed)
+                         speed=speed, keep_runs=keep_runs)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
             self.speed.load(speeds_path)
 
@@ -204,6 +206,12 @@ class Coordinator(CoordinatorState):
             return None
         slots = tuple(self.slot(g) for g in start.gpus)
         return StartRun(job.job_id, start.kind, run_request(job, slots, self.checkpoint_root / str(job.job_id)))
+
+    def current_request(self, jid: int):
+        """The run request of the job's current attempt, as it was launched (to adopt that run after a restart)."""
+        job = self._job(jid)
+        slots = tuple(self.slot(g) for g in job.gpus)
+        return run_request(job, slots, self.checkpoint_root / str(job.job_id))
 
     # -- predictions -------------------------------------------------------------------
     def refresh_predictions(self, force: bool = False) -> None:

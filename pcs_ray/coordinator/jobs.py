@@ -45,7 +45,7 @@ class LiveJob:
     error: str | None = None
     emulated: bool = False
     submission_id: str | None = None
-    segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind
+    segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind, from_step (as the journal knew it)
 
     @property
     def done(self) -> bool:
@@ -59,7 +59,7 @@ class LiveJob:
         self.stop_reason, self.stop_at = None, None
         if self.first_start is None:
             self.first_start = t
-        self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind})
+        self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind, "from_step": self.steps})
 
     def stopping(self, reason: str, t: float | None = None) -> None:
         self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
