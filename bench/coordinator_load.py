@@ -8,9 +8,9 @@ start, report progress, checkpoint and stop like real ones), submits
 ``--jobs`` jobs through ``pcs_ray.client.Client`` one after another, and
 prints one JSON object: submissions per second, submit→prediction latency
 (p50/p99: the call returns the job's predicted completion), ``status``
-latency (p50/p99) with everything queued, and the coordinator's resident
-memory. Decision latency inside the actor is not visible from outside; see
-``bench/coordinator_latency.py`` for it in-process.
+latency (p50/p99) with everything queued, the coordinator's decision latency
+(each policy + placement + diff inside the actor, as it times them:
+``decision_latency``) and its resident memory.
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def main() -> None:
                                      "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
             status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
                        "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
+            decision=ray.get(actor.decision_latency.remote()),
             coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
         )
         ray.shutdown()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -72,6 +73,7 @@ class Coordinator(CoordinatorState):
         self.max_failures = max_failures
         self.progress_journal_every = progress_journal_every
         self._progress_logged: dict[int, float] = {}
+        self.decision_s: deque[float] = deque(maxlen=100_000)  # wall seconds of each decide() (load benches read it)
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
                          speed=speed, keep_runs=keep_runs)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
@@ -183,6 +185,12 @@ class Coordinator(CoordinatorState):
     # -- decisions -------------------------------------------------------------------
     def decide(self) -> list[Action]:
         """Run policy + placement on the current state and return the diff as actions."""
+        began = time.perf_counter()
+        actions = self._decide()
+        self.decision_s.append(time.perf_counter() - began)
+        return actions
+
+    def _decide(self) -> list[Action]:
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         self.model.reallocate()
         stops, starts = diff(self.active.values(), self.model)
