@@ -3,11 +3,19 @@
 On a node without real GPUs every runner shares the node's CPU cores, so
 the time a step really takes depends on what else runs. :class:`StepBudget`
 makes it depend only on the device: the real PyTorch step runs first (so
-weights train and checkpoints resume bitwise), then the runner waits out
-the rest of the step's budget, ``workloads.device_model.emulated_step_s``.
-A step whose real compute alone exceeds the budget is an *overrun*: the
-machine is too small for what it emulates. The step then takes what it
-took, and the overrun is counted and reported, never hidden.
+weights train and checkpoints resume bitwise), then the runner waits until
+the step's deadline on the device's schedule (one
+``workloads.device_model.emulated_step_s`` per step from the run's start).
+
+A step whose real compute took longer than its budget (the OS descheduled
+the runner on the shared cores, say) leaves the run behind schedule; the
+following steps wait less and so catch up, as long as the machine keeps the
+device's pace on average. Only when the run falls more than one whole step
+behind its device is that step an *overrun*: the machine is too small for
+what it emulates, and the run's timeline now differs from the device's by
+more than a step, the resolution at which anyone (progress reports, JCTs)
+observes it. Overruns are counted and reported, never hidden; so are the
+steps that were late on their own (``late_steps``) and the largest lag.
 
 No torch here: the clock and the sleep are injectable, so the logic is
 tested with a fake clock.
@@ -19,25 +27,32 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+#: The most a run may owe its device, in steps: a longer stall (swapping, a stopped process) is not made up by
+#: sprinting through the next many steps (the sprint would load the shared cores for everyone else); the excess
+#: is dropped from the schedule and stays counted as overruns.
+MAX_LAG_STEPS = 10.0
+
 
 @dataclass
 class StepBudget:
-    """Pads every step to ``step_s`` seconds; counts the steps whose real work took longer.
+    """Paces steps to ``step_s`` seconds each on a schedule; counts the steps that leave the run over a step behind it.
 
-    Oversleeping (the OS wakes us late) is carried into the next step's
-    wait, so a long run keeps the emulated pace on average instead of
-    drifting a little slower every step.
+    Waking late from a sleep, or a step whose compute overran, is paid back
+    by the following steps' waits, so a long run keeps the emulated pace
+    instead of drifting.
     """
 
     step_s: float
     clock: Callable[[], float] = time.perf_counter
     sleep: Callable[[float], None] = time.sleep
-    overruns: int = 0
-    overrun_s: float = 0.0  # total seconds by which real compute exceeded its budgets
+    overruns: int = 0  # steps that ended more than one budget behind the device's schedule
+    late_steps: int = 0  # steps whose own compute exceeded their budget (caught up later unless counted above)
+    max_lag_s: float = 0.0  # the furthest the run fell behind its device's schedule
+    dropped_s: float = 0.0  # lag beyond MAX_LAG_STEPS budgets, given up: the run's timeline is this much later than its device's
     compute_s: float = 0.0  # total real compute seconds (what the machine actually spent)
     steps: int = 0
     _began: float | None = field(default=None, repr=False)
-    _late: float = field(default=0.0, repr=False)
+    _lag: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         if not self.step_s > 0:
@@ -47,7 +62,7 @@ class StepBudget:
         self._began = self.clock()
 
     def end(self) -> float:
-        """Wait out the step's budget; returns the step's duration as the device saw it."""
+        """Wait until the step's deadline; returns the step's duration as the device saw it."""
         if self._began is None:
             raise RuntimeError("StepBudget.end() without begin()")
         began, self._began = self._began, None
@@ -55,19 +70,30 @@ class StepBudget:
         self.steps += 1
         self.compute_s += compute
         if compute > self.step_s:
-            self.overruns += 1
-            self.overrun_s += compute - self.step_s
-            self._late = 0.0
-            return compute
-        wait = self.step_s - compute - self._late
+            self.late_steps += 1
+        wait = self.step_s - compute - self._lag
         if wait > 0:
             self.sleep(wait)
         elapsed = self.clock() - began
-        # Woken late (or the previous step was): owe it to the next step, at most one budget.
-        self._late = min(self.step_s, max(0.0, self._late + elapsed - self.step_s))
+        self._lag = max(0.0, self._lag + elapsed - self.step_s)
+        self.max_lag_s = max(self.max_lag_s, self._lag)
+        if self._lag > MAX_LAG_STEPS * self.step_s:
+            self.dropped_s += self._lag - MAX_LAG_STEPS * self.step_s
+            self._lag = MAX_LAG_STEPS * self.step_s
+        if self._lag > self.step_s:
+            self.overruns += 1
         return elapsed
 
     @property
     def load(self) -> float:
         """The share of the device's time the real compute used (1.0: the machine barely keeps up)."""
         return self.compute_s / (self.steps * self.step_s) if self.steps else 0.0
+
+    def describe(self) -> str:
+        """One line for a run's notes when anything was late."""
+        return (f"emulation fell over a step behind its device on {self.overruns} of {self.steps} steps "
+                f"(largest lag {self.max_lag_s:.3g} s, {self.late_steps} step(s) late on their own"
+                + (f", {self.dropped_s:.3g} s never made up" if self.dropped_s else "")
+                + "): this machine is too small for what it emulates" if self.overruns else
+                f"emulation kept its device's pace: {self.late_steps} of {self.steps} step(s) ran over their budget "
+                f"and were caught up (largest lag {self.max_lag_s:.3g} s)")

@@ -342,6 +342,10 @@ class WarmPool:
         self._thread.start()
 
     # -- sizing --------------------------------------------------------------------------
+    def warm_share(self) -> float:
+        """The share of the GPUs that keep a warm runner (the rest start cold): what a forecast's future starts cost."""
+        return len(self._warm) / len(self.slots) if self.slots else 0.0
+
     @staticmethod
     def _ray_nodes() -> dict[str, tuple[str, float]]:
         """Per-GPU resource name -> (the alive Ray node offering it, that node's schedulable memory in bytes)."""
@@ -538,7 +542,7 @@ class WarmPool:
         deps = settling + ([after] if after is not None else [])
         runs = [actor.run.remote(request, rank, world_size, master, deps, launched) for rank, actor in enumerate(actors)]
         done = _watch_warm.remote(request, actors, runs)
-        return RunHandle(request, actors, done, stop_args=(request.job_id, request.attempt))
+        return RunHandle(request, actors, done, stop_args=(request.job_id, request.attempt), runner="warm")
 
     def shutdown(self, kill_runners: bool = False) -> None:
         """Stop maintaining; with ``kill_runners`` also end the runners (detached: they outlive us otherwise)."""

@@ -301,9 +301,8 @@ def run_training(
 
     if session.step != last_saved:
         checkpoint()
-    if budget is not None and budget.overruns:
-        notes.append(f"emulation overran its budget on {budget.overruns} of {budget.steps} steps "
-                     f"(+{budget.overrun_s:.3g} s): this machine is too small for what it emulates")
+    if budget is not None and budget.late_steps:
+        notes.append(budget.describe())
     timings["saved"] = time.time()
     return RunOutcome(
         job_id=request.job_id,
@@ -312,6 +311,7 @@ def run_training(
         step_time_s=step_time,
         emulated=emulated,
         overruns=budget.overruns if budget is not None else 0,
+        late_steps=budget.late_steps if budget is not None else 0,
         emulated_step_s=budget.step_s if budget is not None else None,
         start_step=start_step,
         gpus=tuple(request.gpus),

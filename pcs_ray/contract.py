@@ -196,6 +196,7 @@ class RunOutcome:
     gpus: tuple[GPUSlot, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. a checkpoint fallback warning, the data source
     timings: dict[str, float] | None = None  # wall-clock stamps (time.time()) of the run's phases
-    overruns: int = 0  # emulated steps whose real compute took longer than the emulated GPU's step
+    overruns: int = 0  # emulated steps that left the run over a step behind its emulated GPU's schedule
+    late_steps: int = 0  # emulated steps whose own compute exceeded their budget (caught up unless also overruns)
     emulated_step_s: float | None = None  # the emulated GPU's step budget (None: real GPUs)
     runner: str = "cold"  # "warm": a pooled runner took the run; "cold": runner processes started for it

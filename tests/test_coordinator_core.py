@@ -169,6 +169,28 @@ def test_forecasts_charge_start_and_every_move_they_play():
     assert core.predict(long_id)["predicted_completion"] == pytest.approx(short_end + 1 + 2 + 89)
 
 
+def test_warm_and_cold_starts_are_learned_apart_and_forecasts_charge_the_pools_mix(tmp_path):
+    path = tmp_path / "journal.sqlite"
+    core, clock = make(Journal(path), gpus=2, per_node=2, restart_overhead=0.0)
+    warm, _ = core.submit(job(steps=100, step_time=1.0))
+    core.runner_kind(warm, 1, "warm")  # the host's launch found a warm runner
+    clock.t += 10.5
+    core.progress(warm, step=10, step_time=1.0)  # 0.5 s of start-up on a warm runner
+    cold, _ = core.submit(job(steps=100, step_time=1.0))  # no runner_kind: cold
+    clock.t += 20
+    core.progress(cold, step=10, step_time=1.0)  # 10 s of start-up: a process and an import
+    assert core.speed.cost("tiny", "warm_start") == pytest.approx(0.5)
+    assert core.speed.cost("tiny", "start") == pytest.approx(10.0)
+    spec_job = core.jobs[warm]
+    spec_job.first_start = None  # as a queued job not yet started would be
+    for share, expected in ((0.0, 10.0), (1.0, 0.5), (0.5, 5.25)):
+        core.speed.set_warm_share(share)
+        assert core.speed.job_costs(spec_job)[0] == pytest.approx(expected)
+    core.journal.close()
+    again, _ = make(Journal(path), gpus=2, per_node=2, restart_overhead=0.0, clock=clock)  # the kind is journaled
+    assert again.speed.cost("tiny", "warm_start") == pytest.approx(0.5) and again.speed.cost("tiny", "start") == pytest.approx(10.0)
+
+
 def test_scaling_and_step_times_are_learned_per_gpu_count():
     core, clock = make(gpus=4, per_node=4, restart_overhead=0.0)
     a, _ = core.submit(job(gpus=1, steps=100, step_time=1.0))

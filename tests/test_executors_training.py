@@ -116,20 +116,37 @@ class _FakeClock:
         self.t += seconds + self.late
 
 
-def test_an_emulated_step_takes_its_budget_and_an_overrun_is_counted_not_hidden():
+def test_an_emulated_step_takes_its_budget_and_a_late_step_is_caught_up_on_the_schedule():
     clock = _FakeClock()
     budget = StepBudget(0.5, clock=clock, sleep=clock.sleep)
     durations = []
-    for compute in (0.1, 0.45, 0.7, 0.2):
+    for compute in (0.1, 0.45, 0.7, 0.2, 0.1):
         budget.begin()
         clock.t += compute
         durations.append(budget.end())
-    assert durations == pytest.approx([0.5, 0.5, 0.7, 0.5])  # the overrun step took what it took
-    assert clock.slept == pytest.approx([0.4, 0.05, 0.3])
-    assert (budget.overruns, budget.steps) == (1, 4) and budget.overrun_s == pytest.approx(0.2)
-    assert budget.load == pytest.approx(1.45 / 2.0)
+    # the 0.7 s step ran 0.2 s late; the next step waited 0.2 s less, so the run is back on its device's schedule
+    assert durations == pytest.approx([0.5, 0.5, 0.7, 0.3, 0.5])
+    assert clock.slept == pytest.approx([0.4, 0.05, 0.1, 0.4])
+    assert (budget.overruns, budget.late_steps, budget.steps) == (0, 1, 5)
+    assert budget.max_lag_s == pytest.approx(0.2) and budget.dropped_s == 0
+    assert budget.load == pytest.approx(1.55 / 2.5)
+    assert "kept its device's pace" in budget.describe()
     with pytest.raises(ValueError):
         StepBudget(0.0)
+
+
+def test_falling_over_a_step_behind_the_device_is_an_overrun_and_a_long_stall_is_not_sprinted_back():
+    clock = _FakeClock()
+    budget = StepBudget(0.1, clock=clock, sleep=clock.sleep)
+    for compute in (0.25, 0.04, 0.05, 0.05, 3.0, 0.0):
+        budget.begin()
+        clock.t += compute
+        budget.end()
+    # 0.15 s behind after the first step (over one budget: an overrun), 0.09 after the second (not over), then caught up;
+    # the 3 s stall owes 2.9 s, of which only 10 budgets are kept on the schedule
+    assert budget.overruns == 3 and budget.late_steps == 2
+    assert budget.dropped_s == pytest.approx(2.9 - 1.0) and budget.max_lag_s == pytest.approx(2.9)
+    assert "over a step behind its device on 3 of 6 steps" in budget.describe()
 
 
 def test_waking_late_is_paid_back_so_the_emulated_pace_holds_on_average():
@@ -160,7 +177,8 @@ def test_a_machine_too_small_for_its_emulated_gpus_reports_every_overrun(tmp_pat
     target = _FakeActor()
     # a GPU 10^5 times faster than nominal: no real step fits its budget
     out = run_training(_request(tmp_path, total_steps=3, slowdown=1e-5, reporter=target, report_interval_s=0.0))
-    assert out.overruns == 3 and any("overran its budget on 3 of 3 steps" in n for n in out.notes)
+    assert out.overruns == 3 and out.late_steps == 3
+    assert any("over a step behind its device on 3 of 3 steps" in n for n in out.notes)
     assert [kw.get("overruns") for _, kw in target.calls] == [1, 2, 3]
 
 

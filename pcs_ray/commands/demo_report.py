@@ -31,6 +31,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "signed_error_s": None if jct is None or pred_jct is None else jct - pred_jct,
             "preemptions": j["preemptions"], "attempts": j["attempts"], "emulated": j["emulated"],
             "overruns": j.get("emulation_overruns") or 0,
+            "late_steps": j.get("emulation_late_steps") or 0,
             "segments": [
                 {"start_s": s["start"] - t0, "end_s": None if s["end"] is None else s["end"] - t0,
                  "gpus": s["gpus"], "kind": s["kind"]}

@@ -73,13 +73,13 @@ def wait_for_warm_runners(client, timeout_s: float, err: Console) -> bool:
         time.sleep(1.0)
 
 
-def summary(live: dict | None, sim: dict[str, dict], overruns: int, wall_s: float) -> dict:
+def summary(live: dict | None, sim: dict[str, dict], overruns: int, wall_s: float, late_steps: int = 0) -> dict:
     """The figures ``--json`` prints (see the issue's schema); ``live`` is ``demo_report.build_report``'s."""
     sim_jcts = [s["jct_s"] for s in sim.values()]
     sim_errs = [100.0 * abs(s["jct_s"] - s["predicted_jct_s"]) / s["predicted_jct_s"]
                 for s in sim.values() if s["predicted_jct_s"]]
     out = {"sim": {"jobs": len(sim), "avg_jct_s": _mean(sim_jcts), "mean_abs_error_pct": _mean(sim_errs)},
-           "emulation_overruns": overruns, "wall_s": wall_s}
+           "emulation_overruns": overruns, "emulation_late_steps": late_steps, "wall_s": wall_s}
     if live is not None:
         s = live["summary"]
         out["live"] = {"jobs": s["jobs"], "finished": s["finished"], "avg_jct_s": s["avg_jct_s"],
@@ -90,8 +90,8 @@ def summary(live: dict | None, sim: dict[str, dict], overruns: int, wall_s: floa
         if s["avg_jct_s"] is not None and out["sim"]["avg_jct_s"]:
             gap = 100.0 * (s["avg_jct_s"] - out["sim"]["avg_jct_s"]) / out["sim"]["avg_jct_s"]
         out["avg_jct_gap_pct"] = gap
-        out["jobs"] = [{**{k: j[k] for k in ("name", "workload", "state", "jct_s", "predicted_jct_s", "error_pct",
-                                              "midlife_error_pct", "preemptions", "overruns")},
+        out["jobs"] = [{**{k: j.get(k) for k in ("name", "workload", "state", "jct_s", "predicted_jct_s", "error_pct",
+                                                  "midlife_error_pct", "preemptions", "overruns", "late_steps")},
                         "sim_jct_s": sim.get(j["name"], {}).get("jct_s"),
                         "sim_predicted_jct_s": sim.get(j["name"], {}).get("predicted_jct_s")}
                        for j in live["jobs"]]
@@ -118,7 +118,8 @@ def side_by_side(report: dict) -> Table:
         f"|error| {fmt(live.get('mean_abs_error_pct'), '%')} at submission, "
         f"{fmt(live.get('mean_abs_error_midlife_pct'), '%')} at mid-life; "
         f"sim: avg JCT {fmt(sim['avg_jct_s'])}, |error| {fmt(sim['mean_abs_error_pct'], '%')}; "
-        f"gap {fmt(report.get('avg_jct_gap_pct'), '%')}; emulation overruns {report['emulation_overruns']}; "
+        f"gap {fmt(report.get('avg_jct_gap_pct'), '%')}; emulation overruns {report['emulation_overruns']} "
+        f"({report.get('emulation_late_steps', 0)} late step(s) caught up); "
         f"wall {report['wall_s']:.0f} s")
     return table
 
@@ -165,7 +166,8 @@ def replay(trace: str, *, live: bool, address: str | None, calibrate: bool, dead
     sim = simulate_joblist(jobs, cluster, config["policy"], config["placement"]["placement"], speeds,
                            extra=None)
     overruns = sum(j.get("overruns") or 0 for j in report["jobs"])
-    result = summary(report, sim, overruns, time.time() - began)
+    late = sum(j.get("late_steps") or 0 for j in report["jobs"])
+    result = summary(report, sim, overruns, time.time() - began, late)
     (folder / "replay-report.json").write_text(json.dumps({**result, "live_report": report}, indent=2))
     return result
 

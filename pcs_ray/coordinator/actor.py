@@ -86,6 +86,7 @@ class CoordinatorService(CoordinatorHost):
             slots = [self.core.slot(g) for g in cluster.gpu_ids()]
             self.pool = WarmPool(slots, max_per_node=self.config.warm_runners_per_node, keep_runs=True)
             self.launch = self.pool.launch
+            self.core.speed.set_warm_share(self.pool.warm_share())
         self.runs: dict[int, _Run] = {}
         self.suspects: dict[int, _Suspect] = {}
         self.draining = False
@@ -143,6 +144,7 @@ class CoordinatorService(CoordinatorHost):
                 request = replace(action.request, reporter=self.me)
                 try:
                     self.runs[action.job_id] = _Run(request.attempt, self.launch(request))
+                    self.core.runner_kind(action.job_id, request.attempt, getattr(self.runs[action.job_id].handle, "runner", "cold"))
                 except Exception as e:  # a launch that cannot even start counts as a failed run
                     log.exception("launching job %s failed", action.job_id)
                     job = self.core.jobs[action.job_id]
@@ -162,6 +164,8 @@ class CoordinatorService(CoordinatorHost):
                 if outcome.emulated:
                     self.core.jobs[jid].emulated = True
                 self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
+                if getattr(outcome, "late_steps", 0):
+                    self.late_steps[jid] = self.late_steps.get(jid, 0) + int(outcome.late_steps)
             except Exception as e:  # the runner died or was killed: resume from its last checkpoint
                 status, step, step_time, error = "failed", self.core.jobs[jid].steps, None, type(e).__name__
             if status == "failed" and run.kill_at is None and _a_death(error):

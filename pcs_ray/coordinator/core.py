@@ -114,6 +114,12 @@ class Coordinator(CoordinatorState):
             actions.append(StopRun(jid, job.attempt, "cancel"))
         return actions + self.decide()
 
+    def runner_kind(self, jid: int, attempt: int, runner: str) -> None:
+        """Which runners took the job's run ``attempt`` ("warm": pooled; "cold"): its start-up is learned as that kind."""
+        job = self.jobs.get(jid)
+        if runner != "cold" and job is not None and job.attempt == attempt and job.state.holds_gpus:
+            self._record("runner", jid, attempt=attempt, runner=runner)
+
     def progress(self, jid: int, step: int, step_time: float | None, emulated: bool = False) -> None:
         """A runner's report; journaled at most every ``progress_journal_every`` seconds per job."""
         job = self.jobs.get(jid)

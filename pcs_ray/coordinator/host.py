@@ -27,6 +27,7 @@ class CoordinatorHost(ABC):
         # Emulated steps whose real compute overran the emulated GPU's budget, per job: the latest count of
         # each run (reports carry the run's running total) plus the finished runs' totals.
         self.overruns: dict[int, dict[int, int]] = {}
+        self.late_steps: dict[int, int] = {}  # per job, from its ended runs: steps late on their own but caught up
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -52,7 +53,9 @@ class CoordinatorHost(ABC):
             totals = {jid: sum(runs.values()) for jid, runs in self.overruns.items()}
             for view in out.get("jobs", []):
                 view["emulation_overruns"] = totals.get(view.get("id"), 0)
+                view["emulation_late_steps"] = self.late_steps.get(view.get("id"), 0)
             out["emulation_overruns"] = sum(totals.values())
+            out["emulation_late_steps"] = sum(self.late_steps.values())
             runners = self._runners()
             if runners is not None:
                 out["runners"] = runners

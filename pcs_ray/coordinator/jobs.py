@@ -31,6 +31,7 @@ class LiveJob:
     measured: bool = False  # ``t1`` comes from its runner, not from the estimate
     slowdown: float = 1.0  # the model's slowdown for ``gpus``
     started_at: float | None = None  # launch of the current attempt
+    runner: str = "cold"  # the current attempt's runners: "warm" (pooled) or "cold" (started for it); set by the host
     start_step: int = 0  # ``steps`` when the current attempt was launched
     first_start: float | None = None
     finish: float | None = None
@@ -56,6 +57,7 @@ class LiveJob:
         self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
         self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
         self.start_step = self.steps
+        self.runner = "cold"  # until the host says its launch found warm runners
         self.stop_reason, self.stop_at = None, None
         if self.first_start is None:
             self.first_start = t

@@ -18,7 +18,11 @@ system pays must be in it, and every forecast charges it. It keeps
   written and GPUs free). Every forecast charges them: a queued job pays its
   start when the play gives it GPUs, and every move the play makes (a
   preemption, a migration, a resize) pays stop + resume
-  (``Engine.set_costs``);
+  (``Engine.set_costs``). Starts and resumes are kept apart by the runners
+  that paid them: a warm runner (the pool) costs a message and a checkpoint
+  restore, a cold one a process and a torch import. A forecast charges the
+  mix the pool offers (``warm_share``: the share of GPUs with a warm runner;
+  a memory-bounded pool starts the rest cold);
 * the spread of each measurement, for prediction ranges, and which inputs
   are still estimates.
 
@@ -100,7 +104,9 @@ class SpeedModel:
         self.default_step_time = default_step_time
         self.default_cost = restart_overhead  # a start's cost before any was measured
         self.steps: dict[str, dict[int, Stat]] = {}  # shape -> GPU count -> seconds per step at slowdown 1
-        self.costs: dict[str, dict[str, Stat]] = {}  # workload -> "start" | "resume" | "stop" -> seconds
+        # workload -> "start" | "resume" (cold runners) | "warm_start" | "warm_resume" | "stop" -> seconds
+        self.costs: dict[str, dict[str, Stat]] = {}
+        self.warm_share = 0.0  # the share of GPUs with a warm runner (set by a host with a pool): future starts' kind
         self.estimate_ratio = 1.0
         self.version = 0  # bumped whenever an estimate other jobs use changes
         self._cache: dict = {}
@@ -181,23 +187,51 @@ class SpeedModel:
         return (0.0,) + tuple(t1 / self.step_s(spec, n)[0] for n in range(1, spec.gpus + 1))
 
     def cost(self, workload: str, kind: str) -> float:
-        """Seconds a ``start``, ``resume`` or ``stop`` of the workload costs: measured, else the mean over
-        workloads, else the configured default (a stop: 0)."""
+        """Seconds a ``start``, ``resume`` or ``stop`` of the workload costs (``warm_start``, ``warm_resume``: on
+        warm runners): measured, else the mean over workloads, else (warm) the cold cost, else the default (a stop: 0)."""
         stat = self.costs.get(workload, {}).get(kind)
         if stat is not None:
             return stat.mean
         others = [c[kind].mean for c in self.costs.values() if kind in c]
         if others:
             return sum(others) / len(others)
+        if kind.startswith("warm_"):
+            return self.cost(workload, kind[len("warm_"):])
         if kind == "resume" and "start" in self.costs.get(workload, {}):
             return self.costs[workload]["start"].mean
         return 0.0 if kind == "stop" else self.default_cost
 
+    def set_warm_share(self, share: float) -> None:
+        """How many of the GPUs keep a warm runner (0..1): a forecast's future starts cost that mix of warm and cold."""
+        share = min(1.0, max(0.0, float(share)))
+        if share != self.warm_share:
+            self.warm_share = share
+            self.version += 1
+
+    def _expected(self, workload: str, kind: str) -> float:
+        """A future ``start`` or ``resume``: warm on the pool's share of GPUs, cold on the rest."""
+        share = self.warm_share
+        warm = self.cost(workload, "warm_" + kind) if share > 0 else 0.0
+        cold = self.cost(workload, kind) if share < 1 else 0.0
+        return share * warm + (1 - share) * cold
+
+    def _kinds(self, job: LiveJob) -> tuple[str, ...]:
+        """The cost kinds a forecast of ``job`` charges."""
+        base = ("start", "resume") if job.first_start is None else ("resume",)
+        kinds = tuple(("warm_" + k) for k in base if self.warm_share > 0) + (base if self.warm_share < 1 else ())
+        return kinds + ("stop",)
+
+    @staticmethod
+    def _run_kind(job: LiveJob) -> str:
+        """What the job's current run pays: a first start or a resume, on warm or cold runners."""
+        kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
+        return ("warm_" + kind) if job.runner == "warm" else kind
+
     def job_costs(self, job: LiveJob) -> tuple[float, float]:
         """(first start, every later move) for the engine: a move is a stop plus a resume."""
         workload = job.spec.workload
-        start = self.cost(workload, "start") if job.first_start is None else 0.0
-        return start, self.cost(workload, "stop") + self.cost(workload, "resume")
+        start = self._expected(workload, "start") if job.first_start is None else 0.0
+        return start, self.cost(workload, "stop") + self._expected(workload, "resume")
 
     def remaining(self, job: LiveJob, now: float, speedup: tuple[float, ...] | None = None) -> float:
         """GPU-seconds at one nominal GPU still to do, from the runner's last report.
@@ -220,14 +254,13 @@ class SpeedModel:
         """When a running job can next make progress: one that has not reported yet is still starting up.
         A queued job pays its start when the forecast gives it GPUs (``job_costs``), not here."""
         if job.state == JobStatus.RUNNING and job.reported_at is None and job.started_at is not None:
-            kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
-            return job.started_at + self.cost(job.spec.workload, kind)
+            return job.started_at + self.cost(job.spec.workload, self._run_kind(job))
         return 0.0
 
     @property
     def restart_overhead(self) -> float:
-        """The mean resume cost over measured workloads (what ``status`` shows)."""
-        return self.cost("", "resume")
+        """The mean resume cost over measured workloads, on the pool's mix of runners (what ``status`` shows)."""
+        return self._expected("", "resume")
 
     # -- what a prediction says about itself --------------------------------------------
     def estimates(self, job: LiveJob) -> list[str]:
@@ -238,9 +271,7 @@ class SpeedModel:
             out.append("step_time")
         if len(self.steps.get(shape_key(job.spec.workload, job.spec.params), {})) < 2 and job.spec.gpus > 1:
             out.append("scaling")
-        kinds = ("start",) if job.first_start is None else ()
-        kinds += ("resume", "stop")
-        if any(k not in self.costs.get(job.spec.workload, {}) for k in kinds):
+        if any(k not in self.costs.get(job.spec.workload, {}) for k in self._kinds(job)):
             out.append("start_stop_costs")
         return out
 
@@ -257,8 +288,7 @@ class SpeedModel:
     def observe_start_up(self, job: LiveJob, t: float, step: int, step_time: float) -> None:
         """The first report of a run: the time since its launch not spent on its steps was its start."""
         cost = max(0.0, t - job.started_at - max(1, step - job.start_step) * step_time)
-        kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
-        self._add_cost(job.spec.workload, kind, cost)
+        self._add_cost(job.spec.workload, self._run_kind(job), cost)
 
     def observe_stop(self, job: LiveJob, seconds: float) -> None:
         """A stop request took ``seconds`` until the run ended (checkpoint written, GPUs free)."""

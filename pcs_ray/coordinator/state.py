@@ -151,6 +151,9 @@ class CoordinatorState:
         jid = job.job_id
         if kind == "start":
             job.launched(t, data["attempt"], tuple(data["gpus"]), data["slowdown"], data["kind"])
+        elif kind == "runner":
+            if job.attempt == data["attempt"]:
+                job.runner = data["runner"]
         elif kind == "stop":
             job.stopping(data["reason"], t)
         elif kind == "progress":
