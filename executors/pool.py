@@ -406,7 +406,7 @@ class WarmPool:
             raise ValueError(f"job {request.job_id}: a GPU of {request.gpus} has no warm runner")
         runs = [actor.collect.remote(request) for actor in actors]
         return RunHandle(request, actors, _watch_warm.remote(request, actors, runs),
-                         stop_args=(request.job_id, request.attempt))
+                         stop_args=(request.job_id, request.attempt), runner="warm")
 
     def release(self, keep) -> None:
         """Stop the found runners' runs other than ``keep`` ((job id, attempt) pairs) at a checkpoint;
