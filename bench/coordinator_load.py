@@ -8,9 +8,9 @@ start, report progress, checkpoint and stop like real ones), submits
 ``--jobs`` jobs through ``pcs_ray.client.Client`` one after another, and
 prints one JSON object: submissions per second, submit→prediction latency
 (p50/p99: the call returns the job's predicted completion), ``status``
-latency (p50/p99) with everything queued, and the coordinator's resident
-memory. Decision latency inside the actor is not visible from outside; see
-``bench/coordinator_latency.py`` for it in-process.
+latency (p50/p99) with everything queued, the coordinator's decision latency
+(each policy + placement + diff inside the actor, as it times them:
+``decision_latency``) and its resident memory.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--policy", default="pcs-bal")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="stop submitting after this many seconds (the figures then cover the jobs submitted so far)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pcsray-load-"))
     token = tmp / "token"
@@ -78,7 +80,9 @@ def main() -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         connect(address, NAMESPACE)
-        ray.kill(get_coordinator(), no_restart=True)  # the stock one: replaced by one with stand-in runners
+        stock = get_coordinator()  # replaced by one with stand-in runners; its warm runners (torch, ~0.8 GB each) go too
+        ray.get(stock.shutdown_runners.remote())
+        ray.kill(stock, no_restart=True)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
         config = CoordinatorConfig(cluster=cluster_dict(cluster_from_ray_nodes(ray.nodes())),
                                    state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
@@ -91,6 +95,9 @@ def main() -> None:
         lat = []
         began = time.perf_counter()
         for i in range(args.jobs):
+            if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
+                print(f"budget spent after {i} submissions", file=sys.stderr, flush=True)
+                break
             gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
             spec = {"workload": "tiny_cnn", "steps": rng.randint(200, 20_000), "gpus": gpus,
                     "min_gpus": max(1, gpus // 2), "step_time": 0.05, "checkpoint_every": 100,
@@ -101,6 +108,7 @@ def main() -> None:
             if i and i % 1000 == 0:
                 print(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms", file=sys.stderr, flush=True)
         wall = time.perf_counter() - began
+        submitted = len(lat)
         status_lat = []
         for _ in range(30):
             t = time.perf_counter()
@@ -110,12 +118,16 @@ def main() -> None:
         for j in st["jobs"]:
             states[j["state"]] = states.get(j["state"], 0) + 1
         out.update(
-            submissions_per_s=round(args.jobs / wall, 1),
+            submitted=submitted, budget_s=args.budget_s,
+            submissions_per_s=round(submitted / wall, 1),
+            submit_p99_ms_per_1000={f"{k}-{k + 1000}": round(1000 * float(np.percentile(lat[k:k + 1000], 99)), 1)
+                                    for k in range(0, submitted, 1000)},
             submit_to_prediction_ms={"p50": round(1000 * float(np.percentile(lat, 50)), 1),
                                      "p99": round(1000 * float(np.percentile(lat, 99)), 1),
                                      "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
             status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
                        "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
+            decision=ray.get(actor.decision_latency.remote()),
             coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
         )
         ray.shutdown()

@@ -8,7 +8,11 @@ it resumed from), time to recover (the fault until every affected job runs
 again; for the journal: until the coordinator serves again), and for the
 node fault the checkpoint interval each job's loss is bounded by.
 
-Faults: ``worker_node`` (SIGKILL of every process of the last worker node,
+Faults: ``coordinator_mid_run`` and ``coordinator_mid_preemption`` (the
+coordinator actor killed while every GPU trains, and again while a
+preemption is in flight; Ray restarts it, it adopts the runs still training
+on their warm runners: steps lost counts, per job, the highest step seen
+before the kill minus the step its training continued from), ``worker_node`` (SIGKILL of every process of the last worker node,
 its jobs resume elsewhere from their checkpoints), ``runner`` (SIGKILL of one
 runner process), ``journal_torn_tail`` and ``journal_corrupt_record`` (a
 coordinator rebuilt from a damaged journal), ``checkpoint_disk_full`` (a
@@ -148,6 +152,70 @@ def runner_fault(env, client, state: Path, args) -> dict:
     return out
 
 
+def coordinator_faults(client, args) -> dict:
+    """Kill the coordinator actor (Ray restarts it) mid-run, then mid-preemption; every job must finish
+    and no step of work may be lost: the runs go on on their warm runners and the new actor adopts them."""
+    import ray
+
+    from pcs_ray.coordinator.actor import get_coordinator
+
+    job = Path(tempfile.mkdtemp(prefix="pcsray-bench-")) / "job.yaml"
+    job.write_text(f"workload: tiny_cnn\nsteps: {args.steps}\ngpus: 1\ncheckpoint_every: {args.interval}\n")
+    gpus = sum(len(n["gpus"]) for n in client.config()["cluster"]["nodes"])  # those alive (after a node fault)
+    watch = Watch(client)
+    submitted = [client.submit(job).id for _ in range(gpus)]
+    watch.until(lambda js: all(js[j]["state"] == "running" and js[j]["steps"] > args.interval for j in submitted),
+                600, "every job to run past its first checkpoint")
+    out = {}
+
+    def kill(victims: list[int], what: str) -> dict:
+        before = watch.jobs()
+        reached = {j: watch.best[j] for j in victims}
+        actor = get_coordinator()
+        pid = ray.get(actor.ping.remote())["pid"]
+        killed_at = time.monotonic()
+        ray.kill(actor, no_restart=False)
+        info = ray.get(actor.ping.remote(), timeout=300)  # calls wait (and are retried) while Ray restarts it
+        while info["pid"] == pid:  # the kill is asynchronous: the old process may still answer once
+            time.sleep(0.1)
+            info = ray.get(actor.ping.remote(), timeout=300)
+        watch.jobs()
+        serving_s = time.monotonic() - killed_at
+
+        def moving(js):  # each victim trains again (reports a step past what it had reached) or has ended
+            return all(js[j]["state"] in ("finished", "failed", "cancelled")
+                       or (js[j]["state"] == "running" and js[j]["steps"] > reached[j]) for j in victims)
+
+        after = watch.until(moving, 600, f"the jobs to train again after the kill {what}")
+        recovered_s = time.monotonic() - killed_at
+        lost = {}
+        for j in victims:
+            a, b = before[j], after[j]
+            if b["attempts"] == a["attempts"]:
+                lost[str(j)] = 0  # the same run went on: nothing was redone
+            else:  # a new run: it continued from the step its first new segment started at
+                lost[str(j)] = max(0, reached[j] - b["segments"][len(a["segments"])]["from_step"])
+        return {"jobs_killed_with": len(victims), "runs_adopted": info["reattached"], "runs_lost": info["recovered"],
+                "steps_lost": lost, "time_to_serve_s": round(serving_s, 2), "time_to_recover_s": round(recovered_s, 2),
+                "attempts": {str(j): after[j]["attempts"] for j in victims}}
+
+    out["coordinator_mid_run"] = kill(submitted, "mid-run")
+    client.set_config("srsf")  # a short arrival now preempts the long job with the most work left
+    short = client.submit({"workload": "tiny_cnn", "steps": 20, "gpus": 1})
+    stopping = [j for j, v in watch.jobs().items() if v["state"] == "stopping"]
+    out["coordinator_mid_preemption"] = kill(stopping, "mid-preemption") if stopping else {
+        "note": "the preemption had ended before the kill; rerun"}
+    out["coordinator_mid_preemption"]["preemption_in_flight"] = bool(stopping)
+    everyone = submitted + [short.id]
+    final = watch.until(lambda js: all(js[j]["state"] in ("finished", "failed", "cancelled") for j in everyone),
+                        1800, "every job to end")
+    for fault in ("coordinator_mid_run", "coordinator_mid_preemption"):
+        out[fault].update(jobs_lost=len([j for j in everyone if final[j]["state"] != "finished"]),
+                          acknowledged_submissions_lost=len([j for j in everyone if j not in final]))
+    out["coordinator_mid_preemption"]["preemptions"] = {str(j): final[j]["preemptions"] for j in stopping}
+    return out
+
+
 def _peek(directory: Path) -> int:
     from executors.checkpoint import peek_step
 
@@ -240,10 +308,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=6)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--interval", type=int, default=100, help="checkpoint_every of the jobs")
-    ap.add_argument("--only", choices=["cluster", "local"], help="run only the cluster faults or only the in-process ones")
+    ap.add_argument("--only", choices=["cluster", "local", "coordinator"],
+                    help="run only the cluster faults, only the in-process ones, or only the coordinator kills (on the cluster)")
     args = ap.parse_args()
     out: dict = {"load_average": os.getloadavg()}
-    if args.only != "cluster":
+    if args.only in (None, "local"):
         out.update(journal_faults())
         out.update(disk_full_fault())
     if args.only != "local":
@@ -264,11 +333,16 @@ def main() -> None:
             from pcs_ray.client import Client
 
             client = Client(up["address"])
-            print(f"cluster up in {out['up_s']} s; killing a runner", file=sys.stderr, flush=True)
-            out["runner"] = runner_fault(env, client, state, args)
-            print(json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
-            out["worker_node"] = node_fault(env, client, state, args)
-            print(json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
+            print(f"cluster up in {out['up_s']} s", file=sys.stderr, flush=True)
+            if args.only != "coordinator":
+                print("killing a runner", file=sys.stderr, flush=True)
+                out["runner"] = runner_fault(env, client, state, args)
+                print(json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
+                out["worker_node"] = node_fault(env, client, state, args)
+                print(json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
+            print("killing the coordinator (last: it switches the policy to SRSF)", file=sys.stderr, flush=True)
+            out.update(coordinator_faults(client, args))
+            print(json.dumps({k: v for k, v in out.items() if k.startswith("coordinator")}), file=sys.stderr, flush=True)
         finally:
             import ray
 

@@ -13,9 +13,14 @@ keeps one :class:`WarmRunner` per GPU instead:
   uses a GPU is the coordinator's decision; the runner takes one run at a
   time and queues the next behind it (``after``, as a cold start does).
 - **detached and named** (``pcs-ray-runner:<node>:gpu<i>`` in namespace
-  ``pcs-ray``), so a restarted coordinator finds the same runners. It then
-  stops whatever they were still running for its previous incarnation
-  (at a checkpoint) before anything new starts.
+  ``pcs-ray``), so a restarted coordinator finds the same runners. A run
+  outlives the coordinator that started it: it keeps training (its progress
+  reports go nowhere meanwhile), and its outcome is kept in the runner
+  (``runs_state``). A pool built with ``keep_runs`` lets its coordinator
+  adopt the runs its journal says are running (``survivors``, ``reattach``:
+  progress flows to the new coordinator, the outcome is collected) and stop
+  the rest at a checkpoint (``release``); without it every run left over is
+  stopped at a checkpoint before anything new starts.
 - **warm**: torch, every workload's modules (in the background) and the
   training loop are imported once. DDP sets up its process group per run (a rendezvous per
   run), the one thing not kept.
@@ -42,6 +47,7 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import ray
@@ -61,6 +67,7 @@ RSS_ESTIMATE_B = 760 * 2**20
 MEMORY_SHARE = 0.5
 REPLACE_BACKOFF_MAX_S = 60.0
 FAILED_RANK_WAIT_S = 5.0  # after one rank fails, how long the others get before they are killed (stuck in collectives)
+KEPT_OUTCOMES = 32  # outcomes a runner keeps for a coordinator that died before it collected them
 
 
 def warm_capacity(node_memory_b: float, runner_b: float, share: float = MEMORY_SHARE, max_per_node: int | None = None) -> int:
@@ -95,9 +102,14 @@ class WarmRunner:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         self._run_lock = threading.Lock()  # one run at a time; the next waits here
         self._state = threading.Lock()
+        self._changed = threading.Condition(self._state)  # a run began or ended
         self._stop = threading.Event()
         self._current: tuple[str, int] | None = None
+        self._step = 0  # of the current run
+        self._pending: set[tuple[str, int]] = set()  # runs handed over, waiting for their turn
         self._stop_early: set[tuple[str, int]] = set()  # runs asked to stop before they began
+        self._reporters: dict[tuple[str, int], object] = {}  # where each run's progress goes (a new coordinator's)
+        self._ended: OrderedDict[tuple[str, int], RunOutcome] = OrderedDict()
         self._never = threading.Event()
         self.runs = 0
         import executors.training  # noqa: F401  (torch, the loop, checkpoints)
@@ -157,33 +169,92 @@ class WarmRunner:
         """Stop whatever runs (for a coordinator that no longer knows it) and wait until it has checkpointed."""
         with self._state:
             busy = self._current is not None
+            self._stop_early |= self._pending
             self._stop.set()
         with self._run_lock:
             return busy
 
+    def runs_state(self) -> dict:
+        """What a restarted coordinator needs to adopt this runner's work: the run training now (job id,
+        attempt) and its step, the runs waiting for their turn, and the outcomes of the runs that ended."""
+        with self._state:
+            return {"current": self._current, "step": self._step if self._current else None,
+                    "pending": sorted(self._pending), "ended": {t: (o.status, o.step) for t, o in self._ended.items()}}
+
+    def collect(self, request: RunRequest) -> RunOutcome:
+        """The outcome of ``request``'s run, once it ends (a restarted coordinator adopting it); its
+        progress reports go to ``request.reporter`` from now on."""
+        token = (request.job_id, request.attempt)
+        with self._state:
+            if token == self._current or token in self._pending:
+                self._reporters[token] = request.reporter
+            while token not in self._ended and (token == self._current or token in self._pending):
+                self._changed.wait()
+            if token in self._ended:
+                return self._ended[token]
+        return failed_outcome(request, "runner died or lost the run (not found on its warm runner)", runner="warm")
+
+    def release(self, keep: list) -> int:
+        """Stop every run but those in ``keep`` (job id, attempt) at a checkpoint, and wait until the one
+        training now has stopped; returns how many were stopped. Runs a previous coordinator started
+        that the new one does not adopt must not train beside what it starts."""
+        keep = {tuple(k) for k in keep}
+        with self._state:
+            stale = {t for t in self._pending if t not in keep}
+            self._stop_early |= stale
+            if self._current is not None and self._current not in keep:
+                stale.add(self._current)
+                self._stop.set()
+            while self._current is not None and self._current in stale:
+                self._changed.wait()
+        return len(stale)
+
+    def _stepped(self, step: int) -> None:
+        self._step = step
+
     def run(self, request: RunRequest, rank: int, world_size: int, master: tuple[str, int] | None,
             after: list, launched: float) -> RunOutcome:
-        """Train one rank of ``request`` once the runs in ``after`` (refs, any outcome) have ended."""
-        if after:
-            ray.wait(after, num_returns=len(after))
-        with self._run_lock:
-            token = (request.job_id, request.attempt)
-            with self._state:
-                self._current = token
-                self._stop.clear()
-                if token in self._stop_early:
-                    self._stop_early.discard(token)
-                    self._stop.set()
-            timings = {"launched": launched, "actor_created": self.created, "warmed": self.warmed,
-                       "run_called": time.time()}
-            try:
-                outcome = train_rank(request, self._stop.is_set, rank, world_size, master, timings)
-            finally:
+        """Train one rank of ``request`` once the runs in ``after`` (refs, any outcome) have ended.
+
+        The outcome is also kept here: if the coordinator that asked dies meanwhile, the run goes on
+        and its successor collects it (:meth:`collect`).
+        """
+        token = (request.job_id, request.attempt)
+        with self._state:
+            self._pending.add(token)
+            self._reporters[token] = request.reporter
+        try:
+            if after:
+                ray.wait(after, num_returns=len(after))
+            with self._run_lock:
                 with self._state:
+                    self._pending.discard(token)
+                    self._current, self._step = token, 0
+                    self._stop.clear()
+                    if token in self._stop_early:
+                        self._stop_early.discard(token)
+                        self._stop.set()
+                timings = {"launched": launched, "actor_created": self.created, "warmed": self.warmed,
+                           "run_called": time.time()}
+                try:
+                    outcome = train_rank(request, self._stop.is_set, rank, world_size, master, timings,
+                                         on_step=self._stepped, reporter=lambda: self._reporters.get(token))
+                finally:
+                    self.runs += 1
+                    gc.collect()
+                outcome = replace(outcome, runner="warm")
+                with self._state:
+                    self._ended[token] = outcome
+                    while len(self._ended) > KEPT_OUTCOMES:
+                        self._ended.popitem(last=False)
+                return outcome
+        finally:
+            with self._state:
+                self._pending.discard(token)
+                self._reporters.pop(token, None)
+                if self._current == token:
                     self._current = None
-                self.runs += 1
-                gc.collect()
-            return replace(outcome, runner="warm")
+                self._changed.notify_all()
 
 
 RemoteWarmRunner = ray.remote(WarmRunner)
@@ -228,6 +299,7 @@ class _Slot:
     node_id: str | None = None
     retry_at: float = 0.0  # a dead runner is replaced from then on (its GPU's runs start cold meanwhile)
     backoff: float = 0.0  # doubles with each death in a row (e.g. the node's OOM killer), so replacing cannot churn
+    adopted: bool = False  # found alive from a previous coordinator
 
 
 @dataclass
@@ -235,6 +307,8 @@ class WarmPool:
     """The warm runners of a cluster's GPUs, kept alive and replaced; ``launch`` hands runs to them.
 
     ``max_per_node``: warm runners per Ray node at most (None: what ``MEMORY_SHARE`` of its memory holds).
+    ``keep_runs``: runs left by a previous coordinator keep training until the caller says which it
+    adopts (:meth:`survivors`, :meth:`reattach`, :meth:`release`); otherwise they stop at a checkpoint.
     """
 
     slots: list[GPUSlot]
@@ -242,6 +316,7 @@ class WarmPool:
     memory_share: float = MEMORY_SHARE
     namespace: str = NAMESPACE
     maintain_every_s: float = 1.0
+    keep_runs: bool = False
     _warm: dict[GPUSlot, _Slot] = field(default_factory=dict, init=False, repr=False)
     _settling: list = field(default_factory=list, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
@@ -298,11 +373,49 @@ class WarmPool:
             existing = ray.get_actor(runner_name(entry.slot), namespace=self.namespace)
         except ValueError:
             return
-        entry.actor = existing
+        entry.actor, entry.adopted = existing, True
         entry.started = time.time()
         entry.sentinel = existing.sentinel.remote()
         entry.info, entry.info_ref = None, existing.info.remote()
-        self._settling.append(existing.abandon.remote())  # its run belongs to a coordinator that is gone
+        if not self.keep_runs:
+            self._settling.append(existing.abandon.remote())  # its run belongs to a coordinator that is gone
+
+    def survivors(self, timeout: float = 30.0) -> dict[GPUSlot, dict]:
+        """What each runner found from a previous coordinator is doing (``WarmRunner.runs_state``);
+        a runner that does not answer within ``timeout`` is left out (its runs count as lost)."""
+        with self._lock:
+            entries = [e for e in self._warm.values() if e.adopted and e.actor is not None]
+            refs = [e.actor.runs_state.remote() for e in entries]
+        if not refs:
+            return {}
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        out = {}
+        for entry, ref in zip(entries, refs):
+            try:
+                out[entry.slot] = ray.get(ref, timeout=0)
+            except Exception as exc:
+                log.warning("warm runner for %s did not say what it runs: %s", entry.slot, exc)
+        return out
+
+    def reattach(self, request: RunRequest) -> RunHandle:
+        """A handle on a run that warm runners still hold (started by a previous coordinator):
+        ``done`` resolves to its outcome, and its progress reports go to ``request.reporter``."""
+        with self._lock:
+            actors = [self._warm[GPUSlot(s.node, s.index)].actor for s in request.gpus]
+        if any(a is None for a in actors):
+            raise ValueError(f"job {request.job_id}: a GPU of {request.gpus} has no warm runner")
+        runs = [actor.collect.remote(request) for actor in actors]
+        return RunHandle(request, actors, _watch_warm.remote(request, actors, runs),
+                         stop_args=(request.job_id, request.attempt), runner="warm")
+
+    def release(self, keep) -> None:
+        """Stop the found runners' runs other than ``keep`` ((job id, attempt) pairs) at a checkpoint;
+        launches wait until they have stopped."""
+        keep = sorted({(str(j), int(a)) for j, a in keep})
+        with self._lock:
+            for entry in self._warm.values():
+                if entry.adopted and entry.actor is not None:
+                    self._settling.append(entry.actor.release.remote(keep))
 
     def _starting(self) -> bool:
         return any(e.actor is not None and e.info is None for e in self._warm.values())

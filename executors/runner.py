@@ -86,10 +86,11 @@ class Runner:
 
 
 def train_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
-               timings: dict) -> RunOutcome:
+               timings: dict, **hooks) -> RunOutcome:
     """One rank's run in this process: join the run's process group (DDP), train, leave it; failures become outcomes.
 
     Shared by the runners started for one run and the pool's warm runners, so both train the same way.
+    ``hooks``: ``on_step`` and ``reporter`` of :func:`executors.training.run_training`.
     """
     try:
         import torch.distributed as dist
@@ -105,7 +106,7 @@ def train_rank(request: RunRequest, should_stop, rank: int, world_size: int, mas
                 world_size=world_size,
             )
         try:
-            return run_training(request, should_stop, rank=rank, world_size=world_size, timings=timings)
+            return run_training(request, should_stop, rank=rank, world_size=world_size, timings=timings, **hooks)
         finally:
             if world_size > 1 and dist.is_initialized():
                 dist.destroy_process_group()

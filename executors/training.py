@@ -94,13 +94,15 @@ class ProgressReporter:
     interval_s: float
     emulated: bool = False
     budget: StepBudget | None = None  # emulated steps: its overrun count travels with each report
+    resolve: Callable[[], object] | None = None  # asked for the target at each report (a warm runner's run changes hands)
     _last: float = field(default=float("-inf"))
     _times: list = field(default_factory=list)
 
     def step_done(self, step: int, step_time_s: float) -> None:
         self._times.append(step_time_s)
         now = time.monotonic()
-        if self.target is None or now - self._last < self.interval_s:
+        target = self.resolve() if self.resolve is not None else self.target
+        if target is None or now - self._last < self.interval_s:
             return
         mean = sum(self._times) / len(self._times)
         self._times.clear()
@@ -109,8 +111,8 @@ class ProgressReporter:
         if self.budget is not None and self.budget.overruns:  # only then: older reporters lack the keyword
             extra["overruns"] = self.budget.overruns
         try:
-            self.target.report_progress.remote(self.job_id, step, mean, **extra)
-        except Exception as exc:  # a dead reporter must not stop training
+            target.report_progress.remote(self.job_id, step, mean, **extra)
+        except Exception as exc:  # a dead coordinator must not stop training: its successor adopts the run
             log.warning("progress report for %s failed: %s", self.job_id, exc)
 
 
@@ -287,11 +289,14 @@ def run_training(
     rank: int = 0,
     world_size: int = 1,
     timings: dict[str, float] | None = None,
+    on_step: Callable[[int], None] | None = None,
+    reporter: Callable[[], object] | None = None,
 ) -> RunOutcome:
     """Train ``request`` from its newest checkpoint to ``total_steps`` or until asked to stop.
 
     With ``world_size > 1`` the caller has initialised ``torch.distributed``;
-    rank 0 writes the checkpoints.
+    rank 0 writes the checkpoints. ``on_step(step)`` follows every step (and the
+    restore); ``reporter`` returns where progress goes now, instead of ``request.reporter``.
     """
     timings = dict(timings or {})
     session = TrainingSession(request.workload, request.params, rank=rank, world_size=world_size)
@@ -310,8 +315,10 @@ def run_training(
             notes.append(f"latest checkpoint unusable, resumed from {loaded.path.name}")
     start_step = last_saved = session.step
     timings["restored"] = time.time()
-    reporter = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget)
+    progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget, reporter)
     telemetry = None if emulated else telemetry_reporter(request, rank)
+    if on_step is not None:
+        on_step(session.step)
 
     def checkpoint() -> None:
         nonlocal last_saved
@@ -337,9 +344,11 @@ def run_training(
         if request.checkpoint_every and step % request.checkpoint_every == 0 and step < request.total_steps:
             checkpoint()
         if rank == 0:
-            reporter.step_done(step, step_time)
+            progress.step_done(step, step_time)
         if telemetry is not None:
             telemetry.step_done()
+        if on_step is not None:
+            on_step(step)
 
     if session.step != last_saved:
         checkpoint()

@@ -197,6 +197,38 @@ def test_a_dead_warm_runner_is_replaced_and_its_job_resumes_on_the_new_one(ray_e
     assert _same(reference, tmp_path)
 
 
+def test_a_new_pool_adopts_a_run_that_outlived_its_coordinator_and_stops_the_others(ray_env, pool, reference, tmp_path):
+    """What a restarted coordinator does: the runs go on without anyone waiting on them; a new pool
+    finds the runners by name, adopts one run (its progress now reaches a new reporter, its outcome is
+    collected, its weights are those of an uninterrupted run) and stops the other at a checkpoint."""
+    from executors.pool import WarmPool
+
+    ray, _, recorder = ray_env
+    kept = _request("adopt", [("node0", 1)], tmp_path / "kept", slowdown=4 * SLOW, attempt=1)
+    stale = _request("stale", [("node1", 0)], tmp_path / "stale", slowdown=4 * SLOW, attempt=1, total_steps=500)
+    first = [pool.launch(kept), pool.launch(stale)]
+    for handle in first:
+        _wait_until(lambda: (ray.get(handle.actors[0].runs_state.remote())["step"] or 0) >= 3)
+    successor = WarmPool([GPUSlot(n, i) for n, i in WARM], keep_runs=True)
+    try:
+        found = successor.survivors()
+        assert found[GPUSlot("node0", 1)]["current"] == ("adopt", 1)
+        assert found[GPUSlot("node1", 0)]["current"] == ("stale", 1) and found[GPUSlot("node0", 0)]["current"] is None
+        step = found[GPUSlot("node0", 1)]["step"]
+        assert 3 <= step < TOTAL
+        adopted = successor.reattach(replace(kept, reporter=recorder))
+        successor.release([("adopt", 1)])
+        stopped = first[1].outcome(timeout=60)
+        assert stopped.status == "preempted" and peek_step(tmp_path / "stale") == stopped.step  # no step lost
+        outcome = adopted.outcome(timeout=120)
+        assert (outcome.status, outcome.start_step, outcome.step) == ("finished", 0, TOTAL)  # never restarted
+        assert _max_step(ray, recorder, "adopt") > step  # progress reached the new reporter
+        assert _same(reference, tmp_path / "kept")
+        assert ray.get(adopted.actors[0].runs_state.remote())["ended"][("adopt", 1)] == ("finished", TOTAL)
+    finally:
+        successor.shutdown()
+
+
 def test_warm_runners_per_node_are_what_its_memory_share_holds_unless_set():
     from executors.pool import warm_capacity
 

@@ -130,3 +130,27 @@ def test_a_failed_checkpoint_retries_the_job_and_status_says_why():
     assert view["error"] == error and view["state"] in ("queued", "running") and view["attempts"] >= 1
     assert any(getattr(a, "job_id", None) == jid for a in actions)  # started again at once (the GPU is free)
     assert json.dumps(view)
+
+
+def test_a_restarted_core_keeps_the_runs_its_host_found_and_requeues_the_rest(tmp_path):
+    """A coordinator crash: runs still training go on (their step as the runner says), a preemption in
+    flight stays in flight for the host to complete, and only jobs whose runner is gone are lost."""
+    path = tmp_path / "journal.sqlite"
+    core = _core(Journal(path))
+    ids = [core.submit(_job(steps))[0] for steps in (100, 200, 300)]
+    core.progress(ids[0], 10, 0.1)
+    core._record("stop", ids[1], attempt=1, reason="preempt")  # what decide() journals before it stops a run
+    core.journal.close()
+    restarted = Coordinator(ClusterSpec.homogeneous(4, 4), create_policy("fifo"), Journal(path),
+                            checkpoint_root="/tmp/ckpt", clock=lambda: 1000.0, workloads=("tiny",), keep_runs=True)
+    assert [j.job_id for j in restarted.holding()] == ids and restarted.recovered == 0
+    assert restarted.current_request(ids[1]).attempt == 1
+    assert restarted.settle_runs({ids[0]: 42, ids[1]: None}) == 1
+    views = {j["id"]: j for j in restarted.status()["jobs"]}
+    assert views[ids[0]]["state"] == "running" and views[ids[0]]["steps"] == 42 and views[ids[0]]["attempts"] == 1
+    assert views[ids[1]]["state"] == "stopping"
+    assert views[ids[2]]["state"] == "queued"
+    assert (restarted.recovered, restarted.reattached) == (1, 2)
+    assert restarted.run_ended(ids[1], 1, "preempted", 57) is not None
+    assert restarted.jobs[ids[1]].steps == 57 and restarted.jobs[ids[1]].preemptions == 1
+    assert len(restarted.decision_s) == 1 and restarted.decision_s[0] >= 0  # each decision is timed (load bench)

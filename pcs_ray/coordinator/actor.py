@@ -3,9 +3,16 @@
 Calls (the :class:`~pcs_ray.contract.CoordinatorAPI`, see :mod:`.host`) and a
 background loop share one lock around the Ray-free core. The loop waits on
 the runners' ``done`` refs with a short timeout and never on a runner
-itself, so a slow or dead runner cannot stall decisions. Runners are owned
-by this actor; if it dies they die with it, and the restarted actor replays
-its journal and resumes their jobs from their checkpoints. A refusal raised
+itself, so a slow or dead runner cannot stall decisions.
+
+If this actor dies, the warm runners (detached, :mod:`executors.pool`) keep
+training. The restarted actor replays its journal, asks each named runner
+what it runs (job, attempt, step), adopts the runs its journal says are
+running or stopping (their progress reports come here again, a preemption
+that was in flight is asked again, their outcomes are collected), stops the
+runs it does not know at a checkpoint, and sends the jobs whose runs are gone
+(cold runners die with the actor that owns them) back to the queue to resume
+from their checkpoints. A refusal raised
 by a call reaches the caller as a ``RayTaskError`` whose ``cause`` is the
 typed error (``pcs_ray.client.Client`` re-raises it).
 """
@@ -21,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import ray
 
-from pcs_ray.contract import Action, CoordinatorError, StartRun, StopRun
+from pcs_ray.contract import Action, CoordinatorError, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.telemetry import RayMetrics, readings
@@ -69,7 +76,7 @@ class CoordinatorService(CoordinatorHost):
 
     def __init__(self, config: dict) -> None:
         self.config = _on_alive_nodes(CoordinatorConfig.from_dict(config))
-        super().__init__(build_core(self.config))
+        super().__init__(build_core(self.config, keep_runs=True))
         self.launch = _load_launcher(self.config.launcher)
         self.pool = None
         if self.config.warm_pool and self.config.launcher == DEFAULT_LAUNCHER:
@@ -77,7 +84,7 @@ class CoordinatorService(CoordinatorHost):
 
             cluster = self.core.cluster
             slots = [self.core.slot(g) for g in cluster.gpu_ids()]
-            self.pool = WarmPool(slots, max_per_node=self.config.warm_runners_per_node)
+            self.pool = WarmPool(slots, max_per_node=self.config.warm_runners_per_node, keep_runs=True)
             self.launch = self.pool.launch
             self.core.speed.set_warm_share(self.pool.warm_share())
         self.runs: dict[int, _Run] = {}
@@ -85,9 +92,44 @@ class CoordinatorService(CoordinatorHost):
         self.draining = False
         self.me = ray.get_runtime_context().current_actor
         self.metrics = _metrics()
+        self._adopt_runs()
         self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
+
+    # -- a restart -----------------------------------------------------------------
+    def _adopt_runs(self) -> None:
+        """Take over the runs a previous incarnation left training on warm runners (see the module docstring)."""
+        alive: dict[int, int | None] = {}
+        keep = []
+        found = self.pool.survivors() if self.pool is not None and self.core.holding() else {}
+        for job in self.core.holding():
+            if job.spec.executor == "external":
+                continue
+            token = (str(job.job_id), job.attempt)
+            states = [found.get(self.core.slot(g)) for g in job.gpus]
+            if not states or any(s is None or not _holds(s, token) for s in states):
+                continue
+            request = replace(self.core.current_request(job.job_id), reporter=self.me)
+            try:
+                handle = self.pool.reattach(request)
+            except Exception:
+                log.exception("adopting the run of job %s", job.job_id)
+                continue
+            run = self.runs[job.job_id] = _Run(job.attempt, handle)
+            if job.state == JobStatus.STOPPING:  # a preemption (or cancel) in flight when the last one died
+                handle.request_stop()
+                run.kill_at = time.monotonic() + self.config.grace_s
+            steps = [s["step"] for s in states if s["current"] is not None and tuple(s["current"]) == token]
+            ended = [s["ended"][token][1] for s in states if token in s["ended"]]
+            alive[job.job_id] = min(steps + ended) if steps or ended else None
+            keep.append(token)
+        with self.lock:
+            lost = self.core.settle_runs(alive)
+        if self.pool is not None:
+            self.pool.release(keep)
+        if alive or lost:
+            log.warning("restart: adopted %d run(s) still training, %d job(s) lost their runner", len(alive), lost)
 
     # -- carrying out actions ------------------------------------------------------
     def _execute(self, actions: list[Action]) -> None:
@@ -262,8 +304,15 @@ class CoordinatorService(CoordinatorHost):
         return count
 
     def ping(self) -> dict:
-        return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "epoch": self.core.epoch,
-                "pid": os.getpid()}
+        return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "reattached": self.core.reattached,
+                "epoch": self.core.epoch, "pid": os.getpid()}
+
+
+def _holds(state: dict, token: tuple[str, int]) -> bool:
+    """Whether a runner's ``runs_state`` shows the run ``token``: training, waiting, or ended (outcome kept)."""
+    current = state.get("current")
+    return (current is not None and tuple(current) == token) or token in {tuple(p) for p in state.get("pending", ())} \
+        or token in state.get("ended", {})
 
 
 def _alive_gpu_nodes() -> set[str]:

@@ -125,8 +125,9 @@ def choose_policy(policy: str | None = None, wfq_file: str | Path | None = None)
     return choice
 
 
-def build_core(config: CoordinatorConfig, clock=time.time) -> Coordinator:
-    """The Ray-free coordinator for ``config``; replays the journal in its state folder if there is one."""
+def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = False) -> Coordinator:
+    """The Ray-free coordinator for ``config``; replays the journal in its state folder if there is one
+    (``keep_runs``: see :class:`Coordinator`)."""
     config = config.resolved()
     cluster = cluster_spec_from_dict(config.cluster, "cluster spec")
     return Coordinator(
@@ -134,7 +135,7 @@ def build_core(config: CoordinatorConfig, clock=time.time) -> Coordinator:
         checkpoint_root=config.checkpoint_root, placement=create_placement(config.placement, cluster),
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
-        progress_journal_every=config.progress_journal_every, policies=build_policy,
+        progress_journal_every=config.progress_journal_every, policies=build_policy, keep_runs=keep_runs,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -44,7 +45,8 @@ class Coordinator(CoordinatorState):
     ``checkpoint_root/<job id>`` is each job's checkpoint folder (it must be
     reachable from every node). ``clock`` is injectable for tests.
     ``policies`` builds a policy from its name and WFQ configuration: without
-    it the policy cannot be swapped (:meth:`set_policy`).
+    it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
+    a restart, the host says which runs still train (:meth:`settle_runs`).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Coordinator(CoordinatorState):
         max_failures: int = 3,
         progress_journal_every: float = 5.0,
         policies: PolicyFactory | None = None,
+        keep_runs: bool = False,
     ) -> None:
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
@@ -74,8 +77,9 @@ class Coordinator(CoordinatorState):
         self.progress_journal_every = progress_journal_every
         self._progress_logged: dict[int, float] = {}
         self._telemetry_logged: dict[tuple[int, int], float] = {}
+        self.decision_s: deque[float] = deque(maxlen=100_000)  # wall seconds of each decide() (load benches read it)
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
-                         speed=speed)
+                         speed=speed, keep_runs=keep_runs)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
             self.speed.load(speeds_path)
 
@@ -210,6 +214,12 @@ class Coordinator(CoordinatorState):
     # -- decisions -------------------------------------------------------------------
     def decide(self) -> list[Action]:
         """Run policy + placement on the current state and return the diff as actions."""
+        began = time.perf_counter()
+        actions = self._decide()
+        self.decision_s.append(time.perf_counter() - began)
+        return actions
+
+    def _decide(self) -> list[Action]:
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         self.model.reallocate()
         for jid, count, reason in self.model.take_skips():
@@ -235,6 +245,12 @@ class Coordinator(CoordinatorState):
             return None
         slots = tuple(self.slot(g) for g in start.gpus)
         return StartRun(job.job_id, start.kind, run_request(job, slots, self.checkpoint_root / str(job.job_id)))
+
+    def current_request(self, jid: int):
+        """The run request of the job's current attempt, as it was launched (to adopt that run after a restart)."""
+        job = self._job(jid)
+        slots = tuple(self.slot(g) for g in job.gpus)
+        return run_request(job, slots, self.checkpoint_root / str(job.job_id))
 
     # -- predictions -------------------------------------------------------------------
     def refresh_predictions(self, force: bool = False) -> None:

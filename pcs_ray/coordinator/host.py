@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 from pcs_ray.contract import Action, Submitted
 from pcs_ray.coordinator.core import Coordinator
 
@@ -68,6 +70,15 @@ class CoordinatorHost(ABC):
         if overruns:
             runs = self.overruns.setdefault(int(job_id), {})
             runs[attempt] = max(runs.get(attempt, 0), int(overruns))
+
+    def decision_latency(self) -> dict:
+        """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms."""
+        with self.lock:
+            times = np.array(self.core.decision_s) * 1000.0
+        if not len(times):
+            return {"count": 0}
+        return {"count": int(len(times)), "p50_ms": round(float(np.percentile(times, 50)), 2),
+                "p99_ms": round(float(np.percentile(times, 99)), 2), "max_ms": round(float(times.max()), 2)}
 
     def predict(self, job_id: int) -> dict:
         with self.lock:

@@ -46,7 +46,7 @@ class LiveJob:
     error: str | None = None
     emulated: bool = False
     submission_id: str | None = None
-    segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind
+    segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind, from_step (as the journal knew it)
     skips: int = 0  # times RUSH's start function held it back (its skip count)
     skip_reason: str | None = None  # why, the last time
     energy: dict[str, dict] = field(default_factory=dict)  # "attempt:gpu" -> that run's latest NVML reading there
@@ -64,7 +64,7 @@ class LiveJob:
         self.stop_reason, self.stop_at = None, None
         if self.first_start is None:
             self.first_start = t
-        self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind})
+        self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind, "from_step": self.steps})
 
     def stopping(self, reason: str, t: float | None = None) -> None:
         self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t

@@ -42,7 +42,8 @@ class CoordinatorState:
     """Jobs, measurements, the model and the policy; see the module docstring."""
 
     def __init__(self, cluster: ClusterSpec, policy: SchedulingPolicy, journal: Journal, *, placement,
-                 speed: SpeedModel, clock: Callable[[], float], policies: PolicyFactory | None) -> None:
+                 speed: SpeedModel, clock: Callable[[], float], policies: PolicyFactory | None,
+                 keep_runs: bool = False) -> None:
         self.cluster = cluster
         self.policy = policy  # in force
         self.journal = journal
@@ -60,7 +61,9 @@ class CoordinatorState:
         self._started_with: dict | None = None  # the policy the last start journaled
         self._dirty: set[int] = set()  # jobs whose modelled remaining work must be re-synced
         self._predictions_stale = True
-        self.recovered = self._replay()
+        self.recovered = 0  # jobs whose runs were lost with a previous incarnation (see settle_runs)
+        self.reattached = 0  # runs a previous incarnation started that this one adopted
+        self._replay(keep_runs)
         if self.epoch is None:
             self._record("init", None, epoch=self.clock(), policy=described(policy))
         elif described(policy) != self._started_with:
@@ -79,18 +82,38 @@ class CoordinatorState:
         self.journal.append(t, _kind, job_id, data)
         self._apply(t, _kind, job_id, data)
 
-    def _replay(self) -> int:
-        """Rebuild state from the journal; return how many jobs lost their runner."""
+    def _replay(self, keep_runs: bool) -> None:
+        """Rebuild state from the journal.
+
+        ``keep_runs``: the jobs the journal says hold GPUs stay as they are until the host has asked
+        their runners whether they still train (:meth:`settle_runs`); otherwise they are lost now.
+        """
         for ev in self.journal.events():
             self._apply(ev.t, ev.kind, ev.job_id, ev.data)
-        if self.epoch is None:
-            return 0
-        # Runners die with the coordinator that owns them: their jobs go back to
-        # the queue and resume from their last checkpoint.
-        lost = [job for job in self.active.values() if job.state.holds_gpus]
-        for job in lost:
-            self._record("cancelled" if job.cancel_requested else "lost", job.job_id, attempt=job.attempt)
-        return len(lost)
+        if self.epoch is not None and not keep_runs:
+            self.settle_runs({})
+
+    def holding(self) -> list[LiveJob]:
+        """Jobs the state says hold GPUs (running, or stopping): after a restart, those whose runs may live on."""
+        return [job for job in self.active.values() if job.state.holds_gpus]
+
+    def settle_runs(self, alive: dict[int, int | None]) -> int:
+        """After a restart: the runs in ``alive`` (job id -> the step its runner is at, if known) go on;
+        every other job that held GPUs lost its runner, goes back to the queue and resumes from its
+        last checkpoint. Returns how many were lost."""
+        lost = 0
+        for job in self.holding():
+            if job.job_id in alive:
+                step = alive[job.job_id]
+                # Sets ``reported_at``: the adopted run's next report is not its start-up.
+                self._record("progress", job.job_id, step=max(job.steps, step or 0), step_time=None,
+                             emulated=job.emulated)
+                self.reattached += 1
+            else:
+                self._record("cancelled" if job.cancel_requested else "lost", job.job_id, attempt=job.attempt)
+                lost += 1
+        self.recovered += lost
+        return lost
 
     def _build_policy(self, name: str, wfq: dict | None) -> SchedulingPolicy:
         """A policy by name; what cannot be built is a :class:`ConfigError`."""
