@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pcs_ray.job import JobSpec
-from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
+from pcs_ray.policies.base import SchedulingPolicy, top_up, validate_allocation
 from pcs_ray.state import JobState, Snapshot
 
 INF = math.inf
@@ -77,6 +77,7 @@ class Engine:
         overhead: float = 0.0,
         placement=None,
         check: bool = True,
+        incremental: bool = True,
     ) -> None:
         if capacity <= 0:
             raise ValueError(f"the cluster needs at least one GPU, got {capacity}")
@@ -87,6 +88,7 @@ class Engine:
         self.overhead = overhead
         self.placement = placement
         self.check = check
+        self.incremental = incremental  # False: every prediction replays a full fork (the reference path)
         self.now = 0.0
         self.active: dict[int, JobState] = {}  # arrival order
         self.running: dict[int, JobState] = {}
@@ -111,6 +113,7 @@ class Engine:
         other.capacity, other.policy, other.overhead = self.capacity, self.policy, self.overhead
         other.placement = self.placement.fork() if placement and self.placement is not None else None
         other.check = False
+        other.incremental = self.incremental
         other.now, other.review_at, other.busy, other.demand, other.area, other.events = (
             self.now, self.review_at, self.busy, self.demand, self.area, 0,
         )
@@ -315,6 +318,20 @@ class Engine:
             else:
                 eta.pop(jid, None)
 
+    def predict(self, *, placement: bool = True) -> dict[int, float]:
+        """Finish time of every active job if nothing else arrives; this engine is left untouched.
+
+        For a policy with a queue form (FIFO, WFQ) and no placement in the play, the incremental
+        play gives, bit for bit, what ``fork(placement=placement).play_forward()`` gives.
+        """
+        if self.incremental and (not placement or self.placement is None) and self.review_at is None:
+            form = self.policy.queue_form()
+            if form is not None:
+                finish = _queue_play(self, form)
+                if finish is not None:
+                    return finish
+        return self.fork(placement=placement).play_forward()
+
     def play_forward(self) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction)."""
         finish: dict[int, float] = {}
@@ -338,6 +355,184 @@ class Engine:
         return finish
 
 
+def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
+    """``play_forward`` on a fork of ``engine``, for a WFQ-form ``policy`` without placement,
+    recomputing only what an event can change; None where the engine's state does not allow it.
+
+    WFQ decides each queue from its share and its own FIFO list alone, so after a completion only
+    the finished job's queue, and queues whose share moved, are decided again. A queue whose FIFO
+    pass used its whole share (no job passed over) keeps every job ahead of the last one served
+    when its share does not shrink: the pass resumes at that job with the GPUs freed or added.
+    A round that tops up across queues is followed by a full one. Every job whose count changes
+    goes through the very arithmetic of ``Engine._apply`` and ``Engine.settle``, so finish times
+    are identical to the fork's. Nothing of ``engine`` is written.
+    """
+    active, running, prev = engine.active, engine.running, engine.prev_alloc
+    held = 0
+    for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
+        job = active.get(jid)
+        if job is not None:
+            if job.alloc != n:
+                return None
+            held += 1
+    if held != len(running):
+        return None
+    index = engine.index
+    if getattr(index, "policy", None) is not policy:
+        index = policy.make_index(active.values())
+    queues = [list(q) for q in index.queues]
+    entries = [list(e) for e in index.entries]
+    usable = list(index.usable)
+    nq = len(queues)
+    queue_of, shares_of = policy.queue_of, policy.shares
+    resume, relax = policy._first_pass_from, policy._relax
+    capacity, overhead, now = engine.capacity, engine.overhead, engine.now
+    eta = dict(engine.eta)
+    heap = [(t, j) for j, t in eta.items()]
+    heapq.heapify(heap)
+    qalloc: list[dict[int, int]] = [{} for _ in range(nq)]  # each queue's counts as last decided
+    for jid, job in running.items():
+        qalloc[queue_of(job)][jid] = job.alloc
+    total = [0] * nq  # GPUs each queue's own decision hands out, before any top-up
+    # Per queue, where its last FIFO pass stopped when it used the whole share without passing a
+    # job over: (share, last job served, its count); else None.
+    front: list[tuple | None] = [None] * nq
+    freed = [0] * nq  # GPUs released by jobs finishing in this round
+    after: list = [None] * nq  # the job behind a finished last-served job
+    state: dict[int, list] = {}  # jid -> [remaining, alloc, anchor, stall_until, started], once it changes
+    shares: list[int] = []
+    spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
+    dirty: set[int] = set()
+    busy, demand, left_jobs = engine.busy, engine.demand, len(active)
+    finish: dict[int, float] = {}
+    heappop, heappush = heapq.heappop, heapq.heappush
+    while left_jobs:
+        if busy == demand:
+            finish.update(eta)
+            break
+        while heap and eta.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+        if not heap:
+            raise RuntimeError(f"{engine.policy.name}: active jobs can never finish (no GPU is allocated)")
+        now = heap[0][0]
+        lim = now + 1e-9 * max(1.0, abs(now))
+        while heap and heap[0][0] <= lim:
+            end, jid = heappop(heap)
+            if eta.get(jid) == end:
+                del eta[jid]
+                finish[jid] = now
+                job = active[jid]
+                q = queue_of(job)
+                queue = queues[q]
+                i = queue.index(job)
+                del queue[i]
+                del entries[q][i]
+                usable[q] -= job.spec.max_gpus
+                demand -= job.spec.max_gpus
+                n = qalloc[q].pop(jid)
+                busy -= n
+                freed[q] += n
+                f = front[q]
+                if f is not None and (f[1] is job or after[q] is job):
+                    after[q] = queue[i] if i < len(queue) else None
+                left_jobs -= 1
+                dirty.add(q)
+        if not left_jobs:
+            break
+        new_shares = shares_of(queues, usable, capacity)
+        moved: list[tuple[int, int]] = []
+        if spread:
+            todo = range(nq)
+        else:
+            todo = [q for q in range(nq) if q in dirty or new_shares[q] != shares[q]]
+        for q in todo:
+            share, f, old = new_shares[q], front[q], qalloc[q]
+            if not spread and f is not None and share >= f[0]:
+                _, last, got = f
+                if last.spec.job_id in old:  # still here: the pass resumes at it
+                    start, left = queues[q].index(last), freed[q] + share - f[0] + got
+                else:
+                    nxt = after[q]
+                    start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), freed[q] + share - f[0]
+                a: dict[int, int] = {}
+                left, stop, skipped = resume(entries[q], start, left, a)
+                if not left:
+                    front[q] = None if skipped else (share, queues[q][stop], a[entries[q][stop][0]])
+                    total[q] = share
+                    for jid, n in a.items():
+                        if old.get(jid) != n:
+                            moved.append((jid, n))
+                            old[jid] = n
+                    continue
+            a = {}
+            front[q] = None
+            if share:
+                left, stop, skipped = resume(entries[q], 0, share, a)
+                if left:
+                    relax(queues[q], left, a)
+                elif not skipped:
+                    front[q] = (share, queues[q][stop], a[entries[q][stop][0]])
+            total[q] = sum(a.values())
+            if not spread:
+                moved += [(jid, n) for jid, n in a.items() if old.get(jid) != n]
+                moved += [(jid, 0) for jid in old if jid not in a]
+            qalloc[q] = a
+        for q in dirty:
+            freed[q] = 0
+            after[q] = None
+        dirty.clear()
+        shares = new_shares
+        if spread or sum(total) < capacity:
+            # Decide the whole allocation as WFQPolicy.allocate does, and diff every queue.
+            merged: dict[int, int] = {}
+            for a in qalloc:
+                merged.update(a)
+            if sum(total) < capacity:
+                top_up((j for q in queues for j in q), merged, capacity)
+                spread = True
+                for q in range(nq):
+                    qalloc[q] = {}  # no longer a queue's own decision: the next round decides afresh
+            else:
+                spread = False
+            moved = []
+            for q in range(nq):
+                decided = {}
+                for job in queues[q]:
+                    jid = job.spec.job_id
+                    n = merged.get(jid)
+                    if n is not None:
+                        decided[jid] = n
+                    if n != state[jid][1] if jid in state else n != (job.alloc or None):
+                        moved.append((jid, n or 0))
+                if spread:
+                    qalloc[q] = decided
+        for jid, n in moved:
+            job = active[jid]
+            st = state.get(jid)
+            if st is None:
+                st = state[jid] = [job.remaining, job.alloc, job.anchor, job.stall_until, job.start_time is not None]
+            remaining, had, anchor, stall, started = st
+            if had == n:
+                continue
+            spec, slowdown = job.spec, job.slowdown
+            if anchor != now:  # Engine.settle
+                if now - anchor > 0 and had:
+                    remaining = max(0.0, spec.speedup[had] / slowdown * (eta[jid] - (now if now > stall else stall)))
+                anchor = now
+            if n and not started:
+                started = True
+            elif n and overhead:
+                stall = now + overhead
+            busy += n - had
+            if n:
+                end = eta[jid] = (now if now > stall else stall) + remaining / (spec.speedup[n] / slowdown)
+                heappush(heap, (end, jid))
+            else:
+                eta.pop(jid, None)
+            st[0], st[1], st[2], st[3], st[4] = remaining, n, anchor, stall, started
+    return finish
+
+
 def simulate(
     jobs: Sequence[JobSpec],
     capacity: int,
@@ -348,6 +543,7 @@ def simulate(
     placement=None,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
+    incremental: bool = True,
 ) -> SimResult:
     """Replay ``jobs`` through ``policy`` on ``capacity`` GPUs.
 
@@ -360,6 +556,9 @@ def simulate(
     forward only every ``workers``-th arrival, so nothing but the forecasts
     crosses a process boundary and the result is identical to ``workers=1``.
     Progress is then reported only at the end.
+
+    ``incremental=False`` plays every forecast on a full fork (the reference the incremental
+    plays are tested against); forecasts are the same either way.
     """
     started = time.perf_counter()
     if workers < 1:
@@ -373,11 +572,13 @@ def simulate(
             raise ValueError(f"job {spec.job_id} needs at least {spec.min_gpus} GPUs; the cluster has {capacity}")
     workers = min(workers, len(arrivals)) if predict else 1
     if workers > 1:
-        result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers)
+        result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers, incremental)
         if progress is not None:
             progress(len(arrivals), len(arrivals))
     else:
-        result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress)
+        result, forecasts = _replay(
+            arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress, incremental,
+        )
         _apply_forecasts(result, forecasts)
     result.wall_s = time.perf_counter() - started
     return result
@@ -391,12 +592,13 @@ def _replay(
     placement,
     plays: tuple[int, int] | None,
     progress: Callable[[int, int], None] | None = None,
+    incremental: bool = True,
 ) -> tuple[SimResult, list[dict[int, float]]]:
     """The schedule itself; forward plays for arrivals ``k`` with ``k % n == r`` where ``plays == (r, n)``.
 
     Returns the result (predictions not yet filled in) and the forecasts in arrival order.
     """
-    engine = Engine(capacity, policy, overhead=overhead, placement=placement)
+    engine = Engine(capacity, policy, overhead=overhead, placement=placement, incremental=incremental)
     records = {
         s.job_id: JobRecord(s.job_id, s.submit_time, s.service, s.max_gpus, s.min_runtime) for s in arrivals
     }
@@ -431,7 +633,7 @@ def _replay(
             engine.settle_all()
             records[arrived.spec.job_id].bound = policy.completion_bound(engine.snapshot(), arrived)
             if (i - 1) % plays[1] == plays[0]:
-                forecasts.append(engine.fork().play_forward())
+                forecasts.append(engine.predict())
         if progress is not None and (done or arrived is not None):
             progress(finished, total)
     result = SimResult(
@@ -460,8 +662,8 @@ def _apply_forecasts(result: SimResult, forecasts: list[dict[int, float]]) -> No
 
 
 def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
-    arrivals, capacity, policy, overhead, placement, plays = args
-    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays)
+    arrivals, capacity, policy, overhead, placement, plays, incremental = args
+    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays, None, incremental)
     return (result if plays[0] == 0 else None), forecasts
 
 
@@ -473,9 +675,9 @@ def _start_method() -> str:
     return "spawn"
 
 
-def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int) -> SimResult:
+def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int, incremental: bool) -> SimResult:
     ctx = multiprocessing.get_context(_start_method())
-    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers)) for r in range(workers)]
+    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers), incremental) for r in range(workers)]
     # This process takes share 0 itself while the others run: one process fewer to start and
     # no result to ship back for the share that carries the schedule.
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx) as pool:

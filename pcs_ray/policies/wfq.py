@@ -199,6 +199,9 @@ class WFQPolicy(SchedulingPolicy):
     def queue_of(self, job: JobState) -> int:
         return bisect.bisect_left(self._upper, job.spec.service)
 
+    def queue_form(self) -> "WFQPolicy":
+        return self
+
     def make_index(self, jobs) -> _QueueIndex:
         return _QueueIndex(self, jobs)
 
@@ -272,6 +275,23 @@ class WFQPolicy(SchedulingPolicy):
             if not left:
                 break
         return left
+
+    @staticmethod
+    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, bool]:
+        """``_first_pass`` resumed at position ``start`` with ``left`` GPUs (for a play that keeps
+        the jobs ahead as they were); also returns where it stopped and whether it passed a job over."""
+        skipped = False
+        for i in range(start, len(entries)):
+            jid, cap, min_gpus, rigid = entries[i]
+            n = cap if cap < left else left
+            if n < min_gpus or (rigid and n < cap):
+                skipped = True
+                continue
+            alloc[jid] = n
+            left -= n
+            if not left:
+                return 0, i, skipped
+        return left, len(entries), skipped
 
     def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
         """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
