@@ -9,6 +9,7 @@ stepped. The same ``Engine`` plays the cluster forward for predictions
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import multiprocessing
@@ -355,9 +356,9 @@ class Engine:
         return finish
 
 
-def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
-    """``play_forward`` on a fork of ``engine``, for a WFQ-form ``policy`` without placement,
-    recomputing only what an event can change; None where the engine's state does not allow it.
+class _QueuePlay:
+    """``play_forward`` on a fork of an engine, for a WFQ-form policy without placement,
+    recomputing only what an event can change.
 
     WFQ decides each queue from its share and its own FIFO list alone, so after a completion only
     the finished job's queue, and queues whose share moved, are decided again. A queue whose FIFO
@@ -365,172 +366,342 @@ def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
     when its share does not shrink: the pass resumes at that job with the GPUs freed or added.
     A round that tops up across queues is followed by a full one. Every job whose count changes
     goes through the very arithmetic of ``Engine._apply`` and ``Engine.settle``, so finish times
-    are identical to the fork's. Nothing of ``engine`` is written.
+    are identical to the fork's. The engine is only read, when the play starts.
+
+    A play is stepped event by event and can be copied between an event's completions and its
+    decision (``branch``), which is how successive arrivals share their common past (``_PlayChain``).
     """
-    active, running, prev = engine.active, engine.running, engine.prev_alloc
-    held = 0
-    for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
-        job = active.get(jid)
-        if job is not None:
-            if job.alloc != n:
-                return None
-            held += 1
-    if held != len(running):
-        return None
-    index = engine.index
-    if getattr(index, "policy", None) is not policy:
-        index = policy.make_index(active.values())
-    queues = [list(q) for q in index.queues]
-    entries = [list(e) for e in index.entries]
-    usable = list(index.usable)
-    nq = len(queues)
-    queue_of, shares_of = policy.queue_of, policy.shares
-    resume, relax = policy._first_pass_from, policy._relax
-    capacity, overhead, now = engine.capacity, engine.overhead, engine.now
-    eta = dict(engine.eta)
-    heap = [(t, j) for j, t in eta.items()]
-    heapq.heapify(heap)
-    qalloc: list[dict[int, int]] = [{} for _ in range(nq)]  # each queue's counts as last decided
-    for jid, job in running.items():
-        qalloc[queue_of(job)][jid] = job.alloc
-    total = [0] * nq  # GPUs each queue's own decision hands out, before any top-up
-    # Per queue, where its last FIFO pass stopped when it used the whole share without passing a
-    # job over: (share, last job served, its count); else None.
-    front: list[tuple | None] = [None] * nq
-    freed = [0] * nq  # GPUs released by jobs finishing in this round
-    after: list = [None] * nq  # the job behind a finished last-served job
-    state: dict[int, list] = {}  # jid -> [remaining, alloc, anchor, stall_until, started], once it changes
-    shares: list[int] = []
-    spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
-    dirty: set[int] = set()
-    busy, demand, left_jobs = engine.busy, engine.demand, len(active)
-    finish: dict[int, float] = {}
-    heappop, heappush = heapq.heappop, heapq.heappush
-    while left_jobs:
-        if busy == demand:
-            finish.update(eta)
-            break
+
+    @classmethod
+    def start(cls, engine: Engine, policy) -> "_QueuePlay | None":
+        """A play of ``engine`` as it stands; None where the engine's state does not allow it."""
+        active, running, prev = engine.active, engine.running, engine.prev_alloc
+        held = 0
+        for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
+            job = active.get(jid)
+            if job is not None:
+                if job.alloc != n:
+                    return None
+                held += 1
+        if held != len(running):
+            return None
+        self = cls()
+        index = engine.index
+        if getattr(index, "policy", None) is not policy:
+            index = policy.make_index(active.values())
+        self.policy = policy
+        self.name = engine.policy.name
+        self.capacity, self.overhead, self.now = engine.capacity, engine.overhead, engine.now
+        self.jobs = dict(active)  # the live engine goes on changing its own dict
+        self.queues = [list(q) for q in index.queues]
+        self.entries = [list(e) for e in index.entries]
+        self.usable = list(index.usable)
+        nq = len(self.queues)
+        self.eta = dict(engine.eta)
+        self.heap = [(t, j) for j, t in self.eta.items()]
+        heapq.heapify(self.heap)
+        queue_of = policy.queue_of
+        self.qalloc = [{} for _ in range(nq)]  # each queue's counts as last decided
+        for jid, job in running.items():
+            self.qalloc[queue_of(job)][jid] = job.alloc
+        # Per job, what Engine._apply reads and writes, copied now: the live JobStates move on.
+        self.rem = {jid: j.remaining for jid, j in active.items()}
+        self.cnt = {jid: j.alloc for jid, j in active.items()}
+        self.anc = {jid: j.anchor for jid, j in active.items()}
+        self.stl = {jid: j.stall_until for jid, j in active.items()}
+        self.sta = {jid: j.start_time is not None for jid, j in active.items()}
+        self.total = [0] * nq  # GPUs each queue's own decision hands out, before any top-up
+        # Per queue, where its last FIFO pass stopped when it used the whole share without passing
+        # a job over: (share, last job served, its count); else None.
+        self.front = [None] * nq
+        self.stopped = [False] * nq  # whether the queue's last FIFO pass ran out of GPUs before jobs
+        self.freed = [0] * nq  # GPUs released by jobs finishing at this event
+        self.after = [None] * nq  # the job behind a finished last-served job
+        self.shares = []
+        self.fill = [()]  # how the last water-filling ended (WFQPolicy._water_fill) and each queue's head then
+        self.spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
+        self.dirty = set()
+        self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
+        self.finish = {}
+        self.log = []  # (time, job) of every finish, in event order
+        self.over = False
+        self.pending = False  # completions taken, their decision not yet made
+        return self
+
+    def branch(self, job: JobState, since: float) -> "_QueuePlay":
+        """A copy, before this event's decision, with ``job`` (just admitted, holding nothing)
+        at the tail of its queue; it keeps the finishes from ``since`` on."""
+        other = _QueuePlay.__new__(_QueuePlay)
+        other.__dict__.update(self.__dict__)
+        other.jobs = dict(self.jobs)
+        other.queues = [list(q) for q in self.queues]
+        other.entries = [list(e) for e in self.entries]
+        other.usable = list(self.usable)
+        other.eta, other.heap = dict(self.eta), list(self.heap)
+        other.qalloc = [dict(a) for a in self.qalloc]
+        other.rem, other.cnt, other.anc = dict(self.rem), dict(self.cnt), dict(self.anc)
+        other.stl, other.sta = dict(self.stl), dict(self.sta)
+        other.total, other.front, other.stopped = list(self.total), list(self.front), list(self.stopped)
+        other.freed, other.after, other.dirty = list(self.freed), list(self.after), set(self.dirty)
+        at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
+        other.log = self.log[at:]
+        other.finish = {jid: t for t, jid in other.log}
+        policy, spec = self.policy, job.spec
+        q = policy.queue_of(job)
+        jid = spec.job_id
+        f = other.front[q]
+        if f is not None and other.after[q] is None and f[1].spec.job_id not in other.qalloc[q]:
+            other.after[q] = job  # the last job served finished here and had no one behind it until now
+        other.jobs[jid] = job
+        other.queues[q].append(job)
+        other.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        other.usable[q] += spec.max_gpus
+        other.demand += spec.max_gpus
+        other.left_jobs += 1
+        other.rem[jid], other.cnt[jid], other.anc[jid] = job.remaining, 0, job.anchor
+        other.stl[jid], other.sta[jid] = job.stall_until, job.start_time is not None
+        return other
+
+    def completions(self) -> bool:
+        """Take the next event's completions; False once the play is over."""
+        if self.over:
+            return False
+        if not self.left_jobs or self.busy == self.demand:
+            self.finish.update(self.eta)  # every job holds all it can use: the ETAs are final
+            self.over = True
+            return False
+        heap, eta = self.heap, self.eta
         while heap and eta.get(heap[0][1]) != heap[0][0]:
-            heappop(heap)
+            heapq.heappop(heap)
         if not heap:
-            raise RuntimeError(f"{engine.policy.name}: active jobs can never finish (no GPU is allocated)")
-        now = heap[0][0]
+            raise RuntimeError(f"{self.name}: active jobs can never finish (no GPU is allocated)")
+        now = self.now = heap[0][0]
         lim = now + 1e-9 * max(1.0, abs(now))
+        queues, queue_of, jobs = self.queues, self.policy.queue_of, self.jobs
         while heap and heap[0][0] <= lim:
-            end, jid = heappop(heap)
+            end, jid = heapq.heappop(heap)
             if eta.get(jid) == end:
                 del eta[jid]
-                finish[jid] = now
-                job = active[jid]
+                self.finish[jid] = now
+                self.log.append((now, jid))
+                job = jobs[jid]
                 q = queue_of(job)
                 queue = queues[q]
                 i = queue.index(job)
                 del queue[i]
-                del entries[q][i]
-                usable[q] -= job.spec.max_gpus
-                demand -= job.spec.max_gpus
-                n = qalloc[q].pop(jid)
-                busy -= n
-                freed[q] += n
-                f = front[q]
-                if f is not None and (f[1] is job or after[q] is job):
-                    after[q] = queue[i] if i < len(queue) else None
-                left_jobs -= 1
-                dirty.add(q)
-        if not left_jobs:
-            break
-        new_shares = shares_of(queues, usable, capacity)
-        moved: list[tuple[int, int]] = []
-        if spread:
-            todo = range(nq)
+                del self.entries[q][i]
+                self.usable[q] -= job.spec.max_gpus
+                self.demand -= job.spec.max_gpus
+                n = self.qalloc[q].pop(jid)
+                self.busy -= n
+                self.freed[q] += n
+                f = self.front[q]
+                if f is not None and (f[1] is job or self.after[q] is job):
+                    self.after[q] = queue[i] if i < len(queue) else None
+                self.left_jobs -= 1
+                self.dirty.add(q)
+        if not self.left_jobs:
+            self.over = True
+            return False
+        self.pending = True
+        return True
+
+    def decide(self) -> tuple:
+        """This event's decision, computed without changing the play (see ``commit``)."""
+        policy, queues, entries, usable, capacity = self.policy, self.queues, self.entries, self.usable, self.capacity
+        dirty, shares, fill, spread, nq = self.dirty, self.shares, self.fill, self.spread, len(queues)
+        c = next(iter(dirty)) if len(dirty) == 1 else -1
+        if (
+            c >= 0 and c in fill[0] and fill[1] > 0 and queues[c] and usable[c] > shares[c]
+            and usable[c] > fill[1] * policy._weights[c] / fill[2] + 1e-6 and (not fill[3] or queues[c][0] is fill[4][c])
+        ):
+            # The queue whose jobs finished was, and stays, below its quota in every round of the
+            # water-filling, and any single GPUs went out with the same heads: the shares stand.
+            new_shares, new_fill = shares, fill
         else:
-            todo = [q for q in range(nq) if q in dirty or new_shares[q] != shares[q]]
+            new_shares, *new_fill = policy._water_fill(queues, usable, capacity)
+            new_fill.append([q[0] if q else None for q in queues])
+        resume, relax = policy._first_pass_from, policy._relax
+        total, front, stopped = list(self.total), list(self.front), list(self.stopped)
+        qalloc = list(self.qalloc)
+        moved: list[tuple[int, int]] = []
+        patches: list[tuple[int, list]] = []
+        todo = range(nq) if spread else [q for q in range(nq) if q in dirty or new_shares[q] != shares[q]]
         for q in todo:
             share, f, old = new_shares[q], front[q], qalloc[q]
             if not spread and f is not None and share >= f[0]:
                 _, last, got = f
                 if last.spec.job_id in old:  # still here: the pass resumes at it
-                    start, left = queues[q].index(last), freed[q] + share - f[0] + got
+                    start, left = queues[q].index(last), self.freed[q] + share - f[0] + got
                 else:
-                    nxt = after[q]
-                    start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), freed[q] + share - f[0]
+                    nxt = self.after[q]
+                    start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), self.freed[q] + share - f[0]
                 a: dict[int, int] = {}
                 left, stop, skipped = resume(entries[q], start, left, a)
                 if not left:
                     front[q] = None if skipped else (share, queues[q][stop], a[entries[q][stop][0]])
-                    total[q] = share
-                    for jid, n in a.items():
-                        if old.get(jid) != n:
-                            moved.append((jid, n))
-                            old[jid] = n
+                    stopped[q], total[q] = True, share
+                    patch = [(jid, n) for jid, n in a.items() if old.get(jid) != n]
+                    moved += patch
+                    patches.append((q, patch))
                     continue
             a = {}
-            front[q] = None
+            front[q], stopped[q] = None, False
             if share:
                 left, stop, skipped = resume(entries[q], 0, share, a)
                 if left:
                     relax(queues[q], left, a)
-                elif not skipped:
-                    front[q] = (share, queues[q][stop], a[entries[q][stop][0]])
+                else:
+                    stopped[q] = True
+                    if not skipped:
+                        front[q] = (share, queues[q][stop], a[entries[q][stop][0]])
             total[q] = sum(a.values())
             if not spread:
                 moved += [(jid, n) for jid, n in a.items() if old.get(jid) != n]
                 moved += [(jid, 0) for jid in old if jid not in a]
             qalloc[q] = a
-        for q in dirty:
-            freed[q] = 0
-            after[q] = None
-        dirty.clear()
-        shares = new_shares
+        new_spread = False
         if spread or sum(total) < capacity:
             # Decide the whole allocation as WFQPolicy.allocate does, and diff every queue.
             merged: dict[int, int] = {}
-            for a in qalloc:
-                merged.update(a)
+            for q in range(nq):
+                merged.update(qalloc[q])
             if sum(total) < capacity:
                 top_up((j for q in queues for j in q), merged, capacity)
-                spread = True
-                for q in range(nq):
-                    qalloc[q] = {}  # no longer a queue's own decision: the next round decides afresh
-            else:
-                spread = False
+                new_spread = True
+            cnt = self.cnt
             moved = []
             for q in range(nq):
                 decided = {}
                 for job in queues[q]:
                     jid = job.spec.job_id
-                    n = merged.get(jid)
-                    if n is not None:
+                    n = merged.get(jid, 0)
+                    if n:
                         decided[jid] = n
-                    if n != state[jid][1] if jid in state else n != (job.alloc or None):
-                        moved.append((jid, n or 0))
-                if spread:
+                    if n != cnt[jid]:
+                        moved.append((jid, n))
+                if new_spread:
                     qalloc[q] = decided
+            patches = []
+        return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved
+
+    def quiet(self, decision, q: int) -> bool:
+        """Whether a job arriving at the tail of queue ``q`` would leave ``decision`` as it is:
+        the queue had jobs, stays below its quota and ran out of GPUs before its last job,
+        and nothing was topped up across queues."""
+        shares, fill, total, _, stopped, _, _, spread, _ = decision
+        return (
+            not spread and stopped[q] and bool(self.queues[q]) and q in fill[0] and shares[q] < self.usable[q]
+            and sum(total) == self.capacity
+        )
+
+    def commit(self, decision) -> None:
+        self.shares, self.fill, self.total, self.front, self.stopped, qalloc, patches, self.spread, moved = decision
+        self.pending = False
+        for q, patch in patches:
+            qalloc[q].update(patch)
+        self.qalloc = qalloc
+        for q in self.dirty:
+            self.freed[q] = 0
+            self.after[q] = None
+        self.dirty.clear()
+        now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
+        rem, cnt, anc, stl, sta = self.rem, self.cnt, self.anc, self.stl, self.sta
+        busy = self.busy
         for jid, n in moved:
-            job = active[jid]
-            st = state.get(jid)
-            if st is None:
-                st = state[jid] = [job.remaining, job.alloc, job.anchor, job.stall_until, job.start_time is not None]
-            remaining, had, anchor, stall, started = st
+            had = cnt[jid]
             if had == n:
                 continue
-            spec, slowdown = job.spec, job.slowdown
-            if anchor != now:  # Engine.settle
-                if now - anchor > 0 and had:
+            spec = jobs[jid].spec
+            slowdown = jobs[jid].slowdown
+            remaining, stall = rem[jid], stl[jid]
+            if anc[jid] != now:  # Engine.settle
+                if now - anc[jid] > 0 and had:
                     remaining = max(0.0, spec.speedup[had] / slowdown * (eta[jid] - (now if now > stall else stall)))
-                anchor = now
-            if n and not started:
-                started = True
+                anc[jid] = now
+            if n and not sta[jid]:
+                sta[jid] = True
             elif n and overhead:
-                stall = now + overhead
+                stall = stl[jid] = now + overhead
             busy += n - had
             if n:
                 end = eta[jid] = (now if now > stall else stall) + remaining / (spec.speedup[n] / slowdown)
-                heappush(heap, (end, jid))
+                heapq.heappush(heap, (end, jid))
             else:
                 eta.pop(jid, None)
-            st[0], st[1], st[2], st[3], st[4] = remaining, n, anchor, stall, started
-    return finish
+            rem[jid], cnt[jid] = remaining, n
+        self.busy = busy
+
+    def run(self) -> dict[int, float]:
+        while self.pending or self.completions():
+            self.commit(self.decide())
+        return self.finish
+
+
+def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
+    """The incremental equivalent of ``engine.fork(placement=False).play_forward()``, or None."""
+    play = _QueuePlay.start(engine, policy)
+    return None if play is None else play.run()
+
+
+class _PlayChain:
+    """Forward plays of successive arrivals (``simulate``) that share their common past.
+
+    The play made at arrival k (the trunk) is stepped only as far as the next arrival needs.
+    Until job j's arrival, the trunk is the schedule itself; after it, while every decision
+    leaves j where it cannot change anything (``_QueuePlay.quiet``), the play with j is the
+    trunk plus a waiting j. At the first decision where j would count, the trunk branches:
+    the copy with j becomes the new trunk, and the old one plays out its own forecast. Where
+    that does not hold (a decision that j changed after all, or completions at j's very
+    arrival) the new play starts afresh from the engine.
+    """
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.trunk: _QueuePlay | None = None
+        self.slot = -1  # the forecast the trunk will complete
+        self.noisy: list[float] = []  # per queue, the latest trunk decision a job arriving there would have changed
+
+    def play(self, engine: Engine, job: JobState, calm: bool, forecasts: list) -> None:
+        """Forecast for ``job``'s arrival (appended to ``forecasts``; filled in when complete).
+        ``calm``: the engine decided nothing new at this arrival (no completion, same counts)."""
+        t, trunk, policy = engine.now, self.trunk, self.policy
+        q = policy.queue_of(job)
+        forecasts.append(None)
+        child = None
+        if trunk is not None and calm and self.noisy[q] < t:
+            child = self._branch(trunk, job, q, t)
+        if trunk is not None:
+            forecasts[self.slot] = trunk.run()
+        if child is None:
+            child = _QueuePlay.start(engine, policy)
+            if child is None:
+                self.trunk = None
+                forecasts[-1] = engine.fork().play_forward()
+                return
+            self.noisy = [-INF] * len(child.queues)
+        self.trunk, self.slot = child, len(forecasts) - 1
+
+    def _branch(self, trunk: _QueuePlay, job: JobState, q: int, t: float) -> _QueuePlay | None:
+        while trunk.pending or trunk.completions():
+            decision = trunk.decide()
+            if trunk.now >= t and not trunk.quiet(decision, q):
+                child = trunk.branch(job, t)
+                trunk.commit(decision)  # the old trunk's own decision: no longer the shared past
+                return child
+            self._commit(trunk, decision)
+        return None
+
+    def _commit(self, trunk: _QueuePlay, decision) -> None:
+        for q in range(len(self.noisy)):
+            if not trunk.quiet(decision, q):
+                self.noisy[q] = trunk.now
+        trunk.commit(decision)
+
+    def finish(self, forecasts: list) -> None:
+        if self.trunk is not None:
+            forecasts[self.slot] = self.trunk.run()
+            self.trunk = None
 
 
 def simulate(
@@ -607,6 +778,9 @@ def _replay(
     forecasts: list[dict[int, float]] = []
     i, total = 0, len(arrivals)
     finished = 0
+    # Successive plays share their past where the policy allows it (every arrival played, in one process).
+    form = policy.queue_form()
+    chain = _PlayChain(form) if incremental and placement is None and plays == (0, 1) and form is not None else None
     while i < total or engine.active:
         t = engine.next_event(arrivals[i].submit_time if i < total else INF)
         done = engine.advance(t)
@@ -620,6 +794,7 @@ def _replay(
         engine.remove(done)
         finished += len(done)
         arrived = None
+        before = engine.prev_alloc
         if i < total and arrivals[i].submit_time <= t:
             # One submission at a time, as users submit: simultaneous arrivals
             # each get their own prediction, made before the next one lands.
@@ -632,10 +807,14 @@ def _replay(
         if arrived is not None and plays is not None:
             engine.settle_all()
             records[arrived.spec.job_id].bound = policy.completion_bound(engine.snapshot(), arrived)
-            if (i - 1) % plays[1] == plays[0]:
+            if chain is not None:
+                chain.play(engine, arrived, not done and engine.prev_alloc == before, forecasts)
+            elif (i - 1) % plays[1] == plays[0]:
                 forecasts.append(engine.predict())
         if progress is not None and (done or arrived is not None):
             progress(finished, total)
+    if chain is not None:
+        chain.finish(forecasts)
     result = SimResult(
         policy=policy.describe(),
         capacity=capacity,

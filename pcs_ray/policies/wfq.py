@@ -220,6 +220,11 @@ class WFQPolicy(SchedulingPolicy):
         with the lowest (share + 1) / weight, ties to the queue whose head
         arrived first. With equal weights this is max-min fair share.
         """
+        return self._water_fill(queues, usable, capacity)[0]
+
+    def _water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
+        """``shares`` and how it ended: the queues left below their quota, the GPUs they split,
+        their summed weight and how many single GPUs went out by (share + 1) / weight."""
         weights = self._weights
         shares = [0] * len(queues)
         open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
@@ -233,6 +238,7 @@ class WFQPolicy(SchedulingPolicy):
                 shares[i] = usable[i]
                 left -= usable[i]
             open_q = [i for i in open_q if i not in full]
+        spare, singles = left, 0
         if open_q and left > 0:
             wsum = sum(weights[i] for i in open_q)
             for i in open_q:
@@ -248,7 +254,8 @@ class WFQPolicy(SchedulingPolicy):
                     break
                 shares[best] += 1
                 left -= 1
-        return shares
+                singles += 1
+        return shares, open_q, spare, (wsum if open_q else 0.0), singles
 
     def allocate(self, snap: Snapshot) -> Allocation:
         index = self._index(snap)
