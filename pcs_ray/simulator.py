@@ -470,36 +470,43 @@ class _QueuePlay:
             self.finish.update(self.eta)  # every job holds all it can use: the ETAs are final
             self.over = True
             return False
-        heap, eta = self.heap, self.eta
+        heap, eta, heappop = self.heap, self.eta, heapq.heappop
         while heap and eta.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
+            heappop(heap)
         if not heap:
             raise RuntimeError(f"{self.name}: active jobs can never finish (no GPU is allocated)")
         now = self.now = heap[0][0]
-        lim = now + 1e-9 * max(1.0, abs(now))
-        queues, queue_of, jobs = self.queues, self.policy.queue_of, self.jobs
+        lim = now + 1e-9 * (now if now > 1.0 else 1.0)  # now >= 0
+        queues, entries, queue_of, jobs = self.queues, self.entries, self.policy.queue_of, self.jobs
+        finish, log, qalloc, front, after, freed, usable = (
+            self.finish, self.log, self.qalloc, self.front, self.after, self.freed, self.usable,
+        )
+        dropped = busy = 0
         while heap and heap[0][0] <= lim:
-            end, jid = heapq.heappop(heap)
+            end, jid = heappop(heap)
             if eta.get(jid) == end:
                 del eta[jid]
-                self.finish[jid] = now
-                self.log.append((now, jid))
+                finish[jid] = now
+                log.append((now, jid))
                 job = jobs[jid]
                 q = queue_of(job)
                 queue = queues[q]
                 i = queue.index(job)
                 del queue[i]
-                del self.entries[q][i]
-                self.usable[q] -= job.spec.max_gpus
-                self.demand -= job.spec.max_gpus
-                n = self.qalloc[q].pop(jid)
-                self.busy -= n
-                self.freed[q] += n
-                f = self.front[q]
-                if f is not None and (f[1] is job or self.after[q] is job):
-                    self.after[q] = queue[i] if i < len(queue) else None
+                del entries[q][i]
+                m = job.spec.max_gpus
+                usable[q] -= m
+                dropped += m
+                n = qalloc[q].pop(jid)
+                busy += n
+                freed[q] += n
+                f = front[q]
+                if f is not None and (f[1] is job or after[q] is job):
+                    after[q] = queue[i] if i < len(queue) else None
                 self.left_jobs -= 1
                 self.dirty.add(q)
+        self.demand -= dropped
+        self.busy -= busy
         if not self.left_jobs:
             self.over = True
             return False
