@@ -85,3 +85,24 @@ def test_incremental_play_leaves_the_engine_untouched_and_falls_back_when_it_mus
     jid = next(iter(engine.running))
     engine.prev_alloc = {**engine.prev_alloc, jid: engine.prev_alloc[jid] + 1}
     assert engine.predict() == engine.fork().play_forward()
+
+
+def test_live_model_predictions_equal_the_full_fork():
+    """The coordinator's case: an engine with a placement whose GPUs are all alike, played without it,
+    after progress reports (new remaining work and restart stalls) and with an overhead."""
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.placement import create_placement
+
+    cluster = ClusterSpec.homogeneous(32, 8)
+    engine = Engine(32, build_policy("pcs-bal"), placement=create_placement("packed-sticky", cluster), overhead=12.0)
+    for spec in philly("0e4a51", 150):
+        while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
+            engine.remove(engine.advance(engine.next_event(spec.submit_time)))
+            engine.reallocate()
+        engine.remove(engine.advance(spec.submit_time))
+        engine.admit(spec)
+        engine.reallocate()
+        for k, jid in enumerate(engine.running_ids()[:3]):  # runners report: a little behind, one restarting
+            job = engine.job(jid)
+            engine.set_remaining(jid, job.remaining * 1.01, spec.submit_time + 5.0 * k)
+        assert engine.predict(placement=False) == engine.fork(placement=False).play_forward()
