@@ -373,8 +373,9 @@ class _QueuePlay:
     """
 
     @classmethod
-    def start(cls, engine: Engine, policy) -> "_QueuePlay | None":
-        """A play of ``engine`` as it stands; None where the engine's state does not allow it."""
+    def start(cls, engine: Engine, policy, memo: dict | None = None) -> "_QueuePlay | None":
+        """A play of ``engine`` as it stands; None where the engine's state does not allow it.
+        ``memo``: water-filling results to share with other plays of the same policy and capacity."""
         active, running, prev = engine.active, engine.running, engine.prev_alloc
         held = 0
         for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
@@ -422,6 +423,7 @@ class _QueuePlay:
         self.spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
         self.dirty = set()
         self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
+        self.memo = {} if memo is None else memo  # (usable per queue, head per queue) -> shares, fill
         self.finish = {}
         self.log = []  # (time, job) of every finish, in event order
         self.over = False
@@ -526,8 +528,18 @@ class _QueuePlay:
             # water-filling, and any single GPUs went out with the same heads: the shares stand.
             new_shares, new_fill = shares, fill
         else:
-            new_shares, *new_fill = policy._water_fill(queues, usable, capacity)
-            new_fill.append([q[0] if q else None for q in queues])
+            # Shares depend only on what each queue can use and on its head (ties): plays pass
+            # through the same few states again and again, so they are looked up first.
+            heads = [q[0] if q else None for q in queues]
+            key = (tuple(usable), tuple([h.spec.job_id if h is not None else None for h in heads]))
+            known = self.memo.get(key)
+            if known is None:
+                if len(self.memo) > 200_000:
+                    self.memo.clear()
+                new_shares, *new_fill = policy._water_fill(queues, usable, capacity)
+                new_fill.append(heads)
+                known = self.memo[key] = (new_shares, new_fill)
+            new_shares, new_fill = known
         resume, relax = policy._first_pass_from, policy._relax
         total, front, stopped = list(self.total), list(self.front), list(self.stopped)
         qalloc = list(self.qalloc)
@@ -668,6 +680,7 @@ class _PlayChain:
         self.trunk: _QueuePlay | None = None
         self.slot = -1  # the forecast the trunk will complete
         self.noisy: list[float] = []  # per queue, the latest trunk decision a job arriving there would have changed
+        self.memo: dict = {}
 
     def play(self, engine: Engine, job: JobState, calm: bool, forecasts: list) -> None:
         """Forecast for ``job``'s arrival (appended to ``forecasts``; filled in when complete).
@@ -681,7 +694,7 @@ class _PlayChain:
         if trunk is not None:
             forecasts[self.slot] = trunk.run()
         if child is None:
-            child = _QueuePlay.start(engine, policy)
+            child = _QueuePlay.start(engine, policy, self.memo)
             if child is None:
                 self.trunk = None
                 forecasts[-1] = engine.fork().play_forward()
