@@ -135,6 +135,7 @@ def bench_ratios(reference: bool) -> list[dict]:
             })
         row["load_average_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]  # before, after
         runs.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)  # each VC as soon as it is measured
     return runs
 
 
