@@ -199,6 +199,9 @@ class WFQPolicy(SchedulingPolicy):
     def queue_of(self, job: JobState) -> int:
         return bisect.bisect_left(self._upper, job.spec.service)
 
+    def queue_form(self) -> "WFQPolicy":
+        return self
+
     def make_index(self, jobs) -> _QueueIndex:
         return _QueueIndex(self, jobs)
 
@@ -217,6 +220,11 @@ class WFQPolicy(SchedulingPolicy):
         with the lowest (share + 1) / weight, ties to the queue whose head
         arrived first. With equal weights this is max-min fair share.
         """
+        return self._water_fill(queues, usable, capacity)[0]
+
+    def _water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
+        """``shares`` and how it ended: the queues left below their quota, the GPUs they split,
+        their summed weight and how many single GPUs went out by (share + 1) / weight."""
         weights = self._weights
         shares = [0] * len(queues)
         open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
@@ -230,6 +238,7 @@ class WFQPolicy(SchedulingPolicy):
                 shares[i] = usable[i]
                 left -= usable[i]
             open_q = [i for i in open_q if i not in full]
+        spare, singles = left, 0
         if open_q and left > 0:
             wsum = sum(weights[i] for i in open_q)
             for i in open_q:
@@ -245,7 +254,8 @@ class WFQPolicy(SchedulingPolicy):
                     break
                 shares[best] += 1
                 left -= 1
-        return shares
+                singles += 1
+        return shares, open_q, spare, (wsum if open_q else 0.0), singles
 
     def allocate(self, snap: Snapshot) -> Allocation:
         index = self._index(snap)
@@ -272,6 +282,23 @@ class WFQPolicy(SchedulingPolicy):
             if not left:
                 break
         return left
+
+    @staticmethod
+    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, bool]:
+        """``_first_pass`` resumed at position ``start`` with ``left`` GPUs (for a play that keeps
+        the jobs ahead as they were); also returns where it stopped and whether it passed a job over."""
+        skipped = False
+        for i in range(start, len(entries)):
+            jid, cap, min_gpus, rigid = entries[i]
+            n = cap if cap < left else left
+            if n < min_gpus or (rigid and n < cap):
+                skipped = True
+                continue
+            alloc[jid] = n
+            left -= n
+            if not left:
+                return 0, i, skipped
+        return left, len(entries), skipped
 
     def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
         """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
