@@ -36,6 +36,12 @@ def mixed_themis1(seed: int) -> list[JobSpec]:
     return out
 
 
+def with_costs(jobs: list[JobSpec]) -> list[JobSpec]:
+    """Per-job start and move costs (the coordinator's measured ones); every third job moves at the engine's overhead."""
+    return [replace(j, start_cost=float(j.job_id % 4) * 7.0, move_cost=None if j.job_id % 3 == 0 else 3.0 + j.job_id % 5)
+            for j in jobs]
+
+
 def forecasts(result) -> list[tuple]:
     return [(r.job_id, r.first_pred, r.last_pred, r.refreshes, r.bound, r.start, r.finish) for r in result.records]
 
@@ -52,6 +58,8 @@ CASES = [
     pytest.param(lambda: mixed_themis1(3), 16, lambda: WFQPolicy(WFQConfig.from_params((50_000, 400_000, float("inf")),
                  0.5, 0.7, 0.2)), 0.0, id="rigid-mixed-pcs"),
     pytest.param(lambda: mixed_themis1(5), 16, lambda: build_policy("fifo"), 20.0, id="rigid-mixed-fifo-overhead"),
+    pytest.param(lambda: with_costs(philly("0e4a51", 250)), 64, lambda: vc_config("0e4a51", "jct"), 15.0,
+                 id="0e4a51-pcs-jct-per-job-costs"),
     pytest.param(lambda: read_sia_philly(DATA / "pal" / "sia-philly" / "workload-1.csv")[:200], 64,
                  lambda: build_policy("pcs-pred"), 0.0, id="sia-philly-rigid-pcs-pred"),
 ]
