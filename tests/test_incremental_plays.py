@@ -114,3 +114,32 @@ def test_live_model_predictions_equal_the_full_fork():
             job = engine.job(jid)
             engine.set_remaining(jid, job.remaining * 1.01, spec.submit_time + 5.0 * k)
         assert engine.predict(placement=False) == engine.fork(placement=False).play_forward()
+
+
+def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
+    """``_QueueIndex.least``: with a long queue of rigid and wide jobs, stopping the FIFO pass once
+    fewer GPUs are left than any job needs must give the allocation the full walk gives."""
+    import random
+
+    from pcs_ray.policies.wfq import _QueueIndex
+
+    rng = random.Random(7)
+    policy = WFQPolicy(WFQConfig.from_params((3_000, 60_000, float("inf")), 0.4, 0.6, 0.3))
+    engine = Engine(23, policy)
+    for jid in range(400):
+        m = rng.choice([2, 3, 4, 8, 16])
+        lo = rng.choice([m, m, max(1, m // 2)])
+        engine.admit(JobSpec(job_id=jid, submit_time=0.0, service=rng.lognormvariate(9, 2), max_gpus=m,
+                             speedup=(0.0,) + tuple(k ** 0.7 for k in range(1, m + 1)), min_gpus=lo))
+    full = _QueueIndex.least
+    for removed in range(0, 390, 13):
+        snap = engine.snapshot()
+        fast = policy.allocate(snap)
+        try:
+            _QueueIndex.least = lambda self, q: 1  # the full walk
+            slow = policy.allocate(snap)
+        finally:
+            _QueueIndex.least = full
+        assert fast == slow
+        engine.remove([engine.job(j) for j in list(engine.active)[:13]])
+    assert engine.index.needs == _QueueIndex(policy, engine.active.values()).needs  # counts follow removals

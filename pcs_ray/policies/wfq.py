@@ -162,29 +162,55 @@ class _QueueIndex:
     ``entries`` mirrors ``queues`` with what the first FIFO pass needs
     (id, cap at zeta_min, min GPUs, rigid), precomputed once per job."""
 
-    __slots__ = ("policy", "queues", "entries", "usable")
+    __slots__ = ("policy", "queues", "entries", "usable", "needs")
 
     def __init__(self, policy: "WFQPolicy", jobs) -> None:
         self.policy = policy
         self.queues: list[list[JobState]] = [[] for _ in policy._weights]
         self.entries: list[list[tuple[int, int, int, bool]]] = [[] for _ in policy._weights]
         self.usable = [0] * len(policy._weights)
+        # Per queue, how many jobs need how many free GPUs to be served by the first pass: a pass
+        # left with fewer than the smallest need stops instead of walking a long queue of waiting jobs.
+        self.needs: list[dict[int, int]] = [{} for _ in policy._weights]
         for job in jobs:
             self.add(job)
 
     def add(self, job: JobState) -> None:
         q = self.policy.queue_of(job)
         spec = job.spec
+        entry = (spec.job_id, job.cap(self.policy.config.zeta_min), spec.min_gpus, spec.rigid)
         self.queues[q].append(job)
-        self.entries[q].append((spec.job_id, job.cap(self.policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        self.entries[q].append(entry)
         self.usable[q] += spec.max_gpus
+        need, counts = _need(entry), self.needs[q]
+        counts[need] = counts.get(need, 0) + 1
 
     def remove(self, job: JobState) -> None:
         q = self.policy.queue_of(job)
         i = self.queues[q].index(job)  # FIFO: finished jobs are almost always near the head
         del self.queues[q][i]
-        del self.entries[q][i]
+        need, counts = _need(self.entries[q].pop(i)), self.needs[q]
+        if counts[need] == 1:
+            del counts[need]
+        else:
+            counts[need] -= 1
         self.usable[q] -= job.spec.max_gpus
+
+    def least(self, q: int) -> int:
+        """Fewest free GPUs with which the first pass can serve some job of queue ``q`` (at least 1)."""
+        counts = self.needs[q]
+        return min(counts) if counts else _NEVER
+
+
+_NEVER = 1 << 62
+
+
+def _need(entry: tuple[int, int, int, bool]) -> int:
+    """Free GPUs the first pass needs to serve this entry (see ``WFQPolicy._first_pass``)."""
+    _, cap, min_gpus, rigid = entry
+    if cap < min_gpus:
+        return _NEVER
+    return max(1, cap if rigid else min_gpus)
 
 
 class WFQPolicy(SchedulingPolicy):
@@ -263,7 +289,7 @@ class WFQPolicy(SchedulingPolicy):
         alloc: Allocation = {}
         for q, share in enumerate(self.shares(queues, index.usable, snap.capacity)):
             if share:
-                left = self._first_pass(index.entries[q], share, alloc)
+                left = self._first_pass(index.entries[q], share, alloc, index.least(q))
                 if left:
                     self._relax(queues[q], left, alloc)
         if sum(alloc.values()) < snap.capacity:
@@ -271,15 +297,18 @@ class WFQPolicy(SchedulingPolicy):
         return alloc
 
     @staticmethod
-    def _first_pass(entries, left: int, alloc: Allocation) -> int:
-        """FIFO at the zeta_min caps (the hot path: one tight loop per queue)."""
+    def _first_pass(entries, left: int, alloc: Allocation, least: int = 1) -> int:
+        """FIFO at the zeta_min caps (the hot path: one tight loop per queue). ``least``: no job of
+        the queue can be served with fewer free GPUs (``_QueueIndex.least``), so the pass stops there."""
+        if left < least:
+            return left
         for jid, cap, min_gpus, rigid in entries:
             n = cap if cap < left else left
             if n < min_gpus or (rigid and n < cap):
                 continue
             alloc[jid] = n
             left -= n
-            if not left:
+            if left < least:
                 break
         return left
 
