@@ -9,8 +9,9 @@
     their model speedup curves, 64 GPUs, policy ``pcs`` with that VC's bundled PCS-jct
     config; each run with predictions timed beside the same run without, in this process,
     one after the other, and their ratio (targets: <= 5x on 0e4a51, <= 10x on the others).
-    On 0e4a51 the reference plays (a full fork per arrival, ``incremental=False``) are
-    timed too, as today's anchor.
+    The reference plays (a full fork per arrival, ``incremental=False``: the plays before
+    issue 13) are timed beside them on the VCs ``--reference`` names (default 0e4a51), as
+    the anchor, and their forecasts compared with the incremental ones.
 (d) The whole 6214e9 trace (51,258 jobs), same setting, predictions on, in a child
     process of its own: wall seconds and its peak RSS.
 
@@ -107,7 +108,7 @@ def timed(jobs, policy, **kw) -> tuple[float, float, object]:
     return time.perf_counter() - t0, time.process_time() - c0, result
 
 
-def bench_ratios(reference: bool) -> list[dict]:
+def bench_ratios(reference: set[str]) -> list[dict]:
     runs = []
     for vc, target in RATIO_TARGETS.items():
         jobs, policy = philly_vc(vc)
@@ -122,7 +123,7 @@ def bench_ratios(reference: bool) -> list[dict]:
             "target_ratio": target, "met": with_cpu / without_cpu <= target,  # judged on CPU time: wall follows the load
             "forward_plays": result.predictions, "events": result.events,
         }
-        if reference and vc == "0e4a51":
+        if vc in reference:
             ref, ref_cpu, ref_result = timed(jobs, policy, predict=True, incremental=False)
             same = all(
                 (a.first_pred, a.last_pred, a.refreshes, a.bound) == (b.first_pred, b.last_pred, b.refreshes, b.bound)
@@ -161,7 +162,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default="themis1,trace,ratios,6214e9",
                     help="comma-separated: themis1, trace, ratios, 6214e9")
-    ap.add_argument("--no-reference", action="store_true", help="skip the reference plays on 0e4a51 in 'ratios'")
+    ap.add_argument("--reference", default="0e4a51",
+                    help="comma-separated VCs whose reference plays 'ratios' also times ('' for none)")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     out = {"machine_cores": os.cpu_count()}
@@ -169,7 +171,7 @@ def main() -> None:
         print(json.dumps({"trace_6214e9_with_predictions": bench_6214e9_child()}))
         return
     if "ratios" in sections:
-        out["prediction_cost_ratios"] = bench_ratios(not args.no_reference)
+        out["prediction_cost_ratios"] = bench_ratios(set(filter(None, args.reference.split(','))))
     if "themis1" in sections:
         out["themis1_500apps_64gpus"] = bench_policies()
     if "trace" in sections:
