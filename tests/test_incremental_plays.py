@@ -49,7 +49,7 @@ def forecasts(result) -> list[tuple]:
 CASES = [
     pytest.param(lambda: philly("0e4a51", 300), 64, lambda: vc_config("0e4a51", "jct"), 0.0, id="0e4a51-pcs-jct"),
     pytest.param(lambda: philly("0e4a51", 300), 64, lambda: vc_config("0e4a51", "pred"), 0.0, id="0e4a51-pcs-pred"),
-    pytest.param(lambda: philly("ee9e8c", 250), 64, lambda: vc_config("ee9e8c", "bal"), 0.0, id="ee9e8c-pcs-bal"),
+    pytest.param(lambda: philly("ee9e8c", 150), 64, lambda: vc_config("ee9e8c", "bal"), 0.0, id="ee9e8c-pcs-bal"),
     pytest.param(lambda: philly("b436b2", 250, "linear"), 32, lambda: vc_config("b436b2", "jct"), 30.0,
                  id="b436b2-linear-pcs-jct-overhead"),
     pytest.param(lambda: philly("0e4a51", 250), 64, lambda: build_policy("fifo"), 0.0, id="0e4a51-fifo"),
