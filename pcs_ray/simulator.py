@@ -9,6 +9,7 @@ stepped. The same ``Engine`` plays the cluster forward for predictions
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import multiprocessing
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pcs_ray.job import JobSpec
-from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
+from pcs_ray.policies.base import SchedulingPolicy, top_up, validate_allocation
 from pcs_ray.semantics import round_boundary
 from pcs_ray.state import JobState, Snapshot
 
@@ -78,6 +79,7 @@ class Engine:
         overhead: float = 0.0,
         placement=None,
         check: bool = True,
+        incremental: bool = True,
     ) -> None:
         if capacity <= 0:
             raise ValueError(f"the cluster needs at least one GPU, got {capacity}")
@@ -88,6 +90,7 @@ class Engine:
         self.overhead = overhead
         self.placement = placement
         self.check = check
+        self.incremental = incremental  # False: every prediction replays a full fork (the reference path)
         self.now = 0.0
         self.active: dict[int, JobState] = {}  # arrival order
         self.running: dict[int, JobState] = {}
@@ -117,6 +120,7 @@ class Engine:
         other.capacity, other.policy, other.overhead = self.capacity, self.policy, self.overhead
         other.placement = self.placement.fork() if placement and self.placement is not None else None
         other.check = False
+        other.incremental = self.incremental
         other.now, other.review_at, other.busy, other.demand, other.area, other.events = (
             self.now, self.review_at, self.busy, self.demand, self.area, 0,
         )
@@ -368,6 +372,21 @@ class Engine:
             else:
                 eta.pop(jid, None)
 
+    def predict(self, *, placement: bool = True) -> dict[int, float]:
+        """Finish time of every active job if nothing else arrives; this engine is left untouched.
+
+        For a policy with a queue form (FIFO, WFQ) and no placement in the play, the incremental
+        play gives, bit for bit, what ``fork(placement=placement).play_forward()`` gives.
+        """
+        if (self.incremental and (not placement or self.placement is None) and self.review_at is None
+                and not self.policy.round_s):
+            form = self.policy.queue_form()
+            if form is not None:
+                finish = _queue_play(self, form)
+                if finish is not None:
+                    return finish
+        return self.fork(placement=placement).play_forward()
+
     def play_forward(self) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction)."""
         finish: dict[int, float] = {}
@@ -393,6 +412,379 @@ class Engine:
         return finish
 
 
+class _QueuePlay:
+    """``play_forward`` on a fork of an engine, for a WFQ-form policy without placement,
+    recomputing only what an event can change.
+
+    WFQ decides each queue from its share and its own FIFO list alone, so after a completion only
+    the finished job's queue, and queues whose share moved, are decided again. A queue whose FIFO
+    pass used its whole share (no job passed over) keeps every job ahead of the last one served
+    when its share does not shrink: the pass resumes at that job with the GPUs freed or added.
+    A round that tops up across queues is followed by a full one. Every job whose count changes
+    goes through the very arithmetic of ``Engine._apply`` and ``Engine.settle``, so finish times
+    are identical to the fork's. The engine is only read, when the play starts.
+
+    A play is stepped event by event and can be copied between an event's completions and its
+    decision (``branch``), which is how successive arrivals share their common past (``_PlayChain``).
+    """
+
+    @classmethod
+    def start(cls, engine: Engine, policy, memo: dict | None = None) -> "_QueuePlay | None":
+        """A play of ``engine`` as it stands; None where the engine's state does not allow it.
+        ``memo``: water-filling results to share with other plays of the same policy and capacity."""
+        active, running, prev = engine.active, engine.running, engine.prev_alloc
+        held = 0
+        for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
+            job = active.get(jid)
+            if job is not None:
+                if job.alloc != n:
+                    return None
+                held += 1
+        if held != len(running):
+            return None
+        self = cls()
+        index = engine.index
+        if getattr(index, "policy", None) is not policy:
+            index = policy.make_index(active.values())
+        self.policy = policy
+        self.name = engine.policy.name
+        self.capacity, self.overhead, self.now = engine.capacity, engine.overhead, engine.now
+        self.jobs = dict(active)  # the live engine goes on changing its own dict
+        self.queues = [list(q) for q in index.queues]
+        self.entries = [list(e) for e in index.entries]
+        self.usable = list(index.usable)
+        nq = len(self.queues)
+        self.eta = dict(engine.eta)
+        self.heap = [(t, j) for j, t in self.eta.items()]
+        heapq.heapify(self.heap)
+        queue_of = policy.queue_of
+        self.qalloc = [{} for _ in range(nq)]  # each queue's counts as last decided
+        for jid, job in running.items():
+            self.qalloc[queue_of(job)][jid] = job.alloc
+        # Per job, what Engine._apply reads and writes, copied now: the live JobStates move on.
+        self.rem = {jid: j.remaining for jid, j in active.items()}
+        self.cnt = {jid: j.alloc for jid, j in active.items()}
+        self.anc = {jid: j.anchor for jid, j in active.items()}
+        self.stl = {jid: j.stall_until for jid, j in active.items()}
+        self.sta = {jid: j.start_time is not None for jid, j in active.items()}
+        self.total = [0] * nq  # GPUs each queue's own decision hands out, before any top-up
+        # Per queue, where its last FIFO pass stopped when it used the whole share without passing
+        # a job over: (share, last job served, its count); else None.
+        self.front = [None] * nq
+        self.stopped = [False] * nq  # whether the queue's last FIFO pass ran out of GPUs before jobs
+        self.freed = [0] * nq  # GPUs released by jobs finishing at this event
+        self.after = [None] * nq  # the job behind a finished last-served job
+        self.shares = []
+        self.fill = [()]  # how the last water-filling ended (WFQPolicy._water_fill) and each queue's head then
+        self.spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
+        self.dirty = set()
+        self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
+        self.memo = {} if memo is None else memo  # (usable per queue, head per queue) -> shares, fill
+        self.finish = {}
+        self.log = []  # (time, job) of every finish, in event order
+        self.over = False
+        self.pending = False  # completions taken, their decision not yet made
+        return self
+
+    def branch(self, job: JobState, since: float) -> "_QueuePlay":
+        """A copy, before this event's decision, with ``job`` (just admitted, holding nothing)
+        at the tail of its queue; it keeps the finishes from ``since`` on."""
+        other = _QueuePlay.__new__(_QueuePlay)
+        other.__dict__.update(self.__dict__)
+        other.jobs = dict(self.jobs)
+        other.queues = [list(q) for q in self.queues]
+        other.entries = [list(e) for e in self.entries]
+        other.usable = list(self.usable)
+        other.eta, other.heap = dict(self.eta), list(self.heap)
+        other.qalloc = [dict(a) for a in self.qalloc]
+        other.rem, other.cnt, other.anc = dict(self.rem), dict(self.cnt), dict(self.anc)
+        other.stl, other.sta = dict(self.stl), dict(self.sta)
+        other.total, other.front, other.stopped = list(self.total), list(self.front), list(self.stopped)
+        other.freed, other.after, other.dirty = list(self.freed), list(self.after), set(self.dirty)
+        at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
+        other.log = self.log[at:]
+        other.finish = {jid: t for t, jid in other.log}
+        policy, spec = self.policy, job.spec
+        q = policy.queue_of(job)
+        jid = spec.job_id
+        f = other.front[q]
+        if f is not None and other.after[q] is None and f[1].spec.job_id not in other.qalloc[q]:
+            other.after[q] = job  # the last job served finished here and had no one behind it until now
+        other.jobs[jid] = job
+        other.queues[q].append(job)
+        other.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        other.usable[q] += spec.max_gpus
+        other.demand += spec.max_gpus
+        other.left_jobs += 1
+        other.rem[jid], other.cnt[jid], other.anc[jid] = job.remaining, 0, job.anchor
+        other.stl[jid], other.sta[jid] = job.stall_until, job.start_time is not None
+        return other
+
+    def completions(self) -> bool:
+        """Take the next event's completions; False once the play is over."""
+        if self.over:
+            return False
+        if not self.left_jobs or self.busy == self.demand:
+            self.finish.update(self.eta)  # every job holds all it can use: the ETAs are final
+            self.over = True
+            return False
+        heap, eta, heappop = self.heap, self.eta, heapq.heappop
+        while heap and eta.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+        if not heap:
+            raise RuntimeError(f"{self.name}: active jobs can never finish (no GPU is allocated)")
+        now = self.now = heap[0][0]
+        lim = now + 1e-9 * (now if now > 1.0 else 1.0)  # now >= 0
+        queues, entries, queue_of, jobs = self.queues, self.entries, self.policy.queue_of, self.jobs
+        finish, log, qalloc, front, after, freed, usable = (
+            self.finish, self.log, self.qalloc, self.front, self.after, self.freed, self.usable,
+        )
+        dropped = busy = 0
+        while heap and heap[0][0] <= lim:
+            end, jid = heappop(heap)
+            if eta.get(jid) == end:
+                del eta[jid]
+                finish[jid] = now
+                log.append((now, jid))
+                job = jobs[jid]
+                q = queue_of(job)
+                queue = queues[q]
+                i = queue.index(job)
+                del queue[i]
+                del entries[q][i]
+                m = job.spec.max_gpus
+                usable[q] -= m
+                dropped += m
+                n = qalloc[q].pop(jid)
+                busy += n
+                freed[q] += n
+                f = front[q]
+                if f is not None and (f[1] is job or after[q] is job):
+                    after[q] = queue[i] if i < len(queue) else None
+                self.left_jobs -= 1
+                self.dirty.add(q)
+        self.demand -= dropped
+        self.busy -= busy
+        if not self.left_jobs:
+            self.over = True
+            return False
+        self.pending = True
+        return True
+
+    def decide(self) -> tuple:
+        """This event's decision, computed without changing the play (see ``commit``)."""
+        policy, queues, entries, usable, capacity = self.policy, self.queues, self.entries, self.usable, self.capacity
+        dirty, shares, fill, spread, nq = self.dirty, self.shares, self.fill, self.spread, len(queues)
+        c = next(iter(dirty)) if len(dirty) == 1 else -1
+        if (
+            c >= 0 and c in fill[0] and fill[1] > 0 and queues[c] and usable[c] > shares[c]
+            and usable[c] > fill[1] * policy._weights[c] / fill[2] + 1e-6 and (not fill[3] or queues[c][0] is fill[4][c])
+        ):
+            # The queue whose jobs finished was, and stays, below its quota in every round of the
+            # water-filling, and any single GPUs went out with the same heads: the shares stand.
+            new_shares, new_fill = shares, fill
+        else:
+            # Shares depend only on what each queue can use and on its head (ties): plays pass
+            # through the same few states again and again, so they are looked up first.
+            heads = [q[0] if q else None for q in queues]
+            key = (tuple(usable), tuple([h.spec.job_id if h is not None else None for h in heads]))
+            known = self.memo.get(key)
+            if known is None:
+                if len(self.memo) > 200_000:
+                    self.memo.clear()
+                new_shares, *new_fill = policy._water_fill(queues, usable, capacity)
+                new_fill.append(heads)
+                known = self.memo[key] = (new_shares, new_fill)
+            new_shares, new_fill = known
+        resume, relax = policy._first_pass_from, policy._relax
+        total, front, stopped = list(self.total), list(self.front), list(self.stopped)
+        qalloc = list(self.qalloc)
+        moved: list[tuple[int, int]] = []
+        patches: list[tuple[int, list]] = []
+        todo = range(nq) if spread else [q for q in range(nq) if q in dirty or new_shares[q] != shares[q]]
+        for q in todo:
+            share, f, old = new_shares[q], front[q], qalloc[q]
+            if not spread and f is not None and share >= f[0]:
+                _, last, got = f
+                if last.spec.job_id in old:  # still here: the pass resumes at it
+                    start, left = queues[q].index(last), self.freed[q] + share - f[0] + got
+                else:
+                    nxt = self.after[q]
+                    start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), self.freed[q] + share - f[0]
+                a: dict[int, int] = {}
+                left, stop, skipped = resume(entries[q], start, left, a)
+                if not left:
+                    front[q] = None if skipped else (share, queues[q][stop], a[entries[q][stop][0]])
+                    stopped[q], total[q] = True, share
+                    patch = [(jid, n) for jid, n in a.items() if old.get(jid) != n]
+                    moved += patch
+                    patches.append((q, patch))
+                    continue
+            a = {}
+            front[q], stopped[q] = None, False
+            if share:
+                left, stop, skipped = resume(entries[q], 0, share, a)
+                if left:
+                    relax(queues[q], left, a)
+                else:
+                    stopped[q] = True
+                    if not skipped:
+                        front[q] = (share, queues[q][stop], a[entries[q][stop][0]])
+            total[q] = sum(a.values())
+            if not spread:
+                moved += [(jid, n) for jid, n in a.items() if old.get(jid) != n]
+                moved += [(jid, 0) for jid in old if jid not in a]
+            qalloc[q] = a
+        new_spread = False
+        if spread or sum(total) < capacity:
+            # Decide the whole allocation as WFQPolicy.allocate does, and diff every queue.
+            merged: dict[int, int] = {}
+            for q in range(nq):
+                merged.update(qalloc[q])
+            if sum(total) < capacity:
+                top_up((j for q in queues for j in q), merged, capacity)
+                new_spread = True
+            cnt = self.cnt
+            moved = []
+            for q in range(nq):
+                decided = {}
+                for job in queues[q]:
+                    jid = job.spec.job_id
+                    n = merged.get(jid, 0)
+                    if n:
+                        decided[jid] = n
+                    if n != cnt[jid]:
+                        moved.append((jid, n))
+                if new_spread:
+                    qalloc[q] = decided
+            patches = []
+        return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved
+
+    def quiet(self, decision, q: int) -> bool:
+        """Whether a job arriving at the tail of queue ``q`` would leave ``decision`` as it is:
+        the queue had jobs, stays below its quota and ran out of GPUs before its last job,
+        and nothing was topped up across queues."""
+        shares, fill, total, _, stopped, _, _, spread, _ = decision
+        return (
+            not spread and stopped[q] and bool(self.queues[q]) and q in fill[0] and shares[q] < self.usable[q]
+            and sum(total) == self.capacity
+        )
+
+    def commit(self, decision) -> None:
+        self.shares, self.fill, self.total, self.front, self.stopped, qalloc, patches, self.spread, moved = decision
+        self.pending = False
+        for q, patch in patches:
+            qalloc[q].update(patch)
+        self.qalloc = qalloc
+        for q in self.dirty:
+            self.freed[q] = 0
+            self.after[q] = None
+        self.dirty.clear()
+        now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
+        rem, cnt, anc, stl, sta = self.rem, self.cnt, self.anc, self.stl, self.sta
+        busy = self.busy
+        for jid, n in moved:
+            had = cnt[jid]
+            if had == n:
+                continue
+            job = jobs[jid]
+            spec, slowdown = job.spec, job.slowdown
+            remaining, stall = rem[jid], stl[jid]
+            if anc[jid] != now:  # Engine.settle
+                if now - anc[jid] > 0 and had:
+                    remaining = max(0.0, spec.speedup[had] / slowdown * (eta[jid] - (now if now > stall else stall)))
+                anc[jid] = now
+            if n and not sta[jid]:
+                sta[jid] = True
+                cost = job.start_cost
+                if cost:
+                    stall = stl[jid] = now + cost
+            elif n:
+                cost = overhead if job.move_cost is None else job.move_cost
+                if cost:
+                    stall = stl[jid] = now + cost
+            busy += n - had
+            if n:
+                end = eta[jid] = (now if now > stall else stall) + remaining / (spec.speedup[n] / slowdown)
+                heapq.heappush(heap, (end, jid))
+            else:
+                eta.pop(jid, None)
+            rem[jid], cnt[jid] = remaining, n
+        self.busy = busy
+
+    def run(self) -> dict[int, float]:
+        while self.pending or self.completions():
+            self.commit(self.decide())
+        return self.finish
+
+
+def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
+    """The incremental equivalent of ``engine.fork(placement=False).play_forward()``, or None."""
+    play = _QueuePlay.start(engine, policy)
+    return None if play is None else play.run()
+
+
+class _PlayChain:
+    """Forward plays of successive arrivals (``simulate``) that share their common past.
+
+    The play made at arrival k (the trunk) is stepped only as far as the next arrival needs.
+    Until job j's arrival, the trunk is the schedule itself; after it, while every decision
+    leaves j where it cannot change anything (``_QueuePlay.quiet``), the play with j is the
+    trunk plus a waiting j. At the first decision where j would count, the trunk branches:
+    the copy with j becomes the new trunk, and the old one plays out its own forecast. Where
+    that does not hold (a decision that j changed after all, or completions at j's very
+    arrival) the new play starts afresh from the engine.
+    """
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.trunk: _QueuePlay | None = None
+        self.slot = -1  # the forecast the trunk will complete
+        self.noisy: list[float] = []  # per queue, the latest trunk decision a job arriving there would have changed
+        self.memo: dict = {}
+
+    def play(self, engine: Engine, job: JobState, calm: bool, forecasts: list) -> None:
+        """Forecast for ``job``'s arrival (appended to ``forecasts``; filled in when complete).
+        ``calm``: the engine decided nothing new at this arrival (no completion, same counts)."""
+        t, trunk, policy = engine.now, self.trunk, self.policy
+        q = policy.queue_of(job)
+        forecasts.append(None)
+        child = None
+        if trunk is not None and calm and self.noisy[q] < t:
+            child = self._branch(trunk, job, q, t)
+        if trunk is not None:
+            forecasts[self.slot] = trunk.run()
+        if child is None:
+            child = _QueuePlay.start(engine, policy, self.memo)
+            if child is None:
+                self.trunk = None
+                forecasts[-1] = engine.fork().play_forward()
+                return
+            self.noisy = [-INF] * len(child.queues)
+        self.trunk, self.slot = child, len(forecasts) - 1
+
+    def _branch(self, trunk: _QueuePlay, job: JobState, q: int, t: float) -> _QueuePlay | None:
+        while trunk.pending or trunk.completions():
+            decision = trunk.decide()
+            if trunk.now >= t and not trunk.quiet(decision, q):
+                child = trunk.branch(job, t)
+                trunk.commit(decision)  # the old trunk's own decision: no longer the shared past
+                return child
+            self._commit(trunk, decision)
+        return None
+
+    def _commit(self, trunk: _QueuePlay, decision) -> None:
+        for q in range(len(self.noisy)):
+            if not trunk.quiet(decision, q):
+                self.noisy[q] = trunk.now
+        trunk.commit(decision)
+
+    def finish(self, forecasts: list) -> None:
+        if self.trunk is not None:
+            forecasts[self.slot] = self.trunk.run()
+            self.trunk = None
+
+
 def simulate(
     jobs: Sequence[JobSpec],
     capacity: int,
@@ -404,6 +796,7 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
     energy=None,
+    incremental: bool = True,
 ) -> SimResult:
     """Replay ``jobs`` through ``policy`` on ``capacity`` GPUs.
 
@@ -419,6 +812,9 @@ def simulate(
 
     ``energy`` (a ``pcs_ray.power.meter.EnergyMeter``) integrates system power
     over the schedule; its summary lands in ``result.extra["energy"]``.
+
+    ``incremental=False`` plays every forecast on a full fork (the reference the incremental
+    plays are tested against); forecasts are the same either way.
     """
     started = time.perf_counter()
     if workers < 1:
@@ -434,12 +830,12 @@ def simulate(
     if workers > 1 and energy is not None:
         raise ValueError("energy accounting runs in one process: use workers=1")
     if workers > 1:
-        result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers)
+        result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers, incremental)
         if progress is not None:
             progress(len(arrivals), len(arrivals))
     else:
         result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress,
-                                    energy)
+                                    energy, incremental)
         _apply_forecasts(result, forecasts)
         if energy is not None:
             result.extra["energy"] = energy.summary(len(arrivals))
@@ -456,20 +852,29 @@ def _replay(
     plays: tuple[int, int] | None,
     progress: Callable[[int, int], None] | None = None,
     meter=None,
+    incremental: bool = True,
 ) -> tuple[SimResult, list[dict[int, float]]]:
     """The schedule itself; forward plays for arrivals ``k`` with ``k % n == r`` where ``plays == (r, n)``.
 
-    Returns the result (predictions not yet filled in) and the forecasts in arrival order.
+    Returns the result and the forecasts in arrival order; with ``plays == (0, 1)`` they are already folded
+    into the records (the list comes back empty).
     """
-    engine = Engine(capacity, policy, overhead=overhead, placement=placement)
+    engine = Engine(capacity, policy, overhead=overhead, placement=placement, incremental=incremental)
     records = {
         s.job_id: JobRecord(s.job_id, s.submit_time, s.service, s.max_gpus, s.min_runtime) for s in arrivals
     }
     area_at_submit: dict[int, float] = {}
     timeline: list[tuple[float, int]] = []
-    forecasts: list[dict[int, float]] = []
+    # Serially every play is folded into the records as it completes; shares of a parallel run return theirs.
+    forecasts = _Folded(records) if plays == (0, 1) else []
     i, total = 0, len(arrivals)
     finished = 0
+    # Successive plays share their past where the policy allows it (every arrival played, in one process).
+    form = policy.queue_form()
+    chain = (
+        _PlayChain(form) if incremental and placement is None and plays == (0, 1) and form is not None
+        and not policy.round_s else None
+    )
     while i < total or engine.active:
         t = engine.next_event(arrivals[i].submit_time if i < total else INF)
         done = engine.advance(t)
@@ -483,6 +888,7 @@ def _replay(
         engine.remove(done)
         finished += len(done)
         arrived = []  # (arrival index, job)
+        before = engine.prev_alloc
         while i < total and arrivals[i].submit_time <= t:
             job = engine.admit(arrivals[i])
             area_at_submit[job.spec.job_id] = engine.area
@@ -503,40 +909,73 @@ def _replay(
             forecast = None
             for k, job in arrived:
                 records[job.spec.job_id].bound = policy.completion_bound(engine.snapshot(), job)
-                if k % plays[1] == plays[0]:
+                if chain is not None:
+                    chain.play(engine, job, not done and engine.prev_alloc == before, forecasts)
+                elif k % plays[1] == plays[0]:
                     if forecast is None:
-                        forecast = engine.fork().play_forward()
+                        forecast = engine.predict()
                     forecasts.append(forecast)
         if progress is not None and (done or arrived):
             progress(finished, total)
+    if chain is not None:
+        chain.finish(forecasts)
     result = SimResult(
         policy=policy.describe(),
         capacity=capacity,
         records=[records[s.job_id] for s in arrivals],
         utilization_timeline=timeline,
         events=engine.events,
-        predictions=0,
+        predictions=len(forecasts) if isinstance(forecasts, _Folded) else 0,
     )
-    return result, forecasts
+    return result, forecasts if isinstance(forecasts, list) else []
 
 
 def _apply_forecasts(result: SimResult, forecasts: list[dict[int, float]]) -> None:
     """Fold the forecasts, in arrival order, into each job's first/last prediction and refresh count."""
     records = {rec.job_id: rec for rec in result.records}
     for forecast in forecasts:
-        for jid, when in forecast.items():
-            rec = records[jid]
-            if rec.first_pred is None:
-                rec.first_pred = when
-            elif abs(when - rec.last_pred) > 1e-6 * max(1.0, when):
-                rec.refreshes += 1
-            rec.last_pred = when
-    result.predictions = len(forecasts)
+        _fold(records, forecast)
+    result.predictions += len(forecasts)
+
+
+def _fold(records: dict[int, JobRecord], forecast: dict[int, float]) -> None:
+    for jid, when in forecast.items():
+        rec = records[jid]
+        if rec.first_pred is None:
+            rec.first_pred = when
+        elif abs(when - rec.last_pred) > 1e-6 * max(1.0, when):
+            rec.refreshes += 1
+        rec.last_pred = when
+
+
+class _Folded:
+    """The serial run's forecasts, folded into the records as soon as every earlier one is known
+    (a play in a chain completes later than it is listed), so that a long trace never holds them
+    all: 6214e9 makes 51,258 plays of up to thousands of jobs each."""
+
+    def __init__(self, records: dict[int, JobRecord]) -> None:
+        self.records, self.count, self.next = records, 0, 0
+        self.pending: dict[int, dict[int, float]] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, forecast: dict[int, float] | None) -> None:
+        self.count += 1
+        self[self.count - 1] = forecast
+
+    def __setitem__(self, k: int, forecast: dict[int, float] | None) -> None:
+        if forecast is None:  # a place kept for a play still under way
+            return
+        self.pending[k % self.count] = forecast
+        while self.next in self.pending:
+            _fold(self.records, self.pending.pop(self.next))
+            self.next += 1
 
 
 def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
-    arrivals, capacity, policy, overhead, placement, plays = args
-    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays)
+    arrivals, capacity, policy, overhead, placement, plays, incremental = args
+    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays, None, None, incremental)
     return (result if plays[0] == 0 else None), forecasts
 
 
@@ -548,9 +987,9 @@ def _start_method() -> str:
     return "spawn"
 
 
-def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int) -> SimResult:
+def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int, incremental: bool) -> SimResult:
     ctx = multiprocessing.get_context(_start_method())
-    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers)) for r in range(workers)]
+    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers), incremental) for r in range(workers)]
     # This process takes share 0 itself while the others run: one process fewer to start and
     # no result to ship back for the share that carries the schedule.
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx) as pool:

@@ -136,7 +136,7 @@ class ClusterModel:
 
         Where every GPU set runs every job at the same rate, counts decide alone (placement is left out).
         """
-        return self.engine.fork(placement=self.placement_matters).play_forward()
+        return self.engine.predict(placement=self.placement_matters)
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

@@ -65,6 +65,14 @@ class SchedulingPolicy(ABC):
         """Worst-case finish time of ``job`` whatever arrives later, if the policy guarantees one."""
         return None
 
+    def queue_form(self):
+        """A ``WFQPolicy`` that allocates exactly as this policy does on every snapshot, or None.
+
+        Forward plays of such policies take the simulator's incremental path
+        (only the queues an event touches are recomputed).
+        """
+        return None
+
     def describe(self) -> dict:
         return {"policy": self.name}
 

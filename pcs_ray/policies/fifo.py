@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
-from pcs_ray.policies.wfq import fifo_queue_bound
+from pcs_ray.policies.wfq import WFQConfig, WFQPolicy, fifo_queue_bound
 from pcs_ray.state import JobState, Snapshot
 
 
@@ -19,5 +19,12 @@ class FIFOPolicy(SchedulingPolicy):
     def order(self, snap: Snapshot):
         return snap.jobs
 
+    def queue_form(self) -> WFQPolicy:
+        # One queue, no efficiency cap: the first pass is greedy_fill, and relax and top-up find nothing left.
+        return _ONE_QUEUE
+
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         return fifo_queue_bound(snap, list(snap.jobs), job, snap.capacity, zeta=0.0)
+
+
+_ONE_QUEUE = WFQPolicy(WFQConfig((float("inf"),), (1.0,)))

@@ -162,29 +162,55 @@ class _QueueIndex:
     ``entries`` mirrors ``queues`` with what the first FIFO pass needs
     (id, cap at zeta_min, min GPUs, rigid), precomputed once per job."""
 
-    __slots__ = ("policy", "queues", "entries", "usable")
+    __slots__ = ("policy", "queues", "entries", "usable", "needs")
 
     def __init__(self, policy: "WFQPolicy", jobs) -> None:
         self.policy = policy
         self.queues: list[list[JobState]] = [[] for _ in policy._weights]
         self.entries: list[list[tuple[int, int, int, bool]]] = [[] for _ in policy._weights]
         self.usable = [0] * len(policy._weights)
+        # Per queue, how many jobs need how many free GPUs to be served by the first pass: a pass
+        # left with fewer than the smallest need stops instead of walking a long queue of waiting jobs.
+        self.needs: list[dict[int, int]] = [{} for _ in policy._weights]
         for job in jobs:
             self.add(job)
 
     def add(self, job: JobState) -> None:
         q = self.policy.queue_of(job)
         spec = job.spec
+        entry = (spec.job_id, job.cap(self.policy.config.zeta_min), spec.min_gpus, spec.rigid)
         self.queues[q].append(job)
-        self.entries[q].append((spec.job_id, job.cap(self.policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        self.entries[q].append(entry)
         self.usable[q] += spec.max_gpus
+        need, counts = _need(entry), self.needs[q]
+        counts[need] = counts.get(need, 0) + 1
 
     def remove(self, job: JobState) -> None:
         q = self.policy.queue_of(job)
         i = self.queues[q].index(job)  # FIFO: finished jobs are almost always near the head
         del self.queues[q][i]
-        del self.entries[q][i]
+        need, counts = _need(self.entries[q].pop(i)), self.needs[q]
+        if counts[need] == 1:
+            del counts[need]
+        else:
+            counts[need] -= 1
         self.usable[q] -= job.spec.max_gpus
+
+    def least(self, q: int) -> int:
+        """Fewest free GPUs with which the first pass can serve some job of queue ``q`` (at least 1)."""
+        counts = self.needs[q]
+        return min(counts) if counts else _NEVER
+
+
+_NEVER = 1 << 62
+
+
+def _need(entry: tuple[int, int, int, bool]) -> int:
+    """Free GPUs the first pass needs to serve this entry (see ``WFQPolicy._first_pass``)."""
+    _, cap, min_gpus, rigid = entry
+    if cap < min_gpus:
+        return _NEVER
+    return max(1, cap if rigid else min_gpus)
 
 
 class WFQPolicy(SchedulingPolicy):
@@ -198,6 +224,9 @@ class WFQPolicy(SchedulingPolicy):
 
     def queue_of(self, job: JobState) -> int:
         return bisect.bisect_left(self._upper, job.spec.service)
+
+    def queue_form(self) -> "WFQPolicy":
+        return self
 
     def make_index(self, jobs) -> _QueueIndex:
         return _QueueIndex(self, jobs)
@@ -217,6 +246,11 @@ class WFQPolicy(SchedulingPolicy):
         with the lowest (share + 1) / weight, ties to the queue whose head
         arrived first. With equal weights this is max-min fair share.
         """
+        return self._water_fill(queues, usable, capacity)[0]
+
+    def _water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
+        """``shares`` and how it ended: the queues left below their quota, the GPUs they split,
+        their summed weight and how many single GPUs went out by (share + 1) / weight."""
         weights = self._weights
         shares = [0] * len(queues)
         open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
@@ -230,6 +264,7 @@ class WFQPolicy(SchedulingPolicy):
                 shares[i] = usable[i]
                 left -= usable[i]
             open_q = [i for i in open_q if i not in full]
+        spare, singles = left, 0
         if open_q and left > 0:
             wsum = sum(weights[i] for i in open_q)
             for i in open_q:
@@ -245,7 +280,8 @@ class WFQPolicy(SchedulingPolicy):
                     break
                 shares[best] += 1
                 left -= 1
-        return shares
+                singles += 1
+        return shares, open_q, spare, (wsum if open_q else 0.0), singles
 
     def allocate(self, snap: Snapshot) -> Allocation:
         index = self._index(snap)
@@ -253,7 +289,7 @@ class WFQPolicy(SchedulingPolicy):
         alloc: Allocation = {}
         for q, share in enumerate(self.shares(queues, index.usable, snap.capacity)):
             if share:
-                left = self._first_pass(index.entries[q], share, alloc)
+                left = self._first_pass(index.entries[q], share, alloc, index.least(q))
                 if left:
                     self._relax(queues[q], left, alloc)
         if sum(alloc.values()) < snap.capacity:
@@ -261,17 +297,37 @@ class WFQPolicy(SchedulingPolicy):
         return alloc
 
     @staticmethod
-    def _first_pass(entries, left: int, alloc: Allocation) -> int:
-        """FIFO at the zeta_min caps (the hot path: one tight loop per queue)."""
+    def _first_pass(entries, left: int, alloc: Allocation, least: int = 1) -> int:
+        """FIFO at the zeta_min caps (the hot path: one tight loop per queue). ``least``: no job of
+        the queue can be served with fewer free GPUs (``_QueueIndex.least``), so the pass stops there."""
+        if left < least:
+            return left
         for jid, cap, min_gpus, rigid in entries:
             n = cap if cap < left else left
             if n < min_gpus or (rigid and n < cap):
                 continue
             alloc[jid] = n
             left -= n
-            if not left:
+            if left < least:
                 break
         return left
+
+    @staticmethod
+    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, bool]:
+        """``_first_pass`` resumed at position ``start`` with ``left`` GPUs (for a play that keeps
+        the jobs ahead as they were); also returns where it stopped and whether it passed a job over."""
+        skipped = False
+        for i in range(start, len(entries)):
+            jid, cap, min_gpus, rigid = entries[i]
+            n = cap if cap < left else left
+            if n < min_gpus or (rigid and n < cap):
+                skipped = True
+                continue
+            alloc[jid] = n
+            left -= n
+            if not left:
+                return 0, i, skipped
+        return left, len(entries), skipped
 
     def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
         """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""

@@ -1,0 +1,145 @@
+"""Incremental forward plays give, bit for bit, the forecasts of the reference plays
+(a full fork of the engine per arrival): first and last prediction, refresh count and
+bound of every job, on several traces, policies, overheads and job shapes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pcs_ray.data import data_dir, pcs_config
+from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
+from pcs_ray.simulator import Engine, simulate
+from workloads.generator import generate_workload
+from workloads.traces import read_pcs_trace, read_sia_philly
+
+DATA = data_dir()
+
+
+def philly(vc: str, n: int, speedup: str = "model") -> list[JobSpec]:
+    return read_pcs_trace(DATA / "pcs" / "traces" / f"trace_{vc}.csv", speedup=speedup)[:n]
+
+
+def vc_config(vc: str, kind: str) -> WFQPolicy:
+    return WFQPolicy(WFQConfig.load(DATA / "pcs" / "configs" / f"PCS_config_{vc}_{kind}.json"))
+
+
+def mixed_themis1(seed: int) -> list[JobSpec]:
+    """Narrow apps, every fifth one rigid, every seventh needing at least two GPUs."""
+    out = []
+    for j in generate_workload("themis1", 150, 16, load=1.2, seed=seed):
+        m = 1 + j.job_id % 8
+        lo = m if j.job_id % 5 == 0 else (min(2, m) if j.job_id % 7 == 0 else 1)
+        out.append(replace(j, max_gpus=m, min_gpus=lo, speedup=linear_speedup(m)))
+    return out
+
+
+def with_costs(jobs: list[JobSpec]) -> list[JobSpec]:
+    """Per-job start and move costs (the coordinator's measured ones); every third job moves at the engine's overhead."""
+    return [replace(j, start_cost=float(j.job_id % 4) * 7.0, move_cost=None if j.job_id % 3 == 0 else 3.0 + j.job_id % 5)
+            for j in jobs]
+
+
+def forecasts(result) -> list[tuple]:
+    return [(r.job_id, r.first_pred, r.last_pred, r.refreshes, r.bound, r.start, r.finish) for r in result.records]
+
+
+CASES = [
+    pytest.param(lambda: philly("0e4a51", 300), 64, lambda: vc_config("0e4a51", "jct"), 0.0, id="0e4a51-pcs-jct"),
+    pytest.param(lambda: philly("0e4a51", 300), 64, lambda: vc_config("0e4a51", "pred"), 0.0, id="0e4a51-pcs-pred"),
+    pytest.param(lambda: philly("ee9e8c", 150), 64, lambda: vc_config("ee9e8c", "bal"), 0.0, id="ee9e8c-pcs-bal"),
+    pytest.param(lambda: philly("b436b2", 250, "linear"), 32, lambda: vc_config("b436b2", "jct"), 30.0,
+                 id="b436b2-linear-pcs-jct-overhead"),
+    pytest.param(lambda: philly("0e4a51", 250), 64, lambda: build_policy("fifo"), 0.0, id="0e4a51-fifo"),
+    pytest.param(lambda: generate_workload("themis1", 150, 64, load=0.9, seed=4567), 64,
+                 lambda: WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal"))), 0.0, id="themis1-pcs-bal"),
+    pytest.param(lambda: mixed_themis1(3), 16, lambda: WFQPolicy(WFQConfig.from_params((50_000, 400_000, float("inf")),
+                 0.5, 0.7, 0.2)), 0.0, id="rigid-mixed-pcs"),
+    pytest.param(lambda: mixed_themis1(5), 16, lambda: build_policy("fifo"), 20.0, id="rigid-mixed-fifo-overhead"),
+    pytest.param(lambda: with_costs(philly("0e4a51", 250)), 64, lambda: vc_config("0e4a51", "jct"), 15.0,
+                 id="0e4a51-pcs-jct-per-job-costs"),
+    pytest.param(lambda: read_sia_philly(DATA / "pal" / "sia-philly" / "workload-1.csv")[:200], 64,
+                 lambda: build_policy("pcs-pred"), 0.0, id="sia-philly-rigid-pcs-pred"),
+]
+
+
+@pytest.mark.parametrize("jobs, gpus, policy, overhead", CASES)
+def test_incremental_forecasts_equal_the_reference(jobs, gpus, policy, overhead):
+    jobs, policy = jobs(), policy()
+    ref = simulate(jobs, gpus, policy, predict=True, overhead=overhead, incremental=False)
+    new = simulate(jobs, gpus, policy, predict=True, overhead=overhead, incremental=True)
+    assert forecasts(new) == forecasts(ref)
+    assert sum(r.refreshes for r in ref.records) > 0 or policy.name == "fifo"  # the comparison has teeth
+
+
+def test_incremental_play_leaves_the_engine_untouched_and_falls_back_when_it_must():
+    jobs = philly("0e4a51", 120)
+    engine = Engine(64, vc_config("0e4a51", "jct"))
+    for spec in jobs:
+        while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
+            engine.remove(engine.advance(engine.next_event(spec.submit_time)))
+            engine.reallocate()
+        engine.remove(engine.advance(spec.submit_time))
+        engine.admit(spec)
+        engine.reallocate()
+    assert len(engine.active) > 20
+    before = ({j: (s.remaining, s.alloc, s.anchor) for j, s in engine.active.items()}, dict(engine.eta), engine.busy)
+    fast = engine.predict()
+    assert ({j: (s.remaining, s.alloc, s.anchor) for j, s in engine.active.items()}, dict(engine.eta), engine.busy) == before
+    assert fast == engine.fork().play_forward()
+    # A job whose held count disagrees with the last decision: only the full fork knows what to do.
+    jid = next(iter(engine.running))
+    engine.prev_alloc = {**engine.prev_alloc, jid: engine.prev_alloc[jid] + 1}
+    assert engine.predict() == engine.fork().play_forward()
+
+
+def test_live_model_predictions_equal_the_full_fork():
+    """The coordinator's case: an engine with a placement whose GPUs are all alike, played without it,
+    after progress reports (new remaining work and restart stalls) and with an overhead."""
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.placement import create_placement
+
+    cluster = ClusterSpec.homogeneous(32, 8)
+    engine = Engine(32, build_policy("pcs-bal"), placement=create_placement("packed-sticky", cluster), overhead=12.0)
+    for spec in philly("0e4a51", 150):
+        while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
+            engine.remove(engine.advance(engine.next_event(spec.submit_time)))
+            engine.reallocate()
+        engine.remove(engine.advance(spec.submit_time))
+        engine.admit(spec)
+        engine.reallocate()
+        for k, jid in enumerate(engine.running_ids()[:3]):  # runners report: a little behind, one restarting
+            job = engine.job(jid)
+            engine.set_remaining(jid, job.remaining * 1.01, spec.submit_time + 5.0 * k)
+        assert engine.predict(placement=False) == engine.fork(placement=False).play_forward()
+
+
+def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
+    """``_QueueIndex.least``: with a long queue of rigid and wide jobs, stopping the FIFO pass once
+    fewer GPUs are left than any job needs must give the allocation the full walk gives."""
+    import random
+
+    from pcs_ray.policies.wfq import _QueueIndex
+
+    rng = random.Random(7)
+    policy = WFQPolicy(WFQConfig.from_params((3_000, 60_000, float("inf")), 0.4, 0.6, 0.3))
+    engine = Engine(23, policy)
+    for jid in range(400):
+        m = rng.choice([2, 3, 4, 8, 16])
+        lo = rng.choice([m, m, max(1, m // 2)])
+        engine.admit(JobSpec(job_id=jid, submit_time=0.0, service=rng.lognormvariate(9, 2), max_gpus=m,
+                             speedup=(0.0,) + tuple(k ** 0.7 for k in range(1, m + 1)), min_gpus=lo))
+    full = _QueueIndex.least
+    for removed in range(0, 390, 13):
+        snap = engine.snapshot()
+        fast = policy.allocate(snap)
+        try:
+            _QueueIndex.least = lambda self, q: 1  # the full walk
+            slow = policy.allocate(snap)
+        finally:
+            _QueueIndex.least = full
+        assert fast == slow
+        engine.remove([engine.job(j) for j in list(engine.active)[:13]])
+    assert engine.index.needs == _QueueIndex(policy, engine.active.values()).needs  # counts follow removals
