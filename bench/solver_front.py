@@ -22,6 +22,7 @@ gives the 10 minutes fewer simulations than it would alone.
 
 Usage: python bench/solver_front.py [--objectives jct:avg,pred_err:avg]
        [--space paper|cuts] [--max-queues 6] [--budget 600] [--population 40] [--seed 0] [--out DIR]
+       [--local-rate R]
        [--watch N]
 The machine is shared with other jobs: wall times are pessimistic.
 """
@@ -57,6 +58,8 @@ def main() -> None:
     ap.add_argument("--space", choices=SPACES, default="paper", help="search space (solver.space)")
     ap.add_argument("--max-queues", type=int, default=DEFAULT_MAX_QUEUES, help="queues at most, --space cuts")
     ap.add_argument("--population", type=int, default=40)
+    ap.add_argument("--local-rate", type=float, default=0.0,
+                    help="share of offspring made by a local move along the front (solver.space neighbour)")
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--test-samples", type=int, default=3)
@@ -70,7 +73,8 @@ def main() -> None:
     started = time.perf_counter()
     objectives = parse_objectives(args.objectives)
     problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, objectives, args.samples,
-                      args.test_samples, args.population, args.seed, space=args.space, max_queues=args.max_queues)
+                      args.test_samples, args.population, args.seed, space=args.space, max_queues=args.max_queues,
+                      local_rate=args.local_rate)
     if not args.serial:
         import ray
 
@@ -128,11 +132,14 @@ def main() -> None:
         "objectives": [o.label for o in objectives],
         "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs",
         "samples": args.samples, "test_samples": args.test_samples, "population": args.population,
-        "seed": args.seed, "backend": backend.name, "space": search.space.describe(),
+        "seed": args.seed, "local_rate": args.local_rate, "backend": backend.name, "space": search.space.describe(),
         "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
         "ray_start_s": round(ray_ready, 1), "references_s": round(references_s, 1), "search_s": round(search_s, 1), "total_wall_s": round(total_s, 1),
         "generations": state.generation, "evaluations": state.evaluations,
         "simulations": search.evaluator.simulations,
+        "search_simulations_per_min": round(60 * (reports[-1]["simulations"] - reference_sims - test_sims)
+                                            / max(reports[-1]["wall_s"], 1e-9), 1),
+        "test_front_s": round(total_s - search_s, 1),
         "distinct_configurations": len(search.evaluator.cache.specs("train")),
         "front_size": len(points),
         "dominated_by_front_point": dominance_report(front_test, published),
@@ -152,6 +159,20 @@ def main() -> None:
     result["dominating_points"] = {
         k: {"test": list(points[i].test), "config": points[i].config.to_dict()} for k, i in idx.items() if i is not None
     }
+    # Where each artifact configuration sits against the front: the front point closest to weakly dominating
+    # it (smallest worst relative excess over its test values; <= 0 dominates), with that point's train values
+    # beside the configuration's (a point that dominates on train but not on test is the train front overfitting).
+    train_of = {r.label: r.train for r in refs}
+    result["nearest_front_point"] = {}
+    for label, target in published.items():
+        gaps = [max((v - t) / abs(t) for v, t in zip(p.test, target)) for p in points]
+        i = min(range(len(points)), key=gaps.__getitem__)
+        result["nearest_front_point"][label] = {
+            "gap": gaps[i], "test": list(points[i].test), "train": list(points[i].train),
+            "published_train": list(train_of[label]), "config": points[i].config.to_dict(),
+            "front_points_dominating_on_train": sum(
+                all(v <= t for v, t in zip(p.train, train_of[label])) for p in points),
+        }
     result["baselines_test"] = {r.label: list(r.test) for r in refs if not r.label.startswith("pcs-")}
     result["progress"] = reports
     if args.watch:
