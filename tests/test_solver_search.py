@@ -171,6 +171,8 @@ def test_cli_writes_front_plot_and_picks(capsys, tmp_path, monkeypatch):
         (["--space", "cuts", "--max-queues", "1"], "--max-queues must be between 2 and 64, got 1"),
         (["--space", "cuts", "--max-queues", "x"], "--max-queues"),
         (["--max-queues", "4"], "--max-queues applies only to --space cuts"),
+        (["--local-rate", "1.5"], "--local-rate must be between 0 and 1, got 1.5"),
+        (["--local-rate", "nan"], "--local-rate must be between 0 and 1"),
     ],
 )
 def test_cli_bad_options_are_one_line_errors(capsys, args, message):
