@@ -6,7 +6,9 @@ the artifact's three themis1 configurations (and FIFO/SRSF/Themis/AFS) on the
 same held-out test samples. Prints one JSON object: wall times, evaluations,
 for each artifact configuration the front point that weakly dominates it (or
 null), and hypervolumes of the front and of the three artifact configurations
-for two stated reference points:
+for two stated reference points (FIFO, SRSF, Themis and AFS are
+simulated after the budget, which covers the search and the front's test
+evaluation):
 
 * ``published``: 1.1 x the worst test value per objective among the three
   artifact configurations (the region where they live);
@@ -82,9 +84,11 @@ def main() -> None:
     backend = SerialBackend() if args.serial else RayBackend()
     ray_ready = time.perf_counter() - started
     search = Search(problem, backend)
-    # References first: a fixed cost (Themis takes ~3 s a simulation), so the search can spend the rest.
+    # The artifact's configurations first (the watch compares with them); the baseline policies only after the
+    # budget: they are measured beside the front, not part of finding it (Themis alone took ~100 s of a loaded
+    # machine's 10 minutes), so the budget is search + the front's test evaluation.
     published_cfg = [(name, b.load()) for name, b in BUNDLED.items()]
-    refs = search.references(published_cfg)
+    refs = search.references(published_cfg, baselines=())
     references_s = time.perf_counter() - started - ray_ready
     reports = []
     watched = []
@@ -125,6 +129,8 @@ def main() -> None:
     search_s = time.perf_counter() - started
     points = search.front(args.front_size)
     total_s = time.perf_counter() - started
+    refs = search.references(published_cfg)
+    baselines_s = time.perf_counter() - started - total_s
 
     published = {r.label: r.test for r in refs if r.label.startswith("pcs-")}
     front_test = [p.test for p in points]
@@ -135,6 +141,7 @@ def main() -> None:
         "seed": args.seed, "local_rate": args.local_rate, "backend": backend.name, "space": search.space.describe(),
         "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
         "ray_start_s": round(ray_ready, 1), "references_s": round(references_s, 1), "search_s": round(search_s, 1), "total_wall_s": round(total_s, 1),
+        "baselines_after_budget_s": round(baselines_s, 1),
         "generations": state.generation, "evaluations": state.evaluations,
         "simulations": search.evaluator.simulations,
         "search_simulations_per_min": round(60 * (reports[-1]["simulations"] - reference_sims - test_sims)
