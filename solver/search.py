@@ -47,6 +47,7 @@ class Problem:
     search_delta: bool = True
     space: str = "paper"
     max_queues: int = DEFAULT_MAX_QUEUES
+    local_rate: float = 0.0  # share of offspring made by a local move (``SearchSpace.neighbour``)
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -61,6 +62,8 @@ class Problem:
             raise SearchError(f"unknown search space {self.space!r}: choose {' or '.join(SPACES)}")
         if not 2 <= self.max_queues <= MAX_QUEUES_LIMIT:
             raise SearchError(f"max queues must be between 2 and {MAX_QUEUES_LIMIT}, got {self.max_queues}")
+        if not 0.0 <= self.local_rate <= 1.0:
+            raise SearchError(f"the local-move rate must be between 0 and 1, got {self.local_rate}")
 
     def fingerprint(self) -> dict:
         raw = {
@@ -71,6 +74,8 @@ class Problem:
         }
         if self.space != "paper":  # checkpoints of the paper's space written before there was a choice stay valid
             raw |= {"space": self.space, "max_queues": self.max_queues}
+        if self.local_rate:  # likewise for searches without local moves
+            raw["local_rate"] = self.local_rate
         return json.loads(json.dumps(raw))
 
 
@@ -113,7 +118,8 @@ class Search:
         self.evaluator = Evaluator({"train": self.train, "test": self.test}, p.gpus, p.objectives, backend, cache)
         self.genes_of: dict[str, list[float]] = {}  # first genome seen per decoded configuration
         self.algorithm = SPEA2(self.space.lower, self.space.upper, len(p.objectives), p.population, seed=p.seed,
-                               seeds=self.space.seeds(p.population // 2))
+                               seeds=self.space.seeds(p.population // 2), local_move=self._local_move,
+                               local_rate=p.local_rate)
 
     def close(self) -> None:
         self.evaluator.cache.close()
@@ -127,6 +133,15 @@ class Search:
             self.genes_of.setdefault(spec, self.space.clip(g))
             specs.append(spec)
         return self.evaluator.evaluate(specs, "train", progress)
+
+    def _local_move(self, genes: list[float], rng, tries: int = 8) -> list[float]:
+        """A neighbour of ``genes`` that decodes to a configuration the search has not met, if one turns up
+        in ``tries`` draws (a cached configuration would cost a slot of the generation and teach nothing)."""
+        for _ in range(tries):
+            out = self.space.neighbour(genes, rng)
+            if config_key(self.space.decode(out)) not in self.genes_of:
+                break
+        return out
 
     # -- the search -------------------------------------------------------------------
 

@@ -197,6 +197,42 @@ class SearchSpace:
                 cuts.add(self.sizes[i])
         return (*sorted(cuts), math.inf)
 
+    def neighbour(self, genes: Sequence[float], rng) -> list[float]:
+        """A small step from ``genes`` that changes one decoded parameter: a local move along the front.
+
+        SBX and polynomial mutation scale their steps to a gene's whole range
+        (a cut moves ~40 % of its size at eta 20), so two neighbouring
+        configurations of the front, a few job sizes or one weight quantum
+        apart, are rarely both tried. Here one active gene moves by 2^m of
+        its own quantum (m in 0..5): a cut to the 2^m-th train size above or
+        below its own, W, zeta or delta by 2^m x 0.01, T by a factor
+        (1 + 0.01 x 2^m), the queue count by one. ``rng`` is a
+        ``random.Random``-like source (the search's seeded stream).
+        """
+        genes = self.clip(genes)
+        step = 2 ** rng.randrange(6)
+        sign = rng.choice((-1, 1))
+        active = list(range(self._head, self.dimensions))  # W, zeta[, delta]
+        if self.kind == "paper":
+            active.append(0)
+        else:
+            count = min(max(int(round(genes[0])), 1), self.max_queues)
+            # one queue: W, zeta and delta have no effect there (decode drops W), only a second queue does
+            active = [0, *range(1, count)] + (active if count > 1 else [])
+        i = rng.choice(active)
+        out = list(genes)
+        if self.kind == "paper" and i == 0:
+            out[0] = genes[0] * (1 + STEP * step) ** sign
+        elif self.kind == "cuts" and i == 0:
+            out[0] = float(min(max(int(round(genes[0])) + sign, 1), self.max_queues))
+        elif self.kind == "cuts" and i < self._head:
+            k = bisect.bisect_right(self.sizes, 10.0 ** genes[i] * (1 + 1e-12)) - 1
+            k = min(max(k + sign * step, 0), len(self.sizes) - 1)
+            out[i] = math.log10(self.sizes[k])
+        else:
+            out[i] = genes[i] + sign * STEP * step
+        return self.clip(out)
+
     def encode_thresholds(self, thresholds: Sequence[float], W: float = 0.0, zeta: float = 0.0,
                           delta: float = DELTA_RANGE[0]) -> list[float]:
         """A ``cuts`` genome for the given thresholds (the finite ones, at most ``max_queues - 1``)."""

@@ -101,6 +101,10 @@ class SPEA2:
     eta_crossover: float = 15.0
     eta_mutation: float = 20.0
     seeds: Sequence[Genome] = ()  # genomes placed in the initial population (e.g. known extremes)
+    # A share of the offspring made by ``local_move(parent, rng)`` from a tournament-chosen archive
+    # member instead of SBX + polynomial mutation: small steps that fill in the front between its points.
+    local_move: Callable[[Genome, random.Random], Genome] | None = None
+    local_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.population_size < 2:
@@ -109,6 +113,8 @@ class SPEA2:
             raise SearchError("give at least one objective")
         if len(self.lower) != len(self.upper) or any(lo >= hi for lo, hi in zip(self.lower, self.upper)):
             raise SearchError("every gene needs lower < upper")
+        if not 0.0 <= self.local_rate <= 1.0:
+            raise SearchError(f"the local-move rate must be in [0, 1], got {self.local_rate}")
         self._fitness = _fitness_class(self.n_obj)
         self.archive_size = self.archive_size or self.population_size
 
@@ -152,6 +158,9 @@ class SPEA2:
 
         children: list[_Individual] = []
         while len(children) < self.population_size:
+            if self.local_move is not None and random.random() < self.local_rate:
+                children.append(self._individual(self.local_move(list(tournament()), random)))
+                continue
             c1, c2 = self._individual(tournament()), self._individual(tournament())
             if random.random() < self.crossover_prob:
                 tools.cxSimulatedBinaryBounded(c1, c2, self.eta_crossover, lower, upper)

@@ -21,6 +21,7 @@ from workloads.history import HistoryRecord, append_history
 from solver.objectives import parse_objectives
 from solver.preference import PreferenceError, PreferenceSolver, choose, default_config_path
 from solver.search import Problem, Search
+from solver.space import config_key
 from solver.workload import WorkloadSource, bootstrap
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +171,8 @@ def test_cli_writes_front_plot_and_picks(capsys, tmp_path, monkeypatch):
         (["--space", "cuts", "--max-queues", "1"], "--max-queues must be between 2 and 64, got 1"),
         (["--space", "cuts", "--max-queues", "x"], "--max-queues"),
         (["--max-queues", "4"], "--max-queues applies only to --space cuts"),
+        (["--local-rate", "1.5"], "--local-rate must be between 0 and 1, got 1.5"),
+        (["--local-rate", "nan"], "--local-rate must be between 0 and 1"),
     ],
 )
 def test_cli_bad_options_are_one_line_errors(capsys, args, message):
@@ -312,3 +315,22 @@ def test_cuts_space_search_runs_and_is_its_own_checkpoint():
     assert search.describe()["space"]["kind"] == "cuts"
     with pytest.raises(ValueError, match="unknown search space"):
         small_problem(space="grid")
+
+
+def test_local_moves_are_part_of_the_problem_and_prefer_new_configurations():
+    plain, local = small_problem(space="cuts"), small_problem(space="cuts", local_rate=0.5)
+    assert "local_rate" not in plain.fingerprint() and local.fingerprint()["local_rate"] == 0.5
+    with pytest.raises(ValueError, match="local-move rate"):
+        small_problem(local_rate=2.0)
+    runs = []
+    for _ in range(2):
+        search = Search(local)
+        runs.append(search.run(2).to_json())
+    assert runs[0] == runs[1]
+    import random
+
+    seen = search.genes_of
+    parent = next(g for spec, g in seen.items() if json.loads(spec)["num_classes"] > 1)
+    moved = search._local_move(parent, random.Random(1))
+    assert moved != parent
+    assert config_key(search.space.decode(moved)) not in seen

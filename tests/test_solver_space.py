@@ -171,3 +171,50 @@ def test_bad_space_settings():
         cuts_space(max_queues=1)
     with pytest.raises(SpaceError, match="only the cuts space"):
         space().encode_thresholds((2.0,))
+
+
+class _Draws:
+    """A stand-in for random.Random: randrange and choice return scripted values."""
+
+    def __init__(self, *picks) -> None:
+        self.picks = list(picks)
+
+    def randrange(self, n):
+        v = self.picks.pop(0)
+        assert 0 <= v < n
+        return v
+
+    def choice(self, seq):
+        v = self.picks.pop(0)
+        assert v in seq
+        return v
+
+
+def test_neighbour_steps_a_cut_to_the_next_train_size_and_W_by_quanta():
+    s = cuts_space(sizes=(1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0))
+    genes = s.encode_thresholds((3.0, 8.0), W=1.0, zeta=0.0)  # queues 3, cuts at 3 and 8
+    # cut gene 2 (8.0), one size up (m = 0): 13.0; every other parameter as it was
+    moved = s.decode(s.neighbour(genes, _Draws(0, 1, 2)))
+    assert moved.thresholds == (3.0, 13.0, math.inf) and moved.weights == s.decode(genes).weights
+    # cut gene 1 (3.0), 2^2 = 4 sizes down: clipped at the smallest size
+    assert s.decode(s.neighbour(genes, _Draws(2, -1, 1))).thresholds == (1.0, 8.0, math.inf)
+    # W (gene index 6 = head), 2^3 quanta up: 1.0 -> 1.08
+    W_gene = s.gene_names.index("W")
+    assert s.neighbour(genes, _Draws(3, 1, W_gene))[W_gene] == pytest.approx(1.08)
+    # the queue count moves by one: the third cut gene (at the top of the range) joins and is dropped
+    assert len(s.decode(s.neighbour(genes, _Draws(0, 1, 0))).thresholds) == 3
+    assert s.decode(s.neighbour(genes, _Draws(0, -1, 0))).thresholds == (3.0, math.inf)
+
+
+def test_neighbour_stays_in_bounds_and_changes_one_gene():
+    import random
+
+    for kind in ("paper", "cuts"):
+        s = space() if kind == "paper" else cuts_space()
+        rng = random.Random(7)
+        genes = [rng.uniform(lo, hi) for lo, hi in zip(s.lower, s.upper)]
+        for _ in range(200):
+            out = s.neighbour(genes, rng)
+            assert all(lo <= g <= hi for g, lo, hi in zip(out, s.lower, s.upper))
+            assert sum(a != b for a, b in zip(out, s.clip(genes))) <= 1
+            genes = out

@@ -83,3 +83,30 @@ def test_truncation_keeps_the_ends_and_spreads_the_rest():
     gaps = [math.dist(front[a], front[b]) for a, b in zip(keep, keep[1:])]
     assert max(gaps) <= 2.5 * min(gaps)  # evenly spread in objective space (a plain prefix would fail)
     assert truncate(front[:5], 10) == [0, 1, 2, 3, 4]
+
+
+def test_local_moves_make_their_share_of_offspring_and_resume_identically():
+    from solver.spea2 import SearchState
+
+    calls = []
+
+    def nudge(genes, rng):
+        calls.append(1)
+        out = list(genes)
+        out[0] = min(max(out[0] + rng.choice((-0.01, 0.01)), 0.0), 1.0)
+        return out
+
+    only_local = SPEA2([0.0] * 3, [1.0] * 3, 2, 10, seed=5, local_move=nudge, local_rate=1.0)
+    only_local.run(batch(zdt1), 3)
+    assert len(calls) == 3 * 10  # every child of every generation
+    calls.clear()
+    SPEA2([0.0] * 3, [1.0] * 3, 2, 10, seed=5, local_move=nudge, local_rate=0.0).run(batch(zdt1), 3)
+    assert calls == []
+    mixed = SPEA2([0.0] * 3, [1.0] * 3, 2, 10, seed=5, local_move=nudge, local_rate=0.5)
+    full = mixed.run(batch(zdt1), 6)
+    assert 0 < len(calls) < 6 * 10
+    saved = []
+    mixed.run(batch(zdt1), 6, on_generation=lambda s: (saved.append(s.to_json()), s.generation == 3)[1])
+    assert mixed.run(batch(zdt1), 6, state=SearchState.from_json(saved[-1])).to_json() == full.to_json()
+    with pytest.raises(SearchError, match="local-move rate"):
+        SPEA2([0.0], [1.0], 1, 4, local_rate=1.5)

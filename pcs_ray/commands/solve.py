@@ -79,6 +79,7 @@ class SolveOptions:
     no_delta: bool
     space: str
     max_queues: int | None
+    local_rate: float
     reference: list[str] | None
     out: Path | None
     plot: Path | None
@@ -169,6 +170,10 @@ def register(app: typer.Typer) -> None:
         max_queues: Annotated[int | None, typer.Option(
             "--max-queues", metavar="N", help="Most queues --space cuts tries  [default: 6]",
             show_default=False)] = None,
+        local_rate: Annotated[float, typer.Option(
+            "--local-rate", metavar="R", help="Share of each generation's offspring made by a small step from an "
+            "archive member (a cut to a neighbouring job size, W by a few 0.01) instead of crossover and "
+            "mutation: fills in the front between its points.")] = 0.0,
         reference: Annotated[list[str] | None, typer.Option(
             "--reference-config", metavar="FILE|NAME", help="WFQ config (JSON file or bundled name) to draw on the "
             "front; repeatable  "
@@ -206,7 +211,7 @@ def register(app: typer.Typer) -> None:
             workload=workload, trace=trace, history=history, num_apps=num_apps, load=load, speedup=speedup, gpus=gpus,
             objectives=objectives, generations=generations, population=population, samples=samples,
             test_samples=test_samples, seed=seed, front_size=front_size, time_limit=time_limit, no_delta=no_delta,
-            space=space, max_queues=max_queues,
+            space=space, max_queues=max_queues, local_rate=local_rate,
             reference=reference, out=out, plot=plot, checkpoint=checkpoint, fresh=fresh, serial=serial,
             ray_address=ray_address,
         ))
@@ -240,6 +245,8 @@ def _check(opts: SolveOptions) -> None:
         raise ValueError("--max-queues applies only to --space cuts")
     if opts.max_queues is not None and not 2 <= opts.max_queues <= MAX_QUEUES_LIMIT:
         raise ValueError(f"--max-queues must be between 2 and {MAX_QUEUES_LIMIT}, got {opts.max_queues}")
+    if not 0.0 <= opts.local_rate <= 1.0:
+        raise ValueError(f"--local-rate must be between 0 and 1, got {opts.local_rate}")
     if opts.serial and opts.ray_address is not None:
         raise ValueError("--serial and --ray-address are mutually exclusive")
     for path, opt in ((opts.out, "--out"), (opts.plot, "--plot")):
@@ -262,7 +269,8 @@ def _problem(opts: SolveOptions):
                             opts.speedup or (default_speedup(trace) if trace is not None else "linear"))
     return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,
                    search_delta=not opts.no_delta, space=opts.space,
-                   max_queues=DEFAULT_MAX_QUEUES if opts.max_queues is None else opts.max_queues)
+                   max_queues=DEFAULT_MAX_QUEUES if opts.max_queues is None else opts.max_queues,
+                   local_rate=opts.local_rate)
 
 
 def _search(opts: SolveOptions, problem, refs, err) -> tuple[dict, list[dict], list, list]:
