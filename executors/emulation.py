@@ -10,12 +10,19 @@ the step's deadline on the device's schedule (one
 A step whose real compute took longer than its budget (the OS descheduled
 the runner on the shared cores, say) leaves the run behind schedule; the
 following steps wait less and so catch up, as long as the machine keeps the
-device's pace on average. Only when the run falls more than one whole step
-behind its device is that step an *overrun*: the machine is too small for
-what it emulates, and the run's timeline now differs from the device's by
-more than a step, the resolution at which anyone (progress reports, JCTs)
-observes it. Overruns are counted and reported, never hidden; so are the
-steps that were late on their own (``late_steps``) and the largest lag.
+device's pace on average. A step that leaves the run more than one whole step
+behind its device (and further behind than before) is an *overrun*: the
+machine is too small for what it emulates, and the run's timeline now
+differs from the device's by more than a step, the resolution at which
+anyone (progress reports, JCTs) observes it. Overruns are counted and
+reported, never hidden; so are the steps that were late on their own
+(``late_steps``) and the largest lag.
+
+A run's first step is its warm-up (lazy initialisation: the first forward
+and backward build their kernels and buffers, on a real GPU as here). It
+takes its budget or what it took, and what it took beyond the budget is
+start-up (``warmup_s``), which the coordinator's speed model learns as part
+of the run's start cost; the schedule starts after it.
 
 No torch here: the clock and the sleep are injectable, so the logic is
 tested with a fake clock.
@@ -48,6 +55,7 @@ class StepBudget:
     overruns: int = 0  # steps that ended more than one budget behind the device's schedule
     late_steps: int = 0  # steps whose own compute exceeded their budget (caught up later unless counted above)
     max_lag_s: float = 0.0  # the furthest the run fell behind its device's schedule
+    warmup_s: float = 0.0  # the first step's time beyond its budget: start-up, not pace
     dropped_s: float = 0.0  # lag beyond MAX_LAG_STEPS budgets, given up: the run's timeline is this much later than its device's
     compute_s: float = 0.0  # total real compute seconds (what the machine actually spent)
     steps: int = 0
@@ -69,19 +77,23 @@ class StepBudget:
         compute = self.clock() - began
         self.steps += 1
         self.compute_s += compute
+        if self.steps == 1 and compute > self.step_s:
+            self.warmup_s = compute - self.step_s
+            return compute
         if compute > self.step_s:
             self.late_steps += 1
+        lag_before = self._lag
         wait = self.step_s - compute - self._lag
         if wait > 0:
             self.sleep(wait)
         elapsed = self.clock() - began
         self._lag = max(0.0, self._lag + elapsed - self.step_s)
         self.max_lag_s = max(self.max_lag_s, self._lag)
+        if self._lag > self.step_s and self._lag > lag_before:
+            self.overruns += 1
         if self._lag > MAX_LAG_STEPS * self.step_s:
             self.dropped_s += self._lag - MAX_LAG_STEPS * self.step_s
             self._lag = MAX_LAG_STEPS * self.step_s
-        if self._lag > self.step_s:
-            self.overruns += 1
         return elapsed
 
     @property
@@ -92,8 +104,9 @@ class StepBudget:
     def describe(self) -> str:
         """One line for a run's notes when anything was late."""
         return (f"emulation fell over a step behind its device on {self.overruns} of {self.steps} steps "
-                f"(largest lag {self.max_lag_s:.3g} s, {self.late_steps} step(s) late on their own"
+                f"(largest lag {self.max_lag_s:.3g} s, {self.late_steps} step(s) late on their own, "
+                f"warm-up {self.warmup_s:.3g} s"
                 + (f", {self.dropped_s:.3g} s never made up" if self.dropped_s else "")
                 + "): this machine is too small for what it emulates" if self.overruns else
                 f"emulation kept its device's pace: {self.late_steps} of {self.steps} step(s) ran over their budget "
-                f"and were caught up (largest lag {self.max_lag_s:.3g} s)")
+                f"and were caught up (largest lag {self.max_lag_s:.3g} s, warm-up {self.warmup_s:.3g} s)")

@@ -355,7 +355,7 @@ def run_training(
     if telemetry is not None:
         telemetry.step_done(final=True)
         telemetry.meter.sampler.close()
-    if budget is not None and budget.late_steps:
+    if budget is not None and (budget.late_steps or budget.warmup_s):
         notes.append(budget.describe())
     timings["saved"] = time.time()
     return RunOutcome(
