@@ -74,16 +74,21 @@ def test_incremental_forecasts_equal_the_reference(jobs, gpus, policy, overhead)
     assert sum(r.refreshes for r in ref.records) > 0 or policy.name == "fifo"  # the comparison has teeth
 
 
+def arrive(engine: Engine, spec) -> None:
+    """Play ``engine`` up to ``spec``'s submission (every event before it), then admit it and decide."""
+    while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
+        engine.remove(engine.advance(engine.next_event(spec.submit_time)))
+        engine.reallocate()
+    engine.remove(engine.advance(spec.submit_time))
+    engine.admit(spec)
+    engine.reallocate()
+
+
 def test_incremental_play_leaves_the_engine_untouched_and_falls_back_when_it_must():
     jobs = philly("0e4a51", 120)
     engine = Engine(64, vc_config("0e4a51", "jct"))
     for spec in jobs:
-        while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
-            engine.remove(engine.advance(engine.next_event(spec.submit_time)))
-            engine.reallocate()
-        engine.remove(engine.advance(spec.submit_time))
-        engine.admit(spec)
-        engine.reallocate()
+        arrive(engine, spec)
     assert len(engine.active) > 20
     before = ({j: (s.remaining, s.alloc, s.anchor) for j, s in engine.active.items()}, dict(engine.eta), engine.busy)
     fast = engine.predict()
@@ -104,12 +109,7 @@ def test_live_model_predictions_equal_the_full_fork():
     cluster = ClusterSpec.homogeneous(32, 8)
     engine = Engine(32, build_policy("pcs-bal"), placement=create_placement("packed-sticky", cluster), overhead=12.0)
     for spec in philly("0e4a51", 150):
-        while engine.active and engine.next_event(spec.submit_time) < spec.submit_time:
-            engine.remove(engine.advance(engine.next_event(spec.submit_time)))
-            engine.reallocate()
-        engine.remove(engine.advance(spec.submit_time))
-        engine.admit(spec)
-        engine.reallocate()
+        arrive(engine, spec)
         for k, jid in enumerate(engine.running_ids()[:3]):  # runners report: a little behind, one restarting
             job = engine.job(jid)
             engine.set_remaining(jid, job.remaining * 1.01, spec.submit_time + 5.0 * k)
