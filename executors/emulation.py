@@ -103,10 +103,11 @@ class StepBudget:
 
     def describe(self) -> str:
         """One line for a run's notes when anything was late."""
+        lag = f"largest lag {self.max_lag_s:.3g} s, warm-up {self.warmup_s:.3g} s"
+        if not self.overruns:
+            return (f"emulation kept its device's pace: {self.late_steps} of {self.steps} step(s) ran over their "
+                    f"budget and were caught up ({lag})")
+        dropped = f", {self.dropped_s:.3g} s never made up" if self.dropped_s else ""
         return (f"emulation fell over a step behind its device on {self.overruns} of {self.steps} steps "
-                f"(largest lag {self.max_lag_s:.3g} s, {self.late_steps} step(s) late on their own, "
-                f"warm-up {self.warmup_s:.3g} s"
-                + (f", {self.dropped_s:.3g} s never made up" if self.dropped_s else "")
-                + "): this machine is too small for what it emulates" if self.overruns else
-                f"emulation kept its device's pace: {self.late_steps} of {self.steps} step(s) ran over their budget "
-                f"and were caught up (largest lag {self.max_lag_s:.3g} s, warm-up {self.warmup_s:.3g} s)")
+                f"({lag}, {self.late_steps} step(s) late on their own{dropped}): "
+                "this machine is too small for what it emulates")
