@@ -55,7 +55,8 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
     overruns = sum(job.get("emulation_overruns") or 0 for job in status["jobs"])
     table.caption = "* emulated device (logical GPUs): each step takes the device model's time"
     if overruns:
-        table.caption += f"; {overruns} step(s) overran their budget (the machine is too small for what it emulates)"
+        table.caption += (f"; {overruns} step(s) left their run over a step behind its emulated device "
+                          "(the machine is too small for what it emulates)")
     return table
 
 
