@@ -132,3 +132,32 @@ def test_what_ray_prints_to_stdout_inside_the_embedded_cluster_goes_to_stderr(mo
     print("after")
     out = capsys.readouterr()
     assert out.out == "after\n" and "(raylet) WARNING" in out.err and "inside" in out.err
+
+
+def test_calibration_starts_its_runs_one_at_a_time():
+    """A start burst on shared cores inflates every measured start and step: each run is submitted once the last stepped."""
+    from types import SimpleNamespace
+
+    from pcs_ray.commands.calibrate import run_calibration
+
+    class Fake:
+        def __init__(self):
+            self.polls, self.events = {}, []
+
+        def submit(self, spec):
+            jid = len(self.polls)
+            assert all(n >= 2 for n in self.polls.values()), "submitted before the last run reported a step"
+            self.polls[jid] = 0
+            self.events.append(("submit", jid))
+            return SimpleNamespace(id=jid)
+
+        def job(self, jid):
+            self.polls[jid] += 1
+            return {"id": jid, "state": "running", "steps": 1 if self.polls[jid] >= 2 else 0}
+
+        def wait(self, jid, timeout):
+            return {"id": jid, "state": "finished", "steps": 6}
+
+    fake = Fake()
+    views = run_calibration(fake, calibration_jobs([("tiny_cnn", {}, 1), ("resnet18", {}, 2), ("vgg11", {}, 1)]), 30.0)
+    assert [e[1] for e in fake.events] == [0, 1, 2] and [v["state"] for v in views] == ["finished"] * 3

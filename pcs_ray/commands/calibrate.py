@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
+from pcs_ray.contract import TERMINAL
 
 CALIBRATION_STEPS = 6  # enough for a start-up and a few step times; short on every emulated device
 
@@ -79,11 +80,19 @@ def shapes_of_jobs(jobs) -> list[tuple[str, dict, int]]:
 
 
 def run_calibration(client, jobs: list[dict], timeout_s: float, err: Console | None = None) -> list[dict]:
-    """Submit ``jobs`` together and wait for them (``timeout_s`` in all); their final views."""
+    """Submit ``jobs`` one start at a time and wait for them (``timeout_s`` in all); their final views.
+
+    Each job is submitted once the previous one has reported its first step, so runs overlap but their
+    start-ups do not: a dozen runners importing and building models at once on a small machine's shared
+    cores would make every start, and the emulated steps beside it, look slower than they are, and the
+    speed model would charge that to every forecast until later runs outweighed it."""
     if err is not None:
-        err.print(f"calibrating: {len(jobs)} short run(s) (step times, start-up) ...")
-    handles = [client.submit(spec) for spec in jobs]
+        err.print(f"calibrating: {len(jobs)} short run(s), starts one at a time (step times, start-up) ...")
     deadline = time.monotonic() + timeout_s
+    handles = []
+    for spec in jobs:
+        handles.append(client.submit(spec))
+        _wait_started(client, handles[-1].id, deadline)
     views = []
     for handle in handles:
         try:
@@ -91,6 +100,15 @@ def run_calibration(client, jobs: list[dict], timeout_s: float, err: Console | N
         except TimeoutError:
             views.append(client.job(handle.id))
     return views
+
+
+def _wait_started(client, job_id: int, deadline: float, poll_s: float = 0.25) -> None:
+    """Until the job has reported a step or ended (or the deadline)."""
+    while time.monotonic() < deadline:
+        view = client.job(job_id)
+        if view["state"] in TERMINAL or (view.get("steps") or 0) > 0:
+            return
+        time.sleep(poll_s)
 
 
 def speeds_table(speeds: dict) -> Table:
