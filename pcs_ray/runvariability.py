@@ -5,12 +5,17 @@ records also show runs on the *same* GPU varying over time (ResNet: 20 %
 coefficient of variation over three days). :class:`RunReplay` replays the
 records of the job's own application, as PAL's profiles do per class
 (``pcs_ray.longhorn.CLASS_APPS``: ResNet-50 for class A, BERT for B,
-PageRank for C and D): per application, every simulated GPU is one recorded
-device (drawn without repetition, seeded like variability profiles) whose
-later runs of that application (the runs the slow-run model did not train
-on) play on their own clock: simulated time plus a seeded offset per GPU,
-wrapping around the device's recorded span, selects the device's latest
-recorded run at that moment, its state then. A job that starts (or moves) on
+PageRank for C and D): per application, whole recorded nodes are laid on
+the simulated nodes (drawn without repetition, seeded like variability
+profiles; records without nodes, GPU by GPU), and their later runs (the runs
+the slow-run model did not train on) play on one clock per application:
+simulated time plus one seeded offset, wrapping around the records' span,
+selects each device's latest recorded run at that moment, its state then.
+One clock and whole nodes keep together what the records show together: a
+node-wide slow event (Longhorn's slow ResNet and BERT runs are the four GPUs
+of one node at once) stays one node's event, and the node and cabinet
+history in a record's features is the replayed history before that moment,
+as the model was trained. A job that starts (or moves) on
 some GPUs at time t takes each one's record at t: it runs slower by the
 largest recorded slowdown (``runtime / its application's mean``; the slowest
 GPU sets a bulk-synchronous job's pace), and the run is **slow** when any of
@@ -62,7 +67,7 @@ class DeviceRuns:
     slowdown: np.ndarray  # runtime / the app's mean
     slow: np.ndarray  # bool: the run was slow
     predicted: np.ndarray  # bool: the model predicted it slow
-    times: np.ndarray | None = None  # seconds since the first of these runs (None: one an hour)
+    times: np.ndarray | None = None  # seconds since the first later run of the application (None: one an hour)
 
     def clock(self) -> tuple[np.ndarray, float]:
         """Start times from 0 and the span after which the record wraps around (one more typical gap)."""
@@ -93,34 +98,63 @@ def longhorn_devices(seed: int = 0, apps: tuple[str, ...] | None = None
         row = (float(ds.slowdown[i]), bool(ds.y[i]), bool(p), ds.runs[i].ts)
         rows[ds.runs[i].app, ds.runs[i].device].append(row)
         rows[ANY, ds.runs[i].device].append(row)  # test runs are in time order across applications too
+    first: dict[str, int] = {}  # per pool, its first later run: every device of a pool shares its clock
+    for (app, _), v in rows.items():
+        first[app] = min(first.get(app, v[0][3]), v[0][3])
     pools: dict[str, list[DeviceRuns]] = defaultdict(list)
     for (app, d), v in sorted(rows.items()):
+        times = np.array([r[3] - first[app] for r in v], dtype=float)
         pools[app].append(DeviceRuns(d, np.array([r[0] for r in v]), np.array([r[1] for r in v]),
-                                     np.array([r[2] for r in v]), np.array([r[3] - v[0][3] for r in v], dtype=float)))
+                                     np.array([r[2] for r in v]), times))
     return {app: tuple(v) for app, v in pools.items()}, result.to_json()
 
 
-class _Lane:
-    """One application's recorded devices, one per simulated GPU, with their clocks and offsets."""
+def _node_of(device: str) -> str:
+    """The recorded node of a device key ``cabinet-node-slot`` (a key without one is its own node)."""
+    parts = device.rsplit("-", 1)
+    return parts[0] if len(parts) == 2 and parts[1].isdigit() else device
 
-    def __init__(self, pool: Sequence[DeviceRuns], num_gpus: int, rng: np.random.Generator) -> None:
-        usable = [d for d in pool if len(d.slowdown) >= MIN_RECORDS]
-        if len(usable) < num_gpus:
-            usable = list(pool)
+
+class _Lane:
+    """One application's recorded nodes on the simulated ones, all on one clock (see ``RunReplay``)."""
+
+    def __init__(self, pool: Sequence[DeviceRuns], node_of: Sequence[int], rng: np.random.Generator) -> None:
+        sim_nodes: dict[int, list[int]] = defaultdict(list)
+        for g, n in enumerate(node_of):
+            sim_nodes[int(n)].append(g)
+        width = max(len(v) for v in sim_nodes.values())
+        groups: dict[str, list[DeviceRuns]] = defaultdict(list)
+        for d in pool:
+            groups[_node_of(d.device)].append(d)
+        if max(len(v) for v in groups.values()) < width:  # records without nodes as wide: GPU by GPU
+            sim_nodes, width = {g: [g] for g in range(len(node_of))}, 1
+        recorded = [sorted(v, key=lambda d: d.device) for _, v in sorted(groups.items())]
+        usable = [v for v in recorded if len(v) >= width and all(len(d.slowdown) >= MIN_RECORDS for d in v)]
+        if len(usable) < len(sim_nodes):
+            usable = [v for v in recorded if len(v) >= width] or recorded
         if not usable:
             raise ValueError("run variability: no recorded devices")
-        # Without repetition while the records last (PAL samples profiles so); a larger cluster draws again.
-        picks, left = [], num_gpus
-        while left > 0:
-            picks.extend(rng.choice(len(usable), size=min(left, len(usable)), replace=False))
-            left -= len(usable)
-        self.devices = [usable[i] for i in picks]
-        self.clocks = [d.clock() for d in self.devices]
-        self.offset = np.array([rng.uniform(0.0, span) for _, span in self.clocks])
+        # Whole recorded nodes onto simulated nodes, without repetition while they last (PAL samples profiles
+        # so); a larger cluster draws again.
+        picks: list[int] = []
+        while len(picks) < len(sim_nodes):
+            picks.extend(rng.choice(len(usable), size=min(len(sim_nodes) - len(picks), len(usable)), replace=False))
+        self.devices: list[DeviceRuns] = [pool[0]] * len(node_of)
+        for (_, gpus), k in zip(sorted(sim_nodes.items()), picks):
+            for j, g in enumerate(gpus):
+                self.devices[g] = usable[k][j % len(usable[k])]
+        self.span = max(d.clock()[1] for d in self.devices)
+        self.offset = float(rng.uniform(0.0, self.span))  # one clock for the whole lane: T = offset + now
+        self._times: dict[int, tuple[DeviceRuns, np.ndarray]] = {}
 
     def record(self, g: int, now: float) -> int:
-        times, span = self.clocks[g]
-        return int(np.searchsorted(times, (self.offset[g] + now) % span, side="right")) - 1
+        """The device's latest record started by recorded time ``offset + now`` (wrapping around the lane's
+        span; before its first record of a cycle, its last of the previous one)."""
+        d = self.devices[g]
+        known = self._times.get(g)
+        if known is None or known[0] is not d:  # tests put other devices in
+            known = self._times[g] = (d, d.clock()[0])
+        return int(np.searchsorted(known[1], (self.offset + now) % self.span, side="right")) - 1
 
 
 class RunReplay:
@@ -130,17 +164,23 @@ class RunReplay:
     to its application (a class without one uses the ``ANY`` pool, or the first)."""
 
     def __init__(self, devices: Sequence[DeviceRuns] | Mapping[str, Sequence[DeviceRuns]], num_gpus: int,
-                 seed: int = 0, about: dict | None = None, classes: Mapping[str, str] | None = None) -> None:
-        rng = np.random.default_rng(seed)
-        pools = dict(devices) if isinstance(devices, Mapping) else {ANY: devices}
-        self.lanes = {app: _Lane(pools[app], num_gpus, rng) for app in sorted(pools)}
-        self.classes = {c: a for c, a in (classes or {}).items() if a in self.lanes}
-        self.default = ANY if ANY in self.lanes else next(iter(self.lanes))
-        self.devices = self.lanes[self.default].devices  # the default lane's (tests replace entries)
+                 seed: int = 0, about: dict | None = None, classes: Mapping[str, str] | None = None,
+                 node_of: Sequence[int] | None = None) -> None:
+        self.pools = dict(devices) if isinstance(devices, Mapping) else {ANY: devices}
+        self.seed = seed
+        self.classes = {c: a for c, a in (classes or {}).items() if a in self.pools}
+        self.default = ANY if ANY in self.pools else next(iter(sorted(self.pools)))
+        self.bind_nodes(range(num_gpus) if node_of is None else node_of)
         self.now = 0.0  # the simulated time of the latest decision
         self.about = dict(about or {})
         self.owner_free = None  # set by ReplayedPlacement: the placement's free-GPU view
         self.runs = self.slow_runs = self.predicted_runs = self.predicted_and_slow = 0
+
+    def bind_nodes(self, node_of: Sequence[int]) -> None:
+        """Map recorded nodes onto the simulated cluster's nodes (``node_of``: the node of each GPU), seeded."""
+        rng = np.random.default_rng(self.seed)
+        self.lanes = {app: _Lane(self.pools[app], list(node_of), rng) for app in sorted(self.pools)}
+        self.devices = self.lanes[self.default].devices  # the default lane's (tests replace entries)
 
     def lane(self, job: JobState | None) -> _Lane:
         """The records a run of ``job`` replays: its class's application's."""
@@ -208,6 +248,9 @@ class ReplayedPlacement:
         self.replay = replay
         base = getattr(inner, "inner", inner)  # a PlacementLog's placement
         replay.owner_free = base.free_mask
+        node = getattr(getattr(base, "facts", None), "node", None)
+        if node is not None and len(node) == len(replay.devices) and len(set(node.tolist())) < len(node):
+            replay.bind_nodes(node)  # whole recorded nodes onto the cluster's nodes
         base.facts.slow_runs = replay  # what the slow-run filter reads
         self.slow_jobs: dict[int, int] = {}  # job id -> its slow runs
         self._last: dict[int, tuple[int, ...]] = {}  # job id -> the GPUs of its current run

@@ -5,9 +5,12 @@ A run is **slow** when its time exceeds its application's mean by more than
 known *before* it starts: the device's, node's and cabinet's earlier runs
 (mean and exponentially decayed slowdown, last slowdown, last temperature,
 power and clocks, time since the device's last run, how many of its earlier
-runs were slow), where the GPU sits (cabinet, node, slot), the time of day,
-the application, and how many other runs started on the same node in the
-previous 15 minutes. No feature reads the run's own measurements.
+runs were slow, whether the last one was, hours since the last slow run and
+how many in the last 6 hours), where the GPU sits (cabinet, node, slot), the
+time of day, the application, and how many other runs started on the same
+node in the previous 15 minutes. No feature reads the run's own
+measurements, nor those of a run that started at the same moment (the other
+GPUs of a multi-GPU run: their outcome is not known before it starts).
 
 Model selection as RUSH does it: runs in time order; per application the
 first ``train`` fraction is the training split, the rest the later runs of
@@ -15,7 +18,8 @@ the final score.
 Recursive feature elimination (a random forest's importances) keeps at most
 20 features; AdaBoost, random forest, ExtraTrees and k-nearest-neighbours
 are compared by stratified k-fold F1 on the training split; the best is
-refitted on the whole split and scored on the later runs. The naive baseline
+refitted on the whole split and scored on the later runs. A grouped k-fold
+F1 (the runs that started together in one fold) is reported beside it. The naive baseline
 predicts slow when the device's past mean slowdown exceeds a threshold fitted
 on the training split.
 
@@ -40,6 +44,8 @@ SLOW_SIGMAS = 1.5
 MAX_FEATURES = 20
 DECAY = 0.5  # weight of the newest run in the decayed slowdowns
 NEIGHBOUR_WINDOW = 900.0  # seconds: runs started on the node this recently count as running beside it
+RECENT = 6 * 3600.0  # seconds: slow runs this recent on the node or cabinet count as its recent state
+NEVER_H = RECENT / 3600.0 * 4  # "hours since the last slow run" when there was none within RECENT
 MODELS = ("adaboost", "random-forest", "extra-trees", "knn")
 
 #: The per-run CSV schema (one row per run; what the live job history and telemetry write).
@@ -129,28 +135,56 @@ class Dataset:
 
 
 class _History:
-    """Exponentially decayed and plain means of slowdowns, with the last run's telemetry."""
+    """Exponentially decayed and plain means of slowdowns, when the last slow run started, and the last run's
+    telemetry."""
 
-    __slots__ = ("n", "total", "decayed", "last", "slow", "ts", "temp", "power", "clock")
+    __slots__ = ("n", "total", "decayed", "last", "last_slow", "slow", "slow_ts", "ts", "temp", "power", "clock")
 
     def __init__(self) -> None:
         self.n, self.total, self.decayed, self.last, self.slow = 0, 0.0, 1.0, 1.0, 0
+        self.last_slow = False
+        self.slow_ts: deque = deque()  # start times of the slow runs within ``RECENT`` of the newest run
         self.ts = self.temp = self.power = self.clock = float("nan")
 
     def add(self, run: Run, slowdown: float, slow: bool) -> None:
         self.decayed = slowdown if self.n == 0 else DECAY * slowdown + (1 - DECAY) * self.decayed
         self.n += 1
         self.total += slowdown
-        self.last = slowdown
+        self.last, self.last_slow = slowdown, slow
         self.slow += slow
+        if slow:
+            self.slow_ts.append(float(run.ts))
         self.ts, self.temp, self.power, self.clock = float(run.ts), run.temperature, run.power, run.sm_clock
 
     def mean(self) -> float:
         return self.total / self.n if self.n else 1.0
 
+    def since_slow_h(self, ts: float) -> float:
+        """Hours since the latest slow run started here (``NEVER_H`` when none in the last ``RECENT``)."""
+        while self.slow_ts and self.slow_ts[0] < ts - RECENT:
+            self.slow_ts.popleft()
+        return (ts - self.slow_ts[-1]) / 3600.0 if self.slow_ts else NEVER_H
+
+    def recent_slow(self, ts: float) -> int:
+        self.since_slow_h(ts)
+        return len(self.slow_ts)
+
+
+FEATURES_FIXED = (
+    "dev_runs", "dev_mean", "dev_decayed", "dev_last", "dev_last_slow", "dev_slow_frac", "dev_since_last_h",
+    "dev_since_slow_h", "dev_last_temp", "dev_last_power", "dev_last_clock", "node_runs", "node_mean",
+    "node_decayed", "node_last_slow", "node_slow_frac", "node_since_slow_h", "node_recent_slow", "node_neighbours",
+    "cab_mean", "cab_decayed", "cab_since_slow_h", "cab_recent_slow", "cabinet", "node", "slot", "hour_sin",
+    "hour_cos",
+)
+
 
 def build_dataset(runs: Sequence[Run]) -> Dataset:
-    """Label and featurise ``runs`` (sorted by time here; runs without a time stamp are dropped)."""
+    """Label and featurise ``runs`` (sorted by time here; runs without a time stamp are dropped).
+
+    A run's features see only runs that started strictly earlier: runs starting at the same second (the
+    GPUs of one multi-GPU job, as Longhorn's node-wide runs) are featurised together, before any of them
+    enters the history (one GPU's outcome must not predict its job-mate's)."""
     runs = sorted((r for r in runs if r.ts is not None), key=lambda r: (r.ts, r.device, r.app))
     if len(runs) < 2:
         raise SlowRunError("need at least 2 time-stamped runs")
@@ -165,12 +199,7 @@ def build_dataset(runs: Sequence[Run]) -> Dataset:
     node_h: dict[tuple, _History] = defaultdict(_History)
     cab_h: dict[str, _History] = defaultdict(_History)
     recent: dict[tuple, deque] = defaultdict(deque)
-    names = [
-        "dev_runs", "dev_mean", "dev_decayed", "dev_last", "dev_slow_frac", "dev_since_last_h", "dev_last_temp",
-        "dev_last_power", "dev_last_clock", "node_runs", "node_mean", "node_decayed", "node_slow_frac",
-        "node_neighbours", "cab_mean", "cab_decayed", "cabinet", "node", "slot", "hour_sin", "hour_cos",
-        *[f"app_{a}" for a in apps],
-    ]
+    names = [*FEATURES_FIXED, *[f"app_{a}" for a in apps]]
     X = np.zeros((len(runs), len(names)))
     y = np.zeros(len(runs), dtype=np.int64)
     slowdown = np.zeros(len(runs))
@@ -178,38 +207,55 @@ def build_dataset(runs: Sequence[Run]) -> Dataset:
     app_n: dict[str, int] = defaultdict(int)
     app_sum: dict[str, float] = defaultdict(float)
     app_sq: dict[str, float] = defaultdict(float)
-    for i, r in enumerate(runs):
-        d = device_h[r.device]
-        nkey = (r.cabinet, r.node) if r.node is not None else ("dev", r.device)
-        nd, cb = node_h[nkey], cab_h[r.cabinet or "?"]
-        window = recent[nkey]
-        while window and window[0] < r.ts - NEIGHBOUR_WINDOW:
-            window.popleft()
-        hour = (r.ts % 86400) / 3600.0
-        X[i] = [
-            d.n, d.mean(), d.decayed, d.last, d.slow / d.n if d.n else 0.0,
-            (r.ts - d.ts) / 3600.0 if d.n else -1.0, _or(d.temp, -1.0), _or(d.power, -1.0), _or(d.clock, -1.0),
-            nd.n, nd.mean(), nd.decayed, nd.slow / nd.n if nd.n else 0.0, len(window),
-            cb.mean(), cb.decayed, cabinets.index(r.cabinet or "?"), -1 if r.node is None else r.node,
-            -1 if r.slot is None else r.slot, math.sin(2 * math.pi * hour / 24), math.cos(2 * math.pi * hour / 24),
-            *[float(r.app == a) for a in apps],
-        ]
-        naive[i] = d.mean()
-        slowdown[i] = r.runtime / stats[r.app][0]
-        y[i] = int(r.runtime > thresholds[r.app])
-        # What later runs' features see of this run: its slowdown and slowness against the application's
-        # runs *before* it (the label's whole-data mean and sd would leak later runs into the features).
-        k = app_n[r.app]
-        mean = app_sum[r.app] / k if k else r.runtime
-        sd = math.sqrt(max(app_sq[r.app] / k - mean * mean, 0.0)) if k else 0.0
-        seen, seen_slow = r.runtime / mean, k >= 2 and r.runtime > mean + SLOW_SIGMAS * sd
-        app_n[r.app] += 1
-        app_sum[r.app] += r.runtime
-        app_sq[r.app] += r.runtime * r.runtime
-        d.add(r, seen, seen_slow)
-        nd.add(r, seen, seen_slow)
-        cb.add(r, seen, seen_slow)
-        window.append(r.ts)
+
+    def node_key(r: Run) -> tuple:
+        return (r.cabinet, r.node) if r.node is not None else ("dev", r.device)
+
+    start = 0
+    while start < len(runs):
+        stop = start
+        while stop < len(runs) and runs[stop].ts == runs[start].ts:
+            stop += 1
+        for i in range(start, stop):
+            r = runs[i]
+            d, nkey = device_h[r.device], node_key(r)
+            nd, cb = node_h[nkey], cab_h[r.cabinet or "?"]
+            window = recent[nkey]
+            while window and window[0] < r.ts - NEIGHBOUR_WINDOW:
+                window.popleft()
+            hour = (r.ts % 86400) / 3600.0
+            X[i] = [
+                d.n, d.mean(), d.decayed, d.last, float(d.last_slow), d.slow / d.n if d.n else 0.0,
+                (r.ts - d.ts) / 3600.0 if d.n else -1.0, d.since_slow_h(r.ts), _or(d.temp, -1.0),
+                _or(d.power, -1.0), _or(d.clock, -1.0),
+                nd.n, nd.mean(), nd.decayed, float(nd.last_slow), nd.slow / nd.n if nd.n else 0.0,
+                nd.since_slow_h(r.ts), nd.recent_slow(r.ts), len(window),
+                cb.mean(), cb.decayed, cb.since_slow_h(r.ts), cb.recent_slow(r.ts),
+                cabinets.index(r.cabinet or "?"), -1 if r.node is None else r.node,
+                -1 if r.slot is None else r.slot, math.sin(2 * math.pi * hour / 24), math.cos(2 * math.pi * hour / 24),
+                *[float(r.app == a) for a in apps],
+            ]
+            naive[i] = d.mean()
+            slowdown[i] = r.runtime / stats[r.app][0]
+            y[i] = int(r.runtime > thresholds[r.app])
+        # What later runs' features see of these runs: their slowdown and slowness against the application's
+        # runs that started *before* them (the label's whole-data mean and sd would leak later runs).
+        seen = []
+        for r in runs[start:stop]:
+            k = app_n[r.app]
+            mean = app_sum[r.app] / k if k else r.runtime
+            sd = math.sqrt(max(app_sq[r.app] / k - mean * mean, 0.0)) if k else 0.0
+            seen.append((r.runtime / mean, k >= 2 and r.runtime > mean + SLOW_SIGMAS * sd))
+        for r, (sd_, slow_) in zip(runs[start:stop], seen):
+            app_n[r.app] += 1
+            app_sum[r.app] += r.runtime
+            app_sq[r.app] += r.runtime * r.runtime
+            nkey = node_key(r)
+            device_h[r.device].add(r, sd_, slow_)
+            node_h[nkey].add(r, sd_, slow_)
+            cab_h[r.cabinet or "?"].add(r, sd_, slow_)
+            recent[nkey].append(r.ts)
+        start = stop
     return Dataset(list(runs), names, X, y, slowdown, naive, thresholds)
 
 
@@ -250,6 +296,7 @@ class FitResult:
     slow_fraction: float
     features: list[str]  # kept by RFE
     cv_f1: dict[str, float]  # model -> stratified k-fold F1 on the training split
+    grouped_cv_f1: dict[str, float]  # the same with the runs that started together kept in one fold
     test_f1: dict[str, float]  # model -> F1 on the later runs
     chosen: str
     by_app: dict[str, dict]  # app -> the chosen model on its later runs: runs, slow, predicted, both, F1
@@ -267,7 +314,8 @@ class FitResult:
         return {
             "data": self.data, "runs": self.runs, "train_runs": self.train_runs, "test_runs": self.test_runs,
             "slow_fraction": round(self.slow_fraction, 4), "label": f"runtime > app mean + {SLOW_SIGMAS} sd",
-            "features": self.features, "cv_f1": _rounded(self.cv_f1), "test_f1": _rounded(self.test_f1),
+            "features": self.features, "cv_f1": _rounded(self.cv_f1),
+            "grouped_cv_f1": _rounded(self.grouped_cv_f1), "test_f1": _rounded(self.test_f1),
             "chosen": self.chosen, "chosen_test_f1": round(self.test_f1[self.chosen], 4),
             "chosen_by_app": self.by_app,
             "baseline": {"rule": "device's past mean slowdown > threshold", "threshold": round(self.baseline_threshold, 4),
@@ -289,8 +337,8 @@ def fit(ds: Dataset, *, data: str = "", train: float = 0.7, folds: int = 5, seed
     """Select, fit and score a slow-run classifier on ``ds`` as RUSH does (see the module's note)."""
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.feature_selection import RFE
-    from sklearn.metrics import f1_score
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.metrics import f1_score, make_scorer
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_score
 
     if not 0 < train < 1:
         raise SlowRunError(f"the training fraction must be in (0, 1), got {train}")
@@ -308,9 +356,17 @@ def fit(ds: Dataset, *, data: str = "", train: float = 0.7, folds: int = 5, seed
     rfe = RFE(ranker, n_features_to_select=keep, step=4).fit(Xtr, ytr)
     cols = [int(i) for i in np.flatnonzero(rfe.support_)]
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    cv_f1, test_f1, fitted = {}, {}, {}
+    # RUSH's stratified k-fold splits the GPUs of one multi-GPU run (same start, same node and cabinet
+    # history, so nearly the same features) across folds: the model is scored on its own run's twins. The
+    # grouped score keeps the runs that started together in one fold; it is reported, not used to choose.
+    grouped = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+    groups = np.array([r.ts for r in ds.runs])[tr]
+    f1 = make_scorer(f1_score, zero_division=0)  # a fold whose model predicts nothing scores 0, silently
+    cv_f1, grouped_cv_f1, test_f1, fitted = {}, {}, {}, {}
     for name in models:
-        cv_f1[name] = float(cross_val_score(_make(name, seed), Xtr[:, cols], ytr, cv=cv, scoring="f1").mean())
+        cv_f1[name] = float(cross_val_score(_make(name, seed), Xtr[:, cols], ytr, cv=cv, scoring=f1).mean())
+        grouped_cv_f1[name] = float(cross_val_score(_make(name, seed), Xtr[:, cols], ytr, cv=grouped, groups=groups,
+                                                    scoring=f1, error_score=0.0).mean())
         model = fitted[name] = _make(name, seed).fit(Xtr[:, cols], ytr)
         test_f1[name] = float(f1_score(yte, model.predict(Xte[:, cols]), zero_division=0))
     chosen = max(models, key=lambda m: (cv_f1[m], -list(models).index(m)))
@@ -333,7 +389,8 @@ def fit(ds: Dataset, *, data: str = "", train: float = 0.7, folds: int = 5, seed
     base_f1 = float(f1_score(yte, ds.naive[te] > best_t, zero_division=0))
     return FitResult(
         data=data, runs=len(ds.y), train_runs=cut, test_runs=len(yte), slow_fraction=float(ds.y.mean()),
-        features=[ds.features[i] for i in cols], cv_f1=cv_f1, test_f1=test_f1, chosen=chosen, by_app=by_app,
+        features=[ds.features[i] for i in cols], cv_f1=cv_f1, grouped_cv_f1=grouped_cv_f1, test_f1=test_f1,
+        chosen=chosen, by_app=by_app,
         baseline_threshold=best_t, baseline_test_f1=base_f1, thresholds=ds.thresholds, seed=seed, train=train,
         folds=folds, model=fitted[chosen], columns=cols, test=te,
     )

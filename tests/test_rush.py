@@ -199,10 +199,46 @@ def test_features_never_read_the_runs_own_measurements():
     assert ds2.y[i] == 1 and not np.array_equal(ds.X[i + 1:], ds2.X[i + 1:])  # later rows see it
 
 
+def test_runs_that_start_together_do_not_see_each_other():
+    """The GPUs of one multi-GPU run start at the same second: none may read another's outcome (Longhorn's
+    slow runs are whole nodes at once, so a leak would predict three of every four)."""
+    runs = [Run(**{**r.__dict__, "ts": 1_600_000_000 + 3600 * ((r.ts - 1_600_000_000) // 3600)}) for r in
+            synthetic_runs(8, 6)]  # the four GPUs of each node start together
+    ds = build_dataset(runs)
+    ts = np.array([r.ts for r in ds.runs])
+    i = int(np.flatnonzero(ts == ts[len(ts) // 2])[0])  # the first GPU of a run in the middle
+    target = ds.runs[i]
+    changed = [Run(**{**r.__dict__, "runtime": 50.0}) if r is target else r for r in runs]
+    ds2 = build_dataset(changed)
+    same, later = ts == target.ts, ts > target.ts
+    assert same.sum() >= 4 and np.array_equal(ds.X[same], ds2.X[same])  # its run-mates see nothing of it
+    assert not np.array_equal(ds.X[later], ds2.X[later])  # runs that start after it do
+
+
+def test_replay_lays_whole_recorded_nodes_on_one_clock():
+    """A simulated node replays one recorded node's GPUs, all on one clock: a recorded node-wide slow
+    moment is slow on all four simulated GPUs at once, and on the other node at no time."""
+    def node(name, slow_at):
+        return [DeviceRuns(f"{name}-{k}", np.array([1.0, 3.0 if slow_at else 1.0, 1.0]),
+                           np.array([False, slow_at, False]), np.array([False, slow_at, False]),
+                           np.array([0.0, 3600.0, 7200.0])) for k in range(4)]
+
+    replay = RunReplay(node("c1-1", False) + node("c1-2", True), 8, seed=3, node_of=[0] * 4 + [1] * 4)
+    nodes = [{d.device.rsplit("-", 1)[0] for d in replay.devices[i:i + 4]} for i in (0, 4)]
+    assert all(len(n) == 1 for n in nodes) and nodes[0] != nodes[1]
+    slow_node = 0 if nodes[0] == {"c1-2"} else 1
+    moments = [replay.predicted_slow(None, t).tolist() for t in np.arange(0.0, 3 * 3600.0 + 1, 900.0)]
+    assert any(any(m) for m in moments)
+    for m in moments:
+        slow, other = m[4 * slow_node:4 * slow_node + 4], m[4 - 4 * slow_node:8 - 4 * slow_node]
+        assert slow in ([True] * 4, [False] * 4) and not any(other)
+
+
 def test_fit_reports_every_model_and_the_baseline():
     result = fit(build_dataset(synthetic_runs()), folds=3)
     report = result.to_json()
-    assert set(report["cv_f1"]) == set(report["test_f1"]) == {"adaboost", "random-forest", "extra-trees", "knn"}
+    assert (set(report["cv_f1"]) == set(report["grouped_cv_f1"]) == set(report["test_f1"])
+            == {"adaboost", "random-forest", "extra-trees", "knn"})
     assert report["chosen"] == max(report["cv_f1"], key=report["cv_f1"].get)
     assert 0 < len(report["features"]) <= 20
     assert report["chosen_test_f1"] > report["baseline"]["test_f1"]  # the planted signal is learnable

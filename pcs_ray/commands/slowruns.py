@@ -64,12 +64,12 @@ def fit_cmd(
         return
     table = Table(title=f"slow-run models on {data}: {report['train_runs']} training runs, {report['test_runs']} "
                         f"later runs, {100 * report['slow_fraction']:.1f} % slow", title_justify="left")
-    for col in ("model", "cv F1", "F1 later runs"):
+    for col in ("model", "cv F1", "grouped cv F1", "F1 later runs"):
         table.add_column(col)
     for name, f1 in report["test_f1"].items():
         mark = " (chosen)" if name == report["chosen"] else ""
-        table.add_row(name + mark, f"{report['cv_f1'][name]:.3f}", f"{f1:.3f}")
-    table.add_row("naive baseline", "", f"{report['baseline']['test_f1']:.3f}")
+        table.add_row(name + mark, f"{report['cv_f1'][name]:.3f}", f"{report['grouped_cv_f1'][name]:.3f}", f"{f1:.3f}")
+    table.add_row("naive baseline", "", "", f"{report['baseline']['test_f1']:.3f}")
     console = stdout_console()
     console.print(table)
     console.print(f"features ({len(report['features'])}): {', '.join(report['features'])}")
