@@ -12,7 +12,9 @@ Faults: ``coordinator_mid_run`` and ``coordinator_mid_preemption`` (the
 coordinator actor killed while every GPU trains, and again while a
 preemption is in flight; Ray restarts it, it adopts the runs still training
 on their warm runners: steps lost counts, per job, the highest step seen
-before the kill minus the step its training continued from), ``worker_node`` (SIGKILL of every process of the last worker node,
+before the kill minus the step its training continued from),
+``coordinator_mid_submission`` (killed while a client submits 40 jobs back
+to back: every acknowledged submission there exactly once, none twice), ``worker_node`` (SIGKILL of every process of the last worker node,
 its jobs resume elsewhere from their checkpoints), ``runner`` (SIGKILL of one
 runner process), ``journal_torn_tail`` and ``journal_corrupt_record`` (a
 coordinator rebuilt from a damaged journal), ``checkpoint_disk_full`` (a
@@ -168,9 +170,8 @@ def coordinator_faults(client, args) -> dict:
                 600, "every job to run past its first checkpoint")
     out = {}
 
-    def kill(victims: list[int], what: str) -> dict:
-        before = watch.jobs()
-        reached = {j: watch.best[j] for j in victims}
+    def restart() -> tuple[dict, float, float]:
+        """Kill the actor (Ray restarts it); its first answer, when it was killed and how long it took to serve."""
         actor = get_coordinator()
         pid = ray.get(actor.ping.remote())["pid"]
         killed_at = time.monotonic()
@@ -180,7 +181,12 @@ def coordinator_faults(client, args) -> dict:
             time.sleep(0.1)
             info = ray.get(actor.ping.remote(), timeout=300)
         watch.jobs()
-        serving_s = time.monotonic() - killed_at
+        return info, killed_at, time.monotonic() - killed_at
+
+    def kill(victims: list[int], what: str) -> dict:
+        before = watch.jobs()
+        reached = {j: watch.best[j] for j in victims}
+        info, killed_at, serving_s = restart()
 
         def moving(js):  # each victim trains again (reports a step past what it had reached) or has ended
             return all(js[j]["state"] in ("finished", "failed", "cancelled")
@@ -206,14 +212,57 @@ def coordinator_faults(client, args) -> dict:
     out["coordinator_mid_preemption"] = kill(stopping, "mid-preemption") if stopping else {
         "note": "the preemption had ended before the kill; rerun"}
     out["coordinator_mid_preemption"]["preemption_in_flight"] = bool(stopping)
-    everyone = submitted + [short.id]
+    out["coordinator_mid_submission"], late = mid_submission(client, restart)
+    everyone = submitted + [short.id] + late
     final = watch.until(lambda js: all(js[j]["state"] in ("finished", "failed", "cancelled") for j in everyone),
                         1800, "every job to end")
-    for fault in ("coordinator_mid_run", "coordinator_mid_preemption"):
+    for fault in ("coordinator_mid_run", "coordinator_mid_preemption", "coordinator_mid_submission"):
         out[fault].update(jobs_lost=len([j for j in everyone if final[j]["state"] != "finished"]),
                           acknowledged_submissions_lost=len([j for j in everyone if j not in final]))
     out["coordinator_mid_preemption"]["preemptions"] = {str(j): final[j]["preemptions"] for j in stopping}
     return out
+
+
+def mid_submission(client, restart, count: int = 40) -> tuple[dict, list[int]]:
+    """Kill the coordinator while a client submits ``count`` jobs back to back (each with its own submission id).
+
+    A call in flight when the actor dies is retried on the restarted one (``max_task_retries``); the
+    submission id makes the retry return the job the journal already holds. Every acknowledged submission
+    must be there exactly once, and none twice."""
+    import threading
+
+    names = [f"midsub-{k}" for k in range(count)]
+    acked: dict[str, int] = {}
+    errors: list[str] = []
+
+    def submit_all():
+        for name in names:
+            try:
+                acked[name] = client.submit({"name": name, "workload": "tiny_cnn", "steps": 20, "gpus": 1}).id
+            except Exception as exc:  # an unacknowledged submission: the client was told it failed
+                errors.append(f"{name}: {exc}".splitlines()[0])
+
+    thread = threading.Thread(target=submit_all)
+    thread.start()
+    while len(acked) + len(errors) < count // 4 and thread.is_alive():
+        time.sleep(0.05)
+    acked_before = len(acked)
+    info, _, serving_s = restart()
+    thread.join(timeout=600)
+    jobs = client.status()["jobs"]
+    seen: dict[str, list[int]] = {}
+    for j in jobs:
+        if j.get("name") in names:
+            seen.setdefault(j["name"], []).append(j["id"])
+    return {
+        "submissions": count, "acknowledged_before_kill": acked_before, "acknowledged": len(acked),
+        "refused": len(errors), "refusals": errors[:3],
+        "acknowledged_submissions_lost_now": len([n for n in acked if n not in seen]),
+        "duplicated": len([n for n, ids in seen.items() if len(ids) > 1]),
+        "refused_but_present": len([n for n in seen if n not in acked]),
+        "ids_match": all(seen.get(n) == [jid] for n, jid in acked.items()),
+        "time_to_serve_s": round(serving_s, 2), "runs_adopted": info["reattached"],
+    }, sorted(acked.values())
 
 
 def _peek(directory: Path) -> int:
