@@ -90,7 +90,9 @@ class Coordinator(CoordinatorState):
         """Validate, journal and admit a job; return its id and the actions it causes.
 
         A repeated ``submission_id`` (a client retrying) returns the first job, not a new one.
-        ``refresh=False`` leaves the forward play to the caller (a batch of submissions).
+        ``refresh=False`` leaves the forward play to the caller (a batch of submissions). Otherwise
+        the job's own forecast is made at once, by a play that stops at its finish
+        (:meth:`forecast`); the other jobs' forecasts wait for the next :meth:`refresh_predictions`.
         """
         if submission_id and submission_id in self.by_submission:
             return self.by_submission[submission_id], []
@@ -104,7 +106,7 @@ class Coordinator(CoordinatorState):
         actions = self.decide()
         self.jobs[jid].bound = self._bound(jid)
         if refresh:
-            self.refresh_predictions()
+            self.forecast(jid)
         return jid, actions
 
     def cancel(self, jid: int) -> list[Action]:
@@ -266,6 +268,22 @@ class Coordinator(CoordinatorState):
             if job.first_predicted is None:
                 job.first_predicted = t
         self._predictions_stale = False
+
+    def forecast(self, jid: int) -> None:
+        """Forecast ``jid`` now, from a play of the current state that stops at its finish: the same
+        number the whole play gives, at the cost of the events before it (a submission is answered
+        without replaying the whole queue). Jobs that finish first get theirs too; the rest stay
+        stale for the next :meth:`refresh_predictions`."""
+        if not self._predictions_stale:
+            return
+        self.model.sync(self.now(), self.active, self._dirty, self.speed)
+        for other, t in self.model.predict(until=jid).items():
+            job = self.active.get(other)
+            if job is None:
+                continue
+            job.predicted = t
+            if job.first_predicted is None:
+                job.first_predicted = t
 
     def _bound(self, jid: int) -> float | None:
         """The policy's worst-case finish, plus the job's own start-up if it has not started training yet."""
