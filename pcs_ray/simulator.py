@@ -390,6 +390,20 @@ class Engine:
                     return finish
         return self.fork(placement=placement).play_forward(until)
 
+    def detached_play(self, *, placement: bool = True) -> Callable[[], dict[int, float]] | None:
+        """``predict`` as a call that needs nothing of this engine once made: the queue play copies
+        the state it starts from (a sticky placement is forked), so a live caller can run it without
+        holding its lock while the engine moves on. None where only a fork of the engine can play
+        (its policy object would then run in two threads at once)."""
+        placing = self.placement if placement else None
+        if not self.incremental or self.review_at is not None or self.policy.round_s:
+            return None
+        form = self.policy.queue_form()
+        if form is None or (placing is not None and not _plays_itself(placing)):
+            return None
+        play = _QueuePlay.start(self, form, placement=placing)
+        return None if play is None else play.run
+
     def play_forward(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction).
 

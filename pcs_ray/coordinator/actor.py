@@ -209,6 +209,7 @@ class CoordinatorService(CoordinatorHost):
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOOP_WAIT_S)
             else:
                 time.sleep(LOOP_WAIT_S)
+            due, play = False, None
             with self.lock:
                 try:
                     actions = self._collect(ready) + self._settle_suspects()
@@ -219,13 +220,27 @@ class CoordinatorService(CoordinatorHost):
                             run.kill_at = float("inf")
                     actions += self.core.tick()
                     self._execute(actions)
-                    if ready or actions or now - last_refresh >= REFRESH_EVERY_S:
-                        self.core.refresh_predictions()
+                    due = bool(ready or actions or now - last_refresh >= REFRESH_EVERY_S)
+                    if due:
                         last_refresh = now
-                        if self.metrics is not None:
-                            self.metrics.publish(readings(self.core))
+                        play = self.core.begin_refresh()
+                        if play is None:
+                            self.core.refresh_predictions()
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
+            if not due:
+                continue
+            try:
+                # The whole queue's forecast runs outside the lock: submissions and reports are not
+                # held up for it (a submission forecasts its own job, Coordinator.forecast).
+                finish = play[1]() if play is not None else None
+                with self.lock:
+                    if finish is not None:
+                        self.core.end_refresh(play[0], finish)
+                    if self.metrics is not None:
+                        self.metrics.publish(readings(self.core))
+            except Exception:
+                log.exception("coordinator forecasts")
 
     def submit(self, spec: dict, submission_id: str | None = None):
         """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""

@@ -138,6 +138,7 @@ class Coordinator(CoordinatorState):
         else:
             self._apply_progress(job, now, step, step_time, emulated)
             self._predictions_stale = True
+            self.changes += 1
 
     def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
         """A rank's NVML reading of its GPU (``pcs_ray.telemetry.RunMeter``); journaled at most every
@@ -267,6 +268,7 @@ class Coordinator(CoordinatorState):
             job.predicted = t
             if job.first_predicted is None:
                 job.first_predicted = t
+        self._forecast_at.clear()
         self._predictions_stale = False
 
     def forecast(self, jid: int) -> None:
@@ -282,8 +284,35 @@ class Coordinator(CoordinatorState):
             if job is None:
                 continue
             job.predicted = t
+            self._forecast_at[other] = self.changes
             if job.first_predicted is None:
                 job.first_predicted = t
+
+    def begin_refresh(self) -> tuple[int, Callable[[], dict[int, float]]] | None:
+        """Under the caller's lock: a forward play of the current state that runs without it
+        (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
+        hand its result to :meth:`end_refresh`. None when nothing is stale or only a play under
+        the lock can do it (then :meth:`refresh_predictions`)."""
+        if not self._predictions_stale or not self.active:
+            return None
+        self.model.sync(self.now(), self.active, self._dirty, self.speed)
+        play = self.model.detached_predict()
+        return None if play is None else (self.changes, play)
+
+    def end_refresh(self, began: int, finish: dict[int, float]) -> None:
+        """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_refresh`).
+        A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
+        nothing happened since the play began."""
+        for jid, t in finish.items():
+            job = self.active.get(jid)
+            if job is None or self._forecast_at.get(jid, -1) > began:
+                continue
+            job.predicted = t
+            if job.first_predicted is None:
+                job.first_predicted = t
+        self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
+        if self.changes == began:
+            self._predictions_stale = False
 
     def _bound(self, jid: int) -> float | None:
         """The policy's worst-case finish, plus the job's own start-up if it has not started training yet."""

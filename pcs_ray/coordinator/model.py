@@ -139,5 +139,9 @@ class ClusterModel:
         """
         return self.engine.predict(placement=self.placement_matters, until=until)
 
+    def detached_predict(self):
+        """``predict`` as a call that can run while the model moves on (``Engine.detached_play``), or None."""
+        return self.engine.detached_play(placement=self.placement_matters)
+
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))
