@@ -39,6 +39,12 @@ from typing import Callable
 #: is dropped from the schedule and stays counted as overruns.
 MAX_LAG_STEPS = 10.0
 
+#: Environment for the Ray processes of a cluster whose GPUs are emulated. Ray starts its workers at nice 15, so
+#: every ordinary process on the machine (the driver polling, a compiler, another user's shell) preempts the runners
+#: that pace the emulated devices, and a step's time then depends on the machine's load. At nice 0 the runners
+#: compete as equals; they sleep most of each step, so they do not starve Ray's own daemons.
+RAY_WORKER_ENV = {"RAY_worker_niceness": "0"}
+
 
 @dataclass
 class StepBudget:

@@ -85,6 +85,17 @@ def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
         up_cmd(local=True, state_dir=state)
 
 
+def _is_ray_worker(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+    except OSError:
+        return False
+
+
+def _niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path):
     env, state = cluster["env"], cluster["state"]
     job = tmp_path / "ddp.yaml"
@@ -94,6 +105,8 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
                     120, "the DDP job to pass two checkpoints")
     assert sorted(running["gpus"]) == ["node0:0", "node1:0"]  # one rank on each raylet
     record = lc.load(state)
+    workers = [pid for node in record.nodes for pid in lc.session_pids(node.leader) if _is_ray_worker(pid)]
+    assert workers and {pid: _niceness(pid) for pid in workers} == dict.fromkeys(workers, 0)  # emulated devices at nice 0
     assert lc.kill_node(record.nodes[1])  # the worker node dies as a machine would (SIGKILL, all at once)
     final = _wait(lambda: (j := _jobs(env)[jid])["state"] in ("finished", "failed", "cancelled") and j, 180,
                   "the job to finish on the node left")

@@ -104,3 +104,31 @@ def test_replay_cli_sim_only_json_and_one_line_errors(tmp_path):
     err = run("--trace", str(bad), "--sim-only")
     assert err.returncode == 2 and err.stderr.strip().count("\n") == 0
     assert "line 3: steps must be a number" in err.stderr
+
+
+def test_the_embedded_ray_starts_its_workers_at_nice_zero_and_leaves_the_environment_as_it_was(monkeypatch):
+    """Ray's default worker niceness (15) lets any ordinary process preempt the runners that pace emulated devices."""
+    import os
+
+    from pcs_ray.commands import demo_ray
+
+    seen = {}
+    monkeypatch.setattr(demo_ray.ray, "init", lambda **kw: seen.update(niceness=os.environ.get("RAY_worker_niceness")))
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    demo_ray._start_ray(ClusterSpec.homogeneous(2, 2), "/tmp/unused")
+    assert seen == {"niceness": "0"} and "RAY_worker_niceness" not in os.environ
+
+
+def test_what_ray_prints_to_stdout_inside_the_embedded_cluster_goes_to_stderr(monkeypatch, capsys):
+    """Raylet warnings reach the driver's stdout; `replay --json` and `demo` must still print one JSON object."""
+    from pcs_ray.commands import demo_ray
+
+    monkeypatch.setattr(demo_ray, "_start_ray", lambda cluster, temp: print("(raylet) WARNING: 8 workers"))
+    monkeypatch.setattr(demo_ray, "start_coordinator", lambda config: "actor")
+    monkeypatch.setattr(demo_ray.ray, "kill", lambda actor, no_restart: None)
+    monkeypatch.setattr(demo_ray.ray, "shutdown", lambda: None)
+    with demo_ray.demo_coordinator(ClusterSpec.homogeneous(2, 2), DEMO_WFQ):
+        print("inside")
+    print("after")
+    out = capsys.readouterr()
+    assert out.out == "after\n" and "(raylet) WARNING" in out.err and "inside" in out.err

@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from executors.emulation import RAY_WORKER_ENV
 from pcs_ray.auth import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source
 from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
 
@@ -175,6 +176,8 @@ def start_nodes(state_dir: Path, spec: Path, names: list[str], cpus_per_node: in
     env[AUTH_MODE] = "token"  # never started without authentication
     source = ensure_token(env)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for key, value in RAY_WORKER_ENV.items():  # its GPUs are logical: runners pace emulated devices
+        env.setdefault(key, value)
     logs = _private_dir(state_dir / "logs")
     record = ClusterRecord("", "", str(state_dir), str(spec), source, [])
     state_path = state_dir / STATE_FILE
