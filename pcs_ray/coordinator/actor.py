@@ -39,7 +39,7 @@ DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, war
 LOOP_WAIT_S = 0.2
 NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
 NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
-REFRESH_EVERY_S = 1.0  # progress reports alone re-run the forward play at most this often
+REFRESH_EVERY_S = 1.0  # every job's forecast is refreshed at most this often (counted from the end of the last play)
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -220,9 +220,10 @@ class CoordinatorService(CoordinatorHost):
                             run.kill_at = float("inf")
                     actions += self.core.tick()
                     self._execute(actions)
-                    due = bool(ready or actions or now - last_refresh >= REFRESH_EVERY_S)
+                    # A detached play shares the interpreter with the calls it no longer blocks: plays
+                    # start at most every REFRESH_EVERY_S after the last one ended, not after every event.
+                    due = now - last_refresh >= REFRESH_EVERY_S
                     if due:
-                        last_refresh = now
                         play = self.core.begin_refresh()
                         if play is None:
                             self.core.refresh_predictions()
@@ -241,6 +242,7 @@ class CoordinatorService(CoordinatorHost):
                         self.metrics.publish(readings(self.core))
             except Exception:
                 log.exception("coordinator forecasts")
+            last_refresh = time.monotonic()
 
     def submit(self, spec: dict, submission_id: str | None = None):
         """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""
