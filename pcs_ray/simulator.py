@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pcs_ray.job import JobSpec
+from pcs_ray.placement.base import Placement
 from pcs_ray.policies.base import SchedulingPolicy, top_up, validate_allocation
 from pcs_ray.semantics import round_boundary
 from pcs_ray.state import JobState, Snapshot
@@ -372,23 +373,44 @@ class Engine:
             else:
                 eta.pop(jid, None)
 
-    def predict(self, *, placement: bool = True) -> dict[int, float]:
+    def predict(self, *, placement: bool = True, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives; this engine is left untouched.
 
         For a policy with a queue form (FIFO, WFQ) and no placement in the play, the incremental
         play gives, bit for bit, what ``fork(placement=placement).play_forward()`` gives.
+        ``until``: stop once that job's finish is known (see ``play_forward``).
         """
-        if (self.incremental and (not placement or self.placement is None) and self.review_at is None
+        placing = self.placement if placement else None
+        if (self.incremental and (placing is None or _plays_itself(placing)) and self.review_at is None
                 and not self.policy.round_s):
             form = self.policy.queue_form()
             if form is not None:
-                finish = _queue_play(self, form)
+                finish = _queue_play(self, form, until, placing)
                 if finish is not None:
                     return finish
-        return self.fork(placement=placement).play_forward()
+        return self.fork(placement=placement).play_forward(until)
 
-    def play_forward(self) -> dict[int, float]:
-        """Finish time of every active job if nothing else arrives (the prediction)."""
+    def detached_play(self, *, placement: bool = True) -> Callable[[], dict[int, float]] | None:
+        """``predict`` as a call that needs nothing of this engine once made: the queue play copies
+        the state it starts from (a sticky placement is forked), so a live caller can run it without
+        holding its lock while the engine moves on. None where only a fork of the engine can play
+        (its policy object would then run in two threads at once)."""
+        placing = self.placement if placement else None
+        if not self.incremental or self.review_at is not None or self.policy.round_s:
+            return None
+        form = self.policy.queue_form()
+        if form is None or (placing is not None and not _plays_itself(placing)):
+            return None
+        play = _QueuePlay.start(self, form, placement=placing)
+        return None if play is None else play.run
+
+    def play_forward(self, until: int | None = None) -> dict[int, float]:
+        """Finish time of every active job if nothing else arrives (the prediction).
+
+        ``until``: stop as soon as that job's finish is known, returning it and the finishes
+        known by then (each the very number the whole play gives: a play never revises one).
+        A new job's forecast then costs the events up to its own finish, not the whole queue's.
+        """
         finish: dict[int, float] = {}
         while self.active:
             if self.review_at is None and self.busy == self.demand:
@@ -406,15 +428,21 @@ class Engine:
                 for job in done:
                     finish[job.spec.job_id] = t
                 self.remove(done)
-                if not self.active:
+                if not self.active or until in finish:
                     break
             self.reallocate()
         return finish
 
 
+def _plays_itself(placement) -> bool:
+    """Whether a queue play can run ``placement`` itself (``_QueuePlay.place``): the one placement
+    class, sticky (only jobs whose count changed are placed), and no time-dependent run predictor."""
+    return type(placement) is Placement and placement.sticky and getattr(placement.facts, "slow_runs", None) is None
+
+
 class _QueuePlay:
-    """``play_forward`` on a fork of an engine, for a WFQ-form policy without placement,
-    recomputing only what an event can change.
+    """``play_forward`` on a fork of an engine, for a WFQ-form policy without placement or with a
+    sticky one (``_plays_itself``), recomputing only what an event can change.
 
     WFQ decides each queue from its share and its own FIFO list alone, so after a completion only
     the finished job's queue, and queues whose share moved, are decided again. A queue whose FIFO
@@ -426,12 +454,15 @@ class _QueuePlay:
 
     A play is stepped event by event and can be copied between an event's completions and its
     decision (``branch``), which is how successive arrivals share their common past (``_PlayChain``).
+    With a placement (a fork of the engine's), the jobs whose count changed take their GPUs in the
+    order ``Placement.place`` takes them, and their slowdowns live in the play (``sd``).
     """
 
     @classmethod
-    def start(cls, engine: Engine, policy, memo: dict | None = None) -> "_QueuePlay | None":
+    def start(cls, engine: Engine, policy, memo: dict | None = None, placement=None) -> "_QueuePlay | None":
         """A play of ``engine`` as it stands; None where the engine's state does not allow it.
-        ``memo``: water-filling results to share with other plays of the same policy and capacity."""
+        ``memo``: water-filling results to share with other plays of the same policy and capacity.
+        ``placement``: the engine's placement, when it plays along (``_plays_itself``)."""
         active, running, prev = engine.active, engine.running, engine.prev_alloc
         held = 0
         for jid, n in prev.items():  # the last decision must be what the jobs hold (true after reallocate)
@@ -481,6 +512,8 @@ class _QueuePlay:
         self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
         self.memo = {} if memo is None else memo  # (usable per queue, head per queue) -> shares, fill
         self.finish = {}
+        self.place = None if placement is None else placement.fork()
+        self.sd = {jid: j.slowdown for jid, j in active.items()} if placement is not None else None
         self.log = []  # (time, job) of every finish, in event order
         self.over = False
         self.pending = False  # completions taken, their decision not yet made
@@ -540,6 +573,7 @@ class _QueuePlay:
             self.finish, self.log, self.qalloc, self.front, self.after, self.freed, self.usable,
         )
         dropped = busy = 0
+        place = self.place
         while heap and heap[0][0] <= lim:
             end, jid = heappop(heap)
             if eta.get(jid) == end:
@@ -561,6 +595,8 @@ class _QueuePlay:
                 f = front[q]
                 if f is not None and (f[1] is job or after[q] is job):
                     after[q] = queue[i] if i < len(queue) else None
+                if place is not None and jid in place.held:  # Engine.remove -> Placement.release
+                    place._free(jid)
                 self.left_jobs -= 1
                 self.dirty.add(q)
         self.demand -= dropped
@@ -658,20 +694,21 @@ class _QueuePlay:
                 if new_spread:
                     qalloc[q] = decided
             patches = []
-        return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved
+            return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved, merged
+        return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved, None
 
     def quiet(self, decision, q: int) -> bool:
         """Whether a job arriving at the tail of queue ``q`` would leave ``decision`` as it is:
         the queue had jobs, stays below its quota and ran out of GPUs before its last job,
         and nothing was topped up across queues."""
-        shares, fill, total, _, stopped, _, _, spread, _ = decision
+        shares, fill, total, _, stopped, _, _, spread, _, _ = decision
         return (
             not spread and stopped[q] and bool(self.queues[q]) and q in fill[0] and shares[q] < self.usable[q]
             and sum(total) == self.capacity
         )
 
     def commit(self, decision) -> None:
-        self.shares, self.fill, self.total, self.front, self.stopped, qalloc, patches, self.spread, moved = decision
+        self.shares, self.fill, self.total, self.front, self.stopped, qalloc, patches, self.spread, moved, merged = decision
         self.pending = False
         for q, patch in patches:
             qalloc[q].update(patch)
@@ -681,8 +718,11 @@ class _QueuePlay:
             self.after[q] = None
         self.dirty.clear()
         now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
-        rem, cnt, anc, stl, sta = self.rem, self.cnt, self.anc, self.stl, self.sta
+        rem, cnt, anc, stl, sta, sd = self.rem, self.cnt, self.anc, self.stl, self.sta, self.sd
         busy = self.busy
+        if sd is not None:
+            self._commit_placed(moved, merged)
+            return
         for jid, n in moved:
             had = cnt[jid]
             if had == n:
@@ -712,16 +752,86 @@ class _QueuePlay:
             rem[jid], cnt[jid] = remaining, n
         self.busy = busy
 
-    def run(self) -> dict[int, float]:
+    def _commit_placed(self, moved: list[tuple[int, int]], merged: dict[int, int] | None) -> None:
+        """``commit``'s counts as ``Engine._apply`` gives them with a sticky placement: every job whose
+        count changed is settled at its old rate, then placed (``Placement.place``: changed jobs give
+        their GPUs back, then those with GPUs take new ones in the policy's allocation order), then
+        timed at its new rate."""
+        now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
+        rem, cnt, anc, stl, sta, sd, place = self.rem, self.cnt, self.anc, self.stl, self.sta, self.sd, self.place
+        busy = self.busy
+        changed = []
+        for jid, n in moved:
+            had = cnt[jid]
+            if had == n:
+                continue
+            spec = jobs[jid].spec
+            remaining, stall = rem[jid], stl[jid]
+            if anc[jid] != now:  # Engine.settle
+                if now - anc[jid] > 0 and had:
+                    remaining = max(0.0, spec.speedup[had] / sd[jid] * (eta[jid] - (now if now > stall else stall)))
+                anc[jid] = now
+            if n and not sta[jid]:
+                sta[jid] = True
+                cost = jobs[jid].start_cost
+                if cost:
+                    stl[jid] = now + cost
+            elif n:
+                cost = overhead if jobs[jid].move_cost is None else jobs[jid].move_cost
+                if cost:
+                    stl[jid] = now + cost
+            busy += n - had
+            rem[jid], cnt[jid] = remaining, n
+            changed.append((jid, n))
+        self.busy = busy
+        home = {}
+        for jid, n in changed:
+            if jid in place.held:
+                home[jid] = place._free(jid)
+        todo = [(jid, n) for jid, n in changed if n]
+        if len(todo) > 1:
+            todo.sort(key=self._alloc_order(todo, merged))
+        order = place.order([jobs[jid] for jid, _ in todo], None)
+        counts = dict(todo)
+        for job in order:
+            jid = job.spec.job_id
+            sd[jid] = place.slowdown(job, place._take(job, counts[jid], home.get(jid, ())))
+        for jid, n in changed:
+            if n:
+                stall = stl[jid]
+                end = eta[jid] = (now if now > stall else stall) + rem[jid] / (jobs[jid].spec.speedup[n] / sd[jid])
+                heapq.heappush(heap, (end, jid))
+            else:
+                sd[jid] = 1.0
+                eta.pop(jid, None)
+
+    def _alloc_order(self, todo: list[tuple[int, int]], merged: dict[int, int] | None):
+        """Sort key: each job's place in ``WFQPolicy.allocate``'s dict (its priority order). A decision
+        that merged every queue holds that dict; otherwise it is the queues' own dicts one after the other."""
+        if merged is not None:
+            pos = {jid: i for i, jid in enumerate(merged)}
+            return lambda e: pos[e[0]]
+        queue_of, jobs, qalloc = self.policy.queue_of, self.jobs, self.qalloc
+        qs = {jid: queue_of(jobs[jid]) for jid, _ in todo}
+        pos = {}
+        for q in set(qs.values()):
+            pos.update((jid, i) for i, jid in enumerate(qalloc[q]))
+        return lambda e: (qs[e[0]], pos[e[0]])
+
+    def run(self, until: int | None = None) -> dict[int, float]:
+        """Play to the end, or (``until``) until that job's finish is known (``Engine.play_forward``)."""
+        finish = self.finish
         while self.pending or self.completions():
+            if until in finish:
+                break
             self.commit(self.decide())
-        return self.finish
+        return finish
 
 
-def _queue_play(engine: Engine, policy) -> dict[int, float] | None:
-    """The incremental equivalent of ``engine.fork(placement=False).play_forward()``, or None."""
-    play = _QueuePlay.start(engine, policy)
-    return None if play is None else play.run()
+def _queue_play(engine: Engine, policy, until: int | None = None, placement=None) -> dict[int, float] | None:
+    """The incremental equivalent of ``engine.fork(placement=placement is not None).play_forward(until)``, or None."""
+    play = _QueuePlay.start(engine, policy, placement=placement)
+    return None if play is None else play.run(until)
 
 
 class _PlayChain:

@@ -143,3 +143,65 @@ def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
         assert fast == slow
         engine.remove([engine.job(j) for j in list(engine.active)[:13]])
     assert engine.index.needs == _QueueIndex(policy, engine.active.values()).needs  # counts follow removals
+
+
+def variable_cluster(nodes: int, per_node: int, seed: int):
+    """GPUs with PAL's measured per-class scores (drawn with repetition) and a locality penalty:
+    which GPUs a job gets changes its speed, so placement plays along in every forecast."""
+    import csv
+    import random
+
+    from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
+
+    with (DATA / "pal" / "variability" / "32gpu-variability.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    pick = random.Random(seed)
+    out = [NodeSpec(name=f"node{n}", gpus=[
+        GPUSpec(index=i, uuid=f"GPU-t-{n}-{i}", scores={c: float(r[f"PerfVar_class{c}"]) for c in "ABCD"})
+        for i, r in enumerate(pick.choice(rows) for _ in range(per_node))]) for n in range(nodes)]
+    return ClusterSpec(nodes=out, locality_penalty=1.2)
+
+
+def classed(jobs: list[JobSpec]) -> list[JobSpec]:
+    return [replace(j, job_class="ABCD"[j.job_id % 4]) for j in jobs]
+
+
+@pytest.mark.parametrize("name, options, policy, overhead", [
+    ("packed-sticky", {}, lambda: vc_config("0e4a51", "bal"), 0.0),
+    ("random-sticky", {"seed": 3}, lambda: vc_config("0e4a51", "jct"), 10.0),
+    ("pal", {"sticky": True}, lambda: build_policy("fifo"), 0.0),  # class A first: the placing order is not the policy's
+])
+def test_plays_with_a_sticky_placement_equal_the_full_fork(name, options, policy, overhead, monkeypatch):
+    """The queue play runs a sticky placement itself (the GPUs and slowdown of every job whose count changed):
+    forecasts are those of full forks that re-run policy and placement at every event."""
+    from pcs_ray.placement import create_placement
+    from pcs_ray.simulator import _QueuePlay
+
+    placed = []
+    commit = _QueuePlay._commit_placed
+    monkeypatch.setattr(_QueuePlay, "_commit_placed", lambda self, *a: placed.append(1) or commit(self, *a))
+    cluster, jobs, policy = variable_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 150))), policy()
+    runs = [simulate(jobs, 32, policy, predict=True, overhead=overhead, incremental=incremental,
+                     placement=create_placement(name, cluster, **options)) for incremental in (False, True)]
+    assert forecasts(runs[1]) == forecasts(runs[0])
+    assert sum(r.refreshes for r in runs[0].records) > 0 and len(placed) > 1000  # the queue play did place
+
+
+def test_a_play_until_a_job_finishes_gives_the_whole_plays_numbers():
+    """``predict(until=j)`` (a submission's own forecast) stops at j's finish: j's forecast and every
+    earlier one are the whole play's, with and without placement in the play."""
+    from pcs_ray.placement import create_placement
+
+    engine = Engine(32, vc_config("0e4a51", "bal"), placement=create_placement("packed-sticky", variable_cluster(4, 8, 5)))
+    for spec in classed(philly("0e4a51", 160)):
+        arrive(engine, spec)
+    for placement in (True, False):
+        whole = engine.fork(placement=placement).play_forward()
+        assert engine.predict(placement=placement) == whole
+        ids = sorted(whole, key=whole.get)
+        assert len(ids) > 40
+        for jid in (ids[0], ids[len(ids) // 2], ids[-1], max(whole)):
+            part = engine.predict(placement=placement, until=jid)
+            assert part[jid] == whole[jid] and all(whole[j] == t for j, t in part.items())
+            assert {j for j in whole if whole[j] < whole[jid]} <= set(part)
+            assert engine.fork(placement=placement).play_forward(until=jid) == part or not placement

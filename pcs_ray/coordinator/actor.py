@@ -39,7 +39,7 @@ DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, war
 LOOP_WAIT_S = 0.2
 NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
 NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
-REFRESH_EVERY_S = 1.0  # progress reports alone re-run the forward play at most this often
+REFRESH_EVERY_S = 1.0  # every job's forecast is refreshed at most this often (counted from the end of the last play)
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -209,6 +209,7 @@ class CoordinatorService(CoordinatorHost):
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOOP_WAIT_S)
             else:
                 time.sleep(LOOP_WAIT_S)
+            due, play = False, None
             with self.lock:
                 try:
                     actions = self._collect(ready) + self._settle_suspects()
@@ -219,13 +220,29 @@ class CoordinatorService(CoordinatorHost):
                             run.kill_at = float("inf")
                     actions += self.core.tick()
                     self._execute(actions)
-                    if ready or actions or now - last_refresh >= REFRESH_EVERY_S:
-                        self.core.refresh_predictions()
-                        last_refresh = now
-                        if self.metrics is not None:
-                            self.metrics.publish(readings(self.core))
+                    # A detached play shares the interpreter with the calls it no longer blocks: plays
+                    # start at most every REFRESH_EVERY_S after the last one ended, not after every event.
+                    due = now - last_refresh >= REFRESH_EVERY_S
+                    if due:
+                        play = self.core.begin_refresh()
+                        if play is None:
+                            self.core.refresh_predictions()
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
+            if not due:
+                continue
+            try:
+                # The whole queue's forecast runs outside the lock: submissions and reports are not
+                # held up for it (a submission forecasts its own job, Coordinator.forecast).
+                finish = play[1]() if play is not None else None
+                with self.lock:
+                    if finish is not None:
+                        self.core.end_refresh(play[0], finish)
+                    if self.metrics is not None:
+                        self.metrics.publish(readings(self.core))
+            except Exception:
+                log.exception("coordinator forecasts")
+            last_refresh = time.monotonic()
 
     def submit(self, spec: dict, submission_id: str | None = None):
         """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""

@@ -90,7 +90,9 @@ class Coordinator(CoordinatorState):
         """Validate, journal and admit a job; return its id and the actions it causes.
 
         A repeated ``submission_id`` (a client retrying) returns the first job, not a new one.
-        ``refresh=False`` leaves the forward play to the caller (a batch of submissions).
+        ``refresh=False`` leaves the forward play to the caller (a batch of submissions). Otherwise
+        the job's own forecast is made at once, by a play that stops at its finish
+        (:meth:`forecast`); the other jobs' forecasts wait for the next :meth:`refresh_predictions`.
         """
         if submission_id and submission_id in self.by_submission:
             return self.by_submission[submission_id], []
@@ -104,7 +106,7 @@ class Coordinator(CoordinatorState):
         actions = self.decide()
         self.jobs[jid].bound = self._bound(jid)
         if refresh:
-            self.refresh_predictions()
+            self.forecast(jid)
         return jid, actions
 
     def cancel(self, jid: int) -> list[Action]:
@@ -136,6 +138,7 @@ class Coordinator(CoordinatorState):
         else:
             self._apply_progress(job, now, step, step_time, emulated)
             self._predictions_stale = True
+            self.changes += 1
 
     def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
         """A rank's NVML reading of its GPU (``pcs_ray.telemetry.RunMeter``); journaled at most every
@@ -265,7 +268,51 @@ class Coordinator(CoordinatorState):
             job.predicted = t
             if job.first_predicted is None:
                 job.first_predicted = t
+        self._forecast_at.clear()
         self._predictions_stale = False
+
+    def forecast(self, jid: int) -> None:
+        """Forecast ``jid`` now, from a play of the current state that stops at its finish: the same
+        number the whole play gives, at the cost of the events before it (a submission is answered
+        without replaying the whole queue). Jobs that finish first get theirs too; the rest stay
+        stale for the next :meth:`refresh_predictions`."""
+        if not self._predictions_stale:
+            return
+        self.model.sync(self.now(), self.active, self._dirty, self.speed)
+        for other, t in self.model.predict(until=jid).items():
+            job = self.active.get(other)
+            if job is None:
+                continue
+            job.predicted = t
+            self._forecast_at[other] = self.changes
+            if job.first_predicted is None:
+                job.first_predicted = t
+
+    def begin_refresh(self) -> tuple[int, Callable[[], dict[int, float]]] | None:
+        """Under the caller's lock: a forward play of the current state that runs without it
+        (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
+        hand its result to :meth:`end_refresh`. None when nothing is stale or only a play under
+        the lock can do it (then :meth:`refresh_predictions`)."""
+        if not self._predictions_stale or not self.active:
+            return None
+        self.model.sync(self.now(), self.active, self._dirty, self.speed)
+        play = self.model.detached_predict()
+        return None if play is None else (self.changes, play)
+
+    def end_refresh(self, began: int, finish: dict[int, float]) -> None:
+        """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_refresh`).
+        A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
+        nothing happened since the play began."""
+        for jid, t in finish.items():
+            job = self.active.get(jid)
+            if job is None or self._forecast_at.get(jid, -1) > began:
+                continue
+            job.predicted = t
+            if job.first_predicted is None:
+                job.first_predicted = t
+        self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
+        if self.changes == began:
+            self._predictions_stale = False
 
     def _bound(self, jid: int) -> float | None:
         """The policy's worst-case finish, plus the job's own start-up if it has not started training yet."""

@@ -41,9 +41,8 @@ class CoordinatorHost(ABC):
 
     def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
         with self.lock:
-            jid, actions = self.core.submit(spec, submission_id)
+            jid, actions = self.core.submit(spec, submission_id)  # forecasts the new job (Coordinator.forecast)
             self._execute(actions)
-            self.core.refresh_predictions()
             reply = self.core.predict(jid)
             return Submitted(jid, reply["predicted_completion"], reply["bound"])
 

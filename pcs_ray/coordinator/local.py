@@ -28,3 +28,8 @@ class LocalCoordinator(CoordinatorHost):
         with self.lock:
             self.core.refresh_predictions()  # no background loop here refreshes them
             return super().predict(job_id)
+
+    def status(self) -> dict:
+        with self.lock:
+            self.core.refresh_predictions()  # a submission forecasts only its own job
+            return super().status()

@@ -131,12 +131,17 @@ class ClusterModel:
     def review_time(self) -> float | None:
         return self.engine.review_time()
 
-    def predict(self) -> dict[int, float]:
+    def predict(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (a forward play on a fork).
 
         Where every GPU set runs every job at the same rate, counts decide alone (placement is left out).
+        ``until``: the play stops once that job's finish is known (``Engine.play_forward``).
         """
-        return self.engine.predict(placement=self.placement_matters)
+        return self.engine.predict(placement=self.placement_matters, until=until)
+
+    def detached_predict(self):
+        """``predict`` as a call that can run while the model moves on (``Engine.detached_play``), or None."""
+        return self.engine.detached_play(placement=self.placement_matters)
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

@@ -61,6 +61,8 @@ class CoordinatorState:
         self._started_with: dict | None = None  # the policy the last start journaled
         self._dirty: set[int] = set()  # jobs whose modelled remaining work must be re-synced
         self._predictions_stale = True
+        self.changes = 0  # events since start: a forecast begun before the latest one is not the newest
+        self._forecast_at: dict[int, int] = {}  # job -> ``changes`` when a submission forecast it
         self.recovered = 0  # jobs whose runs were lost with a previous incarnation (see settle_runs)
         self.reattached = 0  # runs a previous incarnation started that this one adopted
         self._replay(keep_runs)
@@ -146,6 +148,7 @@ class CoordinatorState:
         else:
             self._apply_to_job(t, kind, self.jobs[jid], data)
         self._predictions_stale = True
+        self.changes += 1
 
     def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
         jid = job.job_id
