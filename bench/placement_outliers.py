@@ -10,8 +10,8 @@ profile draws (``--profile-seed``), measured side by side:
 * migrations per job (same count, other GPUs), the GPU-time-weighted
   slowdown jobs ran at, and the share of GPU-time lost to slowdowns;
 * the worst GPU: the share of the run it was busy, the mean size of the job
-  holding it (time-weighted), and the share of all lost GPU-time lost by
-  jobs holding it. A synchronous job runs at its slowest GPU's pace, so one
+  holding it (time-weighted), and the share of the GPU-time lost by jobs
+  slower than the median GPU that jobs holding it lost. A synchronous job runs at its slowest GPU's pace, so one
   bad GPU costs as many GPU-seconds as its job has GPUs;
 * the same draw with the worst GPU's score capped at the second worst
   (``capped_seed0``, without predictions): what the placements do without that one GPU.
@@ -67,7 +67,7 @@ class Ledger:
     def __init__(self, inner, worst: int) -> None:
         self.inner, self.worst = inner, worst
         self.open: dict[int, tuple[float, tuple[int, ...], float]] = {}
-        self.gpu_time = self.lost = self.lost_on_worst = self.worst_time = self.worst_size_time = 0.0
+        self.gpu_time = self.lost = self.slowed = self.slowed_on_worst = self.worst_time = self.worst_size_time = 0.0
         self.moves = 0
 
     def __getattr__(self, name):
@@ -79,13 +79,14 @@ class Ledger:
             return
         t0, gpus, slowdown = held
         dt, n = max(0.0, now - t0), len(gpus)
-        lost = n * dt * (1.0 - 1.0 / slowdown)
+        lost = n * dt * (1.0 - 1.0 / slowdown)  # negative on GPUs faster than the median
         self.gpu_time += n * dt
         self.lost += lost
+        self.slowed += max(lost, 0.0)
         if self.worst in gpus:
             self.worst_time += dt
             self.worst_size_time += n * dt
-            self.lost_on_worst += lost
+            self.slowed_on_worst += max(lost, 0.0)
 
     def place(self, snap, changed, alloc=None):
         touched = self.inner.place(snap, changed, alloc)
@@ -135,10 +136,10 @@ def run_placements(jobs, cluster: ClusterSpec, seed: int, predict: bool, placeme
             "avg_jct_s": s["avg_jct"], "avg_pred_err": s["avg_pred_err"], "p99_pred_err": s["p99_pred_err"],
             "utilization": s["utilization"], "migrations_per_job": ledger.moves / len(jobs),
             "gpu_time_weighted_slowdown": ledger.gpu_time / max(ledger.gpu_time - ledger.lost, 1e-9),
-            "gpu_time_lost_share": ledger.lost / ledger.gpu_time,
+            "gpu_time_lost_share": ledger.lost / ledger.gpu_time,  # net of jobs on faster-than-median GPUs
             "worst_gpu_busy_share": ledger.worst_time / end,
             "worst_gpu_mean_job_size": ledger.worst_size_time / max(ledger.worst_time, 1e-9),
-            "lost_share_on_worst_gpu_jobs": ledger.lost_on_worst / max(ledger.lost, 1e-9),
+            "slowed_share_on_worst_gpu_jobs": ledger.slowed_on_worst / max(ledger.slowed, 1e-9),
             "wall_s": time.perf_counter() - started,
         }
         log(f"  {name}: avg JCT {s['avg_jct']:.0f} s, pred err {s['avg_pred_err']}, "
