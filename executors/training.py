@@ -127,6 +127,7 @@ class TelemetryReporter:
     index: int
     meter: object
     interval_s: float
+    resolve: Callable[[], object] | None = None  # as ProgressReporter's: readings follow an adopting coordinator
     _last: float = field(default=float("-inf"))
 
     def step_done(self, final: bool = False) -> None:
@@ -134,19 +135,25 @@ class TelemetryReporter:
         if not final and now - self._last < self.interval_s:
             return
         self._last = now
+        target = self.resolve() if self.resolve is not None else self.target
+        send = getattr(target, "report_telemetry", None)  # None: no coordinator now, or an older one
+        if send is None:
+            return
         try:
             reading = self.meter.reading()
             if reading is not None:
                 if final:
                     reading["final"] = True
-                self.target.report_telemetry.remote(self.job_id, self.attempt, self.node, self.index, reading)
+                send.remote(self.job_id, self.attempt, self.node, self.index, reading)
         except Exception as exc:  # telemetry must never stop training
             log.warning("telemetry report for %s failed: %s", self.job_id, exc)
 
 
-def telemetry_reporter(request: RunRequest, rank: int, sampler=None) -> TelemetryReporter | None:
+def telemetry_reporter(request: RunRequest, rank: int, sampler=None,
+                       resolve: Callable[[], object] | None = None) -> TelemetryReporter | None:
     """This rank's GPU read through NVML, where it can be (a real GPU, the library, a reporter that takes
-    telemetry); None otherwise: the coordinator then models the job's energy."""
+    telemetry); None otherwise: the coordinator then models the job's energy. ``resolve`` returns where
+    readings go now (a warm runner's run adopted by a restarted coordinator), as for progress."""
     if request.reporter is None or rank >= len(request.gpus):
         return None
     try:
@@ -161,7 +168,7 @@ def telemetry_reporter(request: RunRequest, rank: int, sampler=None) -> Telemetr
         meter.sampler.close()
         return None
     return TelemetryReporter(request.reporter, request.job_id, request.attempt, slot.node, slot.index, meter,
-                             request.report_interval_s)
+                             request.report_interval_s, resolve)
 
 
 def _build_optimizer(params: dict, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -296,7 +303,7 @@ def run_training(
 
     With ``world_size > 1`` the caller has initialised ``torch.distributed``;
     rank 0 writes the checkpoints. ``on_step(step)`` follows every step (and the
-    restore); ``reporter`` returns where progress goes now, instead of ``request.reporter``.
+    restore); ``reporter`` returns where progress and telemetry go now, instead of ``request.reporter``.
     """
     timings = dict(timings or {})
     session = TrainingSession(request.workload, request.params, rank=rank, world_size=world_size)
@@ -316,7 +323,7 @@ def run_training(
     start_step = last_saved = session.step
     timings["restored"] = time.time()
     progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget, reporter)
-    telemetry = None if emulated else telemetry_reporter(request, rank)
+    telemetry = None if emulated else telemetry_reporter(request, rank, resolve=reporter)
     if on_step is not None:
         on_step(session.step)
 

@@ -234,3 +234,21 @@ def test_adopting_running_jobs_after_a_restart():
     b.gpus = ()
     assert place(sticky, [a, b], changed=[b]) == [b]
     assert a.gpus == (1, 2) and set(b.gpus) == {0, 3}
+
+
+def test_sized_order_hands_the_worst_gpu_to_the_smallest_job_within_a_class():
+    """A synchronous job runs at its slowest GPU's pace: with every GPU in use, PAL's order (the policy's
+    within a class) leaves the 3x GPU to whichever job comes last, here the 7-GPU one; ``-sized`` places
+    larger jobs first so the 1-GPU job takes it. The class order still comes first."""
+    spec = spec_with_scores([[3.0, 1.0, 1.02, 1.04], [1.01, 1.03, 1.05, 1.06]])
+    for name, small, big in (("combined", 1.0, 3.0), ("combined-sized", 3.0, 1.06), ("energy-sized", 3.0, 1.06)):
+        p = create_placement(name, spec)
+        a, b = job(1, 1), job(2, 7)
+        place(p, [a, b])
+        assert (a.slowdown, b.slowdown) == (small, big), name
+        assert sorted(a.gpus + b.gpus) == list(range(8))
+    p = create_placement("combined-sized", spec)
+    a, b = job(1, 1, cls="A"), job(2, 7, cls="B")  # B has no scores: every GPU is 1.0 to it
+    place(p, [b, a])
+    assert 0 not in a.gpus and (a.slowdown, b.slowdown) == (1.0, 1.0)
+    assert PLACEMENTS["combined-sized"].size_order and not PLACEMENTS["combined"].size_order

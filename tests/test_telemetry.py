@@ -254,3 +254,71 @@ def test_runner_telemetry_reporter_is_throttled_and_sends_the_final_reading():
     no_telemetry = RunRequest(job_id="7", workload="tiny", params={}, total_steps=10, checkpoint_dir="/tmp/x",
                               gpus=(GPUSlot("n0", 0),), reporter=object())
     assert telemetry_reporter(no_telemetry, 0, sampler=NVMLSampler(fake_nvml([0.0, 0.0]))) is None  # an older reporter
+
+
+class _Coordinator:
+    """Stands in for a coordinator actor: records what runners send it; a dead one raises, as Ray does."""
+
+    def __init__(self, dead: bool = False):
+        self.telemetry, self.progress = [], []
+        self.report_telemetry = types.SimpleNamespace(remote=self._call(self.telemetry, dead))
+        self.report_progress = types.SimpleNamespace(remote=self._call(self.progress, dead))
+
+    @staticmethod
+    def _call(into: list, dead: bool):
+        def remote(*args, **kwargs):
+            if dead:
+                raise RuntimeError("the actor died")
+            into.append(args)
+        return remote
+
+
+def test_telemetry_follows_the_coordinator_that_adopted_the_run():
+    """After a coordinator restart the warm runner's resolver names the new coordinator: readings go there."""
+    from pcs_ray.contract import GPUSlot, RunRequest
+    from executors.training import telemetry_reporter
+
+    old, new = _Coordinator(dead=True), _Coordinator()
+    current = [old]
+    request = RunRequest(job_id="7", workload="tiny", params={}, total_steps=10, checkpoint_dir="/tmp/x",
+                         gpus=(GPUSlot("n0", 0),), attempt=2, reporter=old, report_interval_s=0.0)
+    rep = telemetry_reporter(request, 0, sampler=NVMLSampler(fake_nvml([500.0, 0.0])), resolve=lambda: current[0])
+    rep.step_done()  # the dead coordinator: the failure is logged, training goes on
+    current[0] = new  # adopted
+    rep.step_done()
+    current[0] = None  # the run changed hands and no one holds it yet: nothing to send to
+    rep.step_done()
+    current[0] = new
+    rep.step_done(final=True)
+    assert [(a[:4], a[4].get("final", False)) for a in new.telemetry] == [(("7", 2, "n0", 0), False),
+                                                                         (("7", 2, "n0", 0), True)]
+    assert old.telemetry == []
+
+
+def test_run_training_gives_telemetry_the_progress_resolver(tmp_path, monkeypatch):
+    """The runner's loop (as a warm runner calls it) sends NVML readings where the resolver says, not to
+    ``request.reporter``. Off a GPU the loop emulates and reads no NVML, so the session is told it has one."""
+    import torch
+
+    from executors import training
+    from pcs_ray import telemetry
+    from pcs_ray.contract import GPUSlot, RunRequest
+
+    monkeypatch.setattr(telemetry, "NVMLSampler", lambda: NVMLSampler(fake_nvml([250.0, 0.0])))
+    real_init = training.TrainingSession.__init__
+
+    def on_a_gpu(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.real_gpu = True  # the tensors stay on the CPU; only the loop's "emulated" branch is skipped
+
+    monkeypatch.setattr(training.TrainingSession, "__init__", on_a_gpu)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    old, new = _Coordinator(dead=True), _Coordinator()
+    request = RunRequest("job", "tiny_cnn", 3, (GPUSlot("node0", 0),), str(tmp_path), params={"seed": 1, "num_samples": 40},
+                         reporter=old, report_interval_s=0.0)
+    outcome = training.run_training(request, reporter=lambda: new)
+    assert outcome.status == "finished" and not outcome.emulated
+    assert [a[0] for a in new.progress] == ["job"] * 3
+    assert [(a[0], a[3], a[4]["energy_j"], a[4].get("final", False)) for a in new.telemetry] == [
+        ("job", 0, 0.25, False), ("job", 0, 0.5, False), ("job", 0, 0.75, False), ("job", 0, 1.0, True)]
+    assert old.telemetry == [] and old.progress == []

@@ -29,7 +29,7 @@ PLACEMENTS: dict[str, Configuration] = {
     c.name: c for c in (
         PACKED_STICKY, PACKED_NONSTICKY, RANDOM_STICKY, RANDOM_NONSTICKY, PM_FIRST, PAL,
         MAPA_BASELINE, MAPA_TOPO, MAPA_GREEDY, MAPA_PRESERVE, COMBINED, LOWEST_POWER, LOWEST_ENERGY, VAHRM, ENERGY,
-        with_slow_run_filter(PACKED_STICKY), with_slow_run_filter(COMBINED),
+        with_slow_run_filter(PACKED_STICKY), with_slow_run_filter(COMBINED), COMBINED.sized(), ENERGY.sized(),
     )
 }
 

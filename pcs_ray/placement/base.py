@@ -154,7 +154,7 @@ class Placement:
                 if jid in self.held:
                     old[jid] = self._free(jid)
             todo = running
-        for job in self.order(todo, snap):
+        for job in self.order(todo, snap, counts):
             jid = job.spec.job_id
             n = counts[jid]
             home = old.get(jid, ())
@@ -230,9 +230,16 @@ class Placement:
         return explanation(self.config, job_id, decision, self.held.get(job_id))
 
     # -- one job's GPUs -------------------------------------------------------
-    def order(self, jobs: list[JobState], snap: Snapshot) -> list[JobState]:
-        """Placement priority of the jobs to place: the policy's order, or variability class A first."""
-        return sorted(jobs, key=lambda j: j.spec.job_class) if self.config.class_order else jobs
+    def order(self, jobs: list[JobState], snap: Snapshot, counts: Mapping[int, int] | None = None) -> list[JobState]:
+        """Placement priority of the jobs to place: the policy's order, or variability class A first;
+        with ``size_order`` the most GPUs (``counts``, else the jobs' ``alloc``) first within a class."""
+        config = self.config
+        if config.size_order:
+            size = (lambda j: counts.get(j.spec.job_id, j.alloc)) if counts is not None else (lambda j: j.alloc)
+            if config.class_order:
+                return sorted(jobs, key=lambda j: (j.spec.job_class, -size(j)))
+            return sorted(jobs, key=lambda j: -size(j))
+        return sorted(jobs, key=lambda j: j.spec.job_class) if config.class_order else jobs
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with

@@ -78,7 +78,11 @@ class Configuration:
 
     ``sticky``: only jobs whose GPU count changed are placed (else every
     running job is re-placed each round). ``class_order``: jobs are placed
-    variability class A first (PM-First's order). ``ranked``: candidates'
+    variability class A first (PM-First's order). ``size_order``: within a
+    class, jobs with more GPUs this round are placed first, so the worst GPUs
+    a full cluster must still hand out go to its smallest jobs (a synchronous
+    job runs at its slowest GPU's pace, so one bad GPU costs as many
+    GPU-seconds as its job has GPUs). ``ranked``: candidates'
     GPUs are in rank order (an embedding of the job's communication pattern)
     and kept so; otherwise GPU ids are sorted. ``about`` adds settings to
     ``Placement.describe()``.
@@ -92,6 +96,7 @@ class Configuration:
     filters: tuple[Filter, ...] = ()
     sticky: bool = True
     class_order: bool = False
+    size_order: bool = False
     ranked: bool = False
     about: dict = field(default_factory=dict)
 
@@ -104,6 +109,13 @@ class Configuration:
         object.__setattr__(self, "unit_weights", all(w == 1.0 for _, w in self.scores))
         object.__setattr__(self, "node_filters", tuple(f for f in self.filters if overrides(f, "nodes")))
         object.__setattr__(self, "batch_filters", tuple(f for f in self.filters if overrides(f, "candidates")))
+
+    def sized(self) -> "Configuration":
+        """This configuration placing larger jobs first within a class, named ``<name>-sized``."""
+        return dataclasses.replace(
+            self, name=f"{self.name}-sized", size_order=True,
+            help=f"{self.help}; within a class larger jobs are placed first, so the worst GPUs left go to the smallest",
+        )
 
     def with_score(self, plugin: Score, weight: float = 1.0, **changes) -> "Configuration":
         """This configuration with one more weighted score (``changes``: e.g. a new ``name`` and ``help``)."""
