@@ -174,7 +174,7 @@ def run_pcs(seed: int, per_node: int = 4) -> dict:
     for variability in (False, True):
         spec, power = cluster(64, per_node, seed, variability)
         res = {}
-        for placement in ("packed-sticky", "energy", "energy+ideal"):
+        for placement in ("packed-sticky", "energy", "energy+ideal", "energy-sized"):
             meter = EnergyMeter(power, 64)
             decided = (power.ideal() if placement.endswith("+ideal") else power).onto(spec)
             placed = create_placement(placement.split("+")[0], decided, seed=seed)
