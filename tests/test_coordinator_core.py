@@ -191,6 +191,24 @@ def test_warm_and_cold_starts_are_learned_apart_and_forecasts_charge_the_pools_m
     assert again.speed.cost("tiny", "warm_start") == pytest.approx(0.5) and again.speed.cost("tiny", "start") == pytest.approx(10.0)
 
 
+def test_a_submissions_forecast_charges_the_pools_mix_before_its_runners_are_known():
+    """The forecast a submission returns is made before the host launches the run: a warm pool's job must not be
+    charged a cold start (the demo's 8 s default) because its runner kind is not journaled yet."""
+    core, clock = make(gpus=2, per_node=2, restart_overhead=8.0)
+    core.speed.set_warm_share(1.0)
+    first, _ = core.submit(job(steps=100, step_time=1.0))
+    core.runner_kind(first, 1, "warm")
+    clock.t += 10.5
+    core.progress(first, step=10, step_time=1.0)  # 0.5 s of start-up on a warm runner
+    core.run_ended(first, 1, "finished", step=100)
+    jid, _ = core.submit(job(steps=100, step_time=1.0))
+    at_submission = core.jobs[jid].predicted
+    assert at_submission == pytest.approx(core.now() + 0.5 + 100 * 1.0)
+    core.runner_kind(jid, 1, "warm")  # the host launched it on warm runners
+    core.refresh_predictions(force=True)
+    assert core.jobs[jid].predicted == pytest.approx(at_submission)
+
+
 def test_scaling_and_step_times_are_learned_per_gpu_count():
     core, clock = make(gpus=4, per_node=4, restart_overhead=0.0)
     a, _ = core.submit(job(gpus=1, steps=100, step_time=1.0))

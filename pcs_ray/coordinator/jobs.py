@@ -31,7 +31,9 @@ class LiveJob:
     measured: bool = False  # ``t1`` comes from its runner, not from the estimate
     slowdown: float = 1.0  # the model's slowdown for ``gpus``
     started_at: float | None = None  # launch of the current attempt
-    runner: str = "cold"  # the current attempt's runners: "warm" (pooled) or "cold" (started for it); set by the host
+    # The current attempt's runners: "warm" (pooled) or "cold" (started for it), set by the host once it has launched
+    # them; None between the decision to start and the launch (a forecast then charges the pool's mix).
+    runner: str | None = None
     start_step: int = 0  # ``steps`` when the current attempt was launched
     first_start: float | None = None
     finish: float | None = None
@@ -60,7 +62,7 @@ class LiveJob:
         self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
         self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
         self.start_step = self.steps
-        self.runner = "cold"  # until the host says its launch found warm runners
+        self.runner = None  # until the host says which runners its launch found
         self.stop_reason, self.stop_at = None, None
         if self.first_start is None:
             self.first_start = t

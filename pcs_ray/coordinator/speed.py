@@ -227,6 +227,13 @@ class SpeedModel:
         kind = "start" if job.start_step == 0 and job.preemptions == 0 and job.attempt <= 1 else "resume"
         return ("warm_" + kind) if job.runner == "warm" else kind
 
+    def _run_cost(self, job: LiveJob) -> float:
+        """What the job's current run costs before its first step; a run decided but not launched yet (its
+        runners unknown: the submission's own forecast is made then) costs the pool's mix, as a future start."""
+        if job.runner is None:
+            return self._expected(job.spec.workload, self._run_kind(job))
+        return self.cost(job.spec.workload, self._run_kind(job))
+
     def job_costs(self, job: LiveJob) -> tuple[float, float]:
         """(first start, every later move) for the engine: a move is a stop plus a resume."""
         workload = job.spec.workload
@@ -254,7 +261,7 @@ class SpeedModel:
         """When a running job can next make progress: one that has not reported yet is still starting up.
         A queued job pays its start when the forecast gives it GPUs (``job_costs``), not here."""
         if job.state == JobStatus.RUNNING and job.reported_at is None and job.started_at is not None:
-            return job.started_at + self.cost(job.spec.workload, self._run_kind(job))
+            return job.started_at + self._run_cost(job)
         return 0.0
 
     @property
