@@ -791,9 +791,8 @@ class _QueuePlay:
         todo = [(jid, n) for jid, n in changed if n]
         if len(todo) > 1:
             todo.sort(key=self._alloc_order(todo, merged))
-        order = place.order([jobs[jid] for jid, _ in todo], None)
         counts = dict(todo)
-        for job in order:
+        for job in place.order([jobs[jid] for jid, _ in todo], None, counts):
             jid = job.spec.job_id
             sd[jid] = place.slowdown(job, place._take(job, counts[jid], home.get(jid, ())))
         for jid, n in changed:

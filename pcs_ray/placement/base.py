@@ -230,15 +230,14 @@ class Placement:
         return explanation(self.config, job_id, decision, self.held.get(job_id))
 
     # -- one job's GPUs -------------------------------------------------------
-    def order(self, jobs: list[JobState], snap: Snapshot, counts: Mapping[int, int] | None = None) -> list[JobState]:
+    def order(self, jobs: list[JobState], snap: Snapshot | None, counts: Mapping[int, int]) -> list[JobState]:
         """Placement priority of the jobs to place: the policy's order, or variability class A first;
-        with ``size_order`` the most GPUs (``counts``, else the jobs' ``alloc``) first within a class."""
+        with ``size_order`` the most GPUs this round (``counts``) first within a class."""
         config = self.config
         if config.size_order:
-            size = (lambda j: counts.get(j.spec.job_id, j.alloc)) if counts is not None else (lambda j: j.alloc)
             if config.class_order:
-                return sorted(jobs, key=lambda j: (j.spec.job_class, -size(j)))
-            return sorted(jobs, key=lambda j: -size(j))
+                return sorted(jobs, key=lambda j: (j.spec.job_class, -counts[j.spec.job_id]))
+            return sorted(jobs, key=lambda j: -counts[j.spec.job_id])
         return sorted(jobs, key=lambda j: j.spec.job_class) if config.class_order else jobs
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
