@@ -262,12 +262,7 @@ class Coordinator(CoordinatorState):
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         for jid, t in self.model.predict().items():
-            job = self.active.get(jid)
-            if job is None:
-                continue
-            job.predicted = t
-            if job.first_predicted is None:
-                job.first_predicted = t
+            self._set_forecast(jid, t)
         self._forecast_at.clear()
         self._predictions_stale = False
 
@@ -280,13 +275,8 @@ class Coordinator(CoordinatorState):
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         for other, t in self.model.predict(until=jid).items():
-            job = self.active.get(other)
-            if job is None:
-                continue
-            job.predicted = t
-            self._forecast_at[other] = self.changes
-            if job.first_predicted is None:
-                job.first_predicted = t
+            if self._set_forecast(other, t):
+                self._forecast_at[other] = self.changes
 
     def begin_refresh(self) -> tuple[int, Callable[[], dict[int, float]]] | None:
         """Under the caller's lock: a forward play of the current state that runs without it
@@ -304,15 +294,21 @@ class Coordinator(CoordinatorState):
         A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
         nothing happened since the play began."""
         for jid, t in finish.items():
-            job = self.active.get(jid)
-            if job is None or self._forecast_at.get(jid, -1) > began:
-                continue
-            job.predicted = t
-            if job.first_predicted is None:
-                job.first_predicted = t
+            if self._forecast_at.get(jid, -1) <= began:
+                self._set_forecast(jid, t)
         self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
         if self.changes == began:
             self._predictions_stale = False
+
+    def _set_forecast(self, jid: int, t: float) -> bool:
+        """An active job's predicted finish (its first one is kept as the prediction at submission)."""
+        job = self.active.get(jid)
+        if job is None:
+            return False
+        job.predicted = t
+        if job.first_predicted is None:
+            job.first_predicted = t
+        return True
 
     def _bound(self, jid: int) -> float | None:
         """The policy's worst-case finish, plus the job's own start-up if it has not started training yet."""
