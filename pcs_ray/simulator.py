@@ -381,14 +381,21 @@ class Engine:
         ``until``: stop once that job's finish is known (see ``play_forward``).
         """
         placing = self.placement if placement else None
-        if (self.incremental and (placing is None or _plays_itself(placing)) and self.review_at is None
-                and not self.policy.round_s):
-            form = self.policy.queue_form()
-            if form is not None:
-                finish = _queue_play(self, form, until, placing)
-                if finish is not None:
-                    return finish
+        form = self._queue_form(placing)
+        if form is not None:
+            finish = _queue_play(self, form, until, placing)
+            if finish is not None:
+                return finish
         return self.fork(placement=placement).play_forward(until)
+
+    def _queue_form(self, placing):
+        """The policy's queue form where a queue play can stand in for a fork's play (with ``placing``,
+        the placement that plays along, or None), else None."""
+        if not self.incremental or self.review_at is not None or self.policy.round_s:
+            return None
+        if placing is not None and not _plays_itself(placing):
+            return None
+        return self.policy.queue_form()
 
     def detached_play(self, *, placement: bool = True) -> Callable[[], dict[int, float]] | None:
         """``predict`` as a call that needs nothing of this engine once made: the queue play copies
@@ -396,10 +403,8 @@ class Engine:
         holding its lock while the engine moves on. None where only a fork of the engine can play
         (its policy object would then run in two threads at once)."""
         placing = self.placement if placement else None
-        if not self.incremental or self.review_at is not None or self.policy.round_s:
-            return None
-        form = self.policy.queue_form()
-        if form is None or (placing is not None and not _plays_itself(placing)):
+        form = self._queue_form(placing)
+        if form is None:
             return None
         play = _QueuePlay.start(self, form, placement=placing)
         return None if play is None else play.run
