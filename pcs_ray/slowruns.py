@@ -30,6 +30,7 @@ or from a CSV in the live system's job-history schema (``read_csv``).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
@@ -159,15 +160,19 @@ class _History:
     def mean(self) -> float:
         return self.total / self.n if self.n else 1.0
 
-    def since_slow_h(self, ts: float) -> float:
-        """Hours since the latest slow run started here (``NEVER_H`` when none in the last ``RECENT``)."""
+    def _recent(self, ts: float) -> deque:
+        """The start times of slow runs within ``RECENT`` before ``ts`` (older ones are dropped)."""
         while self.slow_ts and self.slow_ts[0] < ts - RECENT:
             self.slow_ts.popleft()
-        return (ts - self.slow_ts[-1]) / 3600.0 if self.slow_ts else NEVER_H
+        return self.slow_ts
+
+    def since_slow_h(self, ts: float) -> float:
+        """Hours since the latest slow run started here (``NEVER_H`` when none in the last ``RECENT``)."""
+        recent = self._recent(ts)
+        return (ts - recent[-1]) / 3600.0 if recent else NEVER_H
 
     def recent_slow(self, ts: float) -> int:
-        self.since_slow_h(ts)
-        return len(self.slow_ts)
+        return len(self._recent(ts))
 
 
 FEATURES_FIXED = (
@@ -211,11 +216,9 @@ def build_dataset(runs: Sequence[Run]) -> Dataset:
     def node_key(r: Run) -> tuple:
         return (r.cabinet, r.node) if r.node is not None else ("dev", r.device)
 
-    start = 0
-    while start < len(runs):
-        stop = start
-        while stop < len(runs) and runs[stop].ts == runs[start].ts:
-            stop += 1
+    for _, together in itertools.groupby(range(len(runs)), key=lambda i: runs[i].ts):  # runs of one start time
+        together = list(together)
+        start, stop = together[0], together[-1] + 1
         for i in range(start, stop):
             r = runs[i]
             d, nkey = device_h[r.device], node_key(r)
@@ -255,7 +258,6 @@ def build_dataset(runs: Sequence[Run]) -> Dataset:
             node_h[nkey].add(r, sd_, slow_)
             cab_h[r.cabinet or "?"].add(r, sd_, slow_)
             recent[nkey].append(r.ts)
-        start = stop
     return Dataset(list(runs), names, X, y, slowdown, naive, thresholds)
 
 
