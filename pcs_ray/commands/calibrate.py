@@ -140,6 +140,9 @@ def calibrate_cmd(
 ) -> None:
     """Seed the running coordinator's speed model: a short run of each workload shape at each GPU count.
 
+    Runs start one at a time (each once the previous one has reported a step), so their start-ups do not
+    crowd the machine's cores and inflate what is measured.
+
     Forecasts use measured step times (per workload shape and GPU count) and
     measured start/stop costs; before a workload has run, they use the
     emulated device's reference times (logical GPUs) or the job's own
