@@ -75,9 +75,9 @@ def up_cmd(
         names = lc.node_names(spec)
     print(f"starting {len(names)} Ray node(s) on this machine: {', '.join(names)}", file=sys.stderr)
     record = lc.start_nodes(state, spec, names, cpus_per_node)
-    try:
-        import ray
+    import ray
 
+    try:
         from pcs_ray.client import connect
 
         connect(record.address)
@@ -85,6 +85,8 @@ def up_cmd(
         launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head)
         ray.shutdown()
     except BaseException:
+        if ray.is_initialized():  # disconnect first: a driver whose GCS goes away aborts the process after 60 s
+            ray.shutdown()
         lc.down(state)
         raise
     if as_json:
