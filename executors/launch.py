@@ -59,7 +59,7 @@ class RunHandle:
     actors: list
     done: ray.ObjectRef
     stop_args: tuple = ()  # what each actor's request_stop takes (a warm runner: which run to stop)
-    runner: str = "cold"  # "warm": pooled runners took the run; "cold": runner processes started for it
+    runner: str = "cold"  # "warm": pooled runners took the run; "warming": pooled ones still starting; "cold": started for it
 
     @property
     def job_id(self) -> str:

@@ -112,6 +112,7 @@ class WarmRunner:
         self._ended: OrderedDict[tuple[str, int], RunOutcome] = OrderedDict()
         self._never = threading.Event()
         self.runs = 0
+        self.cuda_warm_s: float | None = None  # seconds the CUDA context and library handles took (real GPUs)
         import executors.training  # noqa: F401  (torch, the loop, checkpoints)
 
         self.warmed = time.time()
@@ -119,10 +120,10 @@ class WarmRunner:
         # first simply waits on Python's import lock, and runs that do not are not held up.
         threading.Thread(target=self._import_workloads, name="warm-imports", daemon=True).start()
 
-    @staticmethod
-    def _import_workloads() -> None:
+    def _import_workloads(self) -> None:
         import importlib
 
+        from executors.training import warm_cuda
         from workloads.models import WORKLOADS
 
         for workload in WORKLOADS.values():
@@ -131,6 +132,10 @@ class WarmRunner:
                     importlib.import_module(module)
                 except Exception:  # a run that needs it reports the error itself
                     log.exception("warm runner: importing %s failed", module)
+        try:
+            self.cuda_warm_s = warm_cuda()
+        except Exception:  # the first run then pays for it, and reports any real CUDA fault itself
+            log.exception("warm runner: CUDA warm-up failed")
         # Everything imported lives as long as the runner: keep it out of the cyclic collector, whose full
         # passes over torch and torchvision's ~340,000 objects take ~200 ms here (a whole emulated step).
         gc.collect()
@@ -140,7 +145,7 @@ class WarmRunner:
         with self._state:
             current = self._current
         return {"gpu": (self.gpu.node, self.gpu.index), "pid": os.getpid(), "rss_bytes": _rss_bytes(),
-                "created": self.created, "warmed": self.warmed, "runs": self.runs,
+                "created": self.created, "warmed": self.warmed, "runs": self.runs, "cuda_warm_s": self.cuda_warm_s,
                 "running": list(current) if current else None}
 
     def environment(self) -> dict:
@@ -535,6 +540,9 @@ class WarmPool:
             settling = list(self._settling)
         if not request.gpus or any(e is None or e.actor is None for e in entries):
             return cold_launch(request, after)
+        # A runner still starting makes this run pay a process start and imports, as a cold one does: the
+        # speed model must not charge that to every later warm start.
+        kind = "warm" if all(e.info for e in entries) else "warming"
         if len(set(request.gpus)) != len(request.gpus):
             raise ValueError(f"job {request.job_id}: a GPU is listed twice in {request.gpus}")
         if request.total_steps < 0:
@@ -546,7 +554,7 @@ class WarmPool:
         deps = settling + ([after] if after is not None else [])
         runs = [actor.run.remote(request, rank, world_size, master, deps, launched) for rank, actor in enumerate(actors)]
         done = _watch_warm.remote(request, actors, runs)
-        return RunHandle(request, actors, done, stop_args=(request.job_id, request.attempt), runner="warm")
+        return RunHandle(request, actors, done, stop_args=(request.job_id, request.attempt), runner=kind)
 
     def shutdown(self, kill_runners: bool = False) -> None:
         """Stop maintaining; with ``kill_runners`` also end the runners (detached: they outlive us otherwise)."""

@@ -180,6 +180,24 @@ def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, pool, tmp_path):
     none_fit.shutdown()
 
 
+def test_a_run_handed_to_a_runner_still_starting_is_labelled_warming_then_warm(ray_env, tmp_path):
+    """The coordinator's speed model charges a handle's runner kind: a run that waited for its runner's
+    process start and imports paid what a cold start pays, and must not be taught as a warm start."""
+    from executors.pool import WarmPool
+
+    fresh = WarmPool([GPUSlot("node1", 3)])
+    try:
+        first = fresh.launch(_request("early", [("node1", 3)], tmp_path / "early", total_steps=2))
+        assert first.runner == "warming" and first.warm
+        assert first.outcome(timeout=180).status == "finished"
+        second = fresh.launch(_request("later", [("node1", 3)], tmp_path / "later", total_steps=2))
+        assert second.runner == "warm"
+        outcome = second.outcome(timeout=120)
+        assert (outcome.status, outcome.runner) == ("finished", "warm")
+    finally:
+        fresh.shutdown(kill_runners=True)
+
+
 def test_a_dead_warm_runner_is_replaced_and_its_job_resumes_on_the_new_one(ray_env, pool, reference, tmp_path):
     ray, _, _ = ray_env
     gpu = GPUSlot("node1", 1)
