@@ -128,6 +128,17 @@ def test_bad_specs_are_rejected_and_not_journaled(spec, message):
     assert len(journal) == before and not core.jobs
 
 
+def test_a_shapes_step_time_is_the_mean_of_its_measurements_not_the_latest_ones():
+    """Real GPUs' step rates are noisy between reports and do not drift: an EMA would carry the last
+    reports' noise into every forecast (it would say 0.20 here)."""
+    core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
+    j, _ = core.submit(job(steps=1000, step_time=1.0))
+    for step, step_time in enumerate([0.1, 0.1, 0.1, 0.1, 0.3, 0.3], start=1):  # the first: a run's first step alone
+        clock.t += 1
+        core.progress(j, step=step, step_time=step_time)
+    assert core.speed.steps["tiny"][1].mean == pytest.approx((0.1 * 3 + 0.3 * 2) / 5)
+
+
 def test_predictions_use_measured_speed_and_refresh():
     core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
     j, _ = core.submit(job(steps=100, step_time=1.0))

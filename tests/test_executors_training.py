@@ -204,6 +204,22 @@ class _FakeActor:
         self.calls.append((args, kwargs))
 
 
+def test_real_gpu_progress_reports_wall_clock_seconds_per_step_between_reports(monkeypatch):
+    """Checkpoints and data loading between steps delay a real job's finish: reports carry them."""
+    import executors.training as training
+
+    clock = iter([100.0, 101.0, 103.0, 103.5])
+    monkeypatch.setattr(training.time, "monotonic", lambda: next(clock))
+    target = _FakeActor()
+    reporter = ProgressReporter(target, "j", interval_s=1.0, emulated=False)
+    reporter.step_done(1, 0.2)  # the first step alone
+    reporter.step_done(5, 0.2)  # 4 steps of 0.2 s compute in 1 s of wall clock: a checkpoint between them
+    reporter.step_done(9, 0.2)  # 4 steps in 2 s
+    reporter.step_done(10, 0.2)  # under the interval: not sent
+    assert [(args[1], args[2]) for args, _ in target.calls] == [(1, 0.2), (5, 0.25), (9, 0.5)]
+    assert all(kw == {"emulated": False} for _, kw in target.calls)
+
+
 def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
     target = _FakeActor()
     reporter = ProgressReporter(target, "j", interval_s=3600, emulated=True)

@@ -63,15 +63,21 @@ def shape_key(workload: str, params: Mapping | None) -> str:
 
 @dataclass
 class Stat:
-    """An exponentially weighted mean and the recent measurements (for the spread)."""
+    """A mean (exponentially weighted, or of the kept measurements) and the recent measurements (for the spread)."""
 
     mean: float
     samples: list[float] = field(default_factory=list)
     provisional: bool = False  # from a run's first step only: the next real measurement replaces it
 
-    def add(self, x: float) -> None:
-        self.mean = x if not self.samples else (1 - EMA) * self.mean + EMA * x
+    def add(self, x: float, windowed: bool = False) -> None:
+        """``windowed``: the mean of the kept measurements instead, for a quantity that does not drift but
+        whose measurements are noisy (a real GPU's step rate between 1-s reports varied by 19 % on an H100;
+        the EMA followed that noise into every forecast)."""
         self.samples = (self.samples + [x])[-SAMPLES:]
+        if windowed:
+            self.mean = sum(self.samples) / len(self.samples)
+        else:
+            self.mean = x if len(self.samples) == 1 else (1 - EMA) * self.mean + EMA * x
 
     def ratio(self, q: float) -> float:
         """The ``q`` quantile of the measurements over their mean (1.0 with fewer than two)."""
@@ -321,7 +327,7 @@ class SpeedModel:
             # only until a later report of some run says what a step takes.
             by_n[n] = Stat(normalised, [normalised], provisional=first_of_run)
         elif not first_of_run:
-            by_n[n].add(normalised)
+            by_n[n].add(normalised, windowed=True)
         t1 = normalised * self.speedup(job.spec)[n]
         if not job.measured and job.spec.step_time:
             self.estimate_ratio = (1 - EMA) * self.estimate_ratio + EMA * (t1 / job.spec.step_time)
