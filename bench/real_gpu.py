@@ -286,15 +286,14 @@ def main(argv: list[str] | None = None) -> None:
     ray, recorder = _start_ray(inventory.name, len(inventory.gpus), str(root / "ray"))
     from executors import launch as launch_module
     from executors.pool import WarmPool
-    from pcs_ray.contract import GPUSlot
+    from pcs_ray.contract import GPUSlot, RunRequest
 
     pool = WarmPool([GPUSlot(inventory.name, g.index) for g in inventory.gpus])
     try:
         pool.ready(timeout=300)
         result["pool"] = pool.describe()
-        probe = pool.launch(__import__("pcs_ray.contract", fromlist=["RunRequest"]).RunRequest(
-            "probe", "tiny_cnn", 400, (GPUSlot(inventory.name, 0),), str(root / "probe"), params={"seed": 1},
-            reporter=recorder, report_interval_s=0.0))
+        probe = pool.launch(RunRequest("probe", "tiny_cnn", 400, (GPUSlot(inventory.name, 0),), str(root / "probe"),
+                                       params={"seed": 1}, reporter=recorder, report_interval_s=0.0))
         _wait_step(ray, recorder, "probe", 20)
         env = ray.get(probe.actors[0].environment.remote(), timeout=60)
         on_gpu = _gpu_processes(0)
