@@ -35,6 +35,10 @@ from pcs_ray.state import JobState, Snapshot
 from pcs_ray.topology import TopoMatrix
 
 
+#: entries kept per reuse table before it starts afresh (about 1 KB each)
+_REUSE_LIMIT = 50_000
+
+
 class Placement:
     """Runs one :class:`Configuration` on one cluster and keeps the books.
 
@@ -45,7 +49,11 @@ class Placement:
     the topologies and charges only bandwidth-sensitive jobs. ``binned``
     overrides the binned per-class scores variability-aware plugins decide on
     (otherwise K-means with ``bin_seed``). ``sticky`` overrides the
-    configuration's; ``seed`` seeds random choices.
+    configuration's; ``seed`` seeds random choices. ``cache``: reuse a
+    decision when the same inputs come back (forward plays pass through the
+    same cluster states again and again), where every plugin of the
+    configuration declares what it reads and draws nothing at random
+    (``Configuration.cache_fields``); off, every decision is computed afresh.
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class Placement:
         comm=None,
         binned: dict[str, np.ndarray] | None = None,
         bin_seed: int = 0,
+        cache: bool = True,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -79,6 +88,10 @@ class Placement:
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
+        # Shared with forks (static facts): (free mask, n, home, declared job fields) -> (chosen, gpus, decision).
+        self._reuse: dict | None = {} if cache and config.cache_fields is not None else None
+        # (class, GPUs) -> slowdown; only without a comm model, where nothing else of the job counts.
+        self._slowdowns: dict | None = {} if cache and self.comm is None else None
 
     # -- cluster facts -------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
@@ -96,6 +109,18 @@ class Placement:
         """Slowest GPU's raw score x locality penalty if across nodes x topology slowdown."""
         if not gpus:
             return 1.0
+        known = self._slowdowns
+        if known is not None:
+            key = (job.spec.job_class, gpus if type(gpus) is tuple else tuple(gpus))
+            value = known.get(key)
+            if value is None:
+                if len(known) >= _REUSE_LIMIT:
+                    known.clear()
+                value = known[key] = self._slowdown(job, gpus)
+            return value
+        return self._slowdown(job, gpus)
+
+    def _slowdown(self, job: JobState, gpus: Sequence[int]) -> float:
         idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
         worst = float(self.raw_scores(job.spec.job_class)[idx].max())
         nodes = self.node[idx]
@@ -259,17 +284,36 @@ class Placement:
         free = self.owner < 0
         if int(free.sum()) < n:
             raise PlacementError(f"{self.name}: job {job.spec.job_id} needs {n} GPUs, {int(free.sum())} are free")
-        chosen = np.asarray(self.select(job, n, free, home), dtype=np.int64)
-        if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
-            raise PlacementError(f"{self.name}: job {job.spec.job_id} got {chosen.tolist()} for {n} free GPUs")
-        if set(home) == set(chosen.tolist()):
-            gpus = home  # the same GPUs: keep the rank order, nothing moves
-        elif self.ranked:
-            gpus = tuple(chosen.tolist())
+        reuse, jid = self._reuse, job.spec.job_id
+        hit = key = None
+        if reuse is not None:
+            spec = job.spec
+            key = (free.tobytes(), n, home, *[getattr(spec, f) for f in self.config.cache_fields])
+            hit = reuse.get(key)
+        if hit is not None:
+            chosen, gpus, decision = hit
+            if self.decisions is not None:
+                self.decisions[jid] = decision
         else:
-            gpus = tuple(sorted(chosen.tolist()))
-        self.owner[chosen] = job.spec.job_id
-        self.held[job.spec.job_id] = gpus
+            ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
+            chosen, decision = self.config.decide(ctx)
+            if self.decisions is not None:
+                self.decisions[jid] = decision
+            chosen = np.asarray(chosen, dtype=np.int64)
+            if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
+                raise PlacementError(f"{self.name}: job {jid} got {chosen.tolist()} for {n} free GPUs")
+            if set(home) == set(chosen.tolist()):
+                gpus = home  # the same GPUs: keep the rank order, nothing moves
+            elif self.ranked:
+                gpus = tuple(chosen.tolist())
+            else:
+                gpus = tuple(sorted(chosen.tolist()))
+            if key is not None:
+                if len(reuse) >= _REUSE_LIMIT:
+                    reuse.clear()
+                reuse[key] = (chosen, gpus, decision)
+        self.owner[chosen] = jid
+        self.held[jid] = gpus
         return gpus
 
 
