@@ -23,6 +23,7 @@ keeps the books: who holds which GPU, slowdowns, forks, explanations.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -37,6 +38,13 @@ from pcs_ray.topology import TopoMatrix
 
 #: entries kept per reuse table before it starts afresh (about 1 KB each)
 _REUSE_LIMIT = 50_000
+
+
+def _forget_oldest(table: dict) -> None:
+    """Drop the older half of a full reuse table: plays move on from the states they passed long ago,
+    and clearing it all would make the next plays compute every decision again at once."""
+    for key in list(itertools.islice(table, len(table) // 2)):
+        del table[key]
 
 
 class Placement:
@@ -88,7 +96,8 @@ class Placement:
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
-        # Shared with forks (static facts): (free mask, n, home, declared job fields) -> (chosen, gpus, decision).
+        # Shared with forks (static facts): (free mask, n, home, declared job fields) -> (chosen, gpus, decision
+        # or None where a fork made it).
         self._reuse: dict | None = {} if cache and config.cache_fields is not None else None
         # (class, GPUs) -> slowdown; only without a comm model, where nothing else of the job counts.
         self._slowdowns: dict | None = {} if cache and self.comm is None else None
@@ -115,7 +124,7 @@ class Placement:
             value = known.get(key)
             if value is None:
                 if len(known) >= _REUSE_LIMIT:
-                    known.clear()
+                    _forget_oldest(known)
                 value = known[key] = self._slowdown(job, gpus)
             return value
         return self._slowdown(job, gpus)
@@ -282,7 +291,7 @@ class Placement:
 
     def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
         free = self.owner < 0
-        if int(free.sum()) < n:
+        if np.count_nonzero(free) < n:
             raise PlacementError(f"{self.name}: job {job.spec.job_id} needs {n} GPUs, {int(free.sum())} are free")
         reuse, jid = self._reuse, job.spec.job_id
         hit = key = None
@@ -290,6 +299,8 @@ class Placement:
             spec = job.spec
             key = (free.tobytes(), n, home, *[getattr(spec, f) for f in self.config.cache_fields])
             hit = reuse.get(key)
+            if hit is not None and hit[2] is None and self.decisions is not None:
+                hit = None  # a fork's entry, without the explanation this placement keeps
         if hit is not None:
             chosen, gpus, decision = hit
             if self.decisions is not None:
@@ -310,8 +321,10 @@ class Placement:
                 gpus = tuple(sorted(chosen.tolist()))
             if key is not None:
                 if len(reuse) >= _REUSE_LIMIT:
-                    reuse.clear()
-                reuse[key] = (chosen, gpus, decision)
+                    _forget_oldest(reuse)
+                # Forks keep no explanation: their entries hold only numbers, which the garbage
+                # collector stops tracking, so a full table does not slow its collections.
+                reuse[key] = (chosen, gpus, decision if self.decisions is not None else None)
         self.owner[chosen] = jid
         self.held[jid] = gpus
         return gpus
