@@ -106,3 +106,18 @@ def test_a_decision_is_reused_only_when_its_plugins_declare_what_they_read(plugi
         got.append(place._take(one_job(jid, model=model), 2, ()))
         place._free(jid)
     assert got[0] == got[2] and {place.node[g] for g in got[0]} == {0} and {place.node[g] for g in got[1]} == {1}
+
+
+def test_a_full_table_forgets_its_older_half_and_decides_the_same(monkeypatch):
+    from pcs_ray.placement import base
+
+    forgot: list[int] = []
+    forget = base._forget_oldest
+    monkeypatch.setattr(base, "_forget_oldest", lambda table: forgot.append(len(table)) or forget(table))
+    cluster, jobs = variable_cluster(4, 8, 3), classed(with_costs(philly("0e4a51", 90)))
+    fresh = simulate(jobs, 32, vc_config("0e4a51", "bal"), predict=True, placement=create_placement("pal", cluster, cache=False))
+    place = create_placement("pal", cluster)
+    place._reuse_limit = 40
+    reused = simulate(jobs, 32, vc_config("0e4a51", "bal"), predict=True, placement=place)
+    assert forgot and set(forgot) == {40} and len(place._reuse) <= 40
+    assert forecasts(reused) == forecasts(fresh)
