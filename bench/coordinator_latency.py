@@ -92,7 +92,7 @@ def run(cluster: ClusterSpec, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         core = Coordinator(
             cluster, build_policy(args.policy), Journal(Path(tmp) / "journal.sqlite"), checkpoint_root=tmp,
-            placement=create_placement("packed-sticky", cluster), clock=clock,
+            placement=create_placement("packed-sticky", cluster, cache=args.cache_now), clock=clock,
             workloads=("resnet18", "vgg11", "mobilenet_v2", "transformer"), progress_journal_every=5.0,
         )
         running: list[tuple[int, int]] = []  # (job id, attempt)
@@ -145,6 +145,7 @@ def run(cluster: ClusterSpec, args) -> dict:
     return {
         "setup": {
             "gpus": cluster.num_gpus, "nodes": len(cluster.nodes), "policy": args.policy, "placement": "packed-sticky",
+            "placement_decisions_reused": args.cache_now,
             "placement_in_forward_play": core.model.placement_matters,
             "journal": "sqlite (WAL, committed per event)", "queued_min": min(queue_sizes),
             "queued_max": max(queue_sizes), "active_jobs": len(core.active), "fill_s": fill_s,
@@ -166,16 +167,36 @@ def main() -> None:
     ap.add_argument("--policy", default="pcs-bal")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scenario", choices=["uniform", "variable", "both"], default="both")
+    ap.add_argument("--cache", choices=["on", "off", "both"], default="both",
+                    help="reuse placement decisions whose inputs come back (Placement cache); both: off, then on, "
+                         "side by side in one run ('_no_cache' results are the decisions computed afresh)")
     args = ap.parse_args()
     results = {}
-    if args.scenario in ("uniform", "both"):
-        # Identical GPUs: which GPUs a job gets cannot change its speed, so forward plays skip placement.
-        results["uniform_gpus"] = run(ClusterSpec.homogeneous(args.nodes * args.gpus_per_node, args.gpus_per_node), args)
-    if args.scenario in ("variable", "both"):
-        # Measured variability + locality penalty: placement runs inside every forward play.
-        results["variable_gpus"] = run(variable_cluster(args.nodes, args.gpus_per_node, args.seed), args)
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.cache]
+    load = [os.getloadavg()[0]]
+    for scenario in ("uniform", "variable"):
+        if args.scenario not in (scenario, "both"):
+            continue
+        for cache in modes:
+            args.cache_now = cache
+            if scenario == "uniform":
+                # Identical GPUs: which GPUs a job gets cannot change its speed, so forward plays skip placement.
+                cluster = ClusterSpec.homogeneous(args.nodes * args.gpus_per_node, args.gpus_per_node)
+            else:
+                # Measured variability + locality penalty: placement runs inside every forward play.
+                cluster = variable_cluster(args.nodes, args.gpus_per_node, args.seed)
+            results[f"{scenario}_gpus" + ("" if cache else "_no_cache")] = run(cluster, args)
+            load.append(os.getloadavg()[0])
+        if len(modes) == 2:
+            off, on = results[f"{scenario}_gpus_no_cache"], results[f"{scenario}_gpus"]
+            stp_on, stp_off = on["submit_to_prediction"], off["submit_to_prediction"]
+            results[f"{scenario}_cache_vs_no_cache"] = {
+                **{f"wall_{q}": stp_on[f"{q}_ms"] / stp_off[f"{q}_ms"] for q in ("p50", "p99")},
+                **{f"cpu_{q}": stp_on["cpu"][f"{q}_ms"] / stp_off["cpu"][f"{q}_ms"] for q in ("p50", "p99")},
+            }
     print(json.dumps({
         "benchmark": "coordinator_latency", **results, "load_average_1min_at_end": os.getloadavg()[0],
+        "load_average_1min_after_each_run": load,
         "note": "wall-clock on a shared 2-core machine; concurrent work inflates the tail",
     }, indent=2))
 

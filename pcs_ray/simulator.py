@@ -819,7 +819,11 @@ class _QueuePlay:
         qs = {jid: queue_of(jobs[jid]) for jid, _ in todo}
         pos = {}
         for q in set(qs.values()):
-            pos.update((jid, i) for i, jid in enumerate(qalloc[q]))
+            want = [jid for jid, _ in todo if qs[jid] == q]
+            if len(want) == 1:  # alone in its queue: its queue decides where it goes
+                pos[want[0]] = 0
+                continue
+            pos.update((jid, i) for i, jid in enumerate(qalloc[q]) if jid in qs)
         return lambda e: (qs[e[0]], pos[e[0]])
 
     def run(self, until: int | None = None) -> dict[int, float]:

@@ -34,7 +34,7 @@ PLACEMENTS: dict[str, Configuration] = {
 }
 
 #: what ``create_placement`` accepts besides the name and cluster (see ``Placement``)
-OPTIONS = ("sticky", "seed", "topology", "locality_penalty", "comm", "binned", "bin_seed")
+OPTIONS = ("sticky", "seed", "topology", "locality_penalty", "comm", "binned", "bin_seed", "cache")
 
 
 def register(config: Configuration, *, replace: bool = False) -> Configuration:

@@ -23,6 +23,7 @@ keeps the books: who holds which GPU, slowdowns, forks, explanations.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -35,6 +36,17 @@ from pcs_ray.state import JobState, Snapshot
 from pcs_ray.topology import TopoMatrix
 
 
+#: free-mask bytes a reuse table may hold (its key is the mask, a byte per GPU): 50,000 entries on 256 GPUs
+_REUSE_BYTES = 50_000 * 256
+
+
+def _forget_oldest(table: dict) -> None:
+    """Drop the older half of a full reuse table: plays move on from the states they passed long ago,
+    and clearing it all would make the next plays compute every decision again at once."""
+    for key in list(itertools.islice(table, len(table) // 2)):
+        del table[key]
+
+
 class Placement:
     """Runs one :class:`Configuration` on one cluster and keeps the books.
 
@@ -45,7 +57,11 @@ class Placement:
     the topologies and charges only bandwidth-sensitive jobs. ``binned``
     overrides the binned per-class scores variability-aware plugins decide on
     (otherwise K-means with ``bin_seed``). ``sticky`` overrides the
-    configuration's; ``seed`` seeds random choices.
+    configuration's; ``seed`` seeds random choices. ``cache``: reuse a
+    decision when the same inputs come back (forward plays pass through the
+    same cluster states again and again), where every plugin of the
+    configuration declares what it reads and draws nothing at random
+    (``Configuration.cache_fields``); off, every decision is computed afresh.
     """
 
     def __init__(
@@ -60,6 +76,7 @@ class Placement:
         comm=None,
         binned: dict[str, np.ndarray] | None = None,
         bin_seed: int = 0,
+        cache: bool = True,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -79,6 +96,12 @@ class Placement:
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
+        # Shared with forks (static facts): (free mask, n, home, declared job fields) -> (chosen, gpus, decision
+        # or None where a fork made it).
+        self._reuse: dict | None = {} if cache and config.cache_fields is not None else None
+        # (class, GPUs) -> slowdown; only without a comm model, where nothing else of the job counts.
+        self._slowdowns: dict | None = {} if cache and self.comm is None else None
+        self._reuse_limit = max(1_000, _REUSE_BYTES // max(self.num_gpus, 1))
 
     # -- cluster facts -------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
@@ -96,6 +119,18 @@ class Placement:
         """Slowest GPU's raw score x locality penalty if across nodes x topology slowdown."""
         if not gpus:
             return 1.0
+        known = self._slowdowns
+        if known is not None:
+            key = (job.spec.job_class, gpus if type(gpus) is tuple else tuple(gpus))
+            value = known.get(key)
+            if value is None:
+                if len(known) >= self._reuse_limit:
+                    _forget_oldest(known)
+                value = known[key] = self._slowdown(job, gpus)
+            return value
+        return self._slowdown(job, gpus)
+
+    def _slowdown(self, job: JobState, gpus: Sequence[int]) -> float:
         idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
         worst = float(self.raw_scores(job.spec.job_class)[idx].max())
         nodes = self.node[idx]
@@ -257,19 +292,47 @@ class Placement:
 
     def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
         free = self.owner < 0
-        if int(free.sum()) < n:
+        if np.count_nonzero(free) < n:
             raise PlacementError(f"{self.name}: job {job.spec.job_id} needs {n} GPUs, {int(free.sum())} are free")
-        chosen = np.asarray(self.select(job, n, free, home), dtype=np.int64)
-        if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
-            raise PlacementError(f"{self.name}: job {job.spec.job_id} got {chosen.tolist()} for {n} free GPUs")
-        if set(home) == set(chosen.tolist()):
-            gpus = home  # the same GPUs: keep the rank order, nothing moves
-        elif self.ranked:
-            gpus = tuple(chosen.tolist())
+        reuse, jid = self._reuse, job.spec.job_id
+        hit = key = None
+        if getattr(self.select, "__func__", None) is not Placement.select:
+            reuse = None  # ``select`` replaced (a subclass, a test): its answers are its own, never reused
+        if reuse is not None:
+            spec = job.spec
+            key = (free.tobytes(), n, home, *[getattr(spec, f) for f in self.config.cache_fields])
+            hit = reuse.get(key)
+            if hit is not None and hit[2] is None and self.decisions is not None:
+                hit = None  # a fork's entry, without the explanation this placement keeps
+        if hit is not None:
+            chosen, gpus, decision = hit
+            if self.decisions is not None:
+                self.decisions[jid] = decision
         else:
-            gpus = tuple(sorted(chosen.tolist()))
-        self.owner[chosen] = job.spec.job_id
-        self.held[job.spec.job_id] = gpus
+            if reuse is None:
+                chosen = self.select(job, n, free, home)
+            else:
+                ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
+                chosen, decision = self.config.decide(ctx)  # what ``select`` does, keeping the decision
+                if self.decisions is not None:
+                    self.decisions[jid] = decision
+            chosen = np.asarray(chosen, dtype=np.int64)
+            if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
+                raise PlacementError(f"{self.name}: job {jid} got {chosen.tolist()} for {n} free GPUs")
+            if set(home) == set(chosen.tolist()):
+                gpus = home  # the same GPUs: keep the rank order, nothing moves
+            elif self.ranked:
+                gpus = tuple(chosen.tolist())
+            else:
+                gpus = tuple(sorted(chosen.tolist()))
+            if key is not None:
+                if len(reuse) >= self._reuse_limit:
+                    _forget_oldest(reuse)
+                # Forks keep no explanation: their entries hold only numbers, which the garbage
+                # collector stops tracking, so a full table does not slow its collections.
+                reuse[key] = (chosen, gpus, decision if self.decisions is not None else None)
+        self.owner[chosen] = jid
+        self.held[jid] = gpus
         return gpus
 
 

@@ -66,6 +66,8 @@ _ACROSS.setflags(write=False)
 class _ByScore(Source):
     """A source that ranks GPUs by their binned scores."""
 
+    reads = frozenset({"job_class"})
+
     def prepare(self, facts: ClusterFacts) -> None:
         facts.need("by_score")
 
@@ -101,6 +103,7 @@ class BestNodesFirst(_ByScore):
     """
 
     name = "best-nodes"
+    reads = frozenset({"job_class", "pattern"})  # the subset tables are per pattern
 
     def __init__(self, *, subsets: bool = False, single_gpu: bool = False, budget: int | None = None,
                  stop_without_links: bool = False) -> None:
@@ -170,6 +173,7 @@ class LowestIds(Source):
     """
 
     name = "lowest-ids"
+    reads = frozenset()
 
     def __init__(self, *, home: bool = True, fallback: bool = False) -> None:
         self.home, self.fallback = home, fallback
@@ -190,6 +194,7 @@ class SameSocket(Source):
     """On the nodes that fit, in order, the lowest free ids of the first CPU socket that holds the job."""
 
     name = "same-socket"
+    reads = frozenset()
 
     def prepare(self, facts: ClusterFacts) -> None:
         facts.need("sockets")
@@ -216,6 +221,7 @@ class Embeddings(Source):
     """
 
     name = "embeddings"
+    reads = frozenset({"pattern"})
 
     def prepare(self, facts: ClusterFacts) -> None:
         facts.need("hw_model")
@@ -246,6 +252,7 @@ class Spread(Source):
     """Across nodes as Packed spreads: the nodes with the most free GPUs first, lowest ids (own GPUs first) on each."""
 
     name = "spread"
+    reads = frozenset()
 
     def __init__(self, *, fallback: bool = True) -> None:
         self.fallback = fallback
@@ -267,6 +274,7 @@ class RandomDraw(Source):
     """Any ``n`` free GPUs, drawn without repetition from the placement's seeded generator."""
 
     name = "random"
+    stateful = True
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         gpus = ctx.rng.choice(np.flatnonzero(ctx.free), size=ctx.n, replace=False)

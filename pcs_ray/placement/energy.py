@@ -57,6 +57,7 @@ class LowestPower(Source):
     ``per_work``: the lowest predicted power x binned score, i.e. energy per unit of work."""
 
     name = "lowest-power"
+    stateful = True  # with first_run_random: the workloads already run (memory) and a random draw
 
     def __init__(self, *, per_work: bool = False, first_run_random: bool = False) -> None:
         self.per_work, self.first_run_random = per_work, first_run_random

@@ -85,7 +85,9 @@ class Configuration:
     GPU-seconds as its job has GPUs). ``ranked``: candidates'
     GPUs are in rank order (an embedding of the job's communication pattern)
     and kept so; otherwise GPU ids are sorted. ``about`` adds settings to
-    ``Placement.describe()``.
+    ``Placement.describe()``. ``cache_fields`` (derived from the plugins'
+    ``reads``): the job fields a decision depends on besides the free GPUs,
+    the GPU count and the GPUs held, or ``None`` where a decision must never be reused.
     """
 
     name: str
@@ -109,6 +111,7 @@ class Configuration:
         object.__setattr__(self, "unit_weights", all(w == 1.0 for _, w in self.scores))
         object.__setattr__(self, "node_filters", tuple(f for f in self.filters if overrides(f, "nodes")))
         object.__setattr__(self, "batch_filters", tuple(f for f in self.filters if overrides(f, "candidates")))
+        object.__setattr__(self, "cache_fields", _cache_fields(self.plugins()))
 
     def sized(self) -> "Configuration":
         """This configuration placing larger jobs first within a class, named ``<name>-sized``."""
@@ -193,6 +196,17 @@ class Configuration:
             raise Unplaceable(ctx.spec.job_id, ctx.rejections)
         gpus = best_batch.one(best_i)
         return gpus, Decision(best_batch.source, gpus, best_values, best_ties, best_i, ctx.rejections, seen)
+
+
+def _cache_fields(plugins) -> tuple[str, ...] | None:
+    """The job fields a decision of these plugins depends on besides the free GPUs, the count and the held
+    GPUs, sorted; ``None`` when a plugin did not declare them or draws random numbers (never reuse its decisions)."""
+    fields: set[str] = set()
+    for plugin in plugins:
+        if plugin.reads is None or plugin.stateful:
+            return None
+        fields |= plugin.reads
+    return tuple(sorted(fields))
 
 
 def _weighted_product(values: list[np.ndarray], scores, k: int) -> np.ndarray:

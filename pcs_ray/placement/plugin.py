@@ -182,6 +182,13 @@ class Plugin:
     """What every plugin has: a name (the explanation's key) and a hook run when a placement is built."""
 
     name: ClassVar[str]
+    #: The job's spec fields (``JobSpec`` attribute names) this plugin's answers depend on, beyond the free
+    #: GPUs, the GPU count, the GPUs the job held and the placement's fixed cluster facts. ``None``
+    #: (undeclared) means a configuration using the plugin never reuses a decision (``Configuration.cache_fields``).
+    reads: ClassVar[frozenset[str] | None] = None
+    #: Draws from the placement's generator or keeps state between decisions (``Context.rng``/``memory``):
+    #: the same inputs need not give the same answer, so its decisions are never reused.
+    stateful: ClassVar[bool] = False
 
     def prepare(self, facts: ClusterFacts) -> None:
         """Build the per-cluster tables this plugin reads (e.g. binned scores), once per placement,
@@ -234,6 +241,7 @@ class NodeFits(Filter):
 
     name = "node-fits"
     reason = NOT_ENOUGH_GPUS
+    reads = frozenset()
 
     def nodes(self, ctx: Context) -> np.ndarray:
         return ctx.per_node >= ctx.n

@@ -22,6 +22,7 @@ class Variability(Score):
     """The slowest GPU's binned score for the job's class (PM-Score; 1 = the median GPU)."""
 
     name = "variability"
+    reads = frozenset({"job_class"})
 
     def prepare(self, facts: ClusterFacts) -> None:
         facts.need("binned")
@@ -41,6 +42,7 @@ class Locality(Score):
     """
 
     name = "locality"
+    reads = frozenset()
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         charged = batch.across and ctx.n > 1
@@ -58,6 +60,7 @@ class Topology(Score):
     """
 
     name = "topology"
+    reads = frozenset({"bw_sensitive", "pattern"})
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         comm = ctx.facts.comm
@@ -131,6 +134,7 @@ class AggregatedBandwidth(_Bandwidth):
     """The most aggregated link bandwidth any node offers the job's pattern over the candidate's (MAPA Greedy)."""
 
     name = "aggregated-bandwidth"
+    reads = frozenset({"pattern"})
     column = "aggbw"
 
 
@@ -142,6 +146,7 @@ class EffectiveBandwidth(_Bandwidth):
     """
 
     name = "effective-bandwidth"
+    reads = frozenset({"bw_sensitive", "pattern"})
     column = "effbw"
 
     def __init__(self, *, sensitive_only: bool = False) -> None:
@@ -160,6 +165,7 @@ class PreservedBandwidth(_Links):
     """
 
     name = "preserved-bandwidth"
+    reads = frozenset({"bw_sensitive", "pattern"})
 
     def __init__(self, *, insensitive_only: bool = False) -> None:
         self.insensitive_only = insensitive_only
@@ -201,10 +207,12 @@ class BestFit(Score):
     """Free GPUs on the candidate's node(s) per GPU the job takes (1 = it fills them): Packed's rule."""
 
     name = "best-fit"
+    reads = frozenset()
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         if batch.across:
-            room = np.asarray([ctx.per_node[np.unique(ctx.facts.node[g])].sum() for g in batch.gpus])
+            per_node, node = ctx.per_node, ctx.facts.node
+            room = np.asarray([sum(int(per_node[k]) for k in set(node[g].tolist())) for g in batch.gpus])
         else:
             room = ctx.per_node[batch.nodes]
         return room / ctx.n
@@ -223,6 +231,7 @@ class KeepGPUs(Score):
     """
 
     name = "keep-gpus"
+    reads = frozenset()
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         n = ctx.n
