@@ -278,11 +278,15 @@ class Placement:
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
         at least ``n`` True entries; ``home`` are the GPUs it held before this round (preferred on ties)."""
+        return self._decide(job, n, free, home)[0]
+
+    def _decide(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]):
+        """``select``'s GPUs with the decision behind them (kept as the job's explanation, outside forks)."""
         ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
         gpus, decision = self.config.decide(ctx)
         if self.decisions is not None:
             self.decisions[job.spec.job_id] = decision
-        return gpus
+        return gpus, decision
 
     # -- helpers ---------------------------------------------------------------
     def _free(self, jid: int) -> tuple[int, ...]:
@@ -312,10 +316,7 @@ class Placement:
             if reuse is None:
                 chosen = self.select(job, n, free, home)
             else:
-                ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
-                chosen, decision = self.config.decide(ctx)  # what ``select`` does, keeping the decision
-                if self.decisions is not None:
-                    self.decisions[jid] = decision
+                chosen, decision = self._decide(job, n, free, home)
             chosen = np.asarray(chosen, dtype=np.int64)
             if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
                 raise PlacementError(f"{self.name}: job {jid} got {chosen.tolist()} for {n} free GPUs")
