@@ -112,7 +112,6 @@ class WarmRunner:
         self._ended: OrderedDict[tuple[str, int], RunOutcome] = OrderedDict()
         self._never = threading.Event()
         self.runs = 0
-        self.cuda_warm_s: float | None = None  # seconds the CUDA context and library handles took (real GPUs)
         import executors.training  # noqa: F401  (torch, the loop, checkpoints)
 
         self.warmed = time.time()
@@ -133,7 +132,7 @@ class WarmRunner:
                 except Exception:  # a run that needs it reports the error itself
                     log.exception("warm runner: importing %s failed", module)
         try:
-            self.cuda_warm_s = warm_cuda()
+            warm_cuda()
         except Exception:  # the first run then pays for it, and reports any real CUDA fault itself
             log.exception("warm runner: CUDA warm-up failed")
         # Everything imported lives as long as the runner: keep it out of the cyclic collector, whose full
@@ -145,7 +144,7 @@ class WarmRunner:
         with self._state:
             current = self._current
         return {"gpu": (self.gpu.node, self.gpu.index), "pid": os.getpid(), "rss_bytes": _rss_bytes(),
-                "created": self.created, "warmed": self.warmed, "runs": self.runs, "cuda_warm_s": self.cuda_warm_s,
+                "created": self.created, "warmed": self.warmed, "runs": self.runs,
                 "running": list(current) if current else None}
 
     def environment(self) -> dict:

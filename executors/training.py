@@ -199,16 +199,15 @@ def _seed_everything(seed: int) -> None:
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def warm_cuda() -> float | None:
+def warm_cuda() -> None:
     """Create this process's CUDA context and its cuBLAS and cuDNN handles now, before any run needs them.
 
     A warm runner calls it while idle, so that the first job it takes does not pay for them (on an
     H100 the first run of a fresh runner took seconds longer than the next ones). Only constant tensors:
-    no random number generator moves. Returns the seconds it took; None without a CUDA device.
+    no random number generator moves. Without a CUDA device it does nothing.
     """
     if not uses_real_gpu():
-        return None
-    began = time.perf_counter()
+        return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -216,7 +215,6 @@ def warm_cuda() -> float | None:
     y = F.conv2d(x, torch.ones(4, 3, 3, 3, device=device)).flatten(1)
     (y @ torch.ones(y.shape[1], 2, device=device)).sum().backward()
     torch.cuda.synchronize(device)
-    return time.perf_counter() - began
 
 
 def _configure_determinism(threads: int, real_gpu: bool) -> None:
