@@ -19,11 +19,11 @@ class Clock:
         return self.t
 
 
-def make(journal=None, policy="fifo", gpus=8, per_node=4, clock=None, **kw):
+def make(journal=None, policy="fifo", gpus=8, per_node=4, clock=None, workloads=("tiny", "big"), **kw):
     clock = clock or Clock()
     core = Coordinator(
         ClusterSpec.homogeneous(gpus, per_node), create_policy(policy), journal if journal is not None else Journal(":memory:"),
-        checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny", "big"), **kw,
+        checkpoint_root="/tmp/ckpt", clock=clock, workloads=workloads, **kw,
     )
     return core, clock
 
@@ -233,6 +233,24 @@ def test_scaling_and_step_times_are_learned_per_gpu_count():
     assert core.speed.step_s(spec, 1) == (pytest.approx(0.8), "measured")
     assert core.speed.step_s(spec, 2) == (pytest.approx(0.5), "measured")
     assert core.speed.speedup(spec) == pytest.approx((0.0, 1.0, 1.6))
+
+
+def test_an_unmeasured_gpu_count_follows_the_device_models_steps_of_that_shape():
+    """ResNet-18 at batch 8 measured on 4 GPUs: on 3 each rank computes 3 samples, not 2, so a step is a little
+    longer (the device model's rank floor), not 4/3 longer as the bare scaling curve would say."""
+    from workloads import device_model as dm
+
+    core, clock = make(gpus=4, per_node=4, restart_overhead=0.0, workloads=("resnet18",))
+    params = {"batch_size": 8}
+    j, _ = core.submit({"workload": "resnet18", "steps": 100, "gpus": 4, "params": params})
+    clock.t += 1
+    core.progress(j, step=1, step_time=1.2)
+    spec = core.jobs[j].spec
+    assert core.speed.step_s(spec, 4) == (pytest.approx(1.2), "measured")
+    ratio = dm.emulated_step_s("resnet18", params, 3) / dm.emulated_step_s("resnet18", params, 4)
+    assert ratio == pytest.approx(dm.rank_step_s("resnet18", params, 3) / dm.rank_step_s("resnet18", params, 4))
+    assert core.speed.step_s(spec, 3) == (pytest.approx(1.2 * ratio), "scaled")
+    assert ratio < 1.1 < dm.scaling("resnet18", 4) / dm.scaling("resnet18", 3)
 
 
 def test_learned_speeds_persist_for_a_new_coordinator(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +31,34 @@ def test_scaling_is_one_at_one_gpu_sub_linear_and_never_decreasing(workload):
 
 
 def test_an_emulated_step_is_the_reference_times_the_slowdown_over_the_scaling():
-    params = {"batch_size": 16}
-    assert dm.emulated_step_s("resnet18", params, 4, 1.5) == pytest.approx(
-        dm.reference_step_s("resnet18", params) * 1.5 / dm.scaling("resnet18", 4))
+    params = {"batch_size": 512}  # a large batch: each rank's share is big enough for the curve to hold
+    assert dm.emulated_step_s("transformer", params, 4, 1.5) == pytest.approx(
+        dm.reference_step_s("transformer", params) * 1.5 / dm.scaling("transformer", 4))
+    assert dm.rank_step_s("transformer", params, 4) < dm.reference_step_s("transformer", params) / dm.scaling("transformer", 4)
     assert dm.emulated_step_s("vgg11", None, 1) == dm.reference_step_s("vgg11", None)
+
+
+def test_a_data_parallel_step_is_never_shorter_than_one_nominal_gpu_computing_its_ranks_share():
+    # ResNet-18 at batch 8 on 4 GPUs: 2 samples per rank, whose fixed cost the curve (measured at large batches) ignores
+    params = {"batch_size": 8}
+    curve = dm.reference_step_s("resnet18", params) / dm.scaling("resnet18", 4)
+    share = dm.TIME_SCALE * (dm.TABLE["resnet18"].fixed_s + 2 * dm.TABLE["resnet18"].per_sample_s)
+    assert dm.rank_step_s("resnet18", params, 4) == pytest.approx(share)
+    assert dm.emulated_step_s("resnet18", params, 4) == pytest.approx(share) and share > 3 * curve
+    assert dm.emulated_step_s("resnet18", params, 4, 2.0) == pytest.approx(2 * share)
+    assert dm.rank_step_s("resnet18", params, 3) > dm.rank_step_s("resnet18", params, 4)  # ceil(8 / 3) = 3 samples
+
+
+@pytest.mark.parametrize("workload", sorted(dm.TABLE))
+def test_every_rank_keeps_to_the_nominal_gpus_share_of_a_core_at_any_gpu_count(workload):
+    """What keeps emulation within the machine: a rank's real compute (fixed + its share on one core) is at most
+    1 / TIME_SCALE of its step, whatever the GPU count, so 8 ranks need at most 0.8 of a core."""
+    entry = dm.TABLE[workload]
+    for batch in (8, 16, 64):
+        for n in range(1, 9):
+            share = entry.fixed_s + entry.per_sample_s * math.ceil(batch / n) * (
+                1.0 if entry.reference_seq_len is None else 64 / entry.reference_seq_len)
+            assert share / dm.emulated_step_s(workload, {"batch_size": batch}, n) <= 1 / dm.TIME_SCALE + 1e-12
 
 
 def test_bigger_batches_and_longer_sequences_take_longer_and_bad_params_are_refused():

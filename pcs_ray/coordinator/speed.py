@@ -7,8 +7,10 @@ system pays must be in it, and every forecast charges it. It keeps
   GPUs at slowdown 1 (a measured step time divided by its GPUs' slowdown),
   for the shape of the job (its workload and the parameters that change a
   step's cost: batch size, sequence length ...). Unmeasured counts follow
-  from a measured one through the workload's declared scaling
-  (``workloads.device_model.scaling``); an unmeasured shape starts from the
+  from a measured one through the device model's step times of that shape
+  (its declared scaling, floored by a rank's share of the batch:
+  ``workloads.device_model.emulated_step_s``), or the declared scaling
+  alone for a workload the model lacks; an unmeasured shape starts from the
   device model's reference time, corrected by what other shapes of the same
   workload measured, else from the job's own ``step_time`` estimate (scaled
   by ``estimate_ratio``: users' guesses tend to be off in one direction),
@@ -152,7 +154,10 @@ class SpeedModel:
             if n in by_n:
                 return by_n[n].mean, "measured"
             m = min(by_n, key=lambda k: (abs(k - n), k))
-            return by_n[m].mean * self._scaling(spec.workload, m) / self._scaling(spec.workload, n), "scaled"
+            at_n, at_m = self._reference(spec, n), self._reference(spec, m)
+            if at_n is None or at_m is None:
+                at_n, at_m = 1.0 / self._scaling(spec.workload, n), 1.0 / self._scaling(spec.workload, m)
+            return by_n[m].mean * at_n / at_m, "scaled"
         reference = self._reference(spec, n)
         if reference is not None:
             per_ref = self._workload_ratio(spec.workload)
