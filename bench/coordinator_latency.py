@@ -68,22 +68,31 @@ def summary(ms: list[float]) -> dict:
 
 def variable_cluster(nodes: int, per_node: int, seed: int) -> ClusterSpec:
     """``nodes`` x ``per_node`` GPUs with PAL's measured per-class scores (drawn with repetition) and a locality penalty."""
+    from pcs_ray.cluster import GPUSpec, NodeSpec
+
+    plain = ClusterSpec(nodes=[NodeSpec(name=f"node{n}", gpus=[GPUSpec(index=i, uuid=f"GPU-bench-{n}-{i}")
+                                                                for i in range(per_node)]) for n in range(nodes)])
+    return with_measured_variability(plain, seed)
+
+
+def with_measured_variability(cluster: ClusterSpec, seed: int, locality_penalty: float = 1.2) -> ClusterSpec:
+    """``cluster`` (same nodes, GPUs and UUIDs) with PAL's measured per-class scores drawn, with repetition,
+    GPU by GPU in node order, and a locality penalty (``bench/coordinator_load.py --variability`` uses it too)."""
     import csv
 
-    from pcs_ray.cluster import GPUSpec, NodeSpec
     from pcs_ray.data import data_dir
 
     with (data_dir() / "pal" / "variability" / "32gpu-variability.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     pick = random.Random(seed)
-    out = []
-    for n in range(nodes):
+    nodes = []
+    for node in cluster.nodes:
         gpus = []
-        for i in range(per_node):
+        for gpu in node.gpus:
             row = pick.choice(rows)
-            gpus.append(GPUSpec(index=i, uuid=f"GPU-bench-{n}-{i}", scores={c: float(row[f"PerfVar_class{c}"]) for c in "ABCD"}))
-        out.append(NodeSpec(name=f"node{n}", gpus=gpus))
-    return ClusterSpec(nodes=out, locality_penalty=1.2)
+            gpus.append(gpu.model_copy(update={"scores": {c: float(row[f"PerfVar_class{c}"]) for c in "ABCD"}}))
+        nodes.append(node.model_copy(update={"gpus": gpus}))
+    return ClusterSpec(nodes=nodes, locality_penalty=locality_penalty)
 
 
 def run(cluster: ClusterSpec, args) -> dict:

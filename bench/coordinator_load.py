@@ -10,7 +10,10 @@ prints one JSON object: submissions per second, submit→prediction latency
 (p50/p99: the call returns the job's predicted completion), ``status``
 latency (p50/p99) with everything queued, the coordinator's decision latency
 (each policy + placement + diff inside the actor, as it times them:
-``decision_latency``) and its resident memory.
+``decision_latency``) and its resident memory. ``--variability SEED`` gives
+the GPUs measured per-class scores, so placement runs inside every forward
+play (issue 13's latency target through the actor); ``--window K`` adds the
+latency over the submissions after the K-th, when the queue is full.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--policy", default="pcs-bal")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variability", type=int, default=None, metavar="SEED",
+                    help="give the GPUs PAL's measured per-class scores (drawn with this seed, locality penalty 1.2, "
+                         "as bench/coordinator_latency.py's variable scenario): placement then runs inside every "
+                         "forward play")
+    ap.add_argument("--window", type=int, default=1000,
+                    help="also report submit->prediction over the submissions after this many (the queue is full)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop submitting after this many seconds (the figures then cover the jobs submitted so far)")
     args = ap.parse_args()
@@ -84,7 +93,13 @@ def main() -> None:
         ray.get(stock.shutdown_runners.remote())
         ray.kill(stock, no_restart=True)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-        config = CoordinatorConfig(cluster=cluster_dict(cluster_from_ray_nodes(ray.nodes())),
+        cluster = cluster_from_ray_nodes(ray.nodes())
+        if args.variability is not None:
+            from bench.coordinator_latency import with_measured_variability
+
+            cluster = with_measured_variability(cluster, args.variability)
+        out["variability"] = args.variability
+        config = CoordinatorConfig(cluster=cluster_dict(cluster),
                                    state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
                                    placement="packed-sticky", grace_s=5.0, launcher="bench.standin:launch")
         time.sleep(2.0)
@@ -125,6 +140,10 @@ def main() -> None:
             submit_to_prediction_ms={"p50": round(1000 * float(np.percentile(lat, 50)), 1),
                                      "p99": round(1000 * float(np.percentile(lat, 99)), 1),
                                      "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
+            **({f"submit_to_prediction_ms_after_{args.window}": {
+                "n": submitted - args.window, "p50": round(1000 * float(np.percentile(lat[args.window:], 50)), 1),
+                "p99": round(1000 * float(np.percentile(lat[args.window:], 99)), 1), "target_p99": 100.0}}
+               if submitted > args.window else {}),
             status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
                        "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
             decision=ray.get(actor.decision_latency.remote()),
