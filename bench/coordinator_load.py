@@ -14,6 +14,8 @@ latency (p50/p99) with everything queued, the coordinator's decision latency
 the GPUs measured per-class scores, so placement runs inside every forward
 play (issue 13's latency target through the actor); ``--window K`` adds the
 latency over the submissions after the K-th, when the queue is full.
+``--real-runners --demo-cluster --jobs 1000`` keeps ``up``'s coordinator
+and its warm runners (real training on the demo's 8 emulated GPUs).
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def main() -> None:
                     help="give the GPUs PAL's measured per-class scores (drawn with this seed, locality penalty 1.2, "
                          "as bench/coordinator_latency.py's variable scenario): placement then runs inside every "
                          "forward play")
+    ap.add_argument("--real-runners", action="store_true",
+                    help="keep up's coordinator and its warm runners (real PyTorch training on emulated GPUs) "
+                         "instead of stand-ins; with --demo-cluster, issue 16's 1,000 jobs on the demo's 8 GPUs")
+    ap.add_argument("--demo-cluster", action="store_true",
+                    help="start the demo's cluster (2 nodes x 4 GPUs, half-DGX-1 links, measured variability) "
+                         "instead of --nodes x --gpus-per-node")
     ap.add_argument("--window", type=int, default=1000,
                     help="also report submit->prediction over the submissions after this many (the queue is full)")
     ap.add_argument("--budget-s", type=float, default=None,
@@ -74,9 +82,17 @@ def main() -> None:
     out: dict = {"nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "jobs": args.jobs,
                  "load_average_before": os.getloadavg()}
     try:
-        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", "--nodes", str(args.nodes),
-                             "--gpus-per-node", str(args.gpus_per_node), "--cpus-per-node", "2", "--state-dir",
-                             str(state), "--json"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        shape = ["--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node)]
+        if args.demo_cluster:
+            from pcs_ray.commands.demo_cluster import demo_cluster
+
+            spec, _ = demo_cluster(tmp, seed=1)
+            (tmp / "cluster.json").write_text(spec.model_dump_json())
+            shape = ["--cluster-spec", str(tmp / "cluster.json")]
+            out.update(nodes=len(spec.nodes), gpus=spec.num_gpus, cluster="the demo's (half-DGX-1 links, measured variability)")
+        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", *shape, "--policy", args.policy,
+                             "--cpus-per-node", "2", "--state-dir", str(state), "--json"],
+                            env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
         if up.returncode != 0:
             raise RuntimeError(up.stderr[-2000:])
         address = json.loads(up.stdout)["address"]
@@ -89,21 +105,25 @@ def main() -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         connect(address, NAMESPACE)
-        stock = get_coordinator()  # replaced by one with stand-in runners; its warm runners (torch, ~0.8 GB each) go too
-        ray.get(stock.shutdown_runners.remote())
-        ray.kill(stock, no_restart=True)
-        head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-        cluster = cluster_from_ray_nodes(ray.nodes())
-        if args.variability is not None:
-            from bench.coordinator_latency import with_measured_variability
+        out["runners"] = "real (warm pool)" if args.real_runners else "stand-ins"
+        if args.real_runners:
+            actor = get_coordinator()
+        else:
+            stock = get_coordinator()  # replaced by one with stand-in runners; its warm runners (torch, ~0.8 GB each) go too
+            ray.get(stock.shutdown_runners.remote())
+            ray.kill(stock, no_restart=True)
+            head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+            cluster = cluster_from_ray_nodes(ray.nodes())
+            if args.variability is not None:
+                from bench.coordinator_latency import with_measured_variability
 
-            cluster = with_measured_variability(cluster, args.variability)
-        out["variability"] = args.variability
-        config = CoordinatorConfig(cluster=cluster_dict(cluster),
-                                   state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
-                                   placement="packed-sticky", grace_s=5.0, launcher="bench.standin:launch")
-        time.sleep(2.0)
-        actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
+                cluster = with_measured_variability(cluster, args.variability)
+            out["variability"] = args.variability
+            config = CoordinatorConfig(cluster=cluster_dict(cluster),
+                                       state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
+                                       placement="packed-sticky", grace_s=5.0, launcher="bench.standin:launch")
+            time.sleep(2.0)
+            actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
         pid = ray.get(actor.ping.remote())["pid"]
         client = Client(coordinator=actor)
         rng = random.Random(args.seed)

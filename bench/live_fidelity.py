@@ -72,7 +72,11 @@ def main() -> None:
         for name in [n.strip() for n in args.lists.split(",") if n.strip()]:
             print(f"replaying {name} ...", file=sys.stderr)
             result = run(name)
-            result.pop("jobs", None) if name != "lone" else None
+            if name != "lone":
+                jobs = result.pop("jobs", None) or []
+                # where emulation fell behind: the jobs that overran or ran late, not every job's row
+                result["jobs_behind"] = [{k: j.get(k) for k in ("name", "workload", "overruns", "late_steps")}
+                                         for j in jobs if j.get("overruns") or j.get("late_steps")]
             out[name] = result
     print(json.dumps(out))
 
