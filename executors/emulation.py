@@ -30,9 +30,15 @@ tested with a fake clock.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+log = logging.getLogger(__name__)
+
+#: Overruns logged per run (each with its step, lag and compute); the count goes on past it.
+LOGGED_OVERRUNS = 20
 
 #: The most a run may owe its device, in steps: a longer stall (swapping, a stopped process) is not made up by
 #: sprinting through the next many steps (the sprint would load the shared cores for everyone else); the excess
@@ -97,6 +103,10 @@ class StepBudget:
         self.max_lag_s = max(self.max_lag_s, self._lag)
         if self._lag > self.step_s and self._lag > lag_before:
             self.overruns += 1
+            if self.overruns <= LOGGED_OVERRUNS:  # where and how: a stall (compute) or a late wake-up (wait)
+                log.warning("emulated step %d fell %.3f s behind its device (step %.3f s: compute %.3f s, "
+                            "wait %.3f s planned, %.3f s in all)", self.steps, self._lag, self.step_s, compute,
+                            max(0.0, wait), elapsed)
         if self._lag > MAX_LAG_STEPS * self.step_s:
             self.dropped_s += self._lag - MAX_LAG_STEPS * self.step_s
             self._lag = MAX_LAG_STEPS * self.step_s
