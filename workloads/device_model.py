@@ -104,19 +104,19 @@ def _entry(workload: str) -> DeviceEntry:
         raise WorkloadError(f"no emulated-device entry for workload {workload!r}; known: {', '.join(sorted(TABLE))}") from None
 
 
-def _nominal_s(workload: str, params: Mapping | None, samples_of) -> float:
-    """The nominal GPU's time for one step of ``samples_of(batch)`` samples (no floor)."""
+def _nominal_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
+    """One nominal GPU's time for its ceil(batch / n_gpus) samples of a step (no floor)."""
     entry = _entry(workload)
     resolved = CATALOG[workload].resolve(params)
     per_sample = entry.per_sample_s
     if entry.reference_seq_len is not None:
         per_sample *= resolved["seq_len"] / entry.reference_seq_len
-    return TIME_SCALE * (entry.fixed_s + per_sample * samples_of(resolved["batch_size"]))
+    return TIME_SCALE * (entry.fixed_s + per_sample * math.ceil(resolved["batch_size"] / max(1, n_gpus)))
 
 
 def reference_step_s(workload: str, params: Mapping | None = None) -> float:
     """Seconds per global-batch optimizer step of ``workload`` with ``params`` on ONE nominal GPU."""
-    return max(MIN_STEP_S, _nominal_s(workload, params, lambda batch: batch))
+    return max(MIN_STEP_S, _nominal_s(workload, params, 1))
 
 
 def rank_step_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
@@ -126,7 +126,7 @@ def rank_step_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
     batches jobs here use, the fixed cost dominates it (ResNet-18 at batch 8 on 4 GPUs: 1.45 s against
     the curve's 0.44 s), and a step paced by the curve alone asked each rank for a third of a core, not
     the tenth the nominal GPU stands for: eight such ranks overran the machine."""
-    return _nominal_s(workload, params, lambda batch: math.ceil(batch / max(1, n_gpus)))
+    return _nominal_s(workload, params, n_gpus)
 
 
 @lru_cache(maxsize=None)
