@@ -397,10 +397,10 @@ class Engine:
             return None
         return self.policy.queue_form()
 
-    def detached_play(self, *, placement: bool = True) -> Callable[[], dict[int, float]] | None:
+    def detached_play(self, *, placement: bool = True) -> Callable[..., dict[int, float]] | None:
         """``predict`` as a call that needs nothing of this engine once made: the queue play copies
         the state it starts from (a sticky placement is forked), so a live caller can run it without
-        holding its lock while the engine moves on. None where only a fork of the engine can play
+        holding its lock while the engine moves on (``between=``: see ``_QueuePlay.run``). None where only a fork of the engine can play
         (its policy object would then run in two threads at once)."""
         placing = self.placement if placement else None
         form = self._queue_form(placing)
@@ -826,12 +826,15 @@ class _QueuePlay:
             pos.update((jid, i) for i, jid in enumerate(qalloc[q]) if jid in qs)
         return lambda e: (qs[e[0]], pos[e[0]])
 
-    def run(self, until: int | None = None) -> dict[int, float]:
-        """Play to the end, or (``until``) until that job's finish is known (``Engine.play_forward``)."""
+    def run(self, until: int | None = None, between: Callable[[], None] | None = None) -> dict[int, float]:
+        """Play to the end, or (``until``) until that job's finish is known (``Engine.play_forward``).
+        ``between``: called before each event's decision (a live caller's play pauses there for calls)."""
         finish = self.finish
         while self.pending or self.completions():
             if until in finish:
                 break
+            if between is not None:
+                between()
             self.commit(self.decide())
         return finish
 

@@ -40,6 +40,7 @@ LOOP_WAIT_S = 0.2
 NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
 NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
 REFRESH_EVERY_S = 1.0  # every job's forecast is refreshed at most this often (counted from the end of the last play)
+REFRESH_YIELD_S = 5.0  # a refresh play stands aside for calls at most this long in all (CallLock.yielder)
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -234,7 +235,9 @@ class CoordinatorService(CoordinatorHost):
             try:
                 # The whole queue's forecast runs outside the lock: submissions and reports are not
                 # held up for it (a submission forecasts its own job, Coordinator.forecast).
-                finish = play[1]() if play is not None else None
+                # Between events it stands aside while a call wants the lock (CallLock): a submission's
+                # own play then has the interpreter to itself instead of half of it.
+                finish = play[1](between=self.lock.yielder(REFRESH_YIELD_S)) if play is not None else None
                 with self.lock:
                     if finish is not None:
                         self.core.end_refresh(play[0], finish)

@@ -278,7 +278,7 @@ class Coordinator(CoordinatorState):
             if self._set_forecast(other, t):
                 self._forecast_at[other] = self.changes
 
-    def begin_refresh(self) -> tuple[int, Callable[[], dict[int, float]]] | None:
+    def begin_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
         """Under the caller's lock: a forward play of the current state that runs without it
         (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
         hand its result to :meth:`end_refresh`. None when nothing is stale or only a play under

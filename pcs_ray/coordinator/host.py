@@ -9,12 +9,12 @@ the core returns (:meth:`CoordinatorHost._execute`). Refusals are
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from pcs_ray.contract import Action, Submitted
+from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
 
 
@@ -23,7 +23,7 @@ class CoordinatorHost(ABC):
 
     def __init__(self, core: Coordinator) -> None:
         self.core = core
-        self.lock = threading.RLock()
+        self.lock = CallLock()  # a background forecast play stands aside while a call wants it
         # Emulated steps whose real compute overran the emulated GPU's budget, per job: the latest count of
         # each run (reports carry the run's running total) plus the finished runs' totals.
         self.overruns: dict[int, dict[int, int]] = {}

@@ -1,0 +1,86 @@
+"""The coordinator's lock: a background forecast play stands aside while a call wants the lock."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from pcs_ray.coordinator.call_lock import CallLock
+from pcs_ray.coordinator.host import CoordinatorHost
+from tests.test_submit_forecast import job, make, variable, whole_play
+
+
+def test_the_host_lock_is_a_call_lock_and_reentrant():
+    class Host(CoordinatorHost):
+        def _execute(self, actions):
+            pass
+
+    lock = Host(core=None).lock
+    assert isinstance(lock, CallLock)
+    with lock:
+        with lock:
+            assert lock.wanted
+        assert lock.wanted
+    assert not lock.wanted
+
+
+def test_a_play_pauses_while_a_call_holds_the_lock_and_goes_on_once_it_is_released():
+    lock = CallLock()
+    pause = lock.yielder(budget_s=30.0)
+    events = []
+    stop = threading.Event()
+
+    def play():
+        while not stop.is_set():
+            pause()
+            events.append(time.monotonic())
+            time.sleep(0.001)
+
+    with lock:
+        worker = threading.Thread(target=play)
+        worker.start()
+        time.sleep(0.3)
+        held = len(events)
+    time.sleep(0.3)
+    stop.set()
+    worker.join(5)
+    assert held == 0  # not one event while the call held the lock
+    assert len(events) > 10  # and it went on as soon as the call was done
+
+
+def test_a_play_stands_aside_for_at_most_its_budget():
+    lock = CallLock()
+    pause = lock.yielder(budget_s=0.2)
+    with lock:
+        t0 = time.monotonic()
+        done = threading.Thread(target=lambda: [pause() for _ in range(5)])
+        done.start()
+        done.join(5)
+        waited = time.monotonic() - t0
+    assert not done.is_alive()
+    assert 0.15 <= waited < 2.0  # the budget is spent once, not per event
+
+
+def test_a_failed_acquire_does_not_leave_the_lock_wanted():
+    lock = CallLock()
+    lock._lock = None  # acquiring raises
+    try:
+        with lock:
+            pass
+    except AttributeError:
+        pass
+    assert not lock.wanted
+
+
+def test_a_detached_play_that_pauses_between_events_forecasts_the_same():
+    core, clock = make(variable(), "pcs-bal")
+    rng = random.Random(3)
+    for _ in range(40):
+        clock.t += rng.uniform(0.0, 30.0)
+        core.submit(job(rng))
+    began, play = core.begin_refresh()
+    calls = []
+    finish = play(between=lambda: calls.append(1))
+    assert finish == whole_play(core)
+    assert len(calls) > 10  # once per event
