@@ -40,7 +40,7 @@ LOOP_WAIT_S = 0.2
 NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
 NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
 REFRESH_EVERY_S = 1.0  # every job's forecast is refreshed at most this often (counted from the end of the last play)
-REFRESH_YIELD_S = 5.0  # a refresh play stands aside for calls at most this long in all (CallLock.yielder)
+REFRESH_YIELD_S = 30.0  # a refresh play stands aside for calls at most this long in all (CallLock.yielder)
 
 log = logging.getLogger("pcs_ray.coordinator")
 
