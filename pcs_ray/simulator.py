@@ -400,8 +400,8 @@ class Engine:
     def detached_play(self, *, placement: bool = True) -> Callable[..., dict[int, float]] | None:
         """``predict`` as a call that needs nothing of this engine once made: the queue play copies
         the state it starts from (a sticky placement is forked), so a live caller can run it without
-        holding its lock while the engine moves on (``between=``: see ``_QueuePlay.run``). None where only a fork of the engine can play
-        (its policy object would then run in two threads at once)."""
+        holding its lock while the engine moves on (``between=``: see ``_QueuePlay.run``). None where
+        only a fork of the engine can play (its policy object would then run in two threads at once)."""
         placing = self.placement if placement else None
         form = self._queue_form(placing)
         if form is None:

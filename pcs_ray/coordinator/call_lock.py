@@ -4,9 +4,9 @@ Calls (a submission, a status, a runner's report) and the background loop
 share one lock around the core. The loop's refresh play of the whole queue
 runs outside the lock, but in the same interpreter: a CPU-bound play thread
 takes the GIL half the time, so a submission's own play, running beside it,
-took about twice as long. Between events the refresh play now asks
-:meth:`CallLock.yield_to_calls`, which blocks while any call waits for the
-lock or holds it, so a call runs almost alone. The play's total wait is
+took about twice as long. Between events the refresh play now calls the
+pause :meth:`CallLock.yielder` gives it, which blocks while any call waits
+for the lock or holds it, so a call runs almost alone. The play's total wait is
 capped (``budget_s``): under a stream of calls the refresh still finishes,
 only later.
 """
@@ -54,15 +54,16 @@ class CallLock:
     def yielder(self, budget_s: float):
         """A pause to call between the events of a play run outside the lock: it blocks while the lock
         is wanted, for at most ``budget_s`` over the play's life (then the play runs on beside calls)."""
-        left = [budget_s]
+        left = budget_s
 
         def yield_to_calls() -> None:
-            if not self._wanted or left[0] <= 0:
+            nonlocal left
+            if not self._wanted or left <= 0:
                 return
             t0 = time.monotonic()
             with self._state:
-                self._state.wait_for(lambda: not self._wanted, timeout=left[0])
-            left[0] -= time.monotonic() - t0
+                self._state.wait_for(lambda: not self._wanted, timeout=left)
+            left -= time.monotonic() - t0
 
         return yield_to_calls
 
