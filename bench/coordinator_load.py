@@ -167,6 +167,9 @@ def main() -> None:
             status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
                        "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
             decision=ray.get(actor.decision_latency.remote()),
+            submit_inside=ray.get(actor.submit_latency.remote()),
+            **({f"submit_inside_after_{args.window}": ray.get(actor.submit_latency.remote(args.window))}
+               if submitted > args.window else {}),
             coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
         )
         ray.shutdown()

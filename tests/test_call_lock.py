@@ -84,3 +84,30 @@ def test_a_detached_play_that_pauses_between_events_forecasts_the_same():
     finish = play(between=lambda: calls.append(1))
     assert finish == whole_play(core)
     assert len(calls) > 10  # once per event
+
+
+def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work():
+    from pcs_ray.coordinator.local import LocalCoordinator
+
+    core, _ = make(variable(), "pcs-bal")
+    host = LocalCoordinator(core)
+    assert host.submit_latency() == {"count": 0}
+    rng = random.Random(5)
+    host.submit(job(rng))
+    held = threading.Event()
+
+    def hold_the_lock():
+        with host.lock:
+            held.set()
+            time.sleep(0.3)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    held.wait()
+    host.submit(job(rng))  # waits behind the holder
+    holder.join()
+    out = host.submit_latency()
+    assert out["count"] == 2
+    assert out["wait"]["max_ms"] >= 200.0 > out["held"]["max_ms"]
+    later = host.submit_latency(after=1)
+    assert later["count"] == 1 and later["wait"]["p50_ms"] >= 200.0

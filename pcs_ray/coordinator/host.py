@@ -9,7 +9,9 @@ the core returns (:meth:`CoordinatorHost._execute`). Refusals are
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections import deque
 
 import numpy as np
 
@@ -28,6 +30,8 @@ class CoordinatorHost(ABC):
         # each run (reports carry the run's running total) plus the finished runs' totals.
         self.overruns: dict[int, dict[int, int]] = {}
         self.late_steps: dict[int, int] = {}  # per job, from its ended runs: steps late on their own but caught up
+        # Per submission: seconds waiting for the lock, and holding it (load benches split what a client sees).
+        self.submit_s: deque[tuple[float, float]] = deque(maxlen=100_000)
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -40,10 +44,13 @@ class CoordinatorHost(ABC):
             self.core.refresh_predictions()
 
     def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
+        asked = time.perf_counter()
         with self.lock:
+            got = time.perf_counter()
             jid, actions = self.core.submit(spec, submission_id)  # forecasts the new job (Coordinator.forecast)
             self._execute(actions)
             reply = self.core.predict(jid)
+            self.submit_s.append((got - asked, time.perf_counter() - got))
             return Submitted(jid, reply["predicted_completion"], reply["bound"])
 
     def status(self) -> dict:
@@ -78,6 +85,20 @@ class CoordinatorHost(ABC):
             return {"count": 0}
         return {"count": int(len(times)), "p50_ms": round(float(np.percentile(times, 50)), 2),
                 "p99_ms": round(float(np.percentile(times, 99)), 2), "max_ms": round(float(times.max()), 2)}
+
+    def submit_latency(self, after: int = 0) -> dict:
+        """Percentiles, in ms, of the submissions' wait for the lock and of their time holding it
+        (validation, journal, decision, the new job's forecast): what a client sees, less the call itself.
+        ``after``: only the submissions after the first ``after`` kept."""
+        with self.lock:
+            times = np.array(list(self.submit_s)[after:], dtype=float).reshape(-1, 2) * 1000.0
+        if not len(times):
+            return {"count": 0}
+        out: dict = {"count": int(len(times))}
+        for name, col in (("wait", times[:, 0]), ("held", times[:, 1])):
+            out[name] = {"p50_ms": round(float(np.percentile(col, 50)), 2),
+                         "p99_ms": round(float(np.percentile(col, 99)), 2), "max_ms": round(float(col.max()), 2)}
+        return out
 
     def predict(self, job_id: int) -> dict:
         with self.lock:
