@@ -24,7 +24,8 @@ system pays must be in it, and every forecast charges it. It keeps
   that paid them: a warm runner (the pool) costs a message and a checkpoint
   restore, a cold one a process and a torch import. A forecast charges the
   mix the pool offers (``warm_share``: the share of GPUs with a warm runner;
-  a memory-bounded pool starts the rest cold);
+  a memory-bounded pool starts the rest cold). Other jobs follow a cost once
+  its mean moved past ``COST_TOLERANCE`` (re-syncing them all is O(jobs));
 * the spread of each measurement, for prediction ranges, and which inputs
   are still estimates.
 
@@ -55,6 +56,12 @@ SAMPLES = 32  # measurements kept per key for the spread
 NOT_SPEED = frozenset({"seed", "lr", "momentum", "weight_decay", "data_root", "num_samples", "optimizer"})
 #: The range of a prediction whose step time is still an estimate (no run of its shape measured yet).
 UNMEASURED_SPREAD = (0.6, 1.6)
+# A new sample moves a cost's mean a little at every start and stop; re-syncing every job's forecast for that
+# costs O(jobs) (16 ms at 1,000 queued). Other jobs follow a cost once it moved this much since they last did,
+# and the estimate ratio (jobs known only by their declared step time) once it moved by ESTIMATE_TOLERANCE
+# (a job's guess can be off by any factor, so the ratio's EMA jumps at every new job's first report).
+COST_TOLERANCE = (0.05, 0.25)  # relative, and seconds: whichever is larger
+ESTIMATE_TOLERANCE = 0.05
 
 
 def shape_key(workload: str, params: Mapping | None) -> str:
@@ -116,9 +123,11 @@ class SpeedModel:
         self.costs: dict[str, dict[str, Stat]] = {}
         self.warm_share = 0.0  # the share of GPUs with a warm runner (set by a host with a pool): future starts' kind
         self.estimate_ratio = 1.0
-        self.version = 0  # bumped whenever an estimate other jobs use changes
+        self.version = 0  # bumped whenever an estimate other jobs use moves (see COST_TOLERANCE)
+        self._followed: dict[tuple, float] = {}  # (kind of estimate, key) -> its value when other jobs last followed it
         self._cache: dict = {}
         self._cache_version = -1
+        self._estimated = False  # whether a step time in the cache came from the estimate ratio
 
     # -- priors --------------------------------------------------------------------
     def _reference(self, spec: JobFile, n: int) -> float | None:
@@ -142,10 +151,11 @@ class SpeedModel:
         n = max(1, n)
         key = (shape_key(spec.workload, spec.params), n, spec.step_time)
         if self._cache_version != self.version:
-            self._cache, self._cache_version = {}, self.version
+            self._cache, self._cache_version, self._estimated = {}, self.version, False
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._step_s(spec, n, key[0])
+            self._estimated = self._estimated or hit[1] == "estimate"
         return hit
 
     def _step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
@@ -318,7 +328,18 @@ class SpeedModel:
             by_kind[kind].add(seconds)
         else:
             by_kind[kind] = Stat(seconds, [seconds])
-        self.version += 1
+        rel, floor = COST_TOLERANCE
+        if self._moved(("cost", workload, kind), by_kind[kind].mean, rel, floor):
+            self.version += 1
+
+    def _moved(self, key: tuple, value: float, rel: float, floor: float = 0.0) -> bool:
+        """Whether ``value`` moved from what other jobs last followed under ``key`` by more than
+        ``rel`` of it (``floor`` at least); if so, it is what they follow now."""
+        before = self._followed.get(key)
+        if before is not None and abs(value - before) <= max(rel * abs(before), floor):
+            return False
+        self._followed[key] = value
+        return True
 
     def observe_step_time(self, job: LiveJob, step_time: float, first_of_run: bool = False) -> bool:
         """A measured step time on the job's GPUs (a run's first report: ``first_of_run``); True when
@@ -334,10 +355,13 @@ class SpeedModel:
         elif not first_of_run:
             by_n[n].add(normalised, windowed=True)
         t1 = normalised * self.speedup(job.spec)[n]
+        ratio_moved = False
         if not job.measured and job.spec.step_time:
             self.estimate_ratio = (1 - EMA) * self.estimate_ratio + EMA * (t1 / job.spec.step_time)
+            # Only jobs known by their declared step time alone follow the ratio: where none is, it moves freely.
+            ratio_moved = self._estimated and self._moved(("estimate_ratio",), self.estimate_ratio, ESTIMATE_TOLERANCE)
         job.t1, job.measured = t1, True
-        if new or first_of_run:
+        if new or ratio_moved:
             self.version += 1
             return True
         return False
