@@ -337,3 +337,22 @@ def test_a_prediction_says_why_placement_chose_the_gpus():
     assert all(0.0 <= s["share"] <= 1.0 for s in why["scores"])
     queued, _ = core.submit(job(gpus=8))
     assert core.predict(queued)["placement"] is None  # never placed: nothing to explain
+
+
+def test_ends_collected_together_are_recorded_first_and_decided_once():
+    """The actor's loop records every run that ended since it last looked, then decides once: an 8-GPU
+    job that needs both freed halves starts at that one decision, with no start in between."""
+    core, clock = make()
+    a, _ = core.submit(job(gpus=4))
+    b, _ = core.submit(job(gpus=4))
+    c, _ = core.submit(job(gpus=8))
+    decisions = len(core.decision_s)
+    clock.t += 10
+    assert core.record_run_end(a, 1, "finished", step=100)
+    assert core.record_run_end(b, 1, "finished", step=100)
+    assert not core.record_run_end(b, 1, "finished", step=100)  # stale: already written off
+    assert not core.record_run_end(a, 7, "finished", step=100)  # another attempt
+    assert len(core.decision_s) == decisions and core.jobs[c].state == "queued"
+    actions = core.decide()
+    assert list(starts(actions)) == [c] and len(starts(actions)[c]) == 8
+    assert core.jobs[a].state == core.jobs[b].state == "finished"

@@ -151,8 +151,9 @@ class CoordinatorService(CoordinatorHost):
                     job = self.core.jobs[action.job_id]
                     actions += self.core.run_ended(action.job_id, request.attempt, "failed", job.steps, error=str(e))
 
-    def _collect(self, ready: list) -> list[Action]:
-        actions: list[Action] = []
+    def _collect(self, ready: list) -> bool:
+        """Record the runs that ended; whether any of it changed the state (then decide once, for all)."""
+        changed = False
         by_ref = {run.handle.done: jid for jid, run in self.runs.items()}
         for ref in ready:
             jid = by_ref.get(ref)
@@ -174,12 +175,12 @@ class CoordinatorService(CoordinatorHost):
                 # must not count as the job's failure (nor send it back to the dead node), so wait to know.
                 self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run))
                 continue
-            actions += self.core.run_ended(jid, run.attempt, status, step, step_time, error)
-        return actions
+            changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error)
+        return changed
 
-    def _settle_suspects(self) -> list[Action]:
-        """Record the deaths whose nodes answered (a lone crash), or that waited too long."""
-        actions: list[Action] = []
+    def _settle_suspects(self) -> bool:
+        """Record the deaths whose nodes answered (a lone crash), or that waited too long; whether any did."""
+        changed = False
         for jid, sus in list(self.suspects.items()):
             answered = sus.probes is not None and len(ray.wait(sus.probes, num_returns=len(sus.probes), timeout=0)[0]) == len(sus.probes)
             if answered:
@@ -189,8 +190,8 @@ class CoordinatorService(CoordinatorHost):
                     answered = False
             if answered or time.monotonic() - sus.since > NODE_DEATH_WAIT_S:
                 del self.suspects[jid]
-                actions += self.core.run_ended(jid, sus.run.attempt, *sus.outcome)
-        return actions
+                changed |= self.core.record_run_end(jid, sus.run.attempt, *sus.outcome)
+        return changed
 
     def _loop(self) -> None:
         last_refresh = last_node_check = 0.0
@@ -213,7 +214,9 @@ class CoordinatorService(CoordinatorHost):
             due, play = False, None
             with self.lock:
                 try:
-                    actions = self._collect(ready) + self._settle_suspects()
+                    ended = self._collect(ready)
+                    ended = self._settle_suspects() or ended
+                    actions = self.core.decide() if ended else []
                     now = time.monotonic()
                     for run in self.runs.values():
                         if run.kill_at is not None and now >= run.kill_at:

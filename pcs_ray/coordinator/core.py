@@ -164,9 +164,18 @@ class Coordinator(CoordinatorState):
         error: str | None = None,
     ) -> list[Action]:
         """A run ended: finished its budget, stopped on request (``preempted``), or failed (or was killed)."""
+        return self.decide() if self.record_run_end(jid, attempt, status, step, step_time, error) else []
+
+    def record_run_end(
+        self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """:meth:`run_ended` without the decision, for a host that collected several ends at once and
+        decides once for all of them (one decision instead of one per end, the lock held that much less).
+        False for a stale outcome (an attempt already written off): nothing changed."""
         job = self.jobs.get(jid)
         if job is None or job.attempt != attempt or not job.state.holds_gpus:
-            return []  # a stale outcome (an attempt already written off)
+            return False
         if step_time and job.gpus:
             self._apply_progress(job, self.now(), step, step_time, job.emulated)
         if status == "finished":
@@ -182,7 +191,7 @@ class Coordinator(CoordinatorState):
                 "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING, failed=unexpected, error=error,
             )
         self.save_speeds()
-        return self.decide()
+        return True
 
     def tick(self) -> list[Action]:
         """Called periodically: act when the policy asked for a review (a lease or round expiry)."""
