@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import multiprocessing
 import threading
@@ -451,8 +452,10 @@ class _QueuePlay:
 
     WFQ decides each queue from its share and its own FIFO list alone, so after a completion only
     the finished job's queue, and queues whose share moved, are decided again. A queue whose FIFO
-    pass used its whole share (no job passed over) keeps every job ahead of the last one served
-    when its share does not shrink: the pass resumes at that job with the GPUs freed or added.
+    pass used its whole share keeps every job ahead of the last one served when its share does
+    not shrink: the pass resumes at that job with the GPUs freed or added. Where the pass passed
+    a job over, every job ahead of that one got its full cap, and gets it again with as many GPUs:
+    the pass resumes at the job passed over, with the GPUs it had there plus those freed ahead of it.
     A round that tops up across queues is followed by a full one. Every job whose count changes
     goes through the very arithmetic of ``Engine._apply`` and ``Engine.settle``, so finish times
     are identical to the fork's. The engine is only read, when the play starts.
@@ -504,11 +507,11 @@ class _QueuePlay:
         self.stl = {jid: j.stall_until for jid, j in active.items()}
         self.sta = {jid: j.start_time is not None for jid, j in active.items()}
         self.total = [0] * nq  # GPUs each queue's own decision hands out, before any top-up
-        # Per queue, where its last FIFO pass stopped when it used the whole share without passing
-        # a job over: (share, last job served, its count); else None.
+        # Per queue, where its last FIFO pass can resume when it used the whole share (``_front``); else None.
         self.front = [None] * nq
         self.stopped = [False] * nq  # whether the queue's last FIFO pass ran out of GPUs before jobs
         self.freed = [0] * nq  # GPUs released by jobs finishing at this event
+        self.freed_after = [0] * nq  # of those, GPUs of jobs served after the one a pass passed over
         self.after = [None] * nq  # the job behind a finished last-served job
         self.shares = []
         self.fill = [()]  # how the last water-filling ended (WFQPolicy._water_fill) and each queue's head then
@@ -539,6 +542,7 @@ class _QueuePlay:
         other.stl, other.sta = dict(self.stl), dict(self.sta)
         other.total, other.front, other.stopped = list(self.total), list(self.front), list(self.stopped)
         other.freed, other.after, other.dirty = list(self.freed), list(self.after), set(self.dirty)
+        other.freed_after = list(self.freed_after)
         at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
         other.log = self.log[at:]
         other.finish = {jid: t for t, jid in other.log}
@@ -546,7 +550,7 @@ class _QueuePlay:
         q = policy.queue_of(job)
         jid = spec.job_id
         f = other.front[q]
-        if f is not None and other.after[q] is None and f[1].spec.job_id not in other.qalloc[q]:
+        if f is not None and f[3] is None and other.after[q] is None and f[1].spec.job_id not in other.qalloc[q]:
             other.after[q] = job  # the last job served finished here and had no one behind it until now
         other.jobs[jid] = job
         other.queues[q].append(job)
@@ -598,8 +602,12 @@ class _QueuePlay:
                 busy += n
                 freed[q] += n
                 f = front[q]
-                if f is not None and (f[1] is job or after[q] is job):
-                    after[q] = queue[i] if i < len(queue) else None
+                if f is not None:
+                    if f[3] is None:
+                        if f[1] is job or after[q] is job:
+                            after[q] = queue[i] if i < len(queue) else None
+                    elif jid in f[3]:
+                        self.freed_after[q] += n
                 if place is not None and jid in place.held:  # Engine.remove -> Placement.release
                     place._free(jid)
                 self.left_jobs -= 1
@@ -646,31 +654,37 @@ class _QueuePlay:
         for q in todo:
             share, f, old = new_shares[q], front[q], qalloc[q]
             if not spread and f is not None and share >= f[0]:
-                _, last, got = f
-                if last.spec.job_id in old:  # still here: the pass resumes at it
-                    start, left = queues[q].index(last), self.freed[q] + share - f[0] + got
+                drop = f[3]
+                if drop is not None:  # passed a job over: the pass resumes at it, with the GPUs it had there
+                    start, left = queues[q].index(f[1]), f[2] + share - f[0] + self.freed[q] - self.freed_after[q]
+                elif f[1].spec.job_id in old:  # the last job served is still here: the pass resumes at it
+                    start, left = queues[q].index(f[1]), self.freed[q] + share - f[0] + f[2]
                 else:
                     nxt = self.after[q]
                     start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), self.freed[q] + share - f[0]
                 a: dict[int, int] = {}
-                left, stop, skipped = resume(entries[q], start, left, a)
+                left, stop, skip_at, left_at, served = resume(entries[q], start, left, a)
                 if not left:
-                    front[q] = None if skipped else (share, queues[q][stop], a[entries[q][stop][0]])
+                    front[q] = self._front(q, share, a, stop, skip_at, left_at, served)
                     stopped[q], total[q] = True, share
                     patch = [(jid, n) for jid, n in a.items() if old.get(jid) != n]
-                    moved += patch
-                    patches.append((q, patch))
+                    if drop is None:
+                        moved += patch
+                        patches.append((q, patch, ()))
+                    else:  # jobs served after the one passed over are served afresh
+                        moved += patch
+                        moved += [(jid, 0) for jid in drop if jid in old and jid not in a]
+                        patches.append((q, list(a.items()), drop))
                     continue
             a = {}
             front[q], stopped[q] = None, False
             if share:
-                left, stop, skipped = resume(entries[q], 0, share, a)
+                left, stop, skip_at, left_at, served = resume(entries[q], 0, share, a)
                 if left:
                     relax(queues[q], left, a)
                 else:
                     stopped[q] = True
-                    if not skipped:
-                        front[q] = (share, queues[q][stop], a[entries[q][stop][0]])
+                    front[q] = self._front(q, share, a, stop, skip_at, left_at, served)
             total[q] = sum(a.values())
             if not spread:
                 moved += [(jid, n) for jid, n in a.items() if old.get(jid) != n]
@@ -702,6 +716,14 @@ class _QueuePlay:
             return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved, merged
         return new_shares, new_fill, total, front, stopped, qalloc, patches, new_spread, moved, None
 
+    def _front(self, q: int, share: int, a: dict[int, int], stop: int, skip_at: int, left_at: int, served: int):
+        """Where a FIFO pass of queue ``q`` that used its whole ``share`` can resume at the next event
+        (``_QueuePlay`` docstring): (share, last job served, its count, None), or where it first
+        passed a job over: (share, that job, GPUs left there, the jobs served after it)."""
+        if skip_at < 0:
+            return share, self.queues[q][stop], a[self.entries[q][stop][0]], None
+        return share, self.queues[q][skip_at], left_at, frozenset(itertools.islice(a, served, None))
+
     def quiet(self, decision, q: int) -> bool:
         """Whether a job arriving at the tail of queue ``q`` would leave ``decision`` as it is:
         the queue had jobs, stays below its quota and ran out of GPUs before its last job,
@@ -715,11 +737,14 @@ class _QueuePlay:
     def commit(self, decision) -> None:
         self.shares, self.fill, self.total, self.front, self.stopped, qalloc, patches, self.spread, moved, merged = decision
         self.pending = False
-        for q, patch in patches:
-            qalloc[q].update(patch)
+        for q, patch, drop in patches:
+            counts = qalloc[q]
+            for jid in drop:  # served again in pass order, which Placement follows
+                counts.pop(jid, None)
+            counts.update(patch)
         self.qalloc = qalloc
         for q in self.dirty:
-            self.freed[q] = 0
+            self.freed[q] = self.freed_after[q] = 0
             self.after[q] = None
         self.dirty.clear()
         now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs

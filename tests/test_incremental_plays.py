@@ -205,3 +205,31 @@ def test_a_play_until_a_job_finishes_gives_the_whole_plays_numbers():
             assert part[jid] == whole[jid] and all(whole[j] == t for j, t in part.items())
             assert {j for j in whole if whole[j] < whole[jid]} <= set(part)
             assert engine.fork(placement=placement).play_forward(until=jid) == part or not placement
+
+
+@pytest.mark.parametrize("placed", [False, True])
+def test_a_pass_that_passed_a_job_over_resumes_there_and_decides_the_same(placed, monkeypatch):
+    """A queue whose FIFO pass served jobs behind a rigid one it could not fit resumes at that job
+    at the next event (the skip front) instead of walking the queue again; with and without a sticky
+    placement in the play, forecasts are the full fork's."""
+    from pcs_ray.placement import create_placement
+    from pcs_ray.simulator import _QueuePlay
+
+    resumed = []
+    decide = _QueuePlay.decide
+
+    def counting(self):
+        skips = [(q, self.front[q][0]) for q in self.dirty
+                 if not self.spread and self.front[q] is not None and self.front[q][3] is not None]
+        decision = decide(self)
+        resumed.extend(q for q, share in skips if decision[0][q] >= share)  # the skip front's resume path
+        return decision
+
+    monkeypatch.setattr(_QueuePlay, "decide", counting)
+    jobs = classed(mixed_themis1(11))
+    policy = WFQPolicy(WFQConfig.from_params((50_000, 400_000, float("inf")), 0.5, 0.7, 0.2))
+    runs = [simulate(jobs, 16, policy, predict=True, incremental=incremental,
+                     placement=create_placement("packed-sticky", variable_cluster(2, 8, 4)) if placed else None)
+            for incremental in (False, True)]
+    assert forecasts(runs[1]) == forecasts(runs[0])
+    assert len(resumed) > 100  # the path under test ran

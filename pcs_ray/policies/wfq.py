@@ -313,21 +313,25 @@ class WFQPolicy(SchedulingPolicy):
         return left
 
     @staticmethod
-    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, bool]:
+    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, int, int, int]:
         """``_first_pass`` resumed at position ``start`` with ``left`` GPUs (for a play that keeps
-        the jobs ahead as they were); also returns where it stopped and whether it passed a job over."""
-        skipped = False
+        the jobs ahead as they were). Also returns where it stopped, where it first passed a job
+        over (-1: none), the GPUs left just before that job, and how many jobs it served before it:
+        every one of those got its full cap, so a later pass with as many GPUs serves them alike."""
+        skip_at = -1
+        left_at = served = 0
         for i in range(start, len(entries)):
             jid, cap, min_gpus, rigid = entries[i]
             n = cap if cap < left else left
             if n < min_gpus or (rigid and n < cap):
-                skipped = True
+                if skip_at < 0:
+                    skip_at, left_at, served = i, left, len(alloc)
                 continue
             alloc[jid] = n
             left -= n
             if not left:
-                return 0, i, skipped
-        return left, len(entries), skipped
+                return 0, i, skip_at, left_at, served
+        return left, len(entries), skip_at, left_at, served
 
     def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
         """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
