@@ -122,3 +122,18 @@ def test_down_stops_exactly_what_up_started(cluster):
     assert all(lc._stat(pid) is None or lc._stat(pid)[0] not in {n.leader for n in record.nodes}
                for n in record.nodes for pid in n.pids)
     assert not (cluster["state"] / lc.STATE_FILE).exists()
+
+
+def test_a_recorded_process_that_ends_while_down_looks_is_not_an_error(monkeypatch):
+    """``down`` asks /proc for each recorded PID; one that ends between two looks is gone, not a crash
+    (a 1,100-job load run lost its figures to a TypeError there)."""
+    node = lc.NodeRecord("node0", 8, leader=4242, leader_start=7, pids=[4242, 4343, 4444])
+    reads = {4242: [(4242, 7)], 4343: [(4242, 9), None], 4444: [None]}  # 4343 ends after its first read
+
+    def stat(pid):
+        seq = reads.get(pid, [None])
+        return seq.pop(0) if len(seq) > 1 else seq[0]
+
+    monkeypatch.setattr(lc, "_stat", stat)
+    monkeypatch.setattr(lc, "session_pids", lambda leader: [])
+    assert lc._ours(node) == [4242, 4343]

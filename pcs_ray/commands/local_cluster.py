@@ -94,8 +94,9 @@ def _ours(node: NodeRecord) -> list[int]:
     if st is not None and st[1] != node.leader_start:
         return []  # the PID was reused by someone else's process: the session id is not ours any more
     found = set(session_pids(node.leader))
-    for pid in node.pids:  # recorded ones that left the session are still ours if the start time matches
-        if _stat(pid) is not None and _stat(pid)[0] == node.leader:
+    for pid in node.pids:  # recorded ones still in the session (read once: a process can end between two reads)
+        st = _stat(pid)
+        if st is not None and st[0] == node.leader:
             found.add(pid)
     return sorted(found)
 
