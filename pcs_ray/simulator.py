@@ -668,11 +668,10 @@ class _QueuePlay:
                     front[q] = self._front(q, share, a, stop, skip_at, left_at, served)
                     stopped[q], total[q] = True, share
                     patch = [(jid, n) for jid, n in a.items() if old.get(jid) != n]
+                    moved += patch
                     if drop is None:
-                        moved += patch
                         patches.append((q, patch, ()))
                     else:  # jobs served after the one passed over are served afresh
-                        moved += patch
                         moved += [(jid, 0) for jid in drop if jid in old and jid not in a]
                         patches.append((q, list(a.items()), drop))
                     continue

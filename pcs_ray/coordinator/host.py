@@ -83,8 +83,7 @@ class CoordinatorHost(ABC):
             times = np.array(self.core.decision_s) * 1000.0
         if not len(times):
             return {"count": 0}
-        return {"count": int(len(times)), "p50_ms": round(float(np.percentile(times, 50)), 2),
-                "p99_ms": round(float(np.percentile(times, 99)), 2), "max_ms": round(float(times.max()), 2)}
+        return {"count": int(len(times)), **_percentiles_ms(times)}
 
     def submit_latency(self, after: int = 0) -> dict:
         """Percentiles, in ms, of the submissions' wait for the lock and of their time holding it
@@ -94,11 +93,7 @@ class CoordinatorHost(ABC):
             times = np.array(list(self.submit_s)[after:], dtype=float).reshape(-1, 2) * 1000.0
         if not len(times):
             return {"count": 0}
-        out: dict = {"count": int(len(times))}
-        for name, col in (("wait", times[:, 0]), ("held", times[:, 1])):
-            out[name] = {"p50_ms": round(float(np.percentile(col, 50)), 2),
-                         "p99_ms": round(float(np.percentile(col, 99)), 2), "max_ms": round(float(col.max()), 2)}
-        return out
+        return {"count": int(len(times)), "wait": _percentiles_ms(times[:, 0]), "held": _percentiles_ms(times[:, 1])}
 
     def predict(self, job_id: int) -> dict:
         with self.lock:
@@ -149,3 +144,9 @@ class CoordinatorHost(ABC):
         with self.lock:
             self._execute(self.core.set_policy(policy, wfq))
             return self.core.config()
+
+
+def _percentiles_ms(ms: np.ndarray) -> dict:
+    """p50, p99 and max of a non-empty array of milliseconds, rounded for a report."""
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
+            "max_ms": round(float(ms.max()), 2)}
