@@ -847,7 +847,14 @@ class _QueuePlay:
             if len(want) == 1:  # alone in its queue: its queue decides where it goes
                 pos[want[0]] = 0
                 continue
-            pos.update((jid, i) for i, jid in enumerate(qalloc[q]) if jid in qs)
+            # Walked from the end, where a pass adds the jobs it serves: changed jobs are mostly there.
+            wanted, left = set(want), len(want)
+            for i, jid in enumerate(reversed(qalloc[q])):
+                if jid in wanted:
+                    pos[jid] = -i
+                    left -= 1
+                    if not left:
+                        break
         return lambda e: (qs[e[0]], pos[e[0]])
 
     def run(self, until: int | None = None, between: Callable[[], None] | None = None) -> dict[int, float]:

@@ -36,7 +36,8 @@ from pcs_ray.state import JobState, Snapshot
 from pcs_ray.topology import TopoMatrix
 
 
-#: free-mask bytes a reuse table may hold (its key is the mask, a byte per GPU): 50,000 entries on 256 GPUs
+#: free-mask bytes a reuse table may hold (its key is the mask, an integer of a bit per GPU, and the decision
+#: holds a mask of a byte per GPU): 50,000 entries on 256 GPUs
 _REUSE_BYTES = 50_000 * 256
 
 
@@ -90,14 +91,17 @@ class Placement:
         self.locality_penalty = facts.locality_penalty
         self.num_gpus, self.node, self.local = facts.num_gpus, facts.node, facts.local
         self.topologies, self.comm = facts.topologies, facts.comm
-        self.owner = np.full(self.num_gpus, -1, dtype=np.int64)  # job id per GPU, -1 = free
+        # Who holds what: job id -> its GPUs, and the held GPUs as one integer (bit g = GPU g), which a
+        # forward play updates and looks decisions up by at every event, far cheaper than an array.
         self.held: dict[int, tuple[int, ...]] = {}
+        self._busy = 0
+        self._all = (1 << self.num_gpus) - 1
         self.rng = np.random.default_rng(seed)
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
-        # Shared with forks (static facts): (free mask, n, home, declared job fields) -> (chosen, gpus, decision
-        # or None where a fork made it).
+        # Shared with forks (static facts): (free GPUs' bits, n, home, declared job fields) -> (gpus, decision
+        # or None where a fork made it, their bits).
         self._reuse: dict | None = {} if cache and config.cache_fields is not None else None
         # (class, GPUs) -> slowdown; only without a comm model, where nothing else of the job counts.
         self._slowdowns: dict | None = {} if cache and self.comm is None else None
@@ -110,7 +114,12 @@ class Placement:
 
     def free_mask(self) -> np.ndarray:
         """Which GPUs no job holds."""
-        return self.owner < 0
+        return self._mask(self._all & ~self._busy)
+
+    def _mask(self, bits: int) -> np.ndarray:
+        """``bits`` (bit g = GPU g) as a boolean array."""
+        raw = np.frombuffer(bits.to_bytes((self.num_gpus + 7) // 8, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, count=self.num_gpus, bitorder="little").view(bool)
 
     def spans(self, gpus: Sequence[int]) -> bool:
         return len(gpus) > 1 and bool(np.any(self.node[list(gpus)] != self.node[gpus[0]]))
@@ -219,18 +228,17 @@ class Placement:
         jid = job.spec.job_id
         if jid in self.held:
             self._free(jid)
-        taken = [g for g in gpus if not 0 <= g < self.num_gpus or self.owner[g] >= 0]
+        taken = [g for g in gpus if not 0 <= g < self.num_gpus or self._busy >> g & 1]
         if taken:
             raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
         if gpus:
-            self.owner[list(gpus)] = jid
+            self._busy |= _bits(gpus)
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
     def fork(self) -> "Placement":
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
-        other.owner = self.owner.copy()
         other.held = dict(self.held)
         other.rng = copy.deepcopy(self.rng)
         other.memory = copy.deepcopy(self.memory)
@@ -291,50 +299,61 @@ class Placement:
     # -- helpers ---------------------------------------------------------------
     def _free(self, jid: int) -> tuple[int, ...]:
         gpus = self.held.pop(jid)
-        self.owner[list(gpus)] = -1
+        self._busy &= ~_bits(gpus)
         return gpus
 
     def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
-        free = self.owner < 0
-        if np.count_nonzero(free) < n:
-            raise PlacementError(f"{self.name}: job {job.spec.job_id} needs {n} GPUs, {int(free.sum())} are free")
+        free_bits = self._all & ~self._busy
         reuse, jid = self._reuse, job.spec.job_id
         hit = key = None
         if getattr(self.select, "__func__", None) is not Placement.select:
             reuse = None  # ``select`` replaced (a subclass, a test): its answers are its own, never reused
         if reuse is not None:
             spec = job.spec
-            key = (free.tobytes(), n, home, *[getattr(spec, f) for f in self.config.cache_fields])
+            fields = self.config.cache_fields
+            key = (free_bits, n, home, *[getattr(spec, f) for f in fields]) if fields else (free_bits, n, home)
             hit = reuse.get(key)
-            if hit is not None and hit[2] is None and self.decisions is not None:
+            if hit is not None and hit[1] is None and self.decisions is not None:
                 hit = None  # a fork's entry, without the explanation this placement keeps
-        if hit is not None:
-            chosen, gpus, decision = hit
+        if hit is not None:  # the same inputs as a decision that passed the checks below
+            gpus, decision, taken = hit
             if self.decisions is not None:
                 self.decisions[jid] = decision
         else:
+            if free_bits.bit_count() < n:
+                raise PlacementError(f"{self.name}: job {jid} needs {n} GPUs, {free_bits.bit_count()} are free")
+            free = self._mask(free_bits)
             if reuse is None:
                 chosen = self.select(job, n, free, home)
             else:
                 chosen, decision = self._decide(job, n, free, home)
-            chosen = np.asarray(chosen, dtype=np.int64)
-            if len(chosen) != n or len(set(chosen.tolist())) != n or not free[chosen].all():
-                raise PlacementError(f"{self.name}: job {jid} got {chosen.tolist()} for {n} free GPUs")
-            if set(home) == set(chosen.tolist()):
+            ids = np.asarray(chosen, dtype=np.int64).tolist()
+            taken = _bits(ids)
+            if len(ids) != n or taken.bit_count() != n or taken & ~free_bits:
+                raise PlacementError(f"{self.name}: job {jid} got {ids} for {n} free GPUs")
+            if set(home) == set(ids):
                 gpus = home  # the same GPUs: keep the rank order, nothing moves
             elif self.ranked:
-                gpus = tuple(chosen.tolist())
+                gpus = tuple(ids)
             else:
-                gpus = tuple(sorted(chosen.tolist()))
+                gpus = tuple(sorted(ids))
             if key is not None:
                 if len(reuse) >= self._reuse_limit:
                     _forget_oldest(reuse)
                 # Forks keep no explanation: their entries hold only numbers, which the garbage
                 # collector stops tracking, so a full table does not slow its collections.
-                reuse[key] = (chosen, gpus, decision if self.decisions is not None else None)
-        self.owner[chosen] = jid
+                reuse[key] = (gpus, decision if self.decisions is not None else None, taken)
+        self._busy |= taken
         self.held[jid] = gpus
         return gpus
+
+
+def _bits(gpus) -> int:
+    """GPU ids as an integer with their bits set."""
+    bits = 0
+    for g in gpus:
+        bits |= 1 << g
+    return bits
 
 
 __all__ = ["Placement", "PlacementError"]

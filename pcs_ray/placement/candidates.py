@@ -28,7 +28,7 @@ def best_on_node(ctx: Context, node: int) -> np.ndarray:
     """:func:`best_scores` among the free GPUs of ``node`` (sorting only the node's GPUs)."""
     facts = ctx.facts
     start = facts.node_start[node]
-    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    ids = start + ctx.free[start : start + facts.node_size[node]].nonzero()[0]
     return _first_n(ctx, ids[np.argsort(ctx.class_scores[ids], kind="stable")])
 
 
@@ -51,7 +51,7 @@ def lowest_ids(ctx: Context, node: int, n: int, home: tuple[int, ...] = ()) -> n
     """The ``n`` lowest free ids of ``node``, the GPUs of ``home`` first."""
     facts = ctx.facts
     start = facts.node_start[node]
-    ids = start + np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+    ids = start + ctx.free[start : start + facts.node_size[node]].nonzero()[0]
     if home and len(ids) > n:
         mine = member(ids, home)
         ids = np.concatenate([ids[mine], ids[~mine]])
@@ -117,7 +117,7 @@ class BestNodesFirst(_ByScore):
         lowest = bound.min()
         if not np.isfinite(lowest):
             return
-        tied = np.flatnonzero(bound == lowest)
+        tied = (bound == lowest).nonzero()[0]
         if len(tied) > 1:
             at_home = tied[member(tied, ctx.home_nodes)] if ctx.home else tied[:0]
             if len(at_home):
@@ -130,7 +130,7 @@ class BestNodesFirst(_ByScore):
         best = ctx.best_total
         if best is not None and not can_tie and lowest >= best - 1e-12:
             return  # no other node can do better than the first (PAL's case: nothing to sort)
-        fits = np.flatnonzero(np.isfinite(bound))
+        fits = np.isfinite(bound).nonzero()[0]
         at_home = member(fits, ctx.home_nodes) if ctx.home else np.zeros(len(fits), dtype=bool)
         visited = 0
         for node in fits[np.lexsort((fits, ctx.per_node[fits], ~at_home, bound[fits]))]:
@@ -179,7 +179,7 @@ class LowestIds(Source):
         self.home, self.fallback = home, fallback
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
-        nodes = np.flatnonzero(ctx.node_ok)
+        nodes = ctx.node_ok.nonzero()[0]
         if not len(nodes):
             return
         home = ctx.home if self.home else ()
@@ -201,9 +201,9 @@ class SameSocket(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         facts, n = ctx.facts, ctx.n
-        for node in np.flatnonzero(ctx.node_ok):
+        for node in ctx.node_ok.nonzero()[0]:
             start = facts.node_start[node]
-            local_free = np.flatnonzero(ctx.free[start : start + facts.node_size[node]])
+            local_free = ctx.free[start : start + facts.node_size[node]].nonzero()[0]
             sockets = facts.sockets[node][local_free]
             for sock in np.unique(sockets):  # sockets in id order
                 on = local_free[sockets == sock]
@@ -235,7 +235,7 @@ class Embeddings(Source):
         facts, n, pattern = ctx.facts, ctx.n, ctx.spec.pattern
         bits = ctx.bits
         seen: set[tuple[int, int]] = set()
-        for node in np.flatnonzero(ctx.node_ok):
+        for node in ctx.node_ok.nonzero()[0]:
             node = int(node)
             table = facts.table(node, n, pattern)
             group = (id(table), int(bits[node]))
@@ -259,11 +259,12 @@ class Spread(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         per_node, need, out = ctx.per_node, ctx.n, []
-        for node in np.argsort(-per_node, kind="stable"):
-            take = min(need, int(per_node[node]))
+        room = per_node.tolist()
+        for node in np.argsort(-per_node, kind="stable").tolist():
+            take = min(need, room[node])
             if take <= 0:
                 break
-            out.append(lowest_ids(ctx, int(node), take, ctx.home))
+            out.append(lowest_ids(ctx, node, take, ctx.home))
             need -= take
             if need == 0:
                 break

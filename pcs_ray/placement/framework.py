@@ -178,9 +178,9 @@ class Configuration:
                     if k == 1:
                         i = 0
                     elif ties:
-                        i = int(np.lexsort((*reversed(ties), np.round(product, 12)))[0])
+                        i = int(np.lexsort((*reversed(ties), product.round(12)))[0])
                     else:
-                        i = int(np.argmin(np.round(product, 12)))  # the first of the lowest
+                        i = int(product.round(12).argmin())  # the first of the lowest
                     total = float(product[i])
                 rest = (batch.across, *[float(t[i]) for t in ties]) if ties else (batch.across,)
                 if best_batch is not None:
@@ -217,7 +217,7 @@ def _weighted_product(values: list[np.ndarray], scores, k: int) -> np.ndarray:
     for v, (_, w) in zip(values, scores):
         term = v if w == 1.0 else np.power(v, w)
         total = term if total is None else total * term
-    return total
+    return np.asarray(total)
 
 
 __all__ = [

@@ -211,8 +211,8 @@ class BestFit(Score):
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         if batch.across:
-            per_node, node = ctx.per_node, ctx.facts.node
-            room = np.asarray([sum(int(per_node[k]) for k in set(node[g].tolist())) for g in batch.gpus])
+            per_node, node = ctx.per_node.tolist(), ctx.facts.node
+            room = np.asarray([sum(per_node[k] for k in set(node[g].tolist())) for g in batch.gpus])
         else:
             room = ctx.per_node[batch.nodes]
         return room / ctx.n
