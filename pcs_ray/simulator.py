@@ -513,6 +513,7 @@ class _QueuePlay:
         self.freed = [0] * nq  # GPUs released by jobs finishing at this event
         self.freed_after = [0] * nq  # of those, GPUs of jobs served after the one a pass passed over
         self.after = [None] * nq  # the job behind a finished last-served job
+        self.after_at = [0] * nq  # where it probably is in its queue (checked before use: ``_position``)
         self.shares = []
         self.fill = [()]  # how the last water-filling ended (WFQPolicy._water_fill) and each queue's head then
         self.spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
@@ -543,6 +544,7 @@ class _QueuePlay:
         other.total, other.front, other.stopped = list(self.total), list(self.front), list(self.stopped)
         other.freed, other.after, other.dirty = list(self.freed), list(self.after), set(self.dirty)
         other.freed_after = list(self.freed_after)
+        other.after_at = list(self.after_at)
         at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
         other.log = self.log[at:]
         other.finish = {jid: t for t, jid in other.log}
@@ -552,6 +554,7 @@ class _QueuePlay:
         f = other.front[q]
         if f is not None and f[3] is None and other.after[q] is None and f[1].spec.job_id not in other.qalloc[q]:
             other.after[q] = job  # the last job served finished here and had no one behind it until now
+            other.after_at[q] = len(other.queues[q])
         other.jobs[jid] = job
         other.queues[q].append(job)
         other.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
@@ -578,8 +581,8 @@ class _QueuePlay:
         now = self.now = heap[0][0]
         lim = now + 1e-9 * (now if now > 1.0 else 1.0)  # now >= 0
         queues, entries, queue_of, jobs = self.queues, self.entries, self.policy.queue_of, self.jobs
-        finish, log, qalloc, front, after, freed, usable = (
-            self.finish, self.log, self.qalloc, self.front, self.after, self.freed, self.usable,
+        finish, log, qalloc, front, after, freed, usable, after_at = (
+            self.finish, self.log, self.qalloc, self.front, self.after, self.freed, self.usable, self.after_at,
         )
         dropped = busy = 0
         place = self.place
@@ -601,13 +604,18 @@ class _QueuePlay:
                 n = qalloc[q].pop(jid)
                 busy += n
                 freed[q] += n
+                if i < after_at[q]:  # the position hints follow the jobs behind the one removed
+                    after_at[q] -= 1
                 f = front[q]
                 if f is not None:
                     if f[3] is None:
                         if f[1] is job or after[q] is job:
                             after[q] = queue[i] if i < len(queue) else None
+                            after_at[q] = i
                     elif jid in f[3]:
                         self.freed_after[q] += n
+                    if i < f[4]:
+                        front[q] = (f[0], f[1], f[2], f[3], f[4] - 1)
                 if place is not None and jid in place.held:  # Engine.remove -> Placement.release
                     place._free(jid)
                 self.left_jobs -= 1
@@ -656,12 +664,13 @@ class _QueuePlay:
             if not spread and f is not None and share >= f[0]:
                 drop = f[3]
                 if drop is not None:  # passed a job over: the pass resumes at it, with the GPUs it had there
-                    start, left = queues[q].index(f[1]), f[2] + share - f[0] + self.freed[q] - self.freed_after[q]
+                    start, left = _position(queues[q], f[1], f[4]), f[2] + share - f[0] + self.freed[q] - self.freed_after[q]
                 elif f[1].spec.job_id in old:  # the last job served is still here: the pass resumes at it
-                    start, left = queues[q].index(f[1]), self.freed[q] + share - f[0] + f[2]
+                    start, left = _position(queues[q], f[1], f[4]), self.freed[q] + share - f[0] + f[2]
                 else:
                     nxt = self.after[q]
-                    start, left = (queues[q].index(nxt) if nxt is not None else len(queues[q])), self.freed[q] + share - f[0]
+                    start = _position(queues[q], nxt, self.after_at[q]) if nxt is not None else len(queues[q])
+                    left = self.freed[q] + share - f[0]
                 a: dict[int, int] = {}
                 left, stop, skip_at, left_at, served = resume(entries[q], start, left, a)
                 if not left:
@@ -718,10 +727,11 @@ class _QueuePlay:
     def _front(self, q: int, share: int, a: dict[int, int], stop: int, skip_at: int, left_at: int, served: int):
         """Where a FIFO pass of queue ``q`` that used its whole ``share`` can resume at the next event
         (``_QueuePlay`` docstring): (share, last job served, its count, None), or where it first
-        passed a job over: (share, that job, GPUs left there, the jobs served after it)."""
+        passed a job over: (share, that job, GPUs left there, the jobs served after it); then where
+        that job probably is in the queue (kept up to date as jobs ahead finish; ``_position``)."""
         if skip_at < 0:
-            return share, self.queues[q][stop], a[self.entries[q][stop][0]], None
-        return share, self.queues[q][skip_at], left_at, frozenset(itertools.islice(a, served, None))
+            return share, self.queues[q][stop], a[self.entries[q][stop][0]], None, stop
+        return share, self.queues[q][skip_at], left_at, frozenset(itertools.islice(a, served, None)), skip_at
 
     def quiet(self, decision, q: int) -> bool:
         """Whether a job arriving at the tail of queue ``q`` would leave ``decision`` as it is:
@@ -868,6 +878,12 @@ class _QueuePlay:
                 between()
             self.commit(self.decide())
         return finish
+
+
+def _position(queue: list, job, hint: int) -> int:
+    """``queue.index(job)``, looked for first at ``hint``: a queue holds hundreds of jobs, and a play
+    asks where its resume points are at every event."""
+    return hint if hint < len(queue) and queue[hint] is job else queue.index(job)
 
 
 def _queue_play(engine: Engine, policy, until: int | None = None, placement=None) -> dict[int, float] | None:

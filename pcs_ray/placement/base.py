@@ -106,6 +106,8 @@ class Placement:
         # (class, GPUs) -> slowdown; only without a comm model, where nothing else of the job counts.
         self._slowdowns: dict | None = {} if cache and self.comm is None else None
         self._reuse_limit = max(1_000, _REUSE_BYTES // max(self.num_gpus, 1))
+        self._score_lists: dict[str, tuple] = {}  # class -> (its raw scores, as a list), shared with forks
+        self._node_list: list[int] = self.node.tolist()
 
     # -- cluster facts -------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
@@ -140,6 +142,20 @@ class Placement:
         return self._slowdown(job, gpus)
 
     def _slowdown(self, job: JobState, gpus: Sequence[int]) -> float:
+        if self.comm is None or len(gpus) == 1:
+            # In Python numbers: a job's few GPUs cost less than numpy's per-call overhead (same floats).
+            raw = self.raw_scores(job.spec.job_class)
+            seen = self._score_lists.get(job.spec.job_class)
+            if seen is None or seen[0] is not raw:
+                seen = self._score_lists[job.spec.job_class] = (raw, raw.tolist())
+            scores = seen[1]
+            worst = max([scores[g] for g in gpus])
+            node = self._node_list
+            first = node[gpus[0]]
+            for g in gpus:
+                if node[g] != first:
+                    return worst * self.locality_penalty
+            return worst
         idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
         worst = float(self.raw_scores(job.spec.job_class)[idx].max())
         nodes = self.node[idx]
