@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -90,6 +89,24 @@ class Candidates:
         )
 
 
+class cached:
+    """``functools.cached_property`` without the lock Python 3.11's takes on every first access:
+    a context is built per placement decision, thousands of times per forward play, and never shared
+    between threads."""
+
+    def __init__(self, func) -> None:
+        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
+
 class Context:
     """One decision: the job, its GPU count, the free GPUs, the GPUs it held; shared work computed once.
 
@@ -107,33 +124,33 @@ class Context:
         #: the best total so far (``None`` before the first candidate): sources may stop early with it
         self.best_total: float | None = None
 
-    @cached_property
+    @cached
     def per_node(self) -> np.ndarray:
         """Free GPUs per node."""
         return self.facts.free_per_node(self.free)
 
-    @cached_property
+    @cached
     def class_scores(self) -> np.ndarray:
         """Binned scores of the job's class per GPU (what variability-aware placement decides on)."""
         return self.facts.decision_scores(self.spec.job_class)
 
-    @cached_property
+    @cached
     def nth_best(self) -> np.ndarray:
         """Per node, the ``n``-th best free binned score (+inf where fewer than ``n`` GPUs are free)."""
         m = self.facts.node_scores(self.class_scores, self.free)
         return np.partition(m, self.n - 1, axis=1)[:, self.n - 1]
 
-    @cached_property
+    @cached
     def bits(self) -> np.ndarray:
         """Per node, the bitmask of its free GPUs."""
         return self.facts.free_bits(self.free)
 
-    @cached_property
+    @cached
     def home_nodes(self) -> np.ndarray:
         """The node of each GPU the job held before this decision."""
         return self.facts.node[list(self.home)] if self.home else np.empty(0, dtype=np.int64)
 
-    @cached_property
+    @cached
     def node_ok(self) -> np.ndarray:
         """Nodes that pass every node filter (a within-node candidate may use them); rejections counted."""
         ok = None
@@ -152,7 +169,7 @@ class Context:
     def reject(self, reason: Reason, count: int) -> None:
         self.rejections[reason.code] = self.rejections.get(reason.code, 0) + count
 
-    @cached_property
+    @cached
     def node_bounds(self) -> np.ndarray:
         """Per node, a lower bound of the total any candidate within it can score (+inf where
         ``node_ok`` is false): the weighted product of the scores' floors."""
