@@ -36,8 +36,8 @@ from pcs_ray.state import JobState, Snapshot
 from pcs_ray.topology import TopoMatrix
 
 
-#: free-mask bytes a reuse table may hold (its key is the mask, an integer of a bit per GPU, and the decision
-#: holds a mask of a byte per GPU): 50,000 entries on 256 GPUs
+#: a reuse table holds this over the number of GPUs in entries (50,000 on 256 GPUs): a larger cluster's keys
+#: and decisions are larger, so it keeps fewer
 _REUSE_BYTES = 50_000 * 256
 
 
@@ -124,7 +124,10 @@ class Placement:
         return np.unpackbits(raw, count=self.num_gpus, bitorder="little").view(bool)
 
     def spans(self, gpus: Sequence[int]) -> bool:
-        return len(gpus) > 1 and bool(np.any(self.node[list(gpus)] != self.node[gpus[0]]))
+        """Whether ``gpus`` lie on more than one node (in Python numbers: a job has few GPUs)."""
+        node = self._node_list
+        first = node[gpus[0]] if len(gpus) else None
+        return any(node[g] != first for g in gpus)
 
     def slowdown(self, job: JobState, gpus: Sequence[int]) -> float:
         """Slowest GPU's raw score x locality penalty if across nodes x topology slowdown."""
@@ -142,27 +145,18 @@ class Placement:
         return self._slowdown(job, gpus)
 
     def _slowdown(self, job: JobState, gpus: Sequence[int]) -> float:
-        if self.comm is None or len(gpus) == 1:
-            # In Python numbers: a job's few GPUs cost less than numpy's per-call overhead (same floats).
-            raw = self.raw_scores(job.spec.job_class)
-            seen = self._score_lists.get(job.spec.job_class)
-            if seen is None or seen[0] is not raw:
-                seen = self._score_lists[job.spec.job_class] = (raw, raw.tolist())
-            scores = seen[1]
-            worst = max([scores[g] for g in gpus])
-            node = self._node_list
-            first = node[gpus[0]]
-            for g in gpus:
-                if node[g] != first:
-                    return worst * self.locality_penalty
-            return worst
-        idx = np.fromiter(gpus, dtype=np.int64, count=len(gpus))
-        worst = float(self.raw_scores(job.spec.job_class)[idx].max())
-        nodes = self.node[idx]
-        if len(idx) > 1 and nodes.min() != nodes.max():
+        # In Python numbers: a job's few GPUs cost less than numpy's per-call overhead (same floats).
+        raw = self.raw_scores(job.spec.job_class)
+        seen = self._score_lists.get(job.spec.job_class)
+        if seen is None or seen[0] is not raw:
+            seen = self._score_lists[job.spec.job_class] = (raw, raw.tolist())
+        scores = seen[1]
+        worst = max([scores[g] for g in gpus])
+        if self.spans(gpus):
             return worst * self.locality_penalty
-        if self.comm is not None and len(idx) > 1:
-            worst *= self.comm.slowdown(job.spec, int(nodes[0]), self.local[idx])  # rank order matters
+        if self.comm is not None and len(gpus) > 1:
+            # rank order matters
+            worst *= self.comm.slowdown(job.spec, self._node_list[gpus[0]], self.local[list(gpus)])
         return worst
 
     # -- the interface ---------------------------------------------------------
