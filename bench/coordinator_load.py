@@ -15,7 +15,9 @@ the GPUs measured per-class scores, so placement runs inside every forward
 play (issue 13's latency target through the actor); ``--window K`` adds the
 latency over the submissions after the K-th, when the queue is full.
 ``--real-runners --demo-cluster --jobs 1000`` keeps ``up``'s coordinator
-and its warm runners (real training on the demo's 8 emulated GPUs).
+and its warm runners (real training on the demo's 8 emulated GPUs);
+``--training-first K`` waits after the K-th submission until runners train on
+every GPU, so that what follows is timed beside training, not start-up.
 """
 
 from __future__ import annotations
@@ -50,6 +52,18 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
+def _wait_for_training(client, gpus: int, limit_s: float) -> dict:
+    """Poll ``status`` until every GPU is held by a running job that has reported steps (or ``limit_s``)."""
+    began = time.perf_counter()
+    while True:
+        jobs = client.status()["jobs"]
+        training = [j for j in jobs if j["state"] == "running" and (j.get("steps") or 0) > 0]
+        held = sum(len(j.get("gpus") or ()) for j in training)
+        if held >= gpus or time.perf_counter() - began > limit_s:
+            return {"waited_s": round(time.perf_counter() - began, 1), "jobs_training": len(training), "gpus_held": held}
+        time.sleep(1.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=4)
@@ -71,6 +85,10 @@ def main() -> None:
                     help="also report submit->prediction over the submissions after this many (the queue is full)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop submitting after this many seconds (the figures then cover the jobs submitted so far)")
+    ap.add_argument("--training-first", type=int, default=0, metavar="K",
+                    help="after the first K submissions, wait (up to 180 s, not timed) until every GPU is held by "
+                         "a job whose runner has reported steps, so the rest are measured beside runners that "
+                         "train rather than ones still starting")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pcsray-load-"))
     token = tmp / "token"
@@ -140,6 +158,10 @@ def main() -> None:
             t = time.perf_counter()
             client.submit(spec)
             lat.append(time.perf_counter() - t)
+            if args.training_first and i + 1 == args.training_first:
+                waited = time.perf_counter()
+                out["training_before_timing"] = _wait_for_training(client, out["gpus"], 180.0)
+                began += time.perf_counter() - waited  # the wait is not submission time
             if i and i % 1000 == 0:
                 print(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms", file=sys.stderr, flush=True)
         wall = time.perf_counter() - began
