@@ -149,7 +149,8 @@ def forecast_value_budget(result, without_cpu: float, with_cpu: float, target: f
     A job's forecast must be recomputed at every arrival where it changes (each change is counted in
     ``refreshes``), plus once at its own arrival: that many values are new, whatever shares the rest.
     Each is the finish of an event some play decides with the policy's own code, so the target's CPU
-    budget for predictions divided by this count is a ceiling on what one such decision may cost.
+    budget for predictions divided by this count is a ceiling on what computing one such value may
+    cost, every decision it takes included.
     """
     values = sum(r.refreshes for r in result.records) + len(result.records)
     return {
