@@ -3,7 +3,12 @@
 ::
 
     name: resnet-a          # optional, shown in status
-    workload: resnet18      # a registered workload (workloads.catalog)
+    workload: resnet18      # a registered workload (workloads.catalog), or instead your own code:
+    entrypoint: train.py:train_loop   # FILE.py:FUNCTION in working_dir, or package.module:FUNCTION
+    working_dir: .          # shipped to every node with Ray's runtime_env (relative to the job file)
+    config: {lr: 0.1}       # handed to the function (JSON)
+    runtime_env: {pip: [einops]}      # optional: env_vars, pip, uv, excludes, config
+    scaling: linear         # optional seed of its scaling: linear, none, or speedups at 1..gpus GPUs
     steps: 200              # the whole training budget, in optimizer steps
     gpus: 2                 # most GPUs it can use
     min_gpus: 1             # optional: fewest it runs on (default: gpus, a rigid job)
@@ -18,7 +23,9 @@ Every problem is one line naming the field, the value and what is allowed:
 an unknown workload, more GPUs than the cluster has, sizes out of range,
 unknown fields. This module is in the pure core: what the workloads are and
 which ``params`` they read comes in as ``parse_job(workloads=...)``, a
-:class:`WorkloadCatalog` (``workloads.catalog.registered_workloads()``).
+:class:`WorkloadCatalog` (``workloads.catalog.registered_workloads()``). A job's own code is
+checked without running it (``pcs_ray.usercode``); it is labelled ``user:<entrypoint>`` in
+``workload`` so that what the cluster learns of its speed is kept per entrypoint.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pcs_ray.cluster import _format_validation_error
 from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
+from pcs_ray.usercode import CodeError, check_code
+
+USER_PREFIX = "user:"
 
 MAX_STEPS = 10_000_000
 MAX_GPUS = 1024
@@ -59,8 +69,18 @@ class JobFile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    workload: str = Field(min_length=1, description="a registered workload")
-    steps: int = Field(gt=0, le=MAX_STEPS, description="training budget in optimizer steps")
+    workload: str = Field(default="", description="a registered workload (or omit it and name your own entrypoint)")
+    entrypoint: str | None = Field(default=None, min_length=3, max_length=500,
+                                   description="your training function: FILE.py:FUNCTION or package.module:FUNCTION")
+    working_dir: str | None = Field(default=None, description="folder shipped to the run (relative to the job file)")
+    config: dict[str, Any] = Field(default_factory=dict, description="JSON mapping handed to your function")
+    runtime_env: dict[str, Any] | None = Field(
+        default=None, description="Ray runtime_env for your run: env_vars, pip, uv, excludes, config")
+    scaling: Literal["linear", "none"] | list[float] | None = Field(
+        default=None, description="how your job speeds up with GPUs (seed; learned from its runs)")
+    function: str | None = Field(default=None, repr=False,
+                                 description="your function by value (set by pcs_ray.train.Trainer)")
+    steps: int = Field(gt=0, le=MAX_STEPS, description="training budget in steps (optimizer steps; your own units for your code)")
     gpus: int = Field(default=1, ge=1, le=MAX_GPUS, description="most GPUs the job can use")
     min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
                                  description="fewest GPUs it runs on (default: gpus, a rigid job)")
@@ -75,11 +95,50 @@ class JobFile(BaseModel):
     executor: Literal["runner", "external"] = Field(
         default="runner", description="external: another executor (a Ray Tune sweep) runs it on the GPUs it is given")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _label_user_code(cls, raw: Any) -> Any:
+        """Own code is labelled by its entrypoint (or its pickled function's digest) in ``workload``."""
+        if isinstance(raw, dict) and not raw.get("workload") and (raw.get("entrypoint") or raw.get("function")):
+            import hashlib
+
+            entry = raw.get("entrypoint")
+            if not isinstance(entry, str):
+                blob = str(raw.get("function"))
+                entry = "fn-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+            raw = {**raw, "workload": USER_PREFIX + entry}
+        return raw
+
     @model_validator(mode="after")
     def _min_not_above_max(self) -> "JobFile":
+        if not self.workload:
+            raise ValueError("workload: missing; name a built-in workload or your own entrypoint")
         if self.min_gpus is not None and self.min_gpus > self.gpus:
             raise ValueError(f"min_gpus ({self.min_gpus}) is larger than gpus ({self.gpus})")
+        if self.user_code:
+            if self.entrypoint and self.function:
+                raise ValueError("entrypoint and function: give one, not both")
+            if self.params:
+                raise ValueError("params: built-in workloads only; hand your function its options in config")
+            if self.executor != "runner":
+                raise ValueError("executor: your own code runs on pcs-ray's runners (executor: runner)")
+        elif self.workload.startswith(USER_PREFIX):
+            raise ValueError(f"workload: {self.workload!r} names user code but the job has no entrypoint")
+        else:
+            for name in ("working_dir", "runtime_env", "scaling"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: only for your own code (an entrypoint)")
+            if self.config:
+                raise ValueError("config: only for your own code (an entrypoint); built-in workloads read params")
+        if isinstance(self.scaling, list):
+            if not 1 <= len(self.scaling) <= self.gpus or any(not 0 < x <= 1e6 for x in self.scaling):
+                raise ValueError(f"scaling: a curve lists the speedup at 1..{self.gpus} GPUs, each > 0")
         return self
+
+    @property
+    def user_code(self) -> bool:
+        """The job runs the user's own function (not a built-in workload)."""
+        return bool(self.entrypoint or self.function)
 
     @property
     def fewest_gpus(self) -> int:
@@ -113,7 +172,8 @@ def fields_table() -> str:
     for name, info in JobFile.model_fields.items():
         default = "required" if info.is_required() else info.get_default(call_default_factory=True)
         options = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
-        allowed = RANGES.get(name) or " or ".join(options) or ("a mapping" if name == "params" else "text")
+        allowed = RANGES.get(name) or " or ".join(options) or (
+            "a mapping" if name in ("params", "config", "runtime_env") else "text")
         shown = "null" if default is None else '""' if default == "" else default
         rows.append(f"| `{info.alias or name}` | {shown} | {allowed} | {info.description} |")
     return "\n".join(rows)
@@ -125,8 +185,12 @@ def parse_job(
     *,
     capacity: int | None = None,
     workloads: WorkloadCatalog | Collection[str] | None = None,
+    check_files: bool = True,
 ) -> JobFile:
     """Validate a parsed spec against the cluster (``capacity`` GPUs) and the known ``workloads``.
+
+    ``check_files``: read the job's own code (``pcs_ray.usercode``) where it lies; off where the
+    files are not here (a client checking shape before the coordinator checks the rest).
 
     ``workloads``: a :class:`WorkloadCatalog` checks names and ``params``; a
     plain collection of names checks names only; ``None`` checks neither.
@@ -137,8 +201,13 @@ def parse_job(
         job = JobFile.model_validate(raw)
     except ValidationError as e:
         raise JobSpecError(_format_validation_error(e, source, RANGES)) from None
-    if job.executor == "external":
-        workloads = None  # the coordinator never launches it: the label is the caller's
+    if job.executor == "external" or job.user_code:
+        workloads = None  # the coordinator never launches it, or it is not one of ours: the label is the caller's
+    if job.user_code:
+        try:
+            check_code(job.entrypoint, job.function, job.working_dir, job.config, job.runtime_env, files=check_files)
+        except CodeError as e:
+            raise JobSpecError(f"{source}: {e}") from None
     if workloads is not None and job.workload not in workloads:
         valid = ", ".join(sorted(workloads)) or "none registered"
         raise JobSpecError(f"{source}: workload: unknown workload {job.workload!r}; valid workloads: {valid}")
@@ -170,4 +239,15 @@ def load_job(path: str | Path, **kw) -> JobFile:
         raise JobSpecError(f"{path}: not valid YAML{where} ({getattr(e, 'problem', None) or type(e).__name__})") from None
     if raw is None:
         raise JobSpecError(f"{path}: empty job spec (expected 'workload' and 'steps')")
+    if isinstance(raw, dict) and (raw.get("entrypoint") or raw.get("working_dir")):
+        raw = {**raw, "working_dir": resolve_working_dir(raw.get("working_dir"), p.parent)}
     return parse_job(raw, str(path), **kw)
+
+
+def resolve_working_dir(working_dir: Any, base: Path) -> Any:
+    """A job file's ``working_dir`` as an absolute path (relative to ``base``; default: ``base`` itself)."""
+    if working_dir is None:
+        return str(base.resolve())
+    if not isinstance(working_dir, str):
+        return working_dir  # the model refuses it with its own message
+    return str((base / Path(working_dir).expanduser()).resolve())

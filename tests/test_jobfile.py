@@ -46,7 +46,7 @@ def test_defaults_make_a_rigid_one_gpu_class_a_job():
         ("workload: tiny_cnn\nsteps: 5\ncolour: red\n", "colour: Extra inputs are not permitted"),
         ("workload: tiny_cnn\nsteps: 5\nclass: E\n", "class: Input should be 'A', 'B', 'C' or 'D'"),
         ("workload: tiny_cnn\nsteps: 5\nparams: {bogus: 1}\n", "params: workload 'tiny_cnn': unknown parameter(s) bogus"),
-        ("steps: 5\n", "workload: Field required"),
+        ("steps: 5\n", "workload: missing; name a built-in workload or your own entrypoint"),
         ("workload: [tiny\n", "not valid YAML at line"),
         ("", "empty job spec"),
         ("- 1\n- 2\n", "expected a mapping"),

@@ -1,0 +1,106 @@
+"""The contract a user's training loop is written against; Ray Train's names, so a loop ports by its import.
+
+::
+
+    import pcs_ray.train as train
+
+    def train_loop(config):
+        ctx = train.get_context()                 # world_size, world_rank, local_rank, device, total_steps ...
+        model = train.prepare_model(build(config))  # on ctx.device, wrapped in DDP when world_size > 1
+        step = 0
+        if (ckpt := train.get_checkpoint()) is not None:   # None on a first start
+            step = load(ckpt, model)
+        while step < ctx.total_steps:
+            step += 1
+            loss = one_step(model)
+            if train.should_checkpoint():         # the coordinator wants the GPUs: every rank agrees
+                d = train.checkpoint_dir()        # or any folder of yours
+                save(d, model, step)
+                train.report({"loss": loss}, step=step, checkpoint=d)  # does not return: the run ends here
+            train.report({"loss": loss}, step=step)
+
+* ``report(metrics, *, step, checkpoint=None)``: every rank calls it at the same steps. ``step`` is
+  the job's progress in its own units (the job file's ``steps`` counts the same units); without it
+  each report counts one step. Any one rank passes ``checkpoint`` (a folder): pcs-ray copies it
+  under ``STATE_DIR/checkpoints/<job>/`` atomically, so the caller may delete it when the call
+  returns (a folder from :func:`checkpoint_dir` is moved, not copied).
+* ``should_checkpoint()``: true once the coordinator wants the job's GPUs back (preemption,
+  resize, migration, ``pcs-ray stop``). Every rank must call it at the same steps; all get the same
+  answer. The next report with a checkpoint ends the run, which resumes from it on whatever GPUs
+  and world size the policy gives next. A loop that does not checkpoint within the operator's
+  grace period is stopped anyway, resumes from its newest checkpoint and the steps it lost are
+  counted. ``get_preemption_info()`` asks the same question the Ray Train way.
+* A loop that raises fails its job (its traceback's last lines are in ``pcs-ray status``); a loop
+  that returns before ``total_steps`` finishes its job at the step it last reported.
+
+Outside a pcs-ray run a local stand-in answers (one rank, no checkpoint, never asked to stop), so
+a loop can be tried as a plain script. Importing this module needs neither Ray nor the
+coordinator; torch is imported only by the calls that need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from pcs_ray.train.session import CheckpointPath, RunStopped, TrainContext, current
+
+Checkpoint = CheckpointPath  # ``Checkpoint.from_directory(d)`` as in Ray Train; it is just the path
+
+__all__ = [
+    "Checkpoint", "RunStopped", "TrainContext", "Trainer", "checkpoint_dir", "get_checkpoint", "get_context",
+    "get_preemption_info", "prepare_model", "report", "should_checkpoint",
+]
+
+
+def get_context() -> TrainContext:
+    """This rank's context: ``world_size``, ``world_rank``, ``local_rank``, ``device``, ``job_id``,
+    ``attempt`` and ``total_steps``."""
+    return current().context
+
+
+def get_checkpoint() -> CheckpointPath | None:
+    """The folder of the job's newest checkpoint (a ``str``), or None on a first start."""
+    return current().get_checkpoint()
+
+
+def report(metrics: Mapping | None = None, *, step: int | None = None, checkpoint: Any = None) -> None:
+    """Progress (``step``, in the job's own units) and metrics; optionally a checkpoint folder."""
+    current().report(metrics, step, checkpoint)
+
+
+def should_checkpoint() -> bool:
+    """True once the coordinator wants this job's GPUs back: report a checkpoint now."""
+    return current().should_checkpoint()
+
+
+def get_preemption_info() -> dict | None:
+    """Ray Train's spelling of :func:`should_checkpoint`: None, or what is asked of the run."""
+    session = current()
+    return {"reason": session.stop_reason or "preemption"} if session.should_checkpoint() else None
+
+
+def checkpoint_dir() -> str:
+    """A fresh folder to write a checkpoint into, on the checkpoints' own file system (reporting it
+    moves it into place instead of copying it)."""
+    return current().staging_dir()
+
+
+def prepare_model(model):
+    """Move ``model`` to this rank's device and wrap it in DistributedDataParallel when the run has
+    several ranks (``torch.distributed`` is already initialised then, NCCL on GPUs, gloo otherwise)."""
+    import torch
+
+    context = current().context
+    model = model.to(torch.device(context.device))
+    if context.world_size > 1:
+        ids = [0] if context.device.startswith("cuda") else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    return model
+
+
+def __getattr__(name: str):
+    if name == "Trainer":  # the driver side needs the client; loops inside a run never import it
+        return importlib.import_module("pcs_ray.train.trainer").Trainer
+    raise AttributeError(f"module 'pcs_ray.train' has no attribute {name!r}")

@@ -1,0 +1,196 @@
+"""What a user's training loop talks to inside a pcs-ray run: its context, checkpoints, reports, stops.
+
+A run is one process per rank; the runner installs one :class:`Session` in each before it calls
+the user's function, and the module-level functions of :mod:`pcs_ray.train` act on it. Outside a
+run (a user trying the loop on a laptop) a local session stands in: one rank, no checkpoint,
+reports kept in memory, never asked to stop.
+
+The stop protocol (``should_checkpoint``): the coordinator asks a rank to give its GPUs back; the
+ranks agree on it at their next call (an all-reduce: every rank must call it at the same steps,
+as with Ray Train's ``get_preemption_info``); the loop then reports a checkpoint, and the run
+ends inside that ``report`` on every rank (:class:`RunStopped`, a ``BaseException`` so that a
+loop's ``except Exception`` does not swallow it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pcs_ray.train import store
+
+
+class RunStopped(BaseException):
+    """Raised inside ``report`` once the run's checkpoint is safe and the coordinator wants its GPUs."""
+
+    def __init__(self, step: int):
+        super().__init__(f"stopped at step {step} for the coordinator")
+        self.step = step
+
+
+class CheckpointPath(str):
+    """A checkpoint folder as a ``str`` that also answers Ray Train's ``Checkpoint`` calls, so a
+    ported loop's ``with ckpt.as_directory() as d`` and ``ckpt.path`` keep working."""
+
+    @property
+    def path(self) -> str:
+        return str(self)
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> "CheckpointPath":
+        return cls(os.fspath(path))
+
+    def as_directory(self):
+        from contextlib import nullcontext
+
+        return nullcontext(str(self))
+
+    def to_directory(self, path: str | os.PathLike | None = None) -> str:
+        if path is None:
+            return str(self)
+        import shutil
+
+        shutil.copytree(self, path, dirs_exist_ok=True)
+        return os.fspath(path)
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Where this rank stands: Ray Train's names as attributes and as ``get_*`` methods."""
+
+    world_size: int = 1
+    world_rank: int = 0
+    local_rank: int = 0
+    device: str = "cpu"
+    job_id: str | None = None
+    attempt: int = 0
+    total_steps: int | None = None
+    start_step: int = 0  # the step of the checkpoint this run resumed from (0: a first start)
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+    def get_world_rank(self) -> int:
+        return self.world_rank
+
+    def get_local_rank(self) -> int:
+        return self.local_rank
+
+    def get_local_world_size(self) -> int:
+        return 1
+
+    def get_node_rank(self) -> int:
+        return self.world_rank
+
+
+@dataclass
+class Session:
+    """One rank's link to its run. ``stop_requested`` says whether the coordinator wants the GPUs
+    back; ``on_report(step, metrics)`` is called on every report (progress, pacing)."""
+
+    context: TrainContext
+    checkpoint_dir: str | None = None  # STATE_DIR/checkpoints/<job>
+    stop_requested: Callable[[], bool] = lambda: False
+    on_report: Callable[[int, Mapping], None] | None = None
+    step: int = 0
+    metrics: dict = field(default_factory=dict)
+    reports: int = 0
+    stopping: bool = False
+    stop_reason: str | None = None
+    last_checkpoint_step: int | None = None
+    history: list = field(default_factory=list)  # the local session keeps every report
+
+    # -- agreement across ranks ---------------------------------------------------------
+    def _any_rank(self, flag: bool) -> bool:
+        if self.context.world_size == 1:
+            return flag
+        import torch
+        import torch.distributed as dist
+
+        device = self.context.device if self.context.device.startswith("cuda") else "cpu"
+        tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return bool(tensor.item() > 0)
+
+    def should_checkpoint(self) -> bool:
+        if not self.stopping:
+            self.stopping = self._any_rank(bool(self.stop_requested()))
+        return self.stopping
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def get_checkpoint(self) -> CheckpointPath | None:
+        if self.checkpoint_dir is None:
+            return None
+        found = store.newest(self.checkpoint_dir)
+        return CheckpointPath(found[0]) if found else None
+
+    def report(self, metrics: Mapping | None, step: int | None, checkpoint: Any = None) -> None:
+        step = self.step + 1 if step is None else int(step)
+        if step < 0:
+            raise ValueError(f"report: step must be >= 0, got {step}")
+        saved = False
+        if checkpoint is not None:
+            folder = Path(os.fspath(getattr(checkpoint, "path", checkpoint)))
+            if self.checkpoint_dir is None:
+                self.last_checkpoint_step = step
+            else:
+                staged = folder.parent == Path(self.checkpoint_dir) and folder.name.startswith(".staging-")
+                store.commit(self.checkpoint_dir, folder, step, move=staged)
+                self.last_checkpoint_step = step
+            saved = True
+        self.step, self.reports = step, self.reports + 1
+        self.metrics = dict(metrics or {})
+        if self.checkpoint_dir is None:
+            self.history.append({"step": step, "metrics": self.metrics, "checkpoint": saved})
+        if self.on_report is not None:
+            self.on_report(step, self.metrics)
+        if self.stopping and self._any_rank(saved):
+            raise RunStopped(step)
+
+    def staging_dir(self) -> str:
+        """A folder to write a checkpoint into; reporting it moves it into place instead of copying."""
+        if self.checkpoint_dir is None:
+            import tempfile
+
+            return tempfile.mkdtemp(prefix="pcs-ray-checkpoint-")
+        return str(store.staging(self.checkpoint_dir))
+
+
+_lock = threading.Lock()
+_session: Session | None = None
+
+
+def install(session: Session | None) -> None:
+    """Make ``session`` this process's run (None: back to the local stand-in)."""
+    global _session
+    with _lock:
+        _session = session
+
+
+def current() -> Session:
+    global _session
+    with _lock:
+        if _session is None:
+            _session = Session(TrainContext(device=_local_device()))
+        return _session
+
+
+def _local_device() -> str:
+    try:
+        import torch
+
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def wait_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline`` (an emulated device's pace)."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)

@@ -1,0 +1,109 @@
+"""A job's checkpoints on disk: the newest complete one and the one before it, swapped atomically.
+
+``STATE_DIR/checkpoints/<job>/latest/`` is the newest complete checkpoint and ``previous/`` the one
+before it. A new checkpoint is copied into a hidden folder beside them, marked complete, and only
+then renamed into place: at every instant at least one complete checkpoint exists, so a run killed
+while committing loses nothing but the checkpoint it was writing. The marker file records the step
+(the job's progress in its own units) so the coordinator reads it without opening the user's files.
+
+Standard library only: the runners import it inside user runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+LATEST = "latest"
+PREVIOUS = "previous"
+MARKER = ".pcs-ray-checkpoint.json"
+
+
+def _fsync(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _complete(folder: Path) -> dict | None:
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("step"), int) else None
+
+
+def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False) -> Path:
+    """Make ``source`` (a folder) the job's newest checkpoint at ``step``; returns its new path.
+
+    ``move``: ``source`` belongs to us (a staging folder on the same file system): rename it
+    instead of copying. Otherwise the caller may delete ``source`` as soon as this returns.
+    """
+    source, job_dir = Path(source), Path(job_dir)
+    if not source.is_dir():
+        raise ValueError(f"checkpoint {source}: not a directory")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    incoming = job_dir / f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if move:
+        os.replace(source, incoming)
+    else:
+        shutil.copytree(source, incoming, symlinks=True)
+    (incoming / MARKER).write_text(json.dumps({"step": int(step), "committed_at": time.time()}))
+    for root, _, files in os.walk(incoming):
+        for name in files:
+            _fsync(Path(root) / name)
+    _fsync(incoming)
+    latest, previous = job_dir / LATEST, job_dir / PREVIOUS
+    if _complete(latest) is not None:
+        if previous.exists():
+            shutil.rmtree(previous)
+        os.replace(latest, previous)  # from here until the next line, ``previous`` is the newest
+    elif latest.exists():
+        shutil.rmtree(latest)  # an incomplete leftover: never a checkpoint
+    os.replace(incoming, latest)
+    _fsync(job_dir)
+    return latest
+
+
+def staging(job_dir: str | Path) -> Path:
+    """A fresh folder beside the checkpoints to write one into (then :func:`commit` with ``move``)."""
+    path = Path(job_dir) / f".staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def checkpoints(job_dir: str | Path) -> list[tuple[Path, int]]:
+    """The complete checkpoints, newest first: (folder, step)."""
+    out = []
+    for name in (LATEST, PREVIOUS):
+        folder = Path(job_dir) / name
+        marker = _complete(folder)
+        if marker is not None:
+            out.append((folder, marker["step"]))
+    return out
+
+
+def newest(job_dir: str | Path) -> tuple[Path, int] | None:
+    """The newest complete checkpoint (folder, step), or None before the first."""
+    found = checkpoints(job_dir)
+    return found[0] if found else None
+
+
+def remove_leftovers(job_dir: str | Path) -> list[Path]:
+    """Delete the half-copied folders a killed run left (call while no run of the job writes)."""
+    job_dir = Path(job_dir)
+    stale = [p for p in job_dir.glob(".incoming-*")] + [p for p in job_dir.glob(".staging-*")] if job_dir.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
