@@ -154,7 +154,13 @@ def load_checkpoint(directory: str | Path) -> LoadedCheckpoint | None:
 
 
 def peek_step(directory: str | Path) -> int | None:
-    """The step recorded in the newest checkpoint's header (unverified; cheap)."""
+    """The step recorded in the newest checkpoint's header (unverified; cheap); for a user run's
+    checkpoint folders, their completion marker's (``pcs_ray.train.store``)."""
+    import pcs_ray.train.store as store
+
+    found = store.newest(directory)
+    if found is not None:
+        return found[1]
     for name in (LATEST, PREVIOUS):
         try:
             with open(Path(directory) / name, "rb") as f:

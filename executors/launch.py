@@ -1,6 +1,7 @@
 """Start, stop and kill jobs on exactly the GPUs placement chose.
 
 ``launch(request)`` creates one :class:`executors.runner.Runner` actor per GPU
+(for the user's own code, one :class:`executors.user_run.UserRank` with the job's runtime_env)
 in ``request.gpus`` with ``num_gpus=0`` and the GPU's custom resource
 (``<node>_gpu<i>``, see ``pcs_ray.resources``). That resource exists only on
 its own node, so it also pins the actor to the node (no separate node
@@ -18,69 +19,13 @@ zero-CPU watcher task produces it and frees the GPUs when the run ends.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import ray
 
 from pcs_ray.contract import RunOutcome, RunRequest
-from executors.runner import RemoteRunner, failed_outcome
+from executors.handle import RunHandle, watch_ranks
+from executors.runner import RemoteRunner
 from pcs_ray.resources import gpu_resource
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _watch(request: RunRequest, actors: list, runs: list) -> RunOutcome:
-    """Wait for every rank; on the first failure kill the other ranks (they would block in collectives)."""
-    pending = list(runs)
-    outcomes: dict[int, RunOutcome] = {}
-    try:
-        while pending:
-            [ready], pending = ray.wait(pending, num_returns=1)
-            rank = runs.index(ready)
-            try:
-                outcomes[rank] = ray.get(ready)
-            except Exception as exc:
-                outcomes[rank] = failed_outcome(request, f"runner rank {rank} died (killed or crashed): {type(exc).__name__}")
-            if outcomes[rank].status == "failed":
-                break
-    finally:
-        for actor in actors:
-            ray.kill(actor, no_restart=True)
-    failed = [o for o in outcomes.values() if o.status == "failed"]
-    if failed:
-        return failed_outcome(request, failed[0].error, timings=failed[0].timings)
-    return outcomes[0]
-
-
-@dataclass
-class RunHandle:
-    """A running job: its runner actors and the ref of its outcome."""
-
-    request: RunRequest
-    actors: list
-    done: ray.ObjectRef
-    stop_args: tuple = ()  # what each actor's request_stop takes (a warm runner: which run to stop)
-    runner: str = "cold"  # "warm": pooled runners took the run; "warming": pooled ones still starting; "cold": started for it
-
-    @property
-    def job_id(self) -> str:
-        return self.request.job_id
-
-    def request_stop(self) -> None:
-        """Ask every rank to checkpoint at the next step boundary and exit ("preempted"); returns at once."""
-        for actor in self.actors:
-            actor.request_stop.remote(*self.stop_args)
-
-    def kill(self) -> None:
-        """Hard-kill every rank; ``done`` then resolves to "failed" at the last checkpoint's step."""
-        for actor in self.actors:
-            ray.kill(actor, no_restart=True)
-
-    def outcome(self, timeout: float | None = None) -> RunOutcome:
-        return ray.get(self.done, timeout=timeout)
-
-    @property
-    def warm(self) -> bool:
-        return bool(self.stop_args)
 
 
 def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle:
@@ -98,6 +43,10 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
         raise ValueError(f"job {request.job_id}: a GPU is listed twice in {request.gpus}")
     if request.total_steps < 0:
         raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
+    if request.code is not None:
+        from executors.user_run import launch_user
+
+        return launch_user(request, after)
     world_size = len(request.gpus)
     launched = time.time()
     actors = [
@@ -113,7 +62,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
     ]
     master = actors[0].rendezvous.remote() if world_size > 1 else None
     runs = [actor.run.remote(request, master, after, launched) for actor in actors]
-    return RunHandle(request, actors, _watch.remote(request, actors, runs))
+    return RunHandle(request, actors, watch_ranks.remote(request, actors, runs))
 
 
 def stop(handle: RunHandle, grace_s: float) -> RunOutcome:

@@ -44,7 +44,6 @@ import gc
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field, replace
 import ray
 
 from executors.launch import RunHandle, launch as cold_launch
-from executors.runner import failed_outcome, train_rank
+from executors.runner import failed_outcome, rendezvous_address, train_rank
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.resources import gpu_resource
 
@@ -158,11 +157,7 @@ class WarmRunner:
         self._never.wait()
 
     def rendezvous(self) -> tuple[str, int]:
-        """An address and free port on this node for torch.distributed (rank 0 only)."""
-        host = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return host, s.getsockname()[1]
+        return rendezvous_address()
 
     def request_stop(self, job_id: str, attempt: int) -> None:
         """Stop that run at its next step boundary (or before its first step, if it has not begun)."""
@@ -537,8 +532,8 @@ class WarmPool:
                 if entry is not None and entry.actor is None and entry.started == 0.0 and not self._closed.is_set():
                     self._start(entry)  # its first run waits for its start-up, once; later ones find it warm
             settling = list(self._settling)
-        if not request.gpus or any(e is None or e.actor is None for e in entries):
-            return cold_launch(request, after)
+        if request.code is not None or not request.gpus or any(e is None or e.actor is None for e in entries):
+            return cold_launch(request, after)  # user code never enters a shared process
         # A runner still starting makes this run pay a process start and imports, as a cold one does: the
         # speed model must not charge that to every later warm start.
         kind = "warm" if all(e.info for e in entries) else "warming"

@@ -22,6 +22,14 @@ from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from executors.checkpoint import peek_step
 
 
+def rendezvous_address() -> tuple[str, int]:
+    """An address and free port on this node for torch.distributed (a run's rank 0)."""
+    host = ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
+
+
 def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
     """A failed run: it resumes from its newest checkpoint, whose step we report."""
     return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
@@ -59,11 +67,7 @@ class Runner:
         }
 
     def rendezvous(self) -> tuple[str, int]:
-        """An address and free port on this node for torch.distributed (rank 0 only)."""
-        host = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return host, s.getsockname()[1]
+        return rendezvous_address()
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -177,6 +177,10 @@ class RunRequest:
     # report_telemetry(job_id, attempt, node, index, reading) (CoordinatorHost); fire-and-forget
     reporter: Any = None
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
+    # The user's own code (``workload`` is then its ``user:`` label): entrypoint or pickled function, working_dir,
+    # runtime_env and config, as the job file gave them (``pcs_ray.jobfile.JobFile``); None for a built-in workload.
+    code: dict | None = None
+    log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -202,3 +206,4 @@ class RunOutcome:
     late_steps: int = 0  # emulated steps whose own compute exceeded their budget (caught up unless also overruns)
     emulated_step_s: float | None = None  # the emulated GPU's step budget (None: real GPUs)
     runner: str = "cold"  # "warm": a pooled runner took the run; "cold": runner processes started for it
+    fatal: bool = False  # the job's own code raised: retrying would raise again, so the job fails at once

@@ -1,7 +1,7 @@
 """Packages in tiers, ground first, and no import cycles between files.
 
-Tiers: the pure core (``pcs_ray`` minus the coordinator, client and CLI) <
-``workloads`` < ``solver`` and ``executors`` < ``pcs_ray.coordinator`` and
+Tiers: the pure core (``pcs_ray`` minus the coordinator, client, CLI and training contract) <
+``workloads`` and ``pcs_ray.train`` (the contract user code runs against: torch, never Ray) < ``solver`` and ``executors`` < ``pcs_ray.coordinator`` and
 ``pcs_ray.client`` < the CLI (``pcs_ray.cli``, ``pcs_ray.commands``). A module
 may import its own tier or lower ones, never a higher one (a same-tier import
 between ``solver`` and ``executors`` is not allowed either: they are siblings).
@@ -30,8 +30,10 @@ def tier_of(module: str) -> tuple[int, str]:
     """(rank, group): a module may import groups of lower rank, or its own group."""
     if within(module, "pcs_ray.cli", "pcs_ray.commands", "pcs_ray.__main__"):
         return 4, "cli"
-    if within(module, "pcs_ray.coordinator", "pcs_ray.client"):
+    if within(module, "pcs_ray.coordinator", "pcs_ray.client", "pcs_ray.train.trainer"):
         return 3, "coordinator"
+    if within(module, "pcs_ray.train"):
+        return 1, "train"
     top = module.split(".")[0]
     if top in ("solver", "executors"):
         return 2, top

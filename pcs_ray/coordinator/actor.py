@@ -160,9 +160,12 @@ class CoordinatorService(CoordinatorHost):
             if jid is None:
                 continue
             run = self.runs.pop(jid)
+            fatal, note = False, None
             try:
                 outcome = ray.get(ref, timeout=0)
                 status, step, step_time, error = outcome.status, outcome.step, outcome.step_time_s, outcome.error
+                fatal = bool(getattr(outcome, "fatal", False))
+                note = next((n for n in outcome.notes if n.startswith("returned early")), None)
                 if outcome.emulated:
                     self.core.jobs[jid].emulated = True
                 self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
@@ -170,12 +173,12 @@ class CoordinatorService(CoordinatorHost):
                     self.late_steps[jid] = self.late_steps.get(jid, 0) + int(outcome.late_steps)
             except Exception as e:  # the runner died or was killed: resume from its last checkpoint
                 status, step, step_time, error = "failed", self.core.jobs[jid].steps, None, type(e).__name__
-            if status == "failed" and run.kill_at is None and _a_death(error):
+            if status == "failed" and run.kill_at is None and not fatal and _a_death(error):
                 # Not a training error: a crash, or its node died and Ray has not said so yet. A node loss
                 # must not count as the job's failure (nor send it back to the dead node), so wait to know.
                 self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run))
                 continue
-            changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error)
+            changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error, fatal=fatal, note=note)
         return changed
 
     def _settle_suspects(self) -> bool:

@@ -161,34 +161,42 @@ class Coordinator(CoordinatorState):
 
     def run_ended(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
-        error: str | None = None,
+        error: str | None = None, *, fatal: bool = False, note: str | None = None,
     ) -> list[Action]:
         """A run ended: finished its budget, stopped on request (``preempted``), or failed (or was killed)."""
-        return self.decide() if self.record_run_end(jid, attempt, status, step, step_time, error) else []
+        changed = self.record_run_end(jid, attempt, status, step, step_time, error, fatal=fatal, note=note)
+        return self.decide() if changed else []
 
     def record_run_end(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
-        error: str | None = None,
+        error: str | None = None, *, fatal: bool = False, note: str | None = None,
     ) -> bool:
         """:meth:`run_ended` without the decision, for a host that collected several ends at once and
         decides once for all of them (one decision instead of one per end, the lock held that much less).
-        False for a stale outcome (an attempt already written off): nothing changed."""
+        False for a stale outcome (an attempt already written off): nothing changed.
+
+        ``fatal``: the job's own code raised, so it fails at once instead of being retried. A run that
+        ends behind the steps it reported (killed after the grace period, or lost) redoes them from its
+        checkpoint: they are counted as ``lost_steps``. ``note``: how a finished run ended, when not at
+        its budget (user code that returned early)."""
         job = self.jobs.get(jid)
         if job is None or job.attempt != attempt or not job.state.holds_gpus:
             return False
         if step_time and job.gpus:
             self._apply_progress(job, self.now(), step, step_time, job.emulated)
         if status == "finished":
-            self._record("finished", jid, step=step)
+            self._record("finished", jid, step=step, **({"note": note} if note else {}))
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step)
-        elif status == "failed" and job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures:
+        elif status == "failed" and (fatal or job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures):
             self._record("failed", jid, step=step, error=error)
         else:
             unexpected = status == "failed" and job.state == JobStatus.RUNNING
+            lost = max(0, job.steps - step)
             self._record(
                 "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING, failed=unexpected, error=error,
+                **({"lost_steps": lost} if lost else {}),
             )
         self.save_speeds()
         return True

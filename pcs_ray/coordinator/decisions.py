@@ -73,9 +73,22 @@ def start_kind(job: LiveJob, gpus: tuple[int, ...]) -> str:
 
 
 def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path) -> RunRequest:
-    """What a runner needs for the job's current (just journaled) attempt."""
+    """What a runner needs for the job's current (just journaled) attempt; a user run's logs go to
+    ``STATE_DIR/logs/<job>/attempt-<k>/`` beside ``STATE_DIR/checkpoints/<job>``."""
+    spec = job.spec
+    code = None
+    if spec.user_code:
+        code = {"entrypoint": spec.entrypoint, "function": spec.function, "working_dir": spec.working_dir,
+                "runtime_env": dict(spec.runtime_env or {}), "config": dict(spec.config)}
     return RunRequest(
-        job_id=str(job.job_id), workload=job.spec.workload, total_steps=job.spec.steps, gpus=gpus,
-        checkpoint_dir=str(checkpoint_dir), params=dict(job.spec.params), slowdown=job.slowdown,
-        checkpoint_every=job.spec.checkpoint_every, attempt=job.attempt,
+        job_id=str(job.job_id), workload=spec.workload, total_steps=spec.steps, gpus=gpus,
+        checkpoint_dir=str(checkpoint_dir), params=dict(spec.params), slowdown=job.slowdown,
+        checkpoint_every=spec.checkpoint_every, attempt=job.attempt, code=code,
+        log_dir=str(log_dir(checkpoint_dir, job.attempt)) if code is not None else None,
     )
+
+
+def log_dir(checkpoint_dir: Path, attempt: int) -> Path:
+    """``STATE_DIR/logs/<job>/attempt-<k>`` for the job whose checkpoints are ``STATE_DIR/checkpoints/<job>``."""
+    checkpoint_dir = Path(checkpoint_dir)
+    return checkpoint_dir.parent.parent / "logs" / checkpoint_dir.name / f"attempt-{attempt}"

@@ -46,6 +46,8 @@ class LiveJob:
     cancel_requested: bool = False
     failures: int = 0
     error: str | None = None
+    note: str | None = None  # how it finished when not at its budget (user code that returned early)
+    lost_steps: int = 0  # reported steps its runs redid from a checkpoint (a stop past its grace, a lost runner)
     emulated: bool = False
     submission_id: str | None = None
     segments: list[dict] = field(default_factory=list)  # one per run: start, end, gpus, kind, from_step (as the journal knew it)

@@ -174,6 +174,7 @@ class CoordinatorState:
         elif kind in ("requeue", "lost"):
             if kind == "requeue":
                 job.steps = data["step"]
+                job.lost_steps += data.get("lost_steps", 0)
                 if data.get("preempted"):
                     job.preemptions += 1
                     if job.stop_at is not None:
@@ -192,6 +193,7 @@ class CoordinatorState:
             if "step" in data:
                 job.steps = data["step"]
             job.error = data.get("error", job.error)
+            job.note = data.get("note", job.note)
             self._terminate(job, JobStatus(kind), t)
 
     def _apply_config(self, t: float, data: dict) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcs_ray.train import store
+import pcs_ray.train.store as store
 
 
 class RunStopped(BaseException):

@@ -1,0 +1,66 @@
+"""A launched run: its rank actors and the ref of its outcome, the same for every kind of runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+
+from executors.runner import failed_outcome
+from pcs_ray.contract import RunOutcome, RunRequest
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def watch_ranks(request: RunRequest, actors: list, runs: list) -> RunOutcome:
+    """Wait for every rank; on the first failure kill the other ranks (they would block in collectives)."""
+    pending = list(runs)
+    outcomes: dict[int, RunOutcome] = {}
+    try:
+        while pending:
+            [ready], pending = ray.wait(pending, num_returns=1)
+            rank = runs.index(ready)
+            try:
+                outcomes[rank] = ray.get(ready)
+            except Exception as exc:
+                outcomes[rank] = failed_outcome(request, f"runner rank {rank} died (killed or crashed): {type(exc).__name__}")
+            if outcomes[rank].status == "failed":
+                break
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+    failed = [o for o in outcomes.values() if o.status == "failed"]
+    if failed:
+        return failed_outcome(request, failed[0].error, timings=failed[0].timings, fatal=failed[0].fatal)
+    return outcomes[0]
+
+
+@dataclass
+class RunHandle:
+    """A running job: its runner actors and the ref of its outcome."""
+
+    request: RunRequest
+    actors: list
+    done: ray.ObjectRef
+    stop_args: tuple = ()  # what each actor's request_stop takes (a warm runner: which run to stop)
+    runner: str = "cold"  # "warm": pooled runners took the run; "warming": pooled ones still starting; "cold": started for it
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+    def request_stop(self) -> None:
+        """Ask every rank to checkpoint at the next step boundary and exit ("preempted"); returns at once."""
+        for actor in self.actors:
+            actor.request_stop.remote(*self.stop_args)
+
+    def kill(self) -> None:
+        """Hard-kill every rank; ``done`` then resolves to "failed" at the last checkpoint's step."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+    def outcome(self, timeout: float | None = None) -> RunOutcome:
+        return ray.get(self.done, timeout=timeout)
+
+    @property
+    def warm(self) -> bool:
+        return bool(self.stop_args)

@@ -1,0 +1,243 @@
+"""Runs of the user's own code: one fresh Ray worker process per rank, started for that run alone.
+
+User code never enters the warm pool: one user's imports and global state must not reach another
+user's job, so each rank is a new actor with the job's ``runtime_env`` (its ``working_dir``
+shipped by Ray to the rank's node, its ``env_vars`` and ``pip``), ended when the run ends. Each
+rank is pinned as the built-in runners are (the GPU's custom resource, ``CUDA_VISIBLE_DEVICES``)
+and also sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA's index 0 is NVML's index for that GPU.
+
+A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``), installs a
+:class:`pcs_ray.train.session.Session`, joins ``torch.distributed`` when the run has several ranks,
+and calls the user's function with the job's ``config``. How the call ends is the run's outcome:
+
+* it returns: ``finished`` at the step it last reported (a note says so when that is short of
+  ``total_steps``);
+* :class:`~pcs_ray.train.session.RunStopped` (a checkpoint reported after ``should_checkpoint``):
+  ``preempted`` at that checkpoint's step;
+* anything else it raises: ``failed`` and ``fatal`` (a retry would raise again), with the last
+  lines of its traceback.
+
+On logical GPUs (no CUDA device) the user's step is real CPU compute, so the emulated GPU's
+slowdown is applied in proportion: after each report the rank waits ``(slowdown - 1)`` times the
+compute since the previous one.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import ray
+
+from executors.handle import RunHandle, watch_ranks
+from executors.runner import rendezvous_address
+from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
+from pcs_ray.resources import gpu_resource
+
+TRACEBACK_LINES = 12  # of the user's traceback kept in the outcome (the status view shows them)
+
+
+def runtime_env(request: RunRequest) -> dict:
+    """The Ray ``runtime_env`` of the run's rank processes (the job's own, with its working_dir)."""
+    code = request.code or {}
+    env = {k: v for k, v in (code.get("runtime_env") or {}).items()}
+    env["env_vars"] = {**env.get("env_vars", {}), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if code.get("working_dir"):
+        env["working_dir"] = code["working_dir"]
+    return env
+
+
+def load_function(code: dict):
+    """The user's function: by value (cloudpickle), from a file in the working dir, or from a module."""
+    if code.get("function"):
+        import cloudpickle
+
+        return cloudpickle.loads(base64.b64decode(code["function"]))
+    target, _, name = code["entrypoint"].rpartition(":")
+    if target.endswith(".py"):
+        path = Path(os.getcwd()) / target  # Ray starts the process in the unpacked working_dir
+        if not path.is_file() and code.get("working_dir"):
+            path = Path(code["working_dir"]) / target
+        module_name = "pcs_ray_user_" + Path(target).with_suffix("").as_posix().replace("/", "_").replace("-", "_")
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        sys.path.insert(0, str(path.parent))
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, name)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The last lines of the traceback, from the first frame outside pcs-ray on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = (os.sep + "executors" + os.sep, os.sep + "pcs_ray" + os.sep)
+    while len(frames) > 1 and any(p in frames[0].filename for p in ours):
+        frames.pop(0)
+    lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
+    text = "".join(lines).rstrip().splitlines()
+    return "\n".join(text[-TRACEBACK_LINES:])
+
+
+class UserRank:
+    """One rank of one run of the user's code, in a process of its own."""
+
+    def __init__(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None):
+        self.created = time.time()
+        self.gpu, self.rank, self.world_size = gpu, rank, world_size
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        self._stop = threading.Event()
+        self.log_path = None
+        if log_dir:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            self.log_path = Path(log_dir) / f"rank-{rank}.log"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+
+    def rendezvous(self) -> tuple[str, int]:
+        return rendezvous_address()
+
+    def environment(self) -> dict:
+        """What this rank was given: its GPU visibility and ordering, node, process, working dir."""
+        return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"), "pid": os.getpid(),
+                "cwd": os.getcwd(), "node_id": ray.get_runtime_context().get_node_id(), "rank": self.rank}
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self, request: RunRequest, master: tuple[str, int] | None = None, after: object = None,
+            launched: float | None = None) -> RunOutcome:
+        timings = {"actor_created": self.created, "run_called": time.time()}
+        if launched is not None:
+            timings["launched"] = launched
+        try:
+            return run_user_rank(request, self._stop.is_set, self.rank, self.world_size, master, timings)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+
+RemoteUserRank = ray.remote(UserRank)
+
+
+class _Pace:
+    """Progress reports to the coordinator, and on logical GPUs the emulated slowdown."""
+
+    def __init__(self, request: RunRequest, rank: int, emulate: bool, timings: dict):
+        from executors.training import ProgressReporter
+
+        self.slowdown = request.slowdown if emulate else 1.0
+        self.rank, self.timings = rank, timings
+        self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s) if rank == 0 else None
+        self.last_step: int | None = None
+        self.mark = time.monotonic()
+
+    def __call__(self, step: int, metrics) -> None:
+        now = time.monotonic()
+        if self.slowdown > 1.0:
+            time.sleep((self.slowdown - 1.0) * (now - self.mark))
+            now = time.monotonic()
+        self.timings["last_step_end"] = time.time()
+        self.timings.setdefault("first_step", self.timings["last_step_end"])
+        if self.progress is not None and (self.last_step is None or step > self.last_step):
+            steps = step - self.last_step if self.last_step is not None else max(1, step - self.timings.get("start_step", 0))
+            self.progress.step_done(step, (now - self.mark) / max(1, steps))
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        self.mark = time.monotonic()
+
+
+def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
+                  timings: dict) -> RunOutcome:
+    """One rank of a user run in this process; every way it can end becomes an outcome."""
+    import pcs_ray.train.session as train_session
+    import pcs_ray.train.store as store
+
+    code = request.code or {}
+    device = "cpu"
+    dist = None
+    if rank == 0:
+        store.remove_leftovers(request.checkpoint_dir)
+    found = store.newest(request.checkpoint_dir)
+    start_step = found[1] if found else 0
+    timings["start_step"] = start_step
+    session = None
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            device = "cuda:0"
+            torch.cuda.set_device(0)
+        if world_size > 1:
+            import torch.distributed as dist
+
+            host, port = master
+            dist.init_process_group("nccl" if device != "cpu" else "gloo", init_method=f"tcp://{host}:{port}",
+                                    rank=rank, world_size=world_size)
+        context = train_session.TrainContext(
+            world_size=world_size, world_rank=rank, local_rank=0, device=device, job_id=request.job_id,
+            attempt=request.attempt, total_steps=request.total_steps, start_step=start_step)
+        pace = _Pace(request, rank, emulate=device == "cpu", timings=timings)
+        session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step)
+        train_session.install(session)
+        function = load_function(code)
+        timings["imported"] = time.time()
+        pace.mark = time.monotonic()
+        takes_config = bool(inspect.signature(function).parameters)
+        function(dict(code.get("config") or {})) if takes_config else function()
+        notes = ()
+        if session.step < request.total_steps:
+            notes = (f"returned early: at step {session.step} of {request.total_steps}",)
+        return _outcome(request, "finished", session.step, start_step, timings, notes, device)
+    except train_session.RunStopped as stop:
+        return _outcome(request, "preempted", stop.step, start_step, timings, (), device)
+    except BaseException as exc:  # the user's code: any error (SystemExit included) fails the job
+        saved = store.newest(request.checkpoint_dir)
+        print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        return RunOutcome(job_id=request.job_id, status="failed", step=saved[1] if saved else 0,
+                          error=_user_traceback(exc), start_step=start_step, gpus=tuple(request.gpus),
+                          timings=timings, fatal=session is not None and not isinstance(exc, (KeyboardInterrupt,)))
+    finally:
+        train_session.install(None)
+        if dist is not None and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _outcome(request: RunRequest, status: str, step: int, start_step: int, timings: dict, notes: tuple,
+             device: str) -> RunOutcome:
+    timings["saved"] = time.time()
+    return RunOutcome(job_id=request.job_id, status=status, step=step, start_step=start_step,
+                      gpus=tuple(request.gpus), notes=notes, timings=timings, emulated=device == "cpu")
+
+
+def launch_user(request: RunRequest, after: ray.ObjectRef | None = None):
+    """Start a run of the user's code on exactly ``request.gpus``: a fresh rank process per GPU."""
+    env = runtime_env(request)
+    world_size = len(request.gpus)
+    launched = time.time()
+    actors = [
+        RemoteUserRank.options(
+            num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
+            max_concurrency=2, max_restarts=0, runtime_env=env,
+        ).remote(slot, rank, world_size, request.log_dir)
+        for rank, slot in enumerate(request.gpus)
+    ]
+    master = actors[0].rendezvous.remote() if world_size > 1 else None
+    runs = [actor.run.remote(request, master, after, launched) for actor in actors]
+    return RunHandle(request, actors, watch_ranks.remote(request, actors, runs))
+
+

@@ -1,0 +1,175 @@
+"""The user's own code: the contract (pcs_ray.train), its checkpoint store, and a rank's run in-process.
+
+Ray-free: ``run_user_rank`` is what a run's rank process executes, called here directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import pcs_ray.train as train
+import pcs_ray.train.session as session
+import pcs_ray.train.store as store
+from executors.user_run import run_user_rank
+from pcs_ray.contract import GPUSlot, RunRequest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "user-code"
+
+
+def _request(tmp_path, code: dict, steps: int = 12, **kw) -> RunRequest:
+    return RunRequest("7", "user:" + (code.get("entrypoint") or "fn"), steps, (GPUSlot("node0", 0),),
+                      str(tmp_path / "checkpoints" / "7"), code=code, **kw)
+
+
+def _mlp(**config) -> dict:
+    return {"entrypoint": "train_mlp.py:train_loop", "working_dir": str(EXAMPLES),
+            "config": {"lr": 0.05, "samples": 256, "hidden": 16, **config}}
+
+
+def _stop_after(n: int):
+    calls = []
+    return lambda: calls.append(1) or len(calls) > n
+
+
+def _weights(tmp_path) -> dict:
+    folder, _ = store.newest(tmp_path / "checkpoints" / "7")
+    return torch.load(folder / "state.pt", weights_only=True)["model"]
+
+
+def test_a_commit_keeps_the_previous_checkpoint_until_the_new_one_is_complete(tmp_path, monkeypatch):
+    job = tmp_path / "job"
+    for step in (1, 2):
+        src = tmp_path / f"src{step}"
+        src.mkdir()
+        (src / "w").write_text(str(step))
+        store.commit(job, src, step)
+    assert [(p.name, s) for p, s in store.checkpoints(job)] == [("latest", 2), ("previous", 1)]
+    src = tmp_path / "src3"
+    src.mkdir()
+    (src / "w").write_text("3")
+    real_replace = os.replace
+
+    def crash_when_latest_moves_in(a, b):
+        if Path(b).name == "latest":
+            raise OSError("disk full")
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", crash_when_latest_moves_in)
+    with pytest.raises(OSError):
+        store.commit(job, src, 3)
+    monkeypatch.undo()
+    folder, step = store.newest(job)
+    assert step == 2 and (folder / "w").read_text() == "2"  # the commit that failed cost nothing
+    assert store.remove_leftovers(job) and not list(job.glob(".incoming-*"))
+
+
+def test_a_stop_ends_the_run_inside_the_report_that_carries_a_checkpoint(tmp_path):
+    asked = []
+    s = session.Session(session.TrainContext(total_steps=10), str(tmp_path / "c"), lambda: bool(asked))
+    s.report({}, step=1)
+    assert not s.should_checkpoint()
+    asked.append(1)
+    assert s.should_checkpoint() and s.should_checkpoint()  # stays agreed
+    s.report({"loss": 1.0}, step=2)  # no checkpoint: the run goes on (until its grace runs out)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    with pytest.raises(session.RunStopped) as stopped:
+        s.report({}, step=3, checkpoint=str(folder))
+    assert stopped.value.step == 3 and store.newest(tmp_path / "c")[1] == 3
+    assert not issubclass(session.RunStopped, Exception)  # a loop's ``except Exception`` cannot swallow it
+
+
+def test_a_ray_train_checkpoint_call_works_on_the_returned_path(tmp_path):
+    path = train.Checkpoint.from_directory(tmp_path)
+    with path.as_directory() as d:
+        assert d == str(tmp_path) == path.path and isinstance(path, str)
+
+
+def test_outside_a_run_the_local_stand_in_answers():
+    session.install(None)
+    ctx = train.get_context()
+    assert (ctx.world_size, ctx.world_rank, ctx.job_id) == (1, 0, None)
+    assert train.get_checkpoint() is None and not train.should_checkpoint()
+    train.report({"x": 1}, step=5)
+    assert session.current().history[-1]["step"] == 5
+    session.install(None)
+
+
+def test_stopped_twice_and_resumed_the_user_loop_ends_bitwise_identical(tmp_path):
+    whole = run_user_rank(_request(tmp_path / "a", _mlp()), lambda: False, 0, 1, None, {})
+    assert whole.status == "finished" and whole.step == 12 and whole.notes == ()
+    starts = []
+    for n in (4, 3):
+        part = run_user_rank(_request(tmp_path / "b", _mlp()), _stop_after(n), 0, 1, None, {})
+        assert part.status == "preempted"
+        starts.append((part.start_step, part.step))
+    last = run_user_rank(_request(tmp_path / "b", _mlp()), lambda: False, 0, 1, None, {})
+    assert starts == [(0, 5), (5, 9)] and (last.start_step, last.step, last.status) == (9, 12, "finished")
+    whole_w, parts_w = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert set(whole_w) == set(parts_w) and all(torch.equal(whole_w[k], parts_w[k]) for k in whole_w)
+
+
+def _write(tmp_path, source: str) -> dict:
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "loop.py").write_text(textwrap.dedent(source))
+    return {"entrypoint": "loop.py:loop", "working_dir": str(tmp_path / "code"), "config": {"k": 3}}
+
+
+def test_a_loop_that_raises_fails_with_its_own_traceback_and_is_not_retried(tmp_path):
+    code = _write(tmp_path, """
+        import pcs_ray.train as train
+        def loop(config):
+            train.report({}, step=1)
+            helper(config["k"])
+        def helper(k):
+            raise RuntimeError(f"my bug {k}")
+    """)
+    out = run_user_rank(_request(tmp_path, code), lambda: False, 0, 1, None, {})
+    assert out.status == "failed" and out.fatal
+    assert out.error.splitlines()[-1] == "RuntimeError: my bug 3" and "in helper" in out.error
+    assert "user_run.py" not in out.error  # our frames are cut
+
+
+def test_a_loop_that_returns_early_finishes_at_its_last_report_and_says_so(tmp_path):
+    code = _write(tmp_path, """
+        import pcs_ray.train as train
+        def loop(config):
+            for step in range(1, 5):
+                train.report({"k": config["k"]}, step=step)
+    """)
+    out = run_user_rank(_request(tmp_path, code, steps=10), lambda: False, 0, 1, None, {})
+    assert (out.status, out.step) == ("finished", 4) and out.notes == ("returned early: at step 4 of 10",)
+
+
+def test_a_function_sent_by_value_runs_with_its_config(tmp_path):
+    import cloudpickle
+
+    def loop(config):
+        Path(config["out"]).write_text(str(config["k"]))
+        train.report({}, step=3)
+
+    out_file = tmp_path / "seen"
+    code = {"function": base64.b64encode(cloudpickle.dumps(loop)).decode(), "config": {"k": 9, "out": str(out_file)}}
+    out = run_user_rank(_request(tmp_path, code, steps=3), lambda: False, 0, 1, None, {})
+    assert (out.status, out.step, out_file.read_text()) == ("finished", 3, "9")
+
+
+def test_progress_goes_to_the_coordinator_in_the_jobs_own_units(tmp_path):
+    class Target:
+        def __init__(self):
+            self.calls = []
+            self.report_progress = self
+
+        def remote(self, job_id, step, step_time, **kw):
+            self.calls.append((job_id, step))
+
+    target = Target()
+    out = run_user_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
+                        lambda: False, 0, 1, None, {})
+    assert out.status == "finished" and [s for _, s in target.calls] == [1, 2, 3, 4, 5]
