@@ -46,12 +46,31 @@ TRACEBACK_LINES = 12  # of the user's traceback kept in the outcome (the status 
 
 
 def runtime_env(request: RunRequest) -> dict:
-    """The Ray ``runtime_env`` of the run's rank processes (the job's own, with its working_dir)."""
+    """The Ray ``runtime_env`` of the run's rank processes: the job's own, with its working_dir shipped."""
     code = request.code or {}
     env = {k: v for k, v in (code.get("runtime_env") or {}).items()}
     env["env_vars"] = {**env.get("env_vars", {}), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if code.get("working_dir"):
         env["working_dir"] = code["working_dir"]
+        env = ship_working_dir(env)
+    return env
+
+
+def ship_working_dir(env: dict) -> dict:
+    """``env`` with its local ``working_dir`` uploaded to the cluster and named by its ``gcs://`` URI.
+
+    Ray takes a local folder only in a job's own ``runtime_env`` (``ray.init``/``ray job submit``);
+    an actor's needs a URI. This is the packaging step Ray's job SDK runs: the package is named by
+    a hash of its content, so a folder that has not changed is uploaded once. Excludes (``.gitignore``,
+    ``runtime_env.excludes``) are honoured as Ray does.
+    """
+    import tempfile
+
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    with tempfile.TemporaryDirectory(prefix="pcs-ray-package-") as scratch:
+        env = upload_working_dir_if_needed(dict(env), include_gitignore=True, scratch_dir=scratch)
+    env.pop("excludes", None)
     return env
 
 

@@ -1,0 +1,114 @@
+"""The user's own code on Ray: a fresh pinned process per rank with its runtime_env, logs per rank,
+DDP over gloo, a stop at a checkpoint and a resume on another world size, a grace-period kill."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import pcs_ray.train.store as store
+from pcs_ray.contract import GPUSlot, RunRequest
+
+LOOP = '''
+import os, time
+import torch
+import pcs_ray.train as train
+
+def loop(config):
+    ctx = train.get_context()
+    print("env", os.environ["CUDA_VISIBLE_DEVICES"], os.environ["CUDA_DEVICE_ORDER"], os.getcwd(), flush=True)
+    step, total = 0, ctx.total_steps
+    w = torch.zeros(4)
+    if (ckpt := train.get_checkpoint()) is not None:
+        state = torch.load(os.path.join(ckpt, "w.pt"), weights_only=True)
+        w, step = state["w"], state["step"]
+        print("resumed", step, "world", ctx.world_size, flush=True)
+    while step < total:
+        g = torch.full((4,), float(step + 1))
+        if ctx.world_size > 1:
+            torch.distributed.all_reduce(g)
+            g /= ctx.world_size
+        w += g
+        step += 1
+        time.sleep(config["sleep"])
+        if config.get("ignore_stops"):
+            train.report({}, step=step)
+            continue
+        if train.should_checkpoint() or step == total:
+            folder = None
+            if ctx.world_rank == 0:
+                folder = train.checkpoint_dir()
+                torch.save({"w": w, "step": step}, os.path.join(folder, "w.pt"))
+            train.report({"w0": float(w[0])}, step=step, checkpoint=folder)
+        else:
+            train.report({"w0": float(w[0])}, step=step)
+'''
+
+
+@pytest.fixture(scope="module")
+def env(ray_local, tmp_path_factory):
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Recorder:
+        def __init__(self):
+            self.reports = []
+
+        def report_progress(self, job_id, step, step_time_s, **extra):
+            self.reports.append((job_id, step))
+
+        def top(self, job_id):
+            return max([s for j, s in self.reports if j == job_id], default=0)
+
+    code_dir = tmp_path_factory.mktemp("code")
+    (code_dir / "loop.py").write_text(LOOP)
+    from executors.launch import launch, stop
+
+    return ray, Recorder.remote(), code_dir, launch, stop
+
+
+def _request(code_dir, root: Path, gpus, steps=20, reporter=None, **config) -> RunRequest:
+    return RunRequest("u1", "user:loop.py:loop", steps, tuple(GPUSlot(n, i) for n, i in gpus), str(root / "checkpoints" / "u1"),
+                      code={"entrypoint": "loop.py:loop", "working_dir": str(code_dir), "config": {"sleep": 0.05, **config},
+                            "runtime_env": {"env_vars": {"MY_FLAG": "1"}}},
+                      log_dir=str(root / "logs" / "u1" / "attempt-1"), report_interval_s=0.0, reporter=reporter)
+
+
+def _until(predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_two_rank_user_run_stops_at_its_checkpoint_and_resumes_on_one_gpu(env, tmp_path):
+    ray, recorder, code_dir, launch, _ = env
+    first = launch(_request(code_dir, tmp_path, [("node0", 2), ("node1", 3)], reporter=recorder))
+    _until(lambda: ray.get(recorder.top.remote("u1")) >= 3)
+    first.request_stop()
+    stopped = first.outcome(timeout=120)
+    assert stopped.status == "preempted" and 3 <= stopped.step < 20 and stopped.runner == "cold"
+    assert store.newest(tmp_path / "checkpoints" / "u1")[1] == stopped.step
+    logs = tmp_path / "logs" / "u1" / "attempt-1"
+    rank0, rank1 = (logs / "rank-0.log").read_text(), (logs / "rank-1.log").read_text()
+    assert rank0.startswith("env 2 PCI_BUS_ID ") and rank1.startswith("env 3 PCI_BUS_ID ")
+    assert "working_dir_files" in rank0.split()[3]  # Ray runs it in its unpacked copy of working_dir
+
+    resumed = launch(_request(code_dir, tmp_path, [("node0", 1)])).outcome(timeout=120)
+    assert (resumed.status, resumed.start_step, resumed.step) == ("finished", stopped.step, 20)
+    import torch
+
+    final = torch.load(store.newest(tmp_path / "checkpoints" / "u1")[0] / "w.pt", weights_only=True)
+    assert torch.equal(final["w"], torch.full((4,), float(sum(range(1, 21)))))  # every step applied exactly once
+    assert f"resumed {stopped.step} world 1" in (logs / "rank-0.log").read_text()
+
+
+def test_a_loop_that_ignores_the_stop_is_killed_after_the_grace_and_resumes_from_its_checkpoint(env, tmp_path):
+    ray, recorder, code_dir, launch, stop = env
+    handle = launch(_request(code_dir, tmp_path, [("node0", 3)], steps=400, ignore_stops=True, sleep=0.05, reporter=recorder))
+    _until(lambda: ray.get(recorder.top.remote("u1")) >= 5)
+    outcome = stop(handle, grace_s=1.0)
+    assert outcome.status == "failed" and outcome.step == 0  # never checkpointed: resumes from the start
