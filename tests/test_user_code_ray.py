@@ -112,3 +112,54 @@ def test_a_loop_that_ignores_the_stop_is_killed_after_the_grace_and_resumes_from
     _until(lambda: ray.get(recorder.top.remote("u1")) >= 5)
     outcome = stop(handle, grace_s=1.0)
     assert outcome.status == "failed" and outcome.step == 0  # never checkpointed: resumes from the start
+
+
+@pytest.fixture
+def coordinator(ray_local, tmp_path):
+    from pcs_ray.coordinator.actor import start_coordinator
+    from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+
+    started = []
+
+    def start(cluster, policy="fair"):
+        config = CoordinatorConfig(cluster=cluster_dict(cluster), state_dir=str(tmp_path / "state"), policy=policy,
+                                   grace_s=20.0, progress_journal_every=0.0, warm_pool=False)
+        started.append(start_coordinator(config))
+        return started[-1]
+
+    yield start
+    for actor in started:
+        ray_local.kill(actor, no_restart=True)
+    time.sleep(0.5)
+
+
+def test_an_elastic_user_job_is_resized_by_a_second_arrival_and_loses_no_step(coordinator, ray_local, env, tmp_path):
+    from pcs_ray.client import Client
+    from pcs_ray.cluster import ClusterSpec
+
+    _, _, code_dir, _, _ = env
+    actor = coordinator(ClusterSpec.homogeneous(4, 2))
+    client = Client(coordinator=actor)
+    spec = {"entrypoint": "loop.py:loop", "working_dir": str(code_dir), "steps": 120, "gpus": 4, "min_gpus": 1,
+            "config": {"sleep": 0.05}, "step_time": 0.05, "name": "elastic"}
+    a = client.submit(spec)
+    _until(lambda: _steps(client, a.id) >= 10, timeout=120)
+    b = client.submit({**spec, "steps": 30, "gpus": 2, "min_gpus": 2, "name": "second"})
+    finals = [client.wait(h.id, timeout=300) for h in (a, b)]
+    assert [f["state"] for f in finals] == ["finished", "finished"], [f["error"] for f in finals]
+    first = finals[0]
+    counts = [len(s["gpus"]) for s in first["segments"]]
+    assert counts[0] == 4 and min(counts) < 4 and first["preemptions"] >= 1  # the resize is in its history
+    assert first["steps"] == 120 and first["lost_steps"] == 0
+    # Every resume started from the newest checkpoint the loop itself reported: the step its run ended at.
+    assert all(s["from_step"] > 0 for s in first["segments"][1:])
+    import torch
+
+    state = torch.load(Path(tmp_path / "state" / "checkpoints" / str(a.id) / "latest" / "w.pt"), weights_only=True)
+    assert torch.equal(state["w"], torch.full((4,), float(sum(range(1, 121)))))  # no step skipped or applied twice
+    log = (tmp_path / "state" / "logs" / str(a.id) / "attempt-2" / "rank-0.log").read_text()
+    assert f"resumed {first['segments'][1]['from_step']} world {counts[1]}" in log
+
+
+def _steps(client, jid) -> int:
+    return next(j for j in client.status()["jobs"] if j["id"] == jid)["steps"]
