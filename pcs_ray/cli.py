@@ -19,11 +19,11 @@ import sys
 import typer
 
 from pcs_ray.cluster import ClusterSpecError
-from pcs_ray.commands import calibrate, config, data, demo, live, power, replay, report, simulate, slowruns, solve, up
+from pcs_ray.commands import calibrate, config, data, demo, live, logs, power, replay, report, simulate, slowruns, solve, up
 from pcs_ray.policies import ConfigError
 from workloads.errors import WorkloadError
 
-COMMAND_GROUPS = (simulate, up, live, calibrate, replay, report, config, demo, solve, power, slowruns, data)
+COMMAND_GROUPS = (simulate, up, live, logs, calibrate, replay, report, config, demo, solve, power, slowruns, data)
 
 # Errors a user can fix; anything else is a bug and keeps its traceback.
 USER_ERRORS = (WorkloadError, ConfigError, ClusterSpecError, ValueError, FileNotFoundError, OSError)

@@ -147,6 +147,10 @@ class Client:
     def cancel(self, job_id: int) -> dict:
         return self._call("cancel", int(job_id))
 
+    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
+        """What a user run's ranks printed (``CoordinatorAPI.logs``)."""
+        return self._call("logs", int(job_id), attempt, offsets)
+
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
         """Fire-and-forget, as runners report."""

@@ -93,6 +93,10 @@ class CoordinatorAPI(Protocol):
     def cancel(self, job_id: int) -> dict:
         """Cancel a job (a running one stops at its next step); returns its view."""
 
+    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
+        """What a user run's ranks printed: one attempt (default the newest), each rank's text from
+        ``offsets`` (rank -> byte offset) on, and the offsets to ask from next time."""
+
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
         """A runner's or an external executor's progress: its step and measured seconds per step

@@ -173,3 +173,30 @@ def test_progress_goes_to_the_coordinator_in_the_jobs_own_units(tmp_path):
     out = run_user_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
                         lambda: False, 0, 1, None, {})
     assert out.status == "finished" and [s for _, s in target.calls] == [1, 2, 3, 4, 5]
+
+
+def test_logs_are_read_per_attempt_and_rank_from_the_offsets_given():
+    import tempfile
+
+    from pcs_ray.contract import UnknownJobError
+    from pcs_ray.coordinator.logs import read_logs
+
+    root = Path(tempfile.mkdtemp())
+    for attempt, ranks in ((1, 1), (2, 2)):
+        folder = root / "5" / f"attempt-{attempt}"
+        folder.mkdir(parents=True)
+        for r in range(ranks):
+            (folder / f"rank-{r}.log").write_text(f"a{attempt} r{r} line1\n")
+    first = read_logs(root, 5)
+    assert first["attempt"] == 2 and first["attempts"] == [1, 2] and set(first["ranks"]) == {"0", "1"}
+    (root / "5" / "attempt-2" / "rank-1.log").open("a").write("more\n")
+    offsets = {r: p["offset"] for r, p in first["ranks"].items()}
+    again = read_logs(root, 5, 2, offsets)
+    assert again["ranks"]["1"]["text"] == "more\n" and again["ranks"]["0"]["text"] == ""
+    assert read_logs(root, 5, 1)["ranks"]["0"]["text"] == "a1 r0 line1\n"
+    tail = read_logs(root, 5, 2, limit=4)["ranks"]["1"]
+    assert tail["text"] == "ore\n"
+    assert tail["skipped"] == tail["size"] - 4
+    with pytest.raises(UnknownJobError, match="attempts with logs: 1, 2"):
+        read_logs(root, 5, 9)
+    assert read_logs(root, 6)["attempt"] is None

@@ -157,7 +157,7 @@ def test_an_elastic_user_job_is_resized_by_a_second_arrival_and_loses_no_step(co
 
     state = torch.load(Path(tmp_path / "state" / "checkpoints" / str(a.id) / "latest" / "w.pt"), weights_only=True)
     assert torch.equal(state["w"], torch.full((4,), float(sum(range(1, 121)))))  # no step skipped or applied twice
-    log = (tmp_path / "state" / "logs" / str(a.id) / "attempt-2" / "rank-0.log").read_text()
+    log = client.logs(a.id, 2)["ranks"]["0"]["text"]  # what `pcs-ray logs ID --attempt 2` prints
     assert f"resumed {first['segments'][1]['from_step']} world {counts[1]}" in log
 
 

@@ -1,0 +1,50 @@
+"""What a user run printed: each rank's stdout and stderr, read back in pieces for ``pcs-ray logs``.
+
+Ranks write ``STATE_DIR/logs/<job>/attempt-<k>/rank-<r>.log`` (``executors.user_run``). A reader
+asks for one attempt (default: the newest) from byte offsets it got last time, so ``--follow``
+fetches only what is new, and no reply is larger than ``limit`` bytes per rank.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pcs_ray.contract import UnknownJobError
+
+CHUNK_B = 64 * 1024
+_ATTEMPT = re.compile(r"attempt-(\d+)$")
+_RANK = re.compile(r"rank-(\d+)\.log$")
+
+
+def attempts(root: Path, job_id: int) -> list[int]:
+    folder = root / str(job_id)
+    found = [int(m.group(1)) for p in folder.iterdir() if (m := _ATTEMPT.search(p.name))] if folder.is_dir() else []
+    return sorted(found)
+
+
+def read_logs(root: str | Path, job_id: int, attempt: int | None = None, offsets: dict | None = None,
+              limit: int = CHUNK_B) -> dict:
+    """``{"job", "attempt", "attempts", "ranks": {rank: {"text", "offset", "size"}}}`` from ``offsets``
+    (rank -> byte offset; default 0, or for a first read the last ``limit`` bytes of each log)."""
+    root = Path(root)
+    known = attempts(root, job_id)
+    if attempt is None:
+        attempt = known[-1] if known else None
+    elif attempt not in known:
+        raise UnknownJobError(f"job {job_id} has no logs of attempt {attempt}; attempts with logs: "
+                              f"{', '.join(map(str, known)) or 'none'}")
+    ranks: dict[str, dict] = {}
+    if attempt is not None:
+        folder = root / str(job_id) / f"attempt-{attempt}"
+        for path in sorted(folder.glob("rank-*.log"), key=lambda p: int(_RANK.search(p.name).group(1))):
+            rank = _RANK.search(path.name).group(1)
+            size = path.stat().st_size
+            start = (offsets or {}).get(rank)
+            start = max(0, size - limit) if start is None else min(int(start), size)
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read(limit)
+            ranks[rank] = {"text": data.decode(errors="replace"), "offset": start + len(data), "size": size,
+                           "skipped": start if offsets is None or rank not in offsets else 0}
+    return {"job": job_id, "attempt": attempt, "attempts": known, "ranks": ranks}
