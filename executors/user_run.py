@@ -221,9 +221,9 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
         notes = ()
         if session.step < request.total_steps:
             notes = (f"returned early: at step {session.step} of {request.total_steps}",)
-        return _outcome(request, "finished", session.step, start_step, timings, notes, device)
+        return _outcome(request, "finished", session.step, start_step, timings, notes, device, session.metrics)
     except train_session.RunStopped as stop:
-        return _outcome(request, "preempted", stop.step, start_step, timings, (), device)
+        return _outcome(request, "preempted", stop.step, start_step, timings, (), device, session.metrics)
     except BaseException as exc:  # the user's code: any error (SystemExit included) fails the job
         saved = store.newest(request.checkpoint_dir)
         print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
@@ -237,10 +237,26 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
 
 
 def _outcome(request: RunRequest, status: str, step: int, start_step: int, timings: dict, notes: tuple,
-             device: str) -> RunOutcome:
+             device: str, metrics: dict | None = None) -> RunOutcome:
     timings["saved"] = time.time()
     return RunOutcome(job_id=request.job_id, status=status, step=step, start_step=start_step,
-                      gpus=tuple(request.gpus), notes=notes, timings=timings, emulated=device == "cpu")
+                      gpus=tuple(request.gpus), notes=notes, timings=timings, emulated=device == "cpu",
+                      metrics=plain_metrics(metrics or {}))
+
+
+def plain_metrics(metrics: dict) -> dict:
+    """The metrics as JSON numbers, strings and booleans (a tensor's item; other values as text)."""
+    out = {}
+    for key, value in list(metrics.items())[:100]:
+        if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+            value = value.item()
+        if isinstance(value, bool) or isinstance(value, str):
+            out[str(key)] = value
+        elif isinstance(value, (int, float)):
+            out[str(key)] = value if value == value and abs(value) != float("inf") else None
+        else:
+            out[str(key)] = str(value)[:200]
+    return out
 
 
 def launch_user(request: RunRequest, after: ray.ObjectRef | None = None):

@@ -211,3 +211,4 @@ class RunOutcome:
     emulated_step_s: float | None = None  # the emulated GPU's step budget (None: real GPUs)
     runner: str = "cold"  # "warm": a pooled runner took the run; "cold": runner processes started for it
     fatal: bool = False  # the job's own code raised: retrying would raise again, so the job fails at once
+    metrics: dict | None = None  # the last metrics rank 0 reported (user code), as JSON numbers and strings

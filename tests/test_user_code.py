@@ -32,9 +32,9 @@ def _mlp(**config) -> dict:
             "config": {"lr": 0.05, "samples": 256, "hidden": 16, **config}}
 
 
-def _stop_after(n: int):
-    calls = []
-    return lambda: calls.append(1) or len(calls) > n
+def _stop_at(step: int):
+    """Asked to stop once the run has reported ``step``."""
+    return lambda: session.current().step >= step
 
 
 def _weights(tmp_path) -> dict:
@@ -105,8 +105,8 @@ def test_stopped_twice_and_resumed_the_user_loop_ends_bitwise_identical(tmp_path
     whole = run_user_rank(_request(tmp_path / "a", _mlp()), lambda: False, 0, 1, None, {})
     assert whole.status == "finished" and whole.step == 12 and whole.notes == ()
     starts = []
-    for n in (4, 3):
-        part = run_user_rank(_request(tmp_path / "b", _mlp()), _stop_after(n), 0, 1, None, {})
+    for n in (4, 8):  # the loop checkpoints at its next should_checkpoint(): one step later
+        part = run_user_rank(_request(tmp_path / "b", _mlp()), _stop_at(n), 0, 1, None, {})
         assert part.status == "preempted"
         starts.append((part.start_step, part.step))
     last = run_user_rank(_request(tmp_path / "b", _mlp()), lambda: False, 0, 1, None, {})
@@ -200,3 +200,34 @@ def test_logs_are_read_per_attempt_and_rank_from_the_offsets_given():
     with pytest.raises(UnknownJobError, match="attempts with logs: 1, 2"):
         read_logs(root, 5, 9)
     assert read_logs(root, 6)["attempt"] is None
+
+
+def test_a_trainer_names_a_files_function_as_an_entrypoint_and_sends_others_by_value(monkeypatch):
+    import sys
+
+    from pcs_ray.jobfile import parse_job
+    from pcs_ray.train.trainer import Trainer
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from train_mlp import train_loop
+
+    spec = Trainer(train_loop, config={"lr": 0.1}, steps=50, gpus=2, client=object()).spec()
+    assert spec["entrypoint"] == "train_mlp.py:train_loop" and spec["working_dir"] == str(EXAMPLES)
+    assert parse_job(spec).workload == "user:train_mlp.py:train_loop"
+
+    def local_loop(config):
+        train.report({}, step=1)
+
+    by_value = Trainer(local_loop, steps=1, client=object()).spec()
+    assert "entrypoint" not in by_value and by_value["name"] == "local_loop"
+    assert parse_job(by_value).workload.startswith("user:fn-")
+    sys.modules.pop("train_mlp", None)
+
+
+def test_a_ray_train_loop_ported_by_its_imports_stops_and_resumes_where_it_left_off(tmp_path):
+    code = {"entrypoint": "ray_train_port.py:train_func", "working_dir": str(EXAMPLES),
+            "config": {"lr": 0.01, "batch_size": 64, "epochs": 6}}
+    first = run_user_rank(_request(tmp_path, code, steps=6), _stop_at(2), 0, 1, None, {})
+    assert (first.status, first.step) == ("preempted", 2)  # it never asks: its report with a checkpoint ends it
+    rest = run_user_rank(_request(tmp_path, code, steps=6), lambda: False, 0, 1, None, {})
+    assert (rest.status, rest.start_step, rest.step) == ("finished", 2, 6) and rest.metrics["epoch"] == 5

@@ -160,12 +160,13 @@ class CoordinatorService(CoordinatorHost):
             if jid is None:
                 continue
             run = self.runs.pop(jid)
-            fatal, note = False, None
+            fatal, note, metrics = False, None, None
             try:
                 outcome = ray.get(ref, timeout=0)
                 status, step, step_time, error = outcome.status, outcome.step, outcome.step_time_s, outcome.error
                 fatal = bool(getattr(outcome, "fatal", False))
                 note = next((n for n in outcome.notes if n.startswith("returned early")), None)
+                metrics = getattr(outcome, "metrics", None)
                 if outcome.emulated:
                     self.core.jobs[jid].emulated = True
                 self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
@@ -178,7 +179,8 @@ class CoordinatorService(CoordinatorHost):
                 # must not count as the job's failure (nor send it back to the dead node), so wait to know.
                 self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run))
                 continue
-            changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error, fatal=fatal, note=note)
+            changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error, fatal=fatal, note=note,
+                                                metrics=metrics)
         return changed
 
     def _settle_suspects(self) -> bool:

@@ -31,6 +31,7 @@ from pcs_ray.coordinator.journal import Journal
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.coordinator.state import CoordinatorState, PolicyFactory
 from pcs_ray.jobfile import JobFile, parse_job
+import pcs_ray.train.store as store
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
 from workloads.history import append_history
@@ -161,15 +162,16 @@ class Coordinator(CoordinatorState):
 
     def run_ended(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
-        error: str | None = None, *, fatal: bool = False, note: str | None = None,
+        error: str | None = None, *, fatal: bool = False, note: str | None = None, metrics: dict | None = None,
     ) -> list[Action]:
         """A run ended: finished its budget, stopped on request (``preempted``), or failed (or was killed)."""
-        changed = self.record_run_end(jid, attempt, status, step, step_time, error, fatal=fatal, note=note)
+        changed = self.record_run_end(jid, attempt, status, step, step_time, error, fatal=fatal, note=note,
+                                      metrics=metrics)
         return self.decide() if changed else []
 
     def record_run_end(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
-        error: str | None = None, *, fatal: bool = False, note: str | None = None,
+        error: str | None = None, *, fatal: bool = False, note: str | None = None, metrics: dict | None = None,
     ) -> bool:
         """:meth:`run_ended` without the decision, for a host that collected several ends at once and
         decides once for all of them (one decision instead of one per end, the lock held that much less).
@@ -178,14 +180,19 @@ class Coordinator(CoordinatorState):
         ``fatal``: the job's own code raised, so it fails at once instead of being retried. A run that
         ends behind the steps it reported (killed after the grace period, or lost) redoes them from its
         checkpoint: they are counted as ``lost_steps``. ``note``: how a finished run ended, when not at
-        its budget (user code that returned early)."""
+        its budget (user code that returned early). ``metrics``: what the run last reported (user code);
+        a finished job keeps them and its newest checkpoint's folder for ``Trainer.fit``."""
         job = self.jobs.get(jid)
         if job is None or job.attempt != attempt or not job.state.holds_gpus:
             return False
         if step_time and job.gpus:
             self._apply_progress(job, self.now(), step, step_time, job.emulated)
         if status == "finished":
-            self._record("finished", jid, step=step, **({"note": note} if note else {}))
+            extra = {"note": note} if note else {}
+            if job.spec.user_code:
+                found = store.newest(self.checkpoint_root / str(jid))
+                extra.update(metrics=metrics or {}, checkpoint=str(found[0]) if found else None)
+            self._record("finished", jid, step=step, **extra)
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step)

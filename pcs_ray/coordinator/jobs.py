@@ -47,6 +47,8 @@ class LiveJob:
     failures: int = 0
     error: str | None = None
     note: str | None = None  # how it finished when not at its budget (user code that returned early)
+    metrics: dict | None = None  # what a user run last reported, once the job finished
+    checkpoint: str | None = None  # its newest checkpoint's folder, once it finished
     lost_steps: int = 0  # reported steps its runs redid from a checkpoint (a stop past its grace, a lost runner)
     emulated: bool = False
     submission_id: str | None = None

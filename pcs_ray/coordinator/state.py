@@ -194,6 +194,8 @@ class CoordinatorState:
                 job.steps = data["step"]
             job.error = data.get("error", job.error)
             job.note = data.get("note", job.note)
+            job.metrics = data.get("metrics", job.metrics)
+            job.checkpoint = data.get("checkpoint", job.checkpoint)
             self._terminate(job, JobStatus(kind), t)
 
     def _apply_config(self, t: float, data: dict) -> None:

@@ -26,7 +26,8 @@
   returns (a folder from :func:`checkpoint_dir` is moved, not copied).
 * ``should_checkpoint()``: true once the coordinator wants the job's GPUs back (preemption,
   resize, migration, ``pcs-ray stop``). Every rank must call it at the same steps; all get the same
-  answer. The next report with a checkpoint ends the run, which resumes from it on whatever GPUs
+  answer. The next report with a checkpoint ends the run (also in a loop that never asks: a Ray
+  Train loop that checkpoints at every epoch is stopped at its next epoch's report), which resumes from it on whatever GPUs
   and world size the policy gives next. A loop that does not checkpoint within the operator's
   grace period is stopped anyway, resumes from its newest checkpoint and the steps it lost are
   counted. ``get_preemption_info()`` asks the same question the Ray Train way.

@@ -7,8 +7,9 @@ reports kept in memory, never asked to stop.
 
 The stop protocol (``should_checkpoint``): the coordinator asks a rank to give its GPUs back; the
 ranks agree on it at their next call (an all-reduce: every rank must call it at the same steps,
-as with Ray Train's ``get_preemption_info``); the loop then reports a checkpoint, and the run
-ends inside that ``report`` on every rank (:class:`RunStopped`, a ``BaseException`` so that a
+as with Ray Train's ``get_preemption_info``) or their next report (every rank reports at the same
+steps, as in Ray Train); the loop then reports a checkpoint, and the run ends inside that
+``report`` on every rank (:class:`RunStopped`, a ``BaseException`` so that a
 loop's ``except Exception`` does not swallow it).
 """
 
@@ -106,20 +107,21 @@ class Session:
     history: list = field(default_factory=list)  # the local session keeps every report
 
     # -- agreement across ranks ---------------------------------------------------------
-    def _any_rank(self, flag: bool) -> bool:
+    def _any_rank(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag OR-ed over the ranks (one all-reduce; every rank must call it at the same point)."""
         if self.context.world_size == 1:
-            return flag
+            return tuple(bool(f) for f in flags)
         import torch
         import torch.distributed as dist
 
         device = self.context.device if self.context.device.startswith("cuda") else "cpu"
-        tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+        tensor = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return bool(tensor.item() > 0)
+        return tuple(bool(v > 0) for v in tensor.tolist())
 
     def should_checkpoint(self) -> bool:
         if not self.stopping:
-            self.stopping = self._any_rank(bool(self.stop_requested()))
+            (self.stopping,) = self._any_rank(bool(self.stop_requested()))
         return self.stopping
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -149,7 +151,11 @@ class Session:
             self.history.append({"step": step, "metrics": self.metrics, "checkpoint": saved})
         if self.on_report is not None:
             self.on_report(step, self.metrics)
-        if self.stopping and self._any_rank(saved):
+        # Every report is a point where the ranks agree (as in Ray Train): a stop asked for ends the run at
+        # the first report that carries a checkpoint, also in a loop that never asks should_checkpoint().
+        stopping, checkpointed = self._any_rank(self.stopping or bool(self.stop_requested()), saved)
+        self.stopping = self.stopping or stopping
+        if stopping and checkpointed:
             raise RunStopped(step)
 
     def staging_dir(self) -> str:

@@ -1,0 +1,39 @@
+"""Ray Train's ``ray.train.torch`` helpers under the same names: ``from pcs_ray.train.torch import prepare_model``."""
+
+from __future__ import annotations
+
+import pcs_ray.train as train
+
+
+def prepare_model(model):
+    """The model on this rank's device, in DDP when the run has several ranks (see ``pcs_ray.train``)."""
+    return train.prepare_model(model)
+
+
+def prepare_data_loader(loader):
+    """``loader`` with each rank reading its own share of the data (a ``DistributedSampler``) when the
+    run has several ranks, and batches moved to this rank's device."""
+    import torch
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    context = train.get_context()
+    if context.world_size > 1 and not isinstance(getattr(loader, "sampler", None), DistributedSampler):
+        sampler = DistributedSampler(loader.dataset, num_replicas=context.world_size, rank=context.world_rank,
+                                     shuffle=not isinstance(loader.sampler, torch.utils.data.SequentialSampler))
+        loader = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
+                            num_workers=loader.num_workers, collate_fn=loader.collate_fn, drop_last=loader.drop_last)
+    device = torch.device(context.device)
+    return _OnDevice(loader, device) if device.type != "cpu" else loader
+
+
+class _OnDevice:
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield [b.to(self.device) if hasattr(b, "to") else b for b in batch] if isinstance(batch, (list, tuple)) else batch.to(self.device)

@@ -1,0 +1,133 @@
+"""``Trainer``: submit a training function through pcs-ray from a driver, get its prediction, wait for it.
+
+::
+
+    from pcs_ray.train import Trainer
+    from train_mlp import train_loop          # a top-level function of a file: shipped as an entrypoint
+
+    trainer = Trainer(train_loop, config={"lr": 0.02}, steps=400, gpus=4, min_gpus=1, name="mlp")
+    handle = trainer.submit()                 # at once: job_id, predicted_completion, bound
+    result = trainer.fit()                    # blocks; result.metrics, result.checkpoint
+
+The function travels as an entrypoint (``FILE.py:FUNCTION`` in its folder, which becomes the
+``working_dir``) when it is a top-level function of a file; otherwise (a function defined in the
+driver script itself, a closure) by value, with cloudpickle, as Ray does. So
+``ray job submit --working-dir DIR -- python driver.py`` runs the user's own code under pcs-ray.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pcs_ray.client import Client, JobHandle
+
+
+class TrainingFailedError(RuntimeError):
+    """The job ended without finishing (failed or cancelled); the message carries why."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished job: the metrics its loop last reported and its newest checkpoint's folder."""
+
+    job_id: int
+    metrics: dict
+    checkpoint: str | None
+    state: str
+    view: dict
+
+
+def entrypoint_of(function: Callable, working_dir: str | Path | None) -> tuple[str, str] | None:
+    """``(entrypoint, working_dir)`` for a top-level function of an importable file, else None.
+
+    A function of the script being run (``__main__``) is never named by file: importing the
+    driver inside the run would run the driver again.
+    """
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    if module is None or module.__name__ == "__main__" or "." in function.__qualname__ or "<" in function.__qualname__:
+        return None
+    source = getattr(module, "__file__", None)
+    if not source or getattr(module, function.__name__, None) is not function:
+        return None
+    path = Path(source).resolve()
+    if working_dir is not None:
+        root = Path(working_dir).resolve()
+        if not path.is_relative_to(root):
+            return None
+        return f"{path.relative_to(root).as_posix()}:{function.__name__}", str(root)
+    depth = module.__name__.count(".")
+    root = path.parents[depth] if path.name != "__init__.py" else path.parents[depth + 1]
+    if depth == 0:
+        return f"{path.name}:{function.__name__}", str(root)
+    return f"{module.__name__}:{function.__name__}", str(root)
+
+
+class Trainer:
+    """A training function, its config and its GPU demand, as one pcs-ray job (see the module doc)."""
+
+    def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int, gpus: int = 1,
+                 min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
+                 step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
+                 runtime_env: dict | None = None, scaling: Any = None, client: Any = None) -> None:
+        self.train_loop, self.working_dir = train_loop, working_dir
+        self.fields = {"steps": steps, "gpus": gpus, "min_gpus": min_gpus, "name": name, "step_time": step_time,
+                       "class": job_class, "checkpoint_every": checkpoint_every, "config": dict(config or {}),
+                       "runtime_env": runtime_env, "scaling": scaling}
+        self._client = client
+        self.handle: JobHandle | None = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = Client()
+        return self._client
+
+    def spec(self) -> dict:
+        """The job spec this trainer submits (checked by the client and the coordinator as a job file)."""
+        spec = {k: v for k, v in self.fields.items() if v is not None}
+        if isinstance(self.train_loop, str):
+            spec["entrypoint"] = self.train_loop
+            spec["working_dir"] = str(Path(self.working_dir or ".").resolve())
+            return spec
+        if not callable(self.train_loop):
+            raise TypeError(f"train_loop must be a function or 'FILE.py:FUNCTION', got {type(self.train_loop).__name__}")
+        named = entrypoint_of(self.train_loop, self.working_dir)
+        if named is not None:
+            spec["entrypoint"], spec["working_dir"] = named
+            return spec
+        import cloudpickle
+
+        spec["function"] = base64.b64encode(cloudpickle.dumps(self.train_loop)).decode()
+        if self.working_dir is not None:
+            spec["working_dir"] = str(Path(self.working_dir).resolve())
+        if not spec.get("name"):
+            spec["name"] = getattr(self.train_loop, "__name__", "train")
+        return spec
+
+    def submit(self) -> JobHandle:
+        """Submit once; returns at once with ``job_id``, ``predicted_completion`` and ``bound``."""
+        if self.handle is None:
+            self.handle = self.client.submit(self.spec())
+        return self.handle
+
+    @property
+    def job_id(self) -> int | None:
+        return None if self.handle is None else self.handle.id
+
+    def predict(self) -> dict:
+        """The job's refreshed prediction (``pcs-ray predict``): completion, range, bound, estimates."""
+        return self.client.predict(self.submit().id)
+
+    def fit(self, timeout: float | None = None) -> Result:
+        """Submit if not yet, block until the job ends; its metrics and checkpoint, or an error."""
+        handle = self.submit()
+        view = self.client.wait(handle.id, timeout=timeout)
+        if view["state"] != "finished":
+            why = (view.get("error") or "").strip().splitlines()
+            raise TrainingFailedError(f"job {handle.id} {view['state']}" + (f": {why[-1]}" if why else ""))
+        return Result(handle.id, view.get("metrics") or {}, view.get("checkpoint"), view["state"], view)
