@@ -80,8 +80,10 @@ def ray_head(tmp_path):
 
 
 def ray_job_submit(ray_head, entrypoint: list[str]):
-    """``ray job submit -- ENTRYPOINT`` to the loopback head, retried while its job agent comes up."""
-    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--", *entrypoint]
+    """``ray job submit -- ENTRYPOINT`` to the loopback head (options before a ``--`` in ``entrypoint`` go to
+    ``ray job submit``), retried while its job agent comes up."""
+    options, entrypoint = (entrypoint[:entrypoint.index("--")], entrypoint[entrypoint.index("--") + 1:]) if "--" in entrypoint else ([], entrypoint)
+    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], *options, "--", *entrypoint]
     deadline = time.monotonic() + 90
     while True:  # the head's job agent comes up a little after its dashboard
         submitted = _run(submit, ray_head["env"], timeout=240, check=False)
@@ -103,10 +105,19 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     assert "job 1 submitted: predicted completion" in out
     assert "job 1 finished at" in out and "JCT" in out
 
+    # The user's own code from a driver: `ray job submit --working-dir examples/user-code -- python driver.py`.
+    examples = Path(__file__).resolve().parent.parent / "examples" / "user-code"
+    driver = ray_job_submit(ray_head, ["--working-dir", str(examples), "--", "python", "driver.py", "--steps", "30", "--gpus", "2"])
+    assert driver.returncode == 0, driver.stdout[-3000:] + driver.stderr[-3000:]
+    assert "job 2: predicted completion in" in driver.stdout and "job 2 finished: metrics {\"loss\":" in driver.stdout
+
     status = _run([str(VENV_BIN / "pcs-ray"), "status", "--json", "--address", ray_head["gcs"]], env)
     import json
 
-    [final] = json.loads(status.stdout)["jobs"]
+    final, user = json.loads(status.stdout)["jobs"]
+    assert (user["workload"], user["steps"], user["state"]) == ("user:train_mlp.py:train_loop", 30, "finished")
+    logs = _run([str(VENV_BIN / "pcs-ray"), "logs", "2", "--address", ray_head["gcs"]], env)
+    assert "done at step 30" in logs.stdout
     assert final["state"] == "finished" and final["steps"] == 15 and final["segments"][0]["gpus"] == ["loop0:0", "loop0:1"]
     stopped = _run([str(VENV_BIN / "pcs-ray"), "stop", "--address", ray_head["gcs"]], env)
     assert "coordinator stopped" in stopped.stdout
