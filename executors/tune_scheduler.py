@@ -5,17 +5,18 @@ Tune has no pluggable trial executor; its extension point is a
 with the coordinator as an ``executor: external`` job whose most GPUs are
 trials x GPUs per trial: the policy decides how many GPUs it holds, placement
 which ones. The scheduler polls that assignment and maps it onto trials: a
-trial runs only on GPUs of the assignment (pinned with the per-GPU custom
-resource, ``num_gpus=0``; the trainable calls ``executors.tune_trial.pin_trial_gpus``
-to set ``CUDA_VISIBLE_DEVICES``), trials on GPUs taken away are paused at their
-next result (checkpointed; never while saving: Tune caches the decision) or,
-past a grace period, stopped hard and resumed from their last reported
-checkpoint. When every trial outside the kept GPUs has stopped it
-acknowledges, and the coordinator hands the GPUs on. New trials are parked
-(PAUSED) until admitted. An inner scheduler (ASHA, HyperBand) keeps its STOP
-decisions; a stopped trial shrinks the sweep's demand so its GPUs go to other
-apps. Progress (iterations x measured time per iteration) flows back so
-predictions use real speeds.
+trial runs only on GPUs of the assignment (it holds their per-GPU custom
+resources, ``num_gpus=0``, and its trainable, wrapped with
+``executors.tune_trial.pinned`` by ``PCSTuner`` or by whoever builds the
+``tune.Tuner`` around this scheduler, sets ``CUDA_VISIBLE_DEVICES`` from them
+before it runs). Trials on GPUs taken away are paused at their next result
+(checkpointed; never while saving: Tune caches the decision) or, past a grace
+period, stopped hard and resumed from their last reported checkpoint. When
+every trial outside the kept GPUs has stopped it acknowledges, and the
+coordinator hands the GPUs on. New trials are parked (PAUSED) until admitted.
+An inner scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial
+shrinks the sweep's demand so its GPUs go to other apps. Progress (iterations
+x measured time per iteration) flows back so predictions use real speeds.
 
 The coordinator is whatever :class:`~pcs_ray.contract.CoordinatorAPI` is
 passed in (``pcs_ray.client.Client`` through Ray, or an in-process one); this
