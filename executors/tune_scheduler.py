@@ -149,8 +149,7 @@ class PCSTuneScheduler(TrialScheduler):
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         tid = trial.trial_id
         it = int(result.get("training_iteration", 0))
-        self.log.iterations.setdefault(tid, []).append(it)
-        self.done_iters[tid] = min(it, self.iterations)
+        self._count(tid, it)
         # A trainable's own iteration time, where it reports one: Tune's time_this_iter_s of a
         # restored function trainable also holds its set-up and restore.
         took = result.get("iter_s") or result.get("time_this_iter_s")
@@ -177,6 +176,9 @@ class PCSTuneScheduler(TrialScheduler):
         return decision
 
     def on_trial_complete(self, tune_controller, trial: Trial, result: dict) -> None:
+        it = int((result or {}).get("training_iteration", 0))
+        if it and self.log.iterations.get(trial.trial_id, [None])[-1] != it:
+            self._count(trial.trial_id, it)  # a result that meets a stop criterion (RunConfig.stop) comes only here
         self.inner.on_trial_complete(tune_controller, trial, result)
         self._trial_ended(tune_controller, trial)
 
@@ -216,6 +218,10 @@ class PCSTuneScheduler(TrialScheduler):
     def debug_string(self) -> str:
         a = self._assignment or {}
         return f"pcs-ray sweep {self.job_id}: {a.get('state')} on {a.get('gpus')}; {len(self.placed)} trials placed"
+
+    def _count(self, tid: str, it: int) -> None:
+        self.log.iterations.setdefault(tid, []).append(it)
+        self.done_iters[tid] = min(it, self.iterations)
 
     # -- keeping trials on the assignment ----------------------------------------
     def _next_trial(self) -> Trial | None:
