@@ -9,8 +9,8 @@
 :class:`PCSTuner` wraps ``tune.Tuner`` around :class:`PCSTuneScheduler`
 (``executors.tune_scheduler``: how trials follow the coordinator's GPU
 assignment); each trial is pinned to its GPUs before the trainable runs
-(:func:`pinned`: a trainable needs no pcs-ray call), and :func:`session_trainable`
-trains a registered workload (``executors.tune_trial``).
+(:func:`pinned`, ``executors.tune_pin``: a trainable needs no pcs-ray call), and
+:func:`session_trainable` trains a registered workload (``executors.tune_trial``).
 ``client`` is any :class:`~pcs_ray.contract.CoordinatorAPI`.
 """
 
@@ -24,7 +24,8 @@ from typing import Any
 from ray.tune.schedulers import TrialScheduler
 
 from executors.tune_scheduler import PCSTuneScheduler, SweepLog
-from executors.tune_trial import assigned_gpu_resources, pin_trial_gpus, pinned, session_trainable
+from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
+from executors.tune_trial import session_trainable
 from pcs_ray.contract import CoordinatorAPI
 
 
@@ -50,7 +51,7 @@ class PCSTuner:
     the shortcuts (``scheduler``, ``metric``, ``mode``, ``num_samples``, ``name``, ``storage_path``,
     ``callbacks``, ``max_failures``) instead of the config objects. ``iterations`` (per trial, at most)
     and ``iteration_time`` (seconds, estimated) are what the coordinator predicts the sweep from.
-    Every trainable is wrapped with :func:`~executors.tune_trial.pinned`: a trial sees only its GPUs.
+    Every trainable is wrapped with :func:`~executors.tune_pin.pinned`: a trial sees only its GPUs.
     """
 
     def __init__(
@@ -82,7 +83,8 @@ class PCSTuner:
             raise ValueError("give scheduler, metric, mode and num_samples in tune_config or as arguments, not both")
         if run_config is not None and (storage_path or callbacks):
             raise ValueError("give storage_path and callbacks in run_config or as arguments, not both")
-        tune_config = tune_config or tune.TuneConfig(scheduler=scheduler, num_samples=num_samples, metric=metric, mode=mode)
+        tune_config = tune_config or tune.TuneConfig(scheduler=scheduler, num_samples=num_samples, metric=metric,
+                                                     mode=mode)
         run_config = run_config or tune.RunConfig(
             name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=max_failures))

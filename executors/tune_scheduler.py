@@ -7,16 +7,17 @@ trials x GPUs per trial: the policy decides how many GPUs it holds, placement
 which ones. The scheduler polls that assignment and maps it onto trials: a
 trial runs only on GPUs of the assignment (it holds their per-GPU custom
 resources, ``num_gpus=0``, and its trainable, wrapped with
-``executors.tune_trial.pinned`` by ``PCSTuner`` or by whoever builds the
+``executors.tune_pin.pinned`` by ``PCSTuner`` or by whoever builds the
 ``tune.Tuner`` around this scheduler, sets ``CUDA_VISIBLE_DEVICES`` from them
-before it runs). Trials on GPUs taken away are paused at their next result
-(checkpointed; never while saving: Tune caches the decision) or, past a grace
-period, stopped hard and resumed from their last reported checkpoint. When
-every trial outside the kept GPUs has stopped it acknowledges, and the
-coordinator hands the GPUs on. New trials are parked (PAUSED) until admitted.
-An inner scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial
-shrinks the sweep's demand so its GPUs go to other apps. Progress (iterations
-x measured time per iteration) flows back so predictions use real speeds.
+before it runs; the scheduler warns of a trainable that is not wrapped).
+Trials on GPUs taken away are paused at their next result (checkpointed;
+never while saving: Tune caches the decision) or, past a grace period,
+stopped hard and resumed from their last reported checkpoint. When every
+trial outside the kept GPUs has stopped it acknowledges, and the coordinator
+hands the GPUs on. New trials are parked (PAUSED) until admitted. An inner
+scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial shrinks
+the sweep's demand so its GPUs go to other apps. Progress (iterations x
+measured time per iteration) flows back so predictions use real speeds.
 
 The coordinator is whatever :class:`~pcs_ray.contract.CoordinatorAPI` is
 passed in (``pcs_ray.client.Client`` through Ray, or an in-process one); this
@@ -25,6 +26,7 @@ module knows nothing else of it.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,8 +34,10 @@ from dataclasses import dataclass, field
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from executors.tune_pin import PinnedTrainable
 from pcs_ray.contract import CoordinatorAPI, JobStatus
 
+logger = logging.getLogger(__name__)
 ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
@@ -139,6 +143,8 @@ class PCSTuneScheduler(TrialScheduler):
 
     def on_trial_add(self, tune_controller, trial: Trial) -> None:
         self.register()
+        if not self.order:
+            self._check_pinned(trial)
         self.inner.on_trial_add(tune_controller, trial)
         if any(t is trial for t in self.order):
             return  # a failed trial Tune requeues (PENDING): it restarts on its own GPUs from its checkpoint
@@ -218,6 +224,13 @@ class PCSTuneScheduler(TrialScheduler):
     def debug_string(self) -> str:
         a = self._assignment or {}
         return f"pcs-ray sweep {self.job_id}: {a.get('state')} on {a.get('gpus')}; {len(self.placed)} trials placed"
+
+    @staticmethod
+    def _check_pinned(trial: Trial) -> None:
+        cls = trial.get_trainable_cls() if hasattr(trial, "get_trainable_cls") else None
+        if cls is not None and not issubclass(cls, PinnedTrainable):
+            logger.warning("%s is not wrapped in executors.tune.pinned(): its trials see every GPU of their node "
+                           "unless it calls pin_trial_gpus() itself (PCSTuner wraps it)", getattr(cls, "__name__", cls))
 
     def _count(self, tid: str, it: int) -> None:
         self.log.iterations.setdefault(tid, []).append(it)

@@ -1,91 +1,18 @@
-"""Inside a Tune trial that pcs-ray schedules: pinning to the assigned GPUs, and a deterministic trainable.
+"""Inside a Tune trial that pcs-ray schedules: a deterministic trainable, and pinning for old code.
 
-The scheduler (``executors.tune_scheduler``) gives a trial its GPUs as
-per-GPU custom resources (``node0_gpu3``) with ``num_gpus=0``, so Ray leaves
-``CUDA_VISIBLE_DEVICES`` alone. :func:`pinned` wraps a trainable so that the
-trial sets it (:func:`pin_trial_gpus`) before any of the user's code runs;
-``executors.tune.PCSTuner`` applies it to every trainable it is given.
+:func:`session_trainable` trains a registered workload. Pinning lives in
+``executors.tune_pin``; :func:`pin_trial_gpus` is importable from here too, as
+trainables written before pcs-ray pinned trials itself call it.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
-import re
 import time
 
-_GPU_RESOURCE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*_gpu(?P<index>\d+))(?:_group_.*)?$")
+from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
 
-
-def assigned_gpu_resources() -> list[str]:
-    """The pcs-ray per-GPU resources (``node0_gpu3``) this actor holds, placement-group suffixes removed."""
-    import ray
-
-    names = set()
-    for key in ray.get_runtime_context().get_assigned_resources():
-        m = _GPU_RESOURCE.match(key)
-        if m:
-            names.add(m.group("name"))
-    return sorted(names, key=lambda n: (n.rsplit("_gpu", 1)[0], int(n.rsplit("_gpu", 1)[1])))
-
-
-def pin_trial_gpus() -> list[str]:
-    """Make CUDA see exactly the GPUs the coordinator chose for this trial; returns their resource names.
-
-    A trial started by ``PCSTuner`` (or with :func:`pinned`) is pinned already, so a trainable no longer
-    needs to call this; calling it again sets the same values. Outside a pcs-ray trial (no per-GPU
-    resource held) it changes nothing, so the same trainable still runs under plain Tune.
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA number GPUs as NVML (and the resource names) do.
-    """
-    names = assigned_gpu_resources()
-    if names:
-        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(_GPU_RESOURCE.match(n).group("index") for n in names)
-    return names
-
-
-def pinned(trainable):
-    """``trainable`` pinned to its trial's GPUs before it runs, otherwise the same trainable.
-
-    A function (also one from ``tune.with_parameters`` / ``tune.with_resources``, or a generator)
-    becomes a function of the same signature, name and attributes that pins, then calls it; a
-    ``tune.Trainable`` class becomes a subclass that pins before its ``setup``. Pinning happens when
-    the trial starts, so code that touches CUDA while its module is imported still sees every GPU.
-    Anything else (a registered name, a Ray Train trainer) is returned as it is.
-    """
-    if getattr(trainable, "_pcs_pinned", False) or isinstance(trainable, str):
-        return trainable
-    from ray.tune import Trainable
-
-    if inspect.isclass(trainable):
-        if not issubclass(trainable, Trainable):
-            return trainable
-
-        class Pinned(trainable):
-            _pcs_pinned = True
-
-            def __init__(self, *args, **kwargs):
-                pin_trial_gpus()
-                super().__init__(*args, **kwargs)
-
-        Pinned.__name__, Pinned.__qualname__ = trainable.__name__, trainable.__qualname__
-        Pinned.__module__ = trainable.__module__
-        return Pinned
-    if not callable(trainable) or hasattr(trainable, "as_trainable"):
-        return trainable
-    if inspect.isgeneratorfunction(trainable):
-        @functools.wraps(trainable)
-        def run(*args, **kwargs):
-            pin_trial_gpus()
-            yield from trainable(*args, **kwargs)
-    else:
-        @functools.wraps(trainable)
-        def run(*args, **kwargs):
-            pin_trial_gpus()
-            return trainable(*args, **kwargs)
-    run._pcs_pinned = True
-    return run
+__all__ = ["assigned_gpu_resources", "held_out_loss", "pin_trial_gpus", "pinned", "session_trainable", "weights_digest"]
 
 
 def session_trainable(config: dict) -> None:

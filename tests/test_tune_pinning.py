@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-import executors.tune_trial as tune_trial
-from executors.tune_trial import pin_trial_gpus, pinned
+import executors.tune_pin as tune_pin
+from executors.tune_pin import PinnedTrainable, pin_trial_gpus, pinned
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
@@ -29,7 +29,7 @@ def held(monkeypatch):
         monkeypatch.setenv(var, "")  # records the value to restore, even "unset"
         monkeypatch.delenv(var)
     names: list[str] = []
-    monkeypatch.setattr(tune_trial, "assigned_gpu_resources", lambda: list(names))
+    monkeypatch.setattr(tune_pin, "assigned_gpu_resources", lambda: list(names))
     return names
 
 
@@ -50,7 +50,10 @@ def test_a_pinned_function_sees_its_gpus_when_it_starts_and_keeps_tunes_wrappers
     run = pinned(wrapped)
     assert run.__name__ == "train" and run._resources is wrapped._resources
     assert inspect.signature(run) == inspect.signature(wrapped)
-    assert wrap_function(run).default_resource_request({}) == wrap_function(wrapped).default_resource_request({})
+    cls = wrap_function(run)
+    assert cls.default_resource_request({}) == wrap_function(wrapped).default_resource_request({})
+    assert issubclass(cls, PinnedTrainable) and not issubclass(wrap_function(wrapped), PinnedTrainable)
+    assert issubclass(wrap_function(tune.with_parameters(run, scale=4)), PinnedTrainable)  # wrapped again, still pinned
     assert _seen() == (None, None)  # nothing happens until the trial calls it
     assert train({})["seen"] == (None, None)
     assert pinned(train)({})["seen"] == ("2,10", "PCI_BUS_ID")
@@ -81,7 +84,8 @@ def test_a_pinned_class_pins_before_setup_and_keeps_its_name(held):
             return {"done": True}
 
     cls = pinned(Trainable)
-    assert issubclass(cls, Trainable) and cls.__name__ == "Trainable"
+    assert issubclass(cls, Trainable) and issubclass(cls, PinnedTrainable) and cls.__name__ == "Trainable"
+    assert pinned(cls) is cls
     assert cls({}).seen == ("1", "PCI_BUS_ID")
 
 
@@ -92,6 +96,33 @@ def test_pin_trial_gpus_is_safe_to_call_again_and_a_no_op_outside_pcs_ray(held, 
     held.append("node0_gpu2")
     assert pin_trial_gpus() == pin_trial_gpus() == ["node0_gpu2"] and _seen() == ("2", "PCI_BUS_ID")
     assert pinned("PPO") == "PPO"  # a registered name is left to Tune
+
+
+def test_the_scheduler_warns_of_a_trainable_that_is_not_pinned(tmp_path, caplog):
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    from executors.tune_scheduler import PCSTuneScheduler
+
+    class Trial:  # what on_trial_add reads of a Tune trial
+        def __init__(self, cls) -> None:
+            self.trial_id, self.status, self.cls = "t0", "PENDING", cls
+
+        def set_status(self, status) -> None:
+            self.status = status
+
+        def get_trainable_cls(self):
+            return self.cls
+
+    def train(config):
+        pass
+
+    warned = []
+    for cls in (wrap_function(pinned(train)), wrap_function(train)):  # the classes Tune makes of each
+        caplog.clear()
+        sched = PCSTuneScheduler(_coordinator(tmp_path, 1), num_trials=1, iterations=1)
+        sched.on_trial_add(None, Trial(cls))
+        warned.append(any("is not wrapped in executors.tune.pinned()" in r.message for r in caplog.records))
+    assert warned == [False, True]
 
 
 def _coordinator(tmp_path, gpus: int) -> LocalCoordinator:
