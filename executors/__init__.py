@@ -6,7 +6,7 @@
 - ``training``: the deterministic, preemptible loop (``TrainingSession``, ``run_training``); DDP for several GPUs.
 - ``checkpoint``: atomic, digest-verified checkpoints with fallback to the previous one.
 - ``tune``: Ray Tune sweeps as one coordinator app (``PCSTuner``); ``tune_scheduler`` maps the sweep's
-  GPU assignment onto trials, ``tune_trial`` runs inside a trial (pinning, a deterministic trainable).
+  GPU assignment onto trials, ``tune_pin`` pins each trial to its GPUs, ``tune_trial`` is a deterministic trainable.
 
 Workloads (models and data) are registered in ``workloads.models``.
 """

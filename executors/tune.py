@@ -8,13 +8,15 @@
 
 :class:`PCSTuner` wraps ``tune.Tuner`` around :class:`PCSTuneScheduler`
 (``executors.tune_scheduler``: how trials follow the coordinator's GPU
-assignment); trials pin themselves with :func:`pin_trial_gpus`, and
+assignment); each trial is pinned to its GPUs before the trainable runs
+(:func:`pinned`, ``executors.tune_pin``: a trainable needs no pcs-ray call), and
 :func:`session_trainable` trains a registered workload (``executors.tune_trial``).
 ``client`` is any :class:`~pcs_ray.contract.CoordinatorAPI`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -22,7 +24,8 @@ from typing import Any
 from ray.tune.schedulers import TrialScheduler
 
 from executors.tune_scheduler import PCSTuneScheduler, SweepLog
-from executors.tune_trial import assigned_gpu_resources, pin_trial_gpus, session_trainable
+from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
+from executors.tune_trial import session_trainable
 from pcs_ray.contract import CoordinatorAPI
 
 
@@ -41,15 +44,25 @@ def count_trials(param_space: dict, num_samples: int = 1) -> int:
 
 
 class PCSTuner:
-    """``tune.Tuner`` whose trials pcs-ray schedules; the sweep is registered (and predicted) at construction."""
+    """``tune.Tuner`` whose trials pcs-ray schedules and pins; the sweep is registered (and predicted) at construction.
+
+    It takes what ``tune.Tuner`` takes (``tune_config``, ``run_config``), so a Tune script changes only
+    the line that builds its tuner: its own scheduler (ASHA, PBT, ...) runs inside pcs-ray's. Or pass
+    the shortcuts (``scheduler``, ``metric``, ``mode``, ``num_samples``, ``name``, ``storage_path``,
+    ``callbacks``, ``max_failures``) instead of the config objects. ``iterations`` (per trial, at most)
+    and ``iteration_time`` (seconds, estimated) are what the coordinator predicts the sweep from.
+    Every trainable is wrapped with :func:`~executors.tune_pin.pinned`: a trial sees only its GPUs.
+    """
 
     def __init__(
         self,
         trainable,
         *,
-        param_space: dict,
         iterations: int,
         client: CoordinatorAPI,
+        param_space: dict | None = None,
+        tune_config=None,
+        run_config=None,
         num_samples: int = 1,
         gpus_per_trial: int = 1,
         cpus_per_trial: float = 1.0,
@@ -66,20 +79,28 @@ class PCSTuner:
     ) -> None:
         from ray import tune
 
+        if tune_config is not None and (scheduler is not None or metric or mode or num_samples != 1):
+            raise ValueError("give scheduler, metric, mode and num_samples in tune_config or as arguments, not both")
+        if run_config is not None and (storage_path or callbacks):
+            raise ValueError("give storage_path and callbacks in run_config or as arguments, not both")
+        tune_config = tune_config or tune.TuneConfig(scheduler=scheduler, num_samples=num_samples, metric=metric,
+                                                     mode=mode)
+        run_config = run_config or tune.RunConfig(
+            name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
+            failure_config=tune.FailureConfig(max_failures=max_failures))
+        param_space = param_space or {}
         self.scheduler = PCSTuneScheduler(
-            client, num_trials=count_trials(param_space, num_samples), iterations=iterations,
+            client, num_trials=count_trials(param_space, tune_config.num_samples), iterations=iterations,
             gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial, iteration_time=iteration_time,
-            trial_startup_s=trial_startup_s, name=name, inner=scheduler, grace_s=grace_s,
+            trial_startup_s=trial_startup_s, name=run_config.name or name, inner=tune_config.scheduler, grace_s=grace_s,
         )
         self.submitted_at = time.time()
         self.scheduler.register()
         self.tuner = tune.Tuner(
-            trainable,
+            pinned(trainable),
             param_space=param_space,
-            tune_config=tune.TuneConfig(scheduler=self.scheduler, num_samples=num_samples, metric=metric, mode=mode,
-                                        reuse_actors=False),
-            run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
-                                      failure_config=tune.FailureConfig(max_failures=max_failures)),
+            tune_config=dataclasses.replace(tune_config, scheduler=self.scheduler, reuse_actors=False),
+            run_config=run_config,
         )
 
     @property
@@ -102,5 +123,5 @@ def grid(**axes: list) -> dict[str, Any]:
 
 __all__ = [
     "PCSTuneScheduler", "PCSTuner", "SweepLog", "assigned_gpu_resources", "count_trials", "grid", "pin_trial_gpus",
-    "session_trainable",
+    "pinned", "session_trainable",
 ]

@@ -5,17 +5,19 @@ Tune has no pluggable trial executor; its extension point is a
 with the coordinator as an ``executor: external`` job whose most GPUs are
 trials x GPUs per trial: the policy decides how many GPUs it holds, placement
 which ones. The scheduler polls that assignment and maps it onto trials: a
-trial runs only on GPUs of the assignment (pinned with the per-GPU custom
-resource, ``num_gpus=0``; the trainable calls ``executors.tune_trial.pin_trial_gpus``
-to set ``CUDA_VISIBLE_DEVICES``), trials on GPUs taken away are paused at their
-next result (checkpointed; never while saving: Tune caches the decision) or,
-past a grace period, stopped hard and resumed from their last reported
-checkpoint. When every trial outside the kept GPUs has stopped it
-acknowledges, and the coordinator hands the GPUs on. New trials are parked
-(PAUSED) until admitted. An inner scheduler (ASHA, HyperBand) keeps its STOP
-decisions; a stopped trial shrinks the sweep's demand so its GPUs go to other
-apps. Progress (iterations x measured time per iteration) flows back so
-predictions use real speeds.
+trial runs only on GPUs of the assignment (it holds their per-GPU custom
+resources, ``num_gpus=0``, and its trainable, wrapped with
+``executors.tune_pin.pinned`` by ``PCSTuner`` or by whoever builds the
+``tune.Tuner`` around this scheduler, sets ``CUDA_VISIBLE_DEVICES`` from them
+before it runs; the scheduler warns of a trainable that is not wrapped).
+Trials on GPUs taken away are paused at their next result (checkpointed;
+never while saving: Tune caches the decision) or, past a grace period,
+stopped hard and resumed from their last reported checkpoint. When every
+trial outside the kept GPUs has stopped it acknowledges, and the coordinator
+hands the GPUs on. New trials are parked (PAUSED) until admitted. An inner
+scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial shrinks
+the sweep's demand so its GPUs go to other apps. Progress (iterations x
+measured time per iteration) flows back so predictions use real speeds.
 
 The coordinator is whatever :class:`~pcs_ray.contract.CoordinatorAPI` is
 passed in (``pcs_ray.client.Client`` through Ray, or an in-process one); this
@@ -24,6 +26,7 @@ module knows nothing else of it.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -31,8 +34,10 @@ from dataclasses import dataclass, field
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from executors.tune_pin import PinnedTrainable
 from pcs_ray.contract import CoordinatorAPI, JobStatus
 
+logger = logging.getLogger(__name__)
 ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
@@ -138,6 +143,8 @@ class PCSTuneScheduler(TrialScheduler):
 
     def on_trial_add(self, tune_controller, trial: Trial) -> None:
         self.register()
+        if not self.order:
+            self._check_pinned(trial)
         self.inner.on_trial_add(tune_controller, trial)
         if any(t is trial for t in self.order):
             return  # a failed trial Tune requeues (PENDING): it restarts on its own GPUs from its checkpoint
@@ -148,8 +155,7 @@ class PCSTuneScheduler(TrialScheduler):
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         tid = trial.trial_id
         it = int(result.get("training_iteration", 0))
-        self.log.iterations.setdefault(tid, []).append(it)
-        self.done_iters[tid] = min(it, self.iterations)
+        self._count(tid, it)
         # A trainable's own iteration time, where it reports one: Tune's time_this_iter_s of a
         # restored function trainable also holds its set-up and restore.
         took = result.get("iter_s") or result.get("time_this_iter_s")
@@ -176,6 +182,9 @@ class PCSTuneScheduler(TrialScheduler):
         return decision
 
     def on_trial_complete(self, tune_controller, trial: Trial, result: dict) -> None:
+        it = int((result or {}).get("training_iteration", 0))
+        if it and self.log.iterations.get(trial.trial_id, [None])[-1] != it:
+            self._count(trial.trial_id, it)  # a result that meets a stop criterion (RunConfig.stop) comes only here
         self.inner.on_trial_complete(tune_controller, trial, result)
         self._trial_ended(tune_controller, trial)
 
@@ -215,6 +224,17 @@ class PCSTuneScheduler(TrialScheduler):
     def debug_string(self) -> str:
         a = self._assignment or {}
         return f"pcs-ray sweep {self.job_id}: {a.get('state')} on {a.get('gpus')}; {len(self.placed)} trials placed"
+
+    @staticmethod
+    def _check_pinned(trial: Trial) -> None:
+        cls = trial.get_trainable_cls() if hasattr(trial, "get_trainable_cls") else None
+        if cls is not None and not issubclass(cls, PinnedTrainable):
+            logger.warning("%s is not wrapped in executors.tune.pinned(): its trials see every GPU of their node "
+                           "unless it calls pin_trial_gpus() itself (PCSTuner wraps it)", getattr(cls, "__name__", cls))
+
+    def _count(self, tid: str, it: int) -> None:
+        self.log.iterations.setdefault(tid, []).append(it)
+        self.done_iters[tid] = min(it, self.iterations)
 
     # -- keeping trials on the assignment ----------------------------------------
     def _next_trial(self) -> Trial | None:

@@ -1,36 +1,18 @@
-"""Inside a Tune trial that pcs-ray schedules: pin to the assigned GPUs, and a deterministic trainable.
+"""Inside a Tune trial that pcs-ray schedules: a deterministic trainable, and pinning for old code.
 
-The scheduler (``executors.tune_scheduler``) gives a trial its GPUs as
-per-GPU custom resources (``node0_gpu3``) with ``num_gpus=0``, so Ray leaves
-``CUDA_VISIBLE_DEVICES`` alone: :func:`pin_trial_gpus` sets it.
+:func:`session_trainable` trains a registered workload. Pinning lives in
+``executors.tune_pin``; :func:`pin_trial_gpus` is importable from here too, as
+trainables written before pcs-ray pinned trials itself call it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 
-_GPU_RESOURCE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*_gpu(?P<index>\d+))(?:_group_.*)?$")
+from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
 
-
-def assigned_gpu_resources() -> list[str]:
-    """The pcs-ray per-GPU resources (``node0_gpu3``) this actor holds, placement-group suffixes removed."""
-    import ray
-
-    names = set()
-    for key in ray.get_runtime_context().get_assigned_resources():
-        m = _GPU_RESOURCE.match(key)
-        if m:
-            names.add(m.group("name"))
-    return sorted(names)
-
-
-def pin_trial_gpus() -> list[str]:
-    """Set ``CUDA_VISIBLE_DEVICES`` to the GPUs the coordinator chose (call first in a trainable)."""
-    names = assigned_gpu_resources()
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(_GPU_RESOURCE.match(n).group("index") for n in names)
-    return names
+__all__ = ["assigned_gpu_resources", "held_out_loss", "pin_trial_gpus", "pinned", "session_trainable", "weights_digest"]
 
 
 def session_trainable(config: dict) -> None:
@@ -52,7 +34,7 @@ def session_trainable(config: dict) -> None:
     from executors.training import TrainingSession
 
     config = {**config, **config.get("variant", {})}
-    gpus = pin_trial_gpus()
+    gpus = assigned_gpu_resources()
     session = TrainingSession(config["workload"], config.get("params"))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 LAPTOP = EXAMPLES / "clusters" / "laptop.yaml"
 # Each example file matches one of these patterns (paths relative to examples/); each pattern has its test below.
-COVERED = ("jobs/*.yaml", "clusters/*.yaml", "clusters/*.topo", "sweep.py", "README.md")
+# user-code/tune_*.py and user-code/TUNE.md: tests/test_tune_example.py (runs them under Ray).
+COVERED = ("jobs/*.yaml", "clusters/*.yaml", "clusters/*.topo", "sweep.py", "user-code/tune_*.py", "user-code/TUNE.md",
+           "README.md")
 
 
 def files(pattern: str) -> list[Path]:

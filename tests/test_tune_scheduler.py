@@ -123,6 +123,17 @@ def test_inner_stop_shrinks_demand_and_the_end_is_reported():
     assert core.jobs[sched.job_id].state == "finished"
 
 
+def test_a_last_result_that_meets_a_stop_criterion_is_counted():
+    core, link, sched, tc, ts = setup(gpus=2, trials=2)
+    a, b = start_all(sched, tc)
+    sched.on_trial_result(tc, a, {"training_iteration": 2, "time_this_iter_s": 0.1})
+    for t in (a, b):  # Tune hands a result that meets RunConfig(stop=...) to on_trial_complete only
+        t.status = Trial.TERMINATED
+        sched.on_trial_complete(tc, t, {"training_iteration": 3})
+    assert sched.log.iterations == {"t0": [2, 3], "t1": [3]}
+    job = core.jobs[sched.job_id]
+    assert job.state == "finished" and job.steps == 6
+
 def test_count_trials_multiplies_grids_and_samples():
     from ray import tune
 
