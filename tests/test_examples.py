@@ -24,7 +24,10 @@ EXAMPLES = ROOT / "examples"
 LAPTOP = EXAMPLES / "clusters" / "laptop.yaml"
 # Each example file matches one of these patterns (paths relative to examples/); each pattern has its test below.
 # user-code/tune_*.py and user-code/TUNE.md: tests/test_tune_example.py (runs them under Ray).
+# user-code/train_mlp.py, ray_train_port.py: tests/test_user_code.py (run, stopped and resumed) and the job files below;
+# user-code/driver.py: tests/test_live_jobsubmit.py (ray job submit --working-dir examples/user-code).
 COVERED = ("jobs/*.yaml", "clusters/*.yaml", "clusters/*.topo", "sweep.py", "user-code/tune_*.py", "user-code/TUNE.md",
+           "user-code/*.yaml", "user-code/train_mlp.py", "user-code/ray_train_port.py", "user-code/driver.py",
            "README.md")
 
 
@@ -47,6 +50,12 @@ def test_every_example_file_is_covered_by_a_test():
 def test_job_files_are_valid_and_fit_the_laptop_cluster(path):
     job = load_job(path, capacity=load_cluster_spec(LAPTOP).num_gpus, workloads=registered_workloads())
     assert job.name and job.executor == "runner"
+
+
+@pytest.mark.parametrize("path", files("user-code/*.yaml"), ids=rel)
+def test_user_code_job_files_name_code_that_exists_and_fit_the_laptop_cluster(path):
+    job = load_job(path, capacity=load_cluster_spec(LAPTOP).num_gpus, workloads=registered_workloads())
+    assert job.user_code and job.name and Path(job.working_dir) == path.parent
 
 
 def test_the_job_examples_show_one_gpu_elastic_and_rigid_multi_gpu_jobs():
