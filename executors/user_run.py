@@ -108,15 +108,37 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 class UserRank:
-    """One rank of one run of the user's code, in a process of its own."""
+    """One rank of one run of the user's code, in a process of its own.
 
-    def __init__(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None):
+    Created for its run (``gpu`` given), or ahead of it as a spare (``executors.user_spares``):
+    then torch and the contract are imported before any run needs them, and :meth:`assign` pins
+    it to its GPU when a run takes it. Importing torch does not touch CUDA, so the pinning set
+    afterwards still decides which device the run sees.
+    """
+
+    def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None):
         self.created = time.time()
+        self._stop = threading.Event()
+        self.log_path = None
+        self.gpu = None
+        if gpu is None:
+            import torch  # noqa: F401  (the import a run would wait for)
+
+            import pcs_ray.train  # noqa: F401
+        self.warmed = time.time()
+        if gpu is not None:
+            self.assign(gpu, rank, world_size, log_dir)
+
+    def ready(self) -> bool:
+        return True
+
+    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None) -> None:
+        """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``."""
+        if self.gpu is not None:
+            raise RuntimeError("a user rank process runs one run only")
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        self._stop = threading.Event()
-        self.log_path = None
         if log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.log_path = Path(log_dir) / f"rank-{rank}.log"
@@ -140,8 +162,12 @@ class UserRank:
         self._stop.set()
 
     def run(self, request: RunRequest, master: tuple[str, int] | None = None, after: object = None,
-            launched: float | None = None) -> RunOutcome:
-        timings = {"actor_created": self.created, "run_called": time.time()}
+            launched: float | None = None, assignment: tuple | None = None) -> RunOutcome:
+        """Run the user's function; ``assignment`` (gpu, rank, world size, log dir) pins a spare first
+        (passed here, not in a call of its own: a threaded actor's calls may run in any order)."""
+        if assignment is not None:
+            self.assign(*assignment)
+        timings = {"actor_created": self.created, "warmed": self.warmed, "run_called": time.time()}
         if launched is not None:
             timings["launched"] = launched
         try:
@@ -158,13 +184,21 @@ class _Pace:
     """Progress reports to the coordinator, and on logical GPUs the emulated slowdown."""
 
     def __init__(self, request: RunRequest, rank: int, emulate: bool, timings: dict):
-        from executors.training import ProgressReporter
+        from executors.training import ProgressReporter, telemetry_reporter
 
         self.slowdown = request.slowdown if emulate else 1.0
         self.rank, self.timings = rank, timings
         self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s) if rank == 0 else None
         self.last_step: int | None = None
         self.mark = time.monotonic()
+        # On a real GPU every rank reads its GPU's energy through NVML, as the built-in runners do.
+        self.telemetry = None if emulate else telemetry_reporter(request, rank)
+
+    def close(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.step_done(final=True)
+            self.telemetry.meter.sampler.close()
+            self.telemetry = None
 
     def __call__(self, step: int, metrics) -> None:
         now = time.monotonic()
@@ -177,6 +211,8 @@ class _Pace:
             steps = step - self.last_step if self.last_step is not None else max(1, step - self.timings.get("start_step", 0))
             self.progress.step_done(step, (now - self.mark) / max(1, steps))
         self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if self.telemetry is not None:
+            self.telemetry.step_done()
         self.mark = time.monotonic()
 
 
@@ -195,6 +231,7 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
     start_step = found[1] if found else 0
     timings["start_step"] = start_step
     session = None
+    pace = None
     try:
         import torch
 
@@ -231,6 +268,8 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
                           error=_user_traceback(exc), start_step=start_step, gpus=tuple(request.gpus),
                           timings=timings, fatal=session is not None and not isinstance(exc, (KeyboardInterrupt,)))
     finally:
+        if pace is not None:
+            pace.close()
         train_session.install(None)
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -259,20 +298,41 @@ def plain_metrics(metrics: dict) -> dict:
     return out
 
 
-def launch_user(request: RunRequest, after: ray.ObjectRef | None = None):
-    """Start a run of the user's code on exactly ``request.gpus``: a fresh rank process per GPU."""
+def _spare(node_id: str, env: dict):
+    """A rank process of this runtime env waiting on that node: no GPU held, torch imported."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return RemoteUserRank.options(
+        num_cpus=0, num_gpus=0, max_concurrency=2, max_restarts=0, runtime_env=env,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote()
+
+
+def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=None):
+    """Start a run of the user's code on exactly ``request.gpus``: a fresh rank process per GPU, taken
+    from ``spares`` (pre-started for this runtime env on that node) where one waits, else started now.
+    Either way the process serves this run only; ``spares`` then starts the next ones."""
+    from executors.user_spares import SPARES, env_key
+
+    launched = time.time()  # the working dir's packaging counts as start-up too
+    spares = SPARES if spares is None else spares
     env = runtime_env(request)
+    key = env_key(env)
     world_size = len(request.gpus)
-    launched = time.time()
-    actors = [
-        RemoteUserRank.options(
-            num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
-            max_concurrency=2, max_restarts=0, runtime_env=env,
-        ).remote(slot, rank, world_size, request.log_dir)
-        for rank, slot in enumerate(request.gpus)
-    ]
+    actors, assignments = [], []
+    for rank, slot in enumerate(request.gpus):
+        actor = spares.take(slot, key)
+        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir))
+        if actor is None:
+            actor = RemoteUserRank.options(
+                num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
+                max_concurrency=2, max_restarts=0, runtime_env=env,
+            ).remote(slot, rank, world_size, request.log_dir)
+        actors.append(actor)
+    spares.refill(request.gpus, key, lambda node: _spare(node, env))
     master = actors[0].rendezvous.remote() if world_size > 1 else None
-    runs = [actor.run.remote(request, master, after, launched) for actor in actors]
-    return RunHandle(request, actors, watch_ranks.remote(request, actors, runs))
+    runs = [actor.run.remote(request, master, after, launched, assigned) for actor, assigned in zip(actors, assignments)]
+    kind = "spare" if all(assignments) else "cold"
+    return RunHandle(request, actors, watch_ranks.remote(request, actors, runs), runner=kind)
 
 

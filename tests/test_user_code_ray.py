@@ -66,8 +66,10 @@ def env(ray_local, tmp_path_factory):
     code_dir = tmp_path_factory.mktemp("code")
     (code_dir / "loop.py").write_text(LOOP)
     from executors.launch import launch, stop
+    from executors.user_spares import SPARES
 
-    return ray, Recorder.remote(), code_dir, launch, stop
+    yield ray, Recorder.remote(), code_dir, launch, stop
+    SPARES.clear()
 
 
 def _request(code_dir, root: Path, gpus, steps=20, reporter=None, **config) -> RunRequest:
@@ -97,8 +99,12 @@ def test_a_two_rank_user_run_stops_at_its_checkpoint_and_resumes_on_one_gpu(env,
     assert rank0.startswith("env 2 PCI_BUS_ID ") and rank1.startswith("env 3 PCI_BUS_ID ")
     assert "working_dir_files" in rank0.split()[3]  # Ray runs it in its unpacked copy of working_dir
 
-    resumed = launch(_request(code_dir, tmp_path, [("node0", 1)])).outcome(timeout=120)
+    handle = launch(_request(code_dir, tmp_path, [("node0", 1)]))
+    resumed = handle.outcome(timeout=120)
     assert (resumed.status, resumed.start_step, resumed.step) == ("finished", stopped.step, 20)
+    # A process pre-started for this runtime env after the first run took it, pinned to its new GPU.
+    assert handle.runner == "spare" and resumed.timings["actor_created"] < resumed.timings["launched"]
+    assert "env 1 PCI_BUS_ID" in (logs / "rank-0.log").read_text()
     import torch
 
     final = torch.load(store.newest(tmp_path / "checkpoints" / "u1")[0] / "w.pt", weights_only=True)

@@ -229,9 +229,14 @@ class SpeedModel:
             self.warm_share = share
             self.version += 1
 
+    def _share(self, workload: str) -> float:
+        """The share of the workload's future starts on warm runners: user code never enters them (its
+        runs start in processes of their own, pre-started or not: one kind of cost, learned per entrypoint)."""
+        return 0.0 if workload.startswith("user:") else self.warm_share
+
     def _expected(self, workload: str, kind: str) -> float:
         """A future ``start`` or ``resume``: warm on the pool's share of GPUs, cold on the rest."""
-        share = self.warm_share
+        share = self._share(workload)
         warm = self.cost(workload, "warm_" + kind) if share > 0 else 0.0
         cold = self.cost(workload, kind) if share < 1 else 0.0
         return share * warm + (1 - share) * cold
@@ -239,7 +244,8 @@ class SpeedModel:
     def _kinds(self, job: LiveJob) -> tuple[str, ...]:
         """The cost kinds a forecast of ``job`` charges."""
         base = ("start", "resume") if job.first_start is None else ("resume",)
-        kinds = tuple(("warm_" + k) for k in base if self.warm_share > 0) + (base if self.warm_share < 1 else ())
+        share = self._share(job.spec.workload)
+        kinds = tuple(("warm_" + k) for k in base if share > 0) + (base if share < 1 else ())
         return kinds + ("stop",)
 
     @staticmethod
