@@ -833,14 +833,17 @@ def main(argv: list[str] | None = None) -> int:
     from pcs_ray.discovery import nvml_inventory
 
     inventory = nvml_inventory()
-    import torch
-
-    cuda = torch.cuda.is_available()
-    missing = gpu_missing(inventory, cuda, torch.version.cuda)
     result: dict = {"mode": "cpu-rehearsal" if args.cpu else ("full" if args.full else "quick"), "settings": settings,
-                    "torch": torch.__version__, "cuda": torch.version.cuda,
-                    "device_name": torch.cuda.get_device_name(0) if cuda else None,
+                    "torch": None, "cuda": None, "device_name": None,
                     "inventory": inventory.to_dict() if inventory is not None else None}
+    missing = gpu_missing(inventory, False, None)
+    if inventory is not None or args.cpu:  # torch takes seconds to import: only where it can matter
+        import torch
+
+        cuda = torch.cuda.is_available()
+        missing = gpu_missing(inventory, cuda, torch.version.cuda)
+        result.update(torch=torch.__version__, cuda=torch.version.cuda,
+                      device_name=torch.cuda.get_device_name(0) if cuda else None)
     if args.gpu is not None and inventory is not None and not 0 <= args.gpu < len(inventory.gpus):
         parser.error(f"--gpu {args.gpu}: NVML lists GPUs 0..{len(inventory.gpus) - 1}")
     if missing and not args.cpu:
