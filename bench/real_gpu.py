@@ -21,9 +21,10 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
   one built-in and one user-code job submitted and waited for; each job's view in ``status`` reports
   ``energy.source == "nvml"`` with joules > 0.
 
-``--quick`` (the default) fits in about 4 minutes on one H100 and stops itself at ``--budget-s``
+``--quick`` (the default) is sized for about 4 minutes on one H100 and stops itself at ``--budget-s``
 (checks not reached then fail); ``--full`` runs longer jobs and adds the older figures (device step
-times, a warm-pool resume). ``--cpu`` rehearses on a machine without a GPU: the checks that CPU
+times, a warm-pool resume); ``--cli`` adds the README's live quick start (three ResNet-18 jobs, their
+predictions against their JCTs). ``--cpu`` rehearses on a machine without a GPU: the checks that CPU
 processes can run (pinning env, both resumes) run for real on logical GPUs and the GPU-only ones are
 ``SKIP`` lines, never passes; its exit status says whether the rehearsed checks passed.
 
@@ -34,7 +35,6 @@ processes can run (pinning env, both resumes) run for real on logical GPUs and t
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import os
@@ -583,9 +583,10 @@ def energy_job_files(folder: Path, workdir: Path, probe_dir: Path, builtin_steps
     return out
 
 
-def cluster_energy(root: Path, timeout_s: float, builtin_steps: int, user_steps: int, pace_s: float) -> tuple[dict, dict]:
-    """``pcs-ray up --local`` here (GPUs through NVML), the two energy jobs submitted and waited for one after
-    the other, their views from ``status``, then ``pcs-ray down``. Returns (views by kind, figures)."""
+def cluster_energy(root: Path, timeout_s: float, builtin_steps: int, user_steps: int, pace_s: float,
+                   job_timeout_s: float = 180.0) -> tuple[dict, dict]:
+    """``pcs-ray up --local`` here (GPUs through NVML), the two energy jobs submitted and waited for (at most
+    ``job_timeout_s`` together), their views from ``status``, then ``pcs-ray down``. Returns (views by kind, figures)."""
     exe = [sys.executable, "-c", "import sys; from pcs_ray.cli import main; sys.argv[0] = 'pcs-ray'; sys.exit(main())"]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}  # as a new user's shell
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -603,24 +604,33 @@ def cluster_energy(root: Path, timeout_s: float, builtin_steps: int, user_steps:
     files = energy_job_files(root, write_user_code(root / "user-code"), root / "probes", builtin_steps, user_steps, pace_s)
     views: dict = {}
     figures: dict = {}
+    TERMINAL = ("finished", "failed", "cancelled")
     try:
         up = json.loads(call("up", "--local", "--nodes", "1", "--state-dir", str(state_dir), "--json").stdout)
         figures["up_s"] = round(time.monotonic() - began, 1)
         figures["nodes"] = [{k: v for k, v in n.items() if k != "pids"} for n in up.get("nodes", [])]
         address = ("--address", up["address"])
-        ids = {}
-        for kind, path in files.items():
-            done = call("submit", str(path), *address, "--wait", "--json", check=False)
-            reply = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
-            ids[kind] = reply.get("id")
-            figures[f"{kind}_submit"] = {"rc": done.returncode, "stderr": done.stderr.strip()[-300:] or None}
-        time.sleep(2.0)  # a run's last NVML reading is fire-and-forget: let it land before reading the views
-        status = json.loads(call("status", *address, "--json").stdout)
-        for kind, jid in ids.items():
-            views[kind] = next((j for j in status.get("jobs", []) if str(j.get("id")) == str(jid)), None)
+        ids = {kind: json.loads(call("submit", str(path), *address, "--json").stdout.strip().splitlines()[-1])["id"]
+               for kind, path in files.items()}
+        figures["ids"] = ids
+        ends = time.monotonic() + job_timeout_s
+        while True:  # one GPU: the jobs run one after the other; a job that never ends costs at most job_timeout_s
+            jobs = {str(j.get("id")): j for j in json.loads(call("status", *address, "--json").stdout).get("jobs", [])}
+            views = {kind: jobs.get(str(jid)) for kind, jid in ids.items()}
+            if all(v is not None and v.get("state") in TERMINAL for v in views.values()) or time.monotonic() > ends:
+                break
+            time.sleep(2.0)
+        time.sleep(2.0)  # a run's last NVML reading is fire-and-forget: let it land, then read the views again
+        jobs = {str(j.get("id")): j for j in json.loads(call("status", *address, "--json").stdout).get("jobs", [])}
+        views = {kind: jobs.get(str(jid)) for kind, jid in ids.items()}
         figures["jobs"] = {kind: None if v is None else {k: v.get(k) for k in ("id", "state", "steps", "total_steps",
-                                                                               "emulated", "error", "energy")}
+                                                                               "emulated", "attempts", "error", "note",
+                                                                               "energy")}
                            for kind, v in views.items()}
+        for kind, v in views.items():  # a user run that did not finish: its own log says why
+            if v is not None and v.get("state") != "finished":
+                logs = sorted((state_dir / "logs" / str(v.get("id"))).glob("attempt-*/rank-0.log"))
+                figures[f"{kind}_rank_log_tail"] = logs[-1].read_text(errors="replace")[-1500:] if logs else None
     except Exception as exc:  # reported with the nodes' log tails; down still runs
         figures["error"] = _error_line(exc)
         figures["logs"] = {p.name: p.read_text(errors="replace")[-1200:] for p in sorted((state_dir / "logs").glob("*"))
