@@ -428,24 +428,28 @@ def _log_tail(log_dir: str | None, chars: int = 1500) -> str | None:
 
 class RayLauncher:
     """User runs as pcs-ray starts them (``launch_user``: a fresh actor per rank with the job's runtime_env),
-    stopped through the actor once the run has reported ``stop_at``."""
+    stopped through the actor once the run has reported ``stop_at``; a run still going at ``deadline``
+    (``time.monotonic()``) is killed and raises."""
 
-    def __init__(self, ray, recorder, timeout_s: float):
-        self.ray, self.recorder, self.timeout_s = ray, recorder, timeout_s
+    def __init__(self, ray, recorder, deadline: float):
+        self.ray, self.recorder, self.deadline = ray, recorder, deadline
 
     def run(self, request, stop_at: int | None = None):
         from executors.user_run import launch_user
 
         handle = launch_user(request)
         if stop_at is not None:
-            deadline = time.monotonic() + self.timeout_s
-            while time.monotonic() < deadline and not self.ray.wait([handle.done], timeout=0)[0]:
+            while time.monotonic() < self.deadline and not self.ray.wait([handle.done], timeout=0)[0]:
                 progress, _ = self.ray.get(self.recorder.of.remote(request.job_id))
                 if max([p[1] for p in progress], default=0) >= stop_at:
                     break
                 time.sleep(0.02)
             handle.request_stop()
-        return handle.outcome(timeout=self.timeout_s)
+        try:
+            return handle.outcome(timeout=max(5.0, self.deadline - time.monotonic()))
+        except self.ray.exceptions.GetTimeoutError:
+            handle.kill()
+            raise TimeoutError(f"user run {request.job_id} (attempt {request.attempt}) still going at --budget-s") from None
 
 
 class InProcessLauncher:
@@ -771,16 +775,21 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     nvml_uuid = inventory.gpus[pinned].uuid if inventory is not None and pinned < len(inventory.gpus) else None
     ray_ = None
     try:
+        if time.monotonic() > deadline:  # not worth starting Ray for checks that cannot run
+            raise TimeoutError(f"not run: --budget-s {settings['budget_s']:g} spent before it")
         began = time.monotonic()
         ray_, recorder = _start_ray(node, gpus, str(root / "ray"))
         figures["ray_start_s"] = round(time.monotonic() - began, 1)
-        launcher = RayLauncher(ray_, recorder, timeout_s=max(30.0, deadline - time.monotonic()))
+        launcher = RayLauncher(ray_, recorder, deadline)
         guarded(["user_pinning", "pinned_uuid"],
                 lambda: pinned_user_run(launcher, slot, root / "pin", settings["pin_steps"], want_cuda, nvml_uuid, recorder))
         guarded(["user_resume"], lambda: [user_resume(launcher, slot, root / "resume", settings["user_steps"],
                                                       settings["user_stop_at"], settings["pace_s"], want_cuda, recorder)])
         if args.full and not args.cpu:
             figures["pool"] = _pool_figures(ray_, recorder, inventory, args, root / "pool")
+    except TimeoutError as exc:
+        for n in ("user_pinning", "pinned_uuid", "user_resume"):
+            done.setdefault(n, Check(n, "FAIL", str(exc)))
     except Exception as exc:  # Ray itself would not start: the checks that need it fail with why
         for n in ("user_pinning", "pinned_uuid", "user_resume"):
             done.setdefault(n, Check(n, "FAIL", f"Ray: {_error_line(exc)}"))

@@ -131,11 +131,11 @@ def test_the_user_job_stopped_and_resumed_on_cpu_passes_and_a_changed_resume_fai
     from pcs_ray.contract import GPUSlot
 
     slot = GPUSlot("bench", 0)
-    check = bench.user_resume(bench.InProcessLauncher(), slot, tmp_path / "a", 40, 15, 0.0, want_cuda=False)
+    check = bench.user_resume(bench.InProcessLauncher(), slot, tmp_path / "a", 24, 9, 0.0, want_cuda=False)
     assert check.status == "PASS", check.line()
     runs = check.figures["runs"]
-    assert (runs[0]["status"], runs[0]["step"], runs[1]["start_step"]) == ("preempted", 16, 16)
-    assert check.figures["loop_resumed_from"] == [None, 16] and check.figures["tensors"] == 4
+    assert (runs[0]["status"], runs[0]["step"], runs[1]["start_step"]) == ("preempted", 10, 10)
+    assert check.figures["loop_resumed_from"] == [None, 10] and check.figures["tensors"] == 4
 
     class DriftingResume(bench.InProcessLauncher):
         """Resumes on other data (another seed): the weights can no longer match."""
@@ -145,9 +145,9 @@ def test_the_user_job_stopped_and_resumed_on_cpu_passes_and_a_changed_resume_fai
                 request = replace(request, code={**request.code, "config": {**request.code["config"], "seed": 4}})
             return super().run(request, stop_at)
 
-    drift = bench.user_resume(DriftingResume(), slot, tmp_path / "b", 40, 15, 0.0, want_cuda=False)
+    drift = bench.user_resume(DriftingResume(), slot, tmp_path / "b", 24, 9, 0.0, want_cuda=False)
     assert drift.status == "FAIL" and "final weights differ from the uninterrupted run's in 4 of 4 tensors" in drift.detail
-    on_gpu = bench.user_resume(bench.InProcessLauncher(), slot, tmp_path / "c", 40, 15, 0.0, want_cuda=True)
+    on_gpu = bench.user_resume(bench.InProcessLauncher(), slot, tmp_path / "c", 24, 9, 0.0, want_cuda=True)
     assert on_gpu.status == "FAIL" and "was not on CUDA (emulated=True)" in on_gpu.detail  # this machine has none
 
 
@@ -189,3 +189,11 @@ def test_energy_puts_the_counter_beside_the_integral_of_power(bench):
     out = bench._energy(list(reversed(readings)))  # in any order
     assert out["counter_j"] == 372.0 and out["power_integral_j"] == pytest.approx(240.0 + 130.0)
     assert out["span_s"] == 3.0 and out["mean_power_w"] == 120.0 and out["clock_events"] == ["sw_power_cap"]
+
+
+def test_a_check_the_budget_does_not_reach_fails_and_is_never_passed(bench, capsys):
+    assert bench.main(["--cpu", "--budget-s", "0"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "FAIL user_resume (0.0 s): not run: --budget-s 0 spent before it" in lines
+    assert "FAIL builtin_resume:tiny_cnn (0.0 s): not run: --budget-s 0 spent before it" in lines
+    assert not [line for line in lines if line.startswith("PASS ")]
