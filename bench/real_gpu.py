@@ -399,8 +399,6 @@ def _resume(ray, pool, launch_module, recorder, node: str, workload: str, steps:
     }
 
 
-
-
 def write_user_code(folder: Path) -> Path:
     """The working dir of the check's user job: the probe and a copy of the example loop it runs."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -429,28 +427,30 @@ def _log_tail(log_dir: str | None, chars: int = 1500) -> str | None:
 
 class RayLauncher:
     """User runs as pcs-ray starts them (``launch_user``: a fresh actor per rank with the job's runtime_env),
-    stopped through the actor once the run has reported ``stop_at``; a run still going at ``deadline``
-    (``time.monotonic()``) is killed and raises."""
+    stopped through the actor once the run has reported ``stop_at``; a run still going after ``run_timeout_s``
+    or at ``deadline`` (``time.monotonic()``) is killed and raises."""
 
-    def __init__(self, ray, recorder, deadline: float):
-        self.ray, self.recorder, self.deadline = ray, recorder, deadline
+    def __init__(self, ray, recorder, deadline: float, run_timeout_s: float):
+        self.ray, self.recorder, self.deadline, self.run_timeout_s = ray, recorder, deadline, run_timeout_s
 
     def run(self, request, stop_at: int | None = None):
         from executors.user_run import launch_user
 
+        ends = min(self.deadline, time.monotonic() + self.run_timeout_s)
         handle = launch_user(request)
         if stop_at is not None:
-            while time.monotonic() < self.deadline and not self.ray.wait([handle.done], timeout=0)[0]:
+            while time.monotonic() < ends and not self.ray.wait([handle.done], timeout=0)[0]:
                 progress, _ = self.ray.get(self.recorder.of.remote(request.job_id))
                 if max([p[1] for p in progress], default=0) >= stop_at:
                     break
                 time.sleep(0.02)
             handle.request_stop()
         try:
-            return handle.outcome(timeout=max(5.0, self.deadline - time.monotonic()))
+            return handle.outcome(timeout=max(5.0, ends - time.monotonic()))
         except self.ray.exceptions.GetTimeoutError:
             handle.kill()
-            raise TimeoutError(f"user run {request.job_id} (attempt {request.attempt}) still going at --budget-s") from None
+            raise TimeoutError(f"user run {request.job_id} (attempt {request.attempt}) still going after "
+                               f"{self.run_timeout_s:g} s or at --budget-s") from None
 
 
 class InProcessLauncher:
@@ -717,14 +717,16 @@ def _cli(state_dir: Path, timeout: float, jobs: int = 3, steps: int = 1500) -> d
 
 
 QUICK = {"pin_steps": 30, "user_steps": 400, "user_stop_at": 100, "pace_s": 0.005, "builtin_steps": 12,
-         "builtin_stop_after": 5, "energy_builtin_steps": 1000, "energy_user_steps": 400, "budget_s": 330}
+         "builtin_stop_after": 5, "energy_builtin_steps": 1000, "energy_user_steps": 400, "budget_s": 330,
+         "run_timeout_s": 90}
 FULL = {"pin_steps": 60, "user_steps": 2000, "user_stop_at": 700, "pace_s": 0.002, "builtin_steps": 60,
-        "builtin_stop_after": 23, "energy_builtin_steps": 3000, "energy_user_steps": 2000, "budget_s": 900}
+        "builtin_stop_after": 23, "energy_builtin_steps": 3000, "energy_user_steps": 2000, "budget_s": 900,
+        "run_timeout_s": 300}
 
 
 def plan(workloads: list[str]) -> list[str]:
     """Every check's name, in the order they run."""
-    return ["user_pinning", "pinned_uuid", "user_resume", *[f"builtin_resume:{w}" for w in workloads],
+    return [*[f"builtin_resume:{w}" for w in workloads], "user_pinning", "pinned_uuid", "user_resume",
             "energy_builtin", "energy_user"]
 
 
@@ -774,6 +776,10 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     pinned = gpus - 1 if args.gpu is None else args.gpu
     slot = GPUSlot(node, pinned)
     nvml_uuid = inventory.gpus[pinned].uuid if inventory is not None and pinned < len(inventory.gpus) else None
+    for w in args.workloads:  # first: in this process, the cheapest and least likely to hang
+        guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
+                                                                     settings["builtin_stop_after"], want_cuda)])
+    _release_cuda_cache()
     ray_ = None
     try:
         if time.monotonic() > deadline:  # not worth starting Ray for checks that cannot run
@@ -781,13 +787,16 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
         began = time.monotonic()
         ray_, recorder = _start_ray(node, gpus, str(root / "ray"))
         figures["ray_start_s"] = round(time.monotonic() - began, 1)
-        launcher = RayLauncher(ray_, recorder, deadline)
+        launcher = RayLauncher(ray_, recorder, deadline, settings["run_timeout_s"])
         guarded(["user_pinning", "pinned_uuid"],
                 lambda: pinned_user_run(launcher, slot, root / "pin", settings["pin_steps"], want_cuda, nvml_uuid, recorder))
         guarded(["user_resume"], lambda: [user_resume(launcher, slot, root / "resume", settings["user_steps"],
                                                       settings["user_stop_at"], settings["pace_s"], want_cuda, recorder)])
         if args.full and not args.cpu:
-            figures["pool"] = _pool_figures(ray_, recorder, inventory, args, root / "pool")
+            try:
+                figures["pool"] = _pool_figures(ray_, recorder, inventory, args, root / "pool")
+            except Exception as exc:  # figures only: the checks above keep their verdicts
+                figures["pool"] = {"error": _error_line(exc)}
     except TimeoutError as exc:
         for n in ("user_pinning", "pinned_uuid", "user_resume"):
             done.setdefault(n, Check(n, "FAIL", str(exc)))
@@ -797,9 +806,6 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     finally:
         if ray_ is not None:
             ray_.shutdown()
-    for w in args.workloads:
-        guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
-                                                                     settings["builtin_stop_after"], want_cuda)])
     if args.cpu:
         for n in ("energy_builtin", "energy_user"):
             done[n] = Check(n, "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
@@ -808,6 +814,14 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
                 lambda: energy_checks(root / "cluster", max(30.0, deadline - time.monotonic()),
                                       settings["energy_builtin_steps"], settings["energy_user_steps"], settings["pace_s"]))
     return [done.get(n) or Check(n, "FAIL", "not run") for n in names], figures
+
+
+def _release_cuda_cache() -> None:
+    """Hand the built-in runs' cached device memory back before the user runs share the GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _pool_figures(ray_, recorder, inventory, args, root: Path) -> dict:

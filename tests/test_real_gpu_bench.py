@@ -41,8 +41,8 @@ def test_without_a_gpu_every_check_fails_on_its_own_line_and_the_exit_is_1():
     lines = proc.stdout.splitlines()
     verdicts = [line for line in lines if line.startswith(("PASS ", "FAIL ", "SKIP "))]
     assert proc.returncode == 1
-    assert [v.split()[1] for v in verdicts] == ["user_pinning", "pinned_uuid", "user_resume", "builtin_resume:tiny_cnn",
-                                                "builtin_resume:vgg11", "energy_builtin", "energy_user"]
+    assert [v.split()[1] for v in verdicts] == ["builtin_resume:tiny_cnn", "builtin_resume:vgg11", "user_pinning",
+                                                "pinned_uuid", "user_resume", "energy_builtin", "energy_user"]
     assert all(v.startswith("FAIL ") and "no NVIDIA GPU found through NVML" in v for v in verdicts)
     assert lines[-1].startswith("FAIL: 0 passed, 7 failed, 0 skipped of 7 checks")
 
