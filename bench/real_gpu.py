@@ -748,6 +748,15 @@ def summarise(checks: list[Check], seconds: float, where: str, rehearsal: bool) 
                                   f"of {len(checks)} checks in {seconds:.1f} s on {where}")
 
 
+def pin_target(inventory, requested: int | None) -> tuple[int, str | None]:
+    """The NVML index the user job is pinned to (``requested``, else the last GPU: on a machine with
+    several, CUDA's index 0 inside the run is then not NVML's 0) and NVML's UUID for it (None off NVML)."""
+    gpus = inventory.gpus if inventory is not None else []
+    index = (len(gpus) - 1 if gpus else 0) if requested is None else requested
+    by_index = {g.index: g.uuid for g in gpus}
+    return index, by_index.get(index)
+
+
 def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> tuple[list[Check], dict]:
     """Every check in ``plan`` order; one not reached before ``deadline`` fails, one that raises fails with its error."""
     from pcs_ray.contract import GPUSlot
@@ -773,9 +782,8 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
 
     node = inventory.name if inventory is not None else "bench"
     gpus = len(inventory.gpus) if inventory is not None else 1
-    pinned = gpus - 1 if args.gpu is None else args.gpu
+    pinned, nvml_uuid = pin_target(inventory, args.gpu)
     slot = GPUSlot(node, pinned)
-    nvml_uuid = inventory.gpus[pinned].uuid if inventory is not None and pinned < len(inventory.gpus) else None
     for w in args.workloads:  # first: in this process, the cheapest and least likely to hang
         guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
                                                                      settings["builtin_stop_after"], want_cuda)])

@@ -197,3 +197,17 @@ def test_a_check_the_budget_does_not_reach_fails_and_is_never_passed(bench, caps
     assert "FAIL user_resume (0.0 s): not run: --budget-s 0 spent before it" in lines
     assert "FAIL builtin_resume:tiny_cnn (0.0 s): not run: --budget-s 0 spent before it" in lines
     assert not [line for line in lines if line.startswith("PASS ")]
+
+
+def test_the_uuid_compared_is_nvmls_for_the_index_the_job_was_pinned_to(bench):
+    from test_discovery import FakeNVML
+
+    from pcs_ray.discovery import nvml_inventory
+
+    inventory = nvml_inventory("box", FakeNVML(count=4))
+    assert bench.pin_target(inventory, None) == (3, "GPU-fake-3")  # the last: CUDA's 0 in the run is not NVML's 0
+    assert bench.pin_target(inventory, 1) == (1, "GPU-fake-1")
+    assert bench.pin_target(None, None) == (0, None)  # a rehearsal's one logical GPU
+    seen = {"torch_uuid": "fake-0"}  # a run that landed on NVML's GPU 0 instead
+    assert bench.uuid_problems(seen, bench.pin_target(inventory, None)[1], 3) == [
+        "inside the run torch says CUDA device 0 is fake-0, NVML's GPU 3 is fake-3"]
