@@ -69,15 +69,23 @@ def _calls(tree):
             yield node, base, name
 
 
+#: The only places a pickle module may appear: a function the user sends by value is pickled in the user's
+#: own driver (``Trainer``) and unpickled only inside that user's own run process, which runs their code anyway.
+#: The coordinator, the runners' shared processes and everything else never touch it.
+USER_PICKLES = {("pcs_ray/train/trainer.py", "cloudpickle"), ("executors/user_run.py", "cloudpickle")}
+
+
 def test_product_code_never_unpickles_and_loads_checkpoints_weights_only():
     offenders = []
     for pkg in ("pcs_ray", "executors", "solver", "workloads"):
         for path in (ROOT / pkg).rglob("*.py"):
+            where = path.relative_to(ROOT).as_posix()
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-                    if any(n in ("pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve") for n in names):
+                    found = [n for n in names if n in ("pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve")]
+                    if any((where, n) not in USER_PICKLES for n in found):
                         offenders.append(f"{path}:{node.lineno} imports a pickle module")
             for node, base, name in _calls(tree):
                 if base == "torch" and name == "load":
