@@ -454,15 +454,15 @@ class RayLauncher:
 
 
 class InProcessLauncher:
-    """User runs in this process (``run_user_rank``), asked to stop once the loop has reported ``stop_at``
+    """User runs in this process (``run_rank``), asked to stop once the loop has reported ``stop_at``
     steps: the same loop and verdicts without Ray, for tests."""
 
     def run(self, request, stop_at: int | None = None):
         import pcs_ray.train.session as session
-        from executors.user_run import run_user_rank
+        from executors.user_run import run_rank
 
         stop = (lambda: session.current().step >= stop_at) if stop_at is not None else (lambda: False)
-        return run_user_rank(request, stop, 0, 1, None, {})
+        return run_rank(request, stop, 0, 1, None, {})
 
 
 def _user_request(job_id: str, slot, root: Path, code: dict, steps: int, attempt: int, reporter=None):

@@ -130,21 +130,26 @@ def load_checkpoint(directory: str | Path) -> LoadedCheckpoint | None:
     checkpoint is damaged a ``CheckpointError`` is raised rather than
     silently restarting from scratch.
     """
+    import pcs_ray.train.store as store
+
     directory = Path(directory)
     problems = []
-    for name in (LATEST, PREVIOUS):
-        path = directory / name
+    # The run's committed checkpoint folders (newest first), each holding this module's file; then the
+    # files a coordinator of an earlier layout wrote straight into the job's folder.
+    committed = [folder / LATEST for folder, _ in store.checkpoints(directory)]
+    for path in committed + [directory / LATEST, directory / PREVIOUS]:
+        name = path.name if path.parent == directory else f"{path.parent.name}/{path.name}"
         if not path.exists():
-            if name == LATEST and (directory / PREVIOUS).exists():
+            if path == directory / LATEST and (directory / PREVIOUS).exists():
                 problems.append(f"{name}: missing")  # never happens by our writes: latest always exists
             continue
         try:
             state = _read_verified(path)
         except Exception as exc:  # any unreadable file: try the next one
-            problems.append(f"{path.name}: {exc}")
+            problems.append(f"{name}: {exc}")
             continue
         if problems:
-            message = f"checkpoint {directory / LATEST} unusable ({'; '.join(problems)}); resuming from {path.name} (step {state.get('step')})"
+            message = f"checkpoint of {directory} unusable ({'; '.join(problems)}); resuming from {name} (step {state.get('step')})"
             warnings.warn(message, CheckpointFallbackWarning, stacklevel=2)
             log.warning(message)
         return LoadedCheckpoint(state, path, fell_back=bool(problems))

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 import ray
 
-from executors.runner import failed_outcome
+from executors.checkpoint import peek_step
 from pcs_ray.contract import RunOutcome, RunRequest
+
+
+def rendezvous_address() -> tuple[str, int]:
+    """An address and free port on this node for torch.distributed (a run's rank 0)."""
+    host = ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
+
+
+def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
+    """A failed run: it resumes from its newest checkpoint, whose step we report."""
+    return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
 
 
 @ray.remote(num_cpus=0, max_retries=0)

@@ -11,7 +11,6 @@ stops at the next step boundary.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import traceback
@@ -19,20 +18,7 @@ import traceback
 import ray
 
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
-from executors.checkpoint import peek_step
-
-
-def rendezvous_address() -> tuple[str, int]:
-    """An address and free port on this node for torch.distributed (a run's rank 0)."""
-    host = ray.util.get_node_ip_address()
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return host, s.getsockname()[1]
-
-
-def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
-    """A failed run: it resumes from its newest checkpoint, whose step we report."""
-    return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
+from executors.handle import failed_outcome, rendezvous_address  # noqa: F401  (re-exported)
 
 
 class Runner:

@@ -38,9 +38,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import default_collate
 
+from executors.progress import ProgressReporter, TelemetryReporter, telemetry_reporter  # noqa: F401  (re-exported)
 from pcs_ray.contract import RunOutcome, RunRequest
 from executors.emulation import StepBudget
-from executors.checkpoint import capture_rng_state, load_checkpoint, remove_stale_temporaries, restore_rng_state, save_checkpoint
+from executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
 from workloads.device_model import emulated_step_s
 from workloads.models import get_workload
 
@@ -83,102 +84,6 @@ def shard(indices: list[int], rank: int, world_size: int) -> list[int]:
 def uses_real_gpu() -> bool:
     """True when this process sees a CUDA device (then nothing is emulated)."""
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
-
-
-@dataclass
-class ProgressReporter:
-    """Fire-and-forget, throttled progress reports to the coordinator.
-
-    An emulated GPU's step takes its budget, and that is what a report says. On a real GPU a report says
-    the wall-clock seconds per step since the previous report instead: the checkpoints, data loading and
-    reports between steps are what a job's completion waits for too (on an H100, periodic checkpoints of
-    a ResNet-18 alone added 8 % to its steps' own time). The first report of a run is its first step alone.
-    """
-
-    target: object
-    job_id: str
-    interval_s: float
-    emulated: bool = False
-    budget: StepBudget | None = None  # emulated steps: its overrun count travels with each report
-    resolve: Callable[[], object] | None = None  # asked for the target at each report (a warm runner's run changes hands)
-    _last: float = field(default=float("-inf"))
-    _last_step: int | None = None
-    _times: list = field(default_factory=list)
-
-    def step_done(self, step: int, step_time_s: float) -> None:
-        self._times.append(step_time_s)
-        now = time.monotonic()
-        target = self.resolve() if self.resolve is not None else self.target
-        if target is None or now - self._last < self.interval_s:
-            return
-        if self.emulated or self._last_step is None or step <= self._last_step:
-            mean = sum(self._times) / len(self._times)
-        else:
-            mean = (now - self._last) / (step - self._last_step)
-        self._times.clear()
-        self._last, self._last_step = now, step
-        extra = {"emulated": self.emulated}
-        if self.budget is not None and self.budget.overruns:  # only then: older reporters lack the keyword
-            extra["overruns"] = self.budget.overruns
-        try:
-            target.report_progress.remote(self.job_id, step, mean, **extra)
-        except Exception as exc:  # a dead coordinator must not stop training: its successor adopts the run
-            log.warning("progress report for %s failed: %s", self.job_id, exc)
-
-
-@dataclass
-class TelemetryReporter:
-    """Fire-and-forget, throttled NVML readings of one rank's GPU (``pcs_ray.telemetry.RunMeter``)."""
-
-    target: object
-    job_id: str
-    attempt: int
-    node: str
-    index: int
-    meter: object
-    interval_s: float
-    resolve: Callable[[], object] | None = None  # as ProgressReporter's: readings follow an adopting coordinator
-    _last: float = field(default=float("-inf"))
-
-    def step_done(self, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - self._last < self.interval_s:
-            return
-        self._last = now
-        target = self.resolve() if self.resolve is not None else self.target
-        send = getattr(target, "report_telemetry", None)  # None: no coordinator now, or an older one
-        if send is None:
-            return
-        try:
-            reading = self.meter.reading()
-            if reading is not None:
-                if final:
-                    reading["final"] = True
-                send.remote(self.job_id, self.attempt, self.node, self.index, reading)
-        except Exception as exc:  # telemetry must never stop training
-            log.warning("telemetry report for %s failed: %s", self.job_id, exc)
-
-
-def telemetry_reporter(request: RunRequest, rank: int, sampler=None,
-                       resolve: Callable[[], object] | None = None) -> TelemetryReporter | None:
-    """This rank's GPU read through NVML, where it can be (a real GPU, the library, a reporter that takes
-    telemetry); None otherwise: the coordinator then models the job's energy. ``resolve`` returns where
-    readings go now (a warm runner's run adopted by a restarted coordinator), as for progress."""
-    if request.reporter is None or rank >= len(request.gpus):
-        return None
-    try:
-        request.reporter.report_telemetry  # noqa: B018 - an older reporter lacks it
-    except AttributeError:
-        return None
-    from pcs_ray.telemetry import NVMLSampler, RunMeter
-
-    slot = request.gpus[rank]
-    meter = RunMeter(sampler if sampler is not None else NVMLSampler(), slot.index)
-    if not meter.available:
-        meter.sampler.close()
-        return None
-    return TelemetryReporter(request.reporter, request.job_id, request.attempt, slot.node, slot.index, meter,
-                             request.report_interval_s, resolve)
 
 
 def _build_optimizer(params: dict, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -224,16 +129,6 @@ def _configure_determinism(threads: int, real_gpu: bool) -> None:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def _stop_agreed(should_stop: Callable[[], bool], world_size: int, device: torch.device) -> bool:
-    """Every rank stops at the same step boundary: stop if any rank was asked to."""
-    flag = bool(should_stop())
-    if world_size == 1:
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item() > 0)
 
 
 class TrainingSession:
@@ -321,6 +216,55 @@ class TrainingSession:
         }
 
 
+def builtin_loop(config: dict) -> None:
+    """A built-in workload's training, written against ``pcs_ray.train`` like any user's loop.
+
+    ``config``: ``workload``, its ``params`` and ``checkpoint_every``. Checkpoints are this module's
+    verified files (``executors.checkpoint``) inside the folders the contract commits; a damaged
+    newest one falls back to the one before it.
+    """
+    import pcs_ray.train as train
+    import pcs_ray.train.session as train_session
+
+    ctx = train.get_context()
+    run = train_session.current()
+    session = TrainingSession(config["workload"], config.get("params"), rank=ctx.world_rank, world_size=ctx.world_size)
+    run.notes.append(f"data: {session.data_source}")
+    loaded = load_checkpoint(run.checkpoint_dir) if run.checkpoint_dir else None
+    if loaded is not None:
+        session.restore(loaded.state)
+        if loaded.fell_back:
+            run.notes.append(f"latest checkpoint unusable, resumed from {loaded.path.parent.name}/{loaded.path.name}")
+    run.last_checkpoint_step = last_saved = run.step = session.step
+    run.timings["start_step"] = session.step  # a damaged newest checkpoint: the one before it
+    run.timings["restored"] = time.time()
+    every = int(config.get("checkpoint_every") or 0)
+
+    def checkpoint() -> None:
+        nonlocal last_saved
+        rng_states = session.rng_states()  # a collective: every rank
+        folder = None
+        if ctx.world_rank == 0:
+            folder = train.checkpoint_dir()
+            save_checkpoint(folder, session.snapshot(rng_states, job_id=ctx.job_id))
+        last_saved = session.step
+        train.report({}, step=session.step, checkpoint=folder)
+
+    while session.step < ctx.total_steps:
+        if train.should_checkpoint():
+            if session.step == last_saved:
+                train.report({}, step=session.step)  # nothing new to keep: the run ends here
+            checkpoint()
+        run.step_begins()
+        session.train_step()
+        if every and session.step % every == 0 and session.step < ctx.total_steps:
+            checkpoint()
+        else:
+            train.report({}, step=session.step)
+    if session.step != last_saved:
+        checkpoint()
+
+
 def run_training(
     request: RunRequest,
     should_stop: Callable[[], bool] = lambda: False,
@@ -331,83 +275,14 @@ def run_training(
     on_step: Callable[[int], None] | None = None,
     reporter: Callable[[], object] | None = None,
 ) -> RunOutcome:
-    """Train ``request`` from its newest checkpoint to ``total_steps`` or until asked to stop.
+    """Train ``request`` (a built-in workload) from its newest checkpoint to ``total_steps`` or until asked to stop.
 
-    With ``world_size > 1`` the caller has initialised ``torch.distributed``;
-    rank 0 writes the checkpoints. ``on_step(step)`` follows every step (and the
-    restore); ``reporter`` returns where progress and telemetry go now, instead of ``request.reporter``.
+    The same path as the user's own code (``executors.user_run.run_rank`` calling :func:`builtin_loop`).
+    With ``world_size > 1`` the caller has initialised ``torch.distributed``. ``on_step(step)`` follows
+    every step (and the restore); ``reporter`` returns where progress and telemetry go now, instead of
+    ``request.reporter``.
     """
-    timings = dict(timings or {})
-    session = TrainingSession(request.workload, request.params, rank=rank, world_size=world_size)
-    emulated = not session.real_gpu
-    notes = [f"data: {session.data_source}"]
-    budget = None
-    if emulated:
-        budget = StepBudget(emulated_step_s(request.workload, request.params, world_size, request.slowdown))
-        notes.append(f"emulated GPUs: {budget.step_s:.4g} s per step (slowdown x{request.slowdown:g}, {world_size} GPU(s))")
-    if rank == 0:
-        remove_stale_temporaries(request.checkpoint_dir)  # a previous runner killed mid-write
-    loaded = load_checkpoint(request.checkpoint_dir)
-    if loaded is not None:
-        session.restore(loaded.state)
-        if loaded.fell_back:
-            notes.append(f"latest checkpoint unusable, resumed from {loaded.path.name}")
-    start_step = last_saved = session.step
-    timings["restored"] = time.time()
-    progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulated, budget, reporter)
-    telemetry = None if emulated else telemetry_reporter(request, rank, resolve=reporter)
-    if on_step is not None:
-        on_step(session.step)
+    from executors.user_run import run_rank
 
-    def checkpoint() -> None:
-        nonlocal last_saved
-        rng_states = session.rng_states()
-        if rank == 0:
-            save_checkpoint(request.checkpoint_dir, session.snapshot(rng_states, job_id=request.job_id))
-        last_saved = session.step
-
-    step_time = None
-    stopped = False
-    while session.step < request.total_steps:
-        if _stop_agreed(should_stop, world_size, session.device):
-            stopped = True
-            break
-        began = time.perf_counter()
-        if budget is not None:
-            budget.begin()
-        session.train_step()
-        step_time = budget.end() if budget is not None else time.perf_counter() - began
-        timings["last_step_end"] = time.time()
-        timings.setdefault("first_step", timings["last_step_end"])
-        step = session.step
-        if request.checkpoint_every and step % request.checkpoint_every == 0 and step < request.total_steps:
-            checkpoint()
-        if rank == 0:
-            progress.step_done(step, step_time)
-        if telemetry is not None:
-            telemetry.step_done()
-        if on_step is not None:
-            on_step(step)
-
-    if session.step != last_saved:
-        checkpoint()
-    if telemetry is not None:
-        telemetry.step_done(final=True)
-        telemetry.meter.sampler.close()
-    if budget is not None and (budget.late_steps or budget.warmup_s):
-        notes.append(budget.describe())
-    timings["saved"] = time.time()
-    return RunOutcome(
-        job_id=request.job_id,
-        status="preempted" if stopped else "finished",
-        step=session.step,
-        step_time_s=step_time,
-        emulated=emulated,
-        overruns=budget.overruns if budget is not None else 0,
-        late_steps=budget.late_steps if budget is not None else 0,
-        emulated_step_s=budget.step_s if budget is not None else None,
-        start_step=start_step,
-        gpus=tuple(request.gpus),
-        notes=tuple(notes),
-        timings=timings,
-    )
+    return run_rank(request, should_stop, rank, world_size, None, dict(timings or {}), on_step=on_step,
+                    reporter=reporter, distributed=False)

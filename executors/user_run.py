@@ -37,8 +37,7 @@ from pathlib import Path
 
 import ray
 
-from executors.handle import RunHandle, watch_ranks
-from executors.runner import rendezvous_address
+from executors.handle import RunHandle, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.resources import gpu_resource
 
@@ -171,7 +170,7 @@ class UserRank:
         if launched is not None:
             timings["launched"] = launched
         try:
-            return run_user_rank(request, self._stop.is_set, self.rank, self.world_size, master, timings)
+            return run_rank(request, self._stop.is_set, self.rank, self.world_size, master, timings)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -180,19 +179,38 @@ class UserRank:
 RemoteUserRank = ray.remote(UserRank)
 
 
+#: The built-in workloads' loop (``executors.training.builtin_loop``), run through the same contract.
+BUILTIN_ENTRYPOINT = "executors.training:builtin_loop"
+
+
 class _Pace:
-    """Progress reports to the coordinator, and on logical GPUs the emulated slowdown."""
+    """What every report triggers on the runner's side: the emulated device's pace on logical GPUs,
+    progress to the coordinator (rank 0), NVML readings on real GPUs, and the warm runner's step hook.
 
-    def __init__(self, request: RunRequest, rank: int, emulate: bool, timings: dict):
-        from executors.training import ProgressReporter, telemetry_reporter
+    A built-in workload's step takes its device model's time (``budget``, started by the loop's
+    ``step_begins``); the user's own step is real compute, stretched by the GPUs' slowdown.
+    """
 
-        self.slowdown = request.slowdown if emulate else 1.0
-        self.rank, self.timings = rank, timings
-        self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s) if rank == 0 else None
+    def __init__(self, request: RunRequest, rank: int, emulate: bool, timings: dict, budget=None,
+                 on_step=None, resolve=None):
+        from executors.progress import ProgressReporter, telemetry_reporter
+
+        self.slowdown = request.slowdown if emulate and budget is None else 1.0
+        self.budget, self.on_step, self.rank, self.timings = budget, on_step, rank, timings
+        self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulate,
+                                         budget, resolve) if rank == 0 else None
         self.last_step: int | None = None
+        self.step_time: float | None = None
+        self.began = False
         self.mark = time.monotonic()
-        # On a real GPU every rank reads its GPU's energy through NVML, as the built-in runners do.
-        self.telemetry = None if emulate else telemetry_reporter(request, rank)
+        # On a real GPU every rank reads its GPU's energy through NVML.
+        self.telemetry = None if emulate else telemetry_reporter(request, rank, resolve=resolve)
+
+    def begin(self) -> None:
+        if self.budget is not None:
+            self.budget.begin()
+            self.began = True
+        self.mark = time.monotonic()
 
     def close(self) -> None:
         if self.telemetry is not None:
@@ -201,44 +219,68 @@ class _Pace:
             self.telemetry = None
 
     def __call__(self, step: int, metrics) -> None:
+        if self.last_step is not None and step <= self.last_step:
+            return  # a checkpoint reported at the step already counted
         now = time.monotonic()
-        if self.slowdown > 1.0:
-            time.sleep((self.slowdown - 1.0) * (now - self.mark))
-            now = time.monotonic()
+        steps = step - self.last_step if self.last_step is not None else max(1, step - self.timings.get("start_step", 0))
+        if self.budget is not None and self.began:
+            self.step_time = self.budget.end()
+            self.began = False
+        else:
+            if self.slowdown > 1.0:
+                time.sleep((self.slowdown - 1.0) * (now - self.mark))
+            self.step_time = (time.monotonic() - self.mark) / max(1, steps)
         self.timings["last_step_end"] = time.time()
         self.timings.setdefault("first_step", self.timings["last_step_end"])
-        if self.progress is not None and (self.last_step is None or step > self.last_step):
-            steps = step - self.last_step if self.last_step is not None else max(1, step - self.timings.get("start_step", 0))
-            self.progress.step_done(step, (now - self.mark) / max(1, steps))
-        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if self.progress is not None:
+            self.progress.step_done(step, self.step_time)
         if self.telemetry is not None:
             self.telemetry.step_done()
+        if self.on_step is not None:
+            self.on_step(step)
+        self.last_step = step
         self.mark = time.monotonic()
 
 
-def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
-                  timings: dict) -> RunOutcome:
-    """One rank of a user run in this process; every way it can end becomes an outcome."""
+def _device() -> str:
+    """``cuda:0`` (made current) when this process sees a CUDA device, else ``cpu`` (a logical GPU)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        torch.cuda.set_device(0)
+        return "cuda:0"
+    return "cpu"
+
+
+def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
+             timings: dict, *, on_step=None, reporter=None, distributed: bool = True) -> RunOutcome:
+    """One rank of a run in this process, the user's code or a built-in workload's loop; every way it
+    can end becomes an outcome. ``distributed``: join the run's process group here (False: the caller
+    has); ``on_step`` and ``reporter`` as for a warm runner (``executors.pool``)."""
     import pcs_ray.train.session as train_session
     import pcs_ray.train.store as store
+    from executors.checkpoint import peek_step
 
-    code = request.code or {}
+    builtin = request.code is None
+    code = request.code or {"entrypoint": BUILTIN_ENTRYPOINT, "config": {
+        "workload": request.workload, "params": dict(request.params), "checkpoint_every": request.checkpoint_every}}
     device = "cpu"
     dist = None
     if rank == 0:
         store.remove_leftovers(request.checkpoint_dir)
-    found = store.newest(request.checkpoint_dir)
-    start_step = found[1] if found else 0
+    start_step = peek_step(request.checkpoint_dir) or 0
     timings["start_step"] = start_step
-    session = None
-    pace = None
+    session = pace = budget = None
+    notes: list[str] = []
     try:
-        import torch
+        device = _device()
+        if device == "cpu" and builtin:
+            from executors.emulation import StepBudget
+            from workloads.device_model import emulated_step_s
 
-        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-            device = "cuda:0"
-            torch.cuda.set_device(0)
-        if world_size > 1:
+            budget = StepBudget(emulated_step_s(request.workload, request.params, world_size, request.slowdown))
+            notes.append(f"emulated GPUs: {budget.step_s:.4g} s per step (slowdown x{request.slowdown:g}, {world_size} GPU(s))")
+        if world_size > 1 and distributed:
             import torch.distributed as dist
 
             host, port = master
@@ -247,26 +289,33 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
         context = train_session.TrainContext(
             world_size=world_size, world_rank=rank, local_rank=0, device=device, job_id=request.job_id,
             attempt=request.attempt, total_steps=request.total_steps, start_step=start_step)
-        pace = _Pace(request, rank, emulate=device == "cpu", timings=timings)
-        session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step)
+        pace = _Pace(request, rank, emulate=device == "cpu", timings=timings, budget=budget, on_step=on_step,
+                     resolve=reporter)
+        session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step,
+                                        last_checkpoint_step=start_step, timings=timings, on_step_begin=pace.begin)
         train_session.install(session)
+        if on_step is not None:
+            on_step(start_step)
         function = load_function(code)
         timings["imported"] = time.time()
         pace.mark = time.monotonic()
         takes_config = bool(inspect.signature(function).parameters)
         function(dict(code.get("config") or {})) if takes_config else function()
-        notes = ()
         if session.step < request.total_steps:
-            notes = (f"returned early: at step {session.step} of {request.total_steps}",)
-        return _outcome(request, "finished", session.step, start_step, timings, notes, device, session.metrics)
+            notes.append(f"returned early: at step {session.step} of {request.total_steps}")
+        return _outcome(request, "finished", session, start_step, timings, notes, device, pace, budget)
     except train_session.RunStopped as stop:
-        return _outcome(request, "preempted", stop.step, start_step, timings, (), device, session.metrics)
-    except BaseException as exc:  # the user's code: any error (SystemExit included) fails the job
-        saved = store.newest(request.checkpoint_dir)
-        print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        return RunOutcome(job_id=request.job_id, status="failed", step=saved[1] if saved else 0,
-                          error=_user_traceback(exc), start_step=start_step, gpus=tuple(request.gpus),
-                          timings=timings, fatal=session is not None and not isinstance(exc, (KeyboardInterrupt,)))
+        session.step = stop.step
+        return _outcome(request, "preempted", session, start_step, timings, notes, device, pace, budget)
+    except BaseException as exc:  # the run's code: any error (SystemExit included) fails the run
+        if builtin:
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        else:
+            print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            error = _user_traceback(exc)
+        return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0,
+                          error=error, start_step=start_step, gpus=tuple(request.gpus), timings=timings,
+                          fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
     finally:
         if pace is not None:
             pace.close()
@@ -275,12 +324,18 @@ def run_user_rank(request: RunRequest, should_stop, rank: int, world_size: int, 
             dist.destroy_process_group()
 
 
-def _outcome(request: RunRequest, status: str, step: int, start_step: int, timings: dict, notes: tuple,
-             device: str, metrics: dict | None = None) -> RunOutcome:
+def _outcome(request: RunRequest, status: str, session, start_step: int, timings: dict, notes: list, device: str,
+             pace, budget) -> RunOutcome:
     timings["saved"] = time.time()
-    return RunOutcome(job_id=request.job_id, status=status, step=step, start_step=start_step,
-                      gpus=tuple(request.gpus), notes=notes, timings=timings, emulated=device == "cpu",
-                      metrics=plain_metrics(metrics or {}))
+    if budget is not None and (budget.late_steps or budget.warmup_s):
+        notes.append(budget.describe())
+    return RunOutcome(job_id=request.job_id, status=status, step=session.step, start_step=timings.get("start_step", start_step),
+                      gpus=tuple(request.gpus), notes=tuple(session.notes + notes), timings=timings,
+                      emulated=device == "cpu", step_time_s=pace.step_time if pace is not None else None,
+                      overruns=budget.overruns if budget is not None else 0,
+                      late_steps=budget.late_steps if budget is not None else 0,
+                      emulated_step_s=budget.step_s if budget is not None else None,
+                      metrics=plain_metrics(session.metrics) if request.code is not None else None)
 
 
 def plain_metrics(metrics: dict) -> dict:

@@ -63,10 +63,10 @@ def test_a_lost_rng_state_would_be_detected(tmp_path):
 def test_periodic_checkpoints_and_resume_from_previous_after_corruption(tmp_path):
     with pytest.warns(UserWarning, match="previous"):
         run_training(_request(tmp_path / "a", checkpoint_every=3), _stop_after(7))  # checkpoints at 3, 6, then 7 on stop
-        (tmp_path / "a" / LATEST).write_bytes(b"garbage")
+        (tmp_path / "a" / "latest" / LATEST).write_bytes(b"garbage")  # the newest committed checkpoint's file
         resumed = run_training(_request(tmp_path / "a"))
     assert resumed.start_step == 6 and resumed.step == 9
-    assert any("previous.ckpt" in note for note in resumed.notes)
+    assert any("resumed from previous/" in note for note in resumed.notes)
     run_training(_request(tmp_path / "b"))
     assert _same(_weights(tmp_path / "a"), _weights(tmp_path / "b"))  # redoing step 7 changes nothing
 
@@ -81,8 +81,9 @@ def test_stop_before_the_first_step_writes_nothing_and_finished_job_stays_finish
 
 def test_checkpoint_of_another_workload_is_refused(tmp_path):
     run_training(_request(tmp_path, total_steps=1))
-    with pytest.raises(ValueError, match="tiny_cnn"):
-        run_training(RunRequest("job", "transformer", 2, (GPUSlot("n", 0),), str(tmp_path)))
+    refused = run_training(RunRequest("job", "transformer", 2, (GPUSlot("n", 0),), str(tmp_path)))
+    assert refused.status == "failed" and not refused.fatal  # a runner's outcome, as every failure is
+    assert refused.error.startswith("ValueError: checkpoint is for workload 'tiny_cnn', not 'transformer'")
 
 
 def test_data_stream_order_is_a_function_of_position():

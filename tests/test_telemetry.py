@@ -312,6 +312,9 @@ def test_run_training_gives_telemetry_the_progress_resolver(tmp_path, monkeypatc
         self.real_gpu = True  # the tensors stay on the CPU; only the loop's "emulated" branch is skipped
 
     monkeypatch.setattr(training.TrainingSession, "__init__", on_a_gpu)
+    from executors import user_run
+
+    monkeypatch.setattr(user_run, "_device", lambda: "cuda:0")  # the rank takes its GPU as real: no emulation
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     old, new = _Coordinator(dead=True), _Coordinator()
     request = RunRequest("job", "tiny_cnn", 3, (GPUSlot("node0", 0),), str(tmp_path), params={"seed": 1, "num_samples": 40},

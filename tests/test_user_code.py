@@ -1,6 +1,6 @@
 """The user's own code: the contract (pcs_ray.train), its checkpoint store, and a rank's run in-process.
 
-Ray-free: ``run_user_rank`` is what a run's rank process executes, called here directly.
+Ray-free: ``run_rank`` is what a run's rank process executes, called here directly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import pcs_ray.train as train
 import pcs_ray.train.session as session
 import pcs_ray.train.store as store
-from executors.user_run import run_user_rank
+from executors.user_run import run_rank
 from pcs_ray.contract import GPUSlot, RunRequest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "user-code"
@@ -102,14 +102,14 @@ def test_outside_a_run_the_local_stand_in_answers():
 
 
 def test_stopped_twice_and_resumed_the_user_loop_ends_bitwise_identical(tmp_path):
-    whole = run_user_rank(_request(tmp_path / "a", _mlp()), lambda: False, 0, 1, None, {})
+    whole = run_rank(_request(tmp_path / "a", _mlp()), lambda: False, 0, 1, None, {})
     assert whole.status == "finished" and whole.step == 12 and whole.notes == ()
     starts = []
     for n in (4, 8):  # the loop checkpoints at its next should_checkpoint(): one step later
-        part = run_user_rank(_request(tmp_path / "b", _mlp()), _stop_at(n), 0, 1, None, {})
+        part = run_rank(_request(tmp_path / "b", _mlp()), _stop_at(n), 0, 1, None, {})
         assert part.status == "preempted"
         starts.append((part.start_step, part.step))
-    last = run_user_rank(_request(tmp_path / "b", _mlp()), lambda: False, 0, 1, None, {})
+    last = run_rank(_request(tmp_path / "b", _mlp()), lambda: False, 0, 1, None, {})
     assert starts == [(0, 5), (5, 9)] and (last.start_step, last.step, last.status) == (9, 12, "finished")
     whole_w, parts_w = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert set(whole_w) == set(parts_w) and all(torch.equal(whole_w[k], parts_w[k]) for k in whole_w)
@@ -130,7 +130,7 @@ def test_a_loop_that_raises_fails_with_its_own_traceback_and_is_not_retried(tmp_
         def helper(k):
             raise RuntimeError(f"my bug {k}")
     """)
-    out = run_user_rank(_request(tmp_path, code), lambda: False, 0, 1, None, {})
+    out = run_rank(_request(tmp_path, code), lambda: False, 0, 1, None, {})
     assert out.status == "failed" and out.fatal
     assert out.error.splitlines()[-1] == "RuntimeError: my bug 3" and "in helper" in out.error
     assert "user_run.py" not in out.error  # our frames are cut
@@ -143,7 +143,7 @@ def test_a_loop_that_returns_early_finishes_at_its_last_report_and_says_so(tmp_p
             for step in range(1, 5):
                 train.report({"k": config["k"]}, step=step)
     """)
-    out = run_user_rank(_request(tmp_path, code, steps=10), lambda: False, 0, 1, None, {})
+    out = run_rank(_request(tmp_path, code, steps=10), lambda: False, 0, 1, None, {})
     assert (out.status, out.step) == ("finished", 4) and out.notes == ("returned early: at step 4 of 10",)
 
 
@@ -156,7 +156,7 @@ def test_a_function_sent_by_value_runs_with_its_config(tmp_path):
 
     out_file = tmp_path / "seen"
     code = {"function": base64.b64encode(cloudpickle.dumps(loop)).decode(), "config": {"k": 9, "out": str(out_file)}}
-    out = run_user_rank(_request(tmp_path, code, steps=3), lambda: False, 0, 1, None, {})
+    out = run_rank(_request(tmp_path, code, steps=3), lambda: False, 0, 1, None, {})
     assert (out.status, out.step, out_file.read_text()) == ("finished", 3, "9")
 
 
@@ -170,7 +170,7 @@ def test_progress_goes_to_the_coordinator_in_the_jobs_own_units(tmp_path):
             self.calls.append((job_id, step))
 
     target = Target()
-    out = run_user_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
+    out = run_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
                         lambda: False, 0, 1, None, {})
     assert out.status == "finished" and [s for _, s in target.calls] == [1, 2, 3, 4, 5]
 
@@ -227,7 +227,7 @@ def test_a_trainer_names_a_files_function_as_an_entrypoint_and_sends_others_by_v
 def test_a_ray_train_loop_ported_by_its_imports_stops_and_resumes_where_it_left_off(tmp_path):
     code = {"entrypoint": "ray_train_port.py:train_func", "working_dir": str(EXAMPLES),
             "config": {"lr": 0.01, "batch_size": 64, "epochs": 6}}
-    first = run_user_rank(_request(tmp_path, code, steps=6), _stop_at(2), 0, 1, None, {})
+    first = run_rank(_request(tmp_path, code, steps=6), _stop_at(2), 0, 1, None, {})
     assert (first.status, first.step) == ("preempted", 2)  # it never asks: its report with a checkpoint ends it
-    rest = run_user_rank(_request(tmp_path, code, steps=6), lambda: False, 0, 1, None, {})
+    rest = run_rank(_request(tmp_path, code, steps=6), lambda: False, 0, 1, None, {})
     assert (rest.status, rest.start_step, rest.step) == ("finished", 2, 6) and rest.metrics["epoch"] == 5

@@ -102,9 +102,19 @@ class Session:
     metrics: dict = field(default_factory=dict)
     reports: int = 0
     stopping: bool = False
+    asked: bool = False  # the loop called should_checkpoint() since its last report
     stop_reason: str | None = None
     last_checkpoint_step: int | None = None
     history: list = field(default_factory=list)  # the local session keeps every report
+    # What the runner reads back after the loop (not part of the user's contract): notes for the run's
+    # outcome, phase stamps, and a hook a loop may call as a step begins (the emulated device's clock).
+    notes: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    on_step_begin: Callable[[], None] | None = None
+
+    def step_begins(self) -> None:
+        if self.on_step_begin is not None:
+            self.on_step_begin()
 
     # -- agreement across ranks ---------------------------------------------------------
     def _any_rank(self, *flags: bool) -> tuple[bool, ...]:
@@ -120,6 +130,7 @@ class Session:
         return tuple(bool(v > 0) for v in tensor.tolist())
 
     def should_checkpoint(self) -> bool:
+        self.asked = True
         if not self.stopping:
             (self.stopping,) = self._any_rank(bool(self.stop_requested()))
         return self.stopping
@@ -153,9 +164,17 @@ class Session:
             self.on_report(step, self.metrics)
         # Every report is a point where the ranks agree (as in Ray Train): a stop asked for ends the run at
         # the first report that carries a checkpoint, also in a loop that never asks should_checkpoint().
-        stopping, checkpointed = self._any_rank(self.stopping or bool(self.stop_requested()), saved)
+        # A loop that asked since its last report has its answer already (the same on every rank).
+        asked, self.asked = self.asked, False
+        if asked and not self.stopping:
+            return
+        if asked:
+            stopping, (checkpointed,) = True, self._any_rank(saved)
+        else:
+            stopping, checkpointed = self._any_rank(self.stopping or bool(self.stop_requested()), saved)
         self.stopping = self.stopping or stopping
-        if stopping and checkpointed:
+        # Nothing done since the newest checkpoint: ending now loses nothing, so no new one is needed.
+        if stopping and (checkpointed or step == self.last_checkpoint_step):
             raise RunStopped(step)
 
     def staging_dir(self) -> str:

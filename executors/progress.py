@@ -1,0 +1,109 @@
+"""Progress and NVML readings a run sends its coordinator, fire-and-forget and throttled."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from executors.emulation import StepBudget
+from pcs_ray.contract import RunRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProgressReporter:
+    """Fire-and-forget, throttled progress reports to the coordinator.
+
+    An emulated GPU's step takes its budget, and that is what a report says. On a real GPU a report says
+    the wall-clock seconds per step since the previous report instead: the checkpoints, data loading and
+    reports between steps are what a job's completion waits for too (on an H100, periodic checkpoints of
+    a ResNet-18 alone added 8 % to its steps' own time). The first report of a run is its first step alone.
+    """
+
+    target: object
+    job_id: str
+    interval_s: float
+    emulated: bool = False
+    budget: StepBudget | None = None  # emulated steps: its overrun count travels with each report
+    resolve: Callable[[], object] | None = None  # asked for the target at each report (a warm runner's run changes hands)
+    _last: float = field(default=float("-inf"))
+    _last_step: int | None = None
+    _times: list = field(default_factory=list)
+
+    def step_done(self, step: int, step_time_s: float) -> None:
+        self._times.append(step_time_s)
+        now = time.monotonic()
+        target = self.resolve() if self.resolve is not None else self.target
+        if target is None or now - self._last < self.interval_s:
+            return
+        if self.emulated or self._last_step is None or step <= self._last_step:
+            mean = sum(self._times) / len(self._times)
+        else:
+            mean = (now - self._last) / (step - self._last_step)
+        self._times.clear()
+        self._last, self._last_step = now, step
+        extra = {"emulated": self.emulated}
+        if self.budget is not None and self.budget.overruns:  # only then: older reporters lack the keyword
+            extra["overruns"] = self.budget.overruns
+        try:
+            target.report_progress.remote(self.job_id, step, mean, **extra)
+        except Exception as exc:  # a dead coordinator must not stop training: its successor adopts the run
+            log.warning("progress report for %s failed: %s", self.job_id, exc)
+
+
+@dataclass
+class TelemetryReporter:
+    """Fire-and-forget, throttled NVML readings of one rank's GPU (``pcs_ray.telemetry.RunMeter``)."""
+
+    target: object
+    job_id: str
+    attempt: int
+    node: str
+    index: int
+    meter: object
+    interval_s: float
+    resolve: Callable[[], object] | None = None  # as ProgressReporter's: readings follow an adopting coordinator
+    _last: float = field(default=float("-inf"))
+
+    def step_done(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._last < self.interval_s:
+            return
+        self._last = now
+        target = self.resolve() if self.resolve is not None else self.target
+        send = getattr(target, "report_telemetry", None)  # None: no coordinator now, or an older one
+        if send is None:
+            return
+        try:
+            reading = self.meter.reading()
+            if reading is not None:
+                if final:
+                    reading["final"] = True
+                send.remote(self.job_id, self.attempt, self.node, self.index, reading)
+        except Exception as exc:  # telemetry must never stop training
+            log.warning("telemetry report for %s failed: %s", self.job_id, exc)
+
+
+def telemetry_reporter(request: RunRequest, rank: int, sampler=None,
+                       resolve: Callable[[], object] | None = None) -> TelemetryReporter | None:
+    """This rank's GPU read through NVML, where it can be (a real GPU, the library, a reporter that takes
+    telemetry); None otherwise: the coordinator then models the job's energy. ``resolve`` returns where
+    readings go now (a warm runner's run adopted by a restarted coordinator), as for progress."""
+    if request.reporter is None or rank >= len(request.gpus):
+        return None
+    try:
+        request.reporter.report_telemetry  # noqa: B018 - an older reporter lacks it
+    except AttributeError:
+        return None
+    from pcs_ray.telemetry import NVMLSampler, RunMeter
+
+    slot = request.gpus[rank]
+    meter = RunMeter(sampler if sampler is not None else NVMLSampler(), slot.index)
+    if not meter.available:
+        meter.sampler.close()
+        return None
+    return TelemetryReporter(request.reporter, request.job_id, request.attempt, slot.node, slot.index, meter,
+                             request.report_interval_s, resolve)
