@@ -231,3 +231,43 @@ def test_a_ray_train_loop_ported_by_its_imports_stops_and_resumes_where_it_left_
     assert (first.status, first.step) == ("preempted", 2)  # it never asks: its report with a checkpoint ends it
     rest = run_rank(_request(tmp_path, code, steps=6), lambda: False, 0, 1, None, {})
     assert (rest.status, rest.start_step, rest.step) == ("finished", 2, 6) and rest.metrics["epoch"] == 5
+
+
+def test_the_coordinator_counts_steps_redone_fails_user_errors_at_once_and_keeps_a_finished_jobs_metrics(tmp_path):
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator import Coordinator, Journal, StartRun
+    from pcs_ray.policies import create_policy
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "loop.py").write_text("def loop(config):\n    pass\n")
+    journal = tmp_path / "journal.sqlite"
+    core = Coordinator(ClusterSpec.homogeneous(2, 2), create_policy("srsf"), Journal(journal),
+                       checkpoint_root=tmp_path / "checkpoints", clock=lambda: 1000.0)
+    user = {"entrypoint": "loop.py:loop", "working_dir": str(tmp_path / "code"), "gpus": 2, "step_time": 0.1}
+    long_id, actions = core.submit({**user, "steps": 10_000, "config": {"k": 1}})
+    request = next(a.request for a in actions if isinstance(a, StartRun))
+    assert request.code["entrypoint"] == "loop.py:loop" and request.code["config"] == {"k": 1}
+    assert request.log_dir.endswith(f"logs/{long_id}/attempt-1")
+    core.progress(long_id, 130, 0.1)
+    core.submit({**user, "steps": 10})  # shorter: srsf preempts the long job
+    # Its loop ignored the stop; killed after the grace, it resumes from its checkpoint at step 100.
+    core.run_ended(long_id, 1, "failed", step=100, error="runner rank 0 died (killed or crashed): ActorDiedError")
+    assert core.job_view(long_id)["lost_steps"] == 30 and core.jobs[long_id].state == "queued"
+
+    reopened = Coordinator(ClusterSpec.homogeneous(2, 2), create_policy("srsf"), Journal(journal),
+                           checkpoint_root=tmp_path / "checkpoints", clock=lambda: 1000.0)
+    assert reopened.job_view(long_id)["lost_steps"] == 30  # journaled: a restart keeps the count
+
+    core = Coordinator(ClusterSpec.homogeneous(2, 2), create_policy("fifo"), Journal(":memory:"),
+                       checkpoint_root=tmp_path / "c2", clock=lambda: 1000.0)
+    bad_id, actions = core.submit({**user, "steps": 5})
+    assert any(isinstance(a, StartRun) for a in actions)
+    core.run_ended(bad_id, 1, "failed", step=0, error="RuntimeError: my bug", fatal=True)
+    view = core.job_view(bad_id)
+    assert (view["state"], view["error"], view["attempts"]) == ("failed", "RuntimeError: my bug", 1)  # not retried
+    good_id, _ = core.submit({**user, "steps": 5})
+    (tmp_path / "c2" / str(good_id) / "latest").mkdir(parents=True)
+    (tmp_path / "c2" / str(good_id) / "latest" / ".pcs-ray-checkpoint.json").write_text('{"step": 5}')
+    core.run_ended(good_id, 1, "finished", step=5, metrics={"loss": 0.5})
+    view = core.job_view(good_id)
+    assert view["metrics"] == {"loss": 0.5} and view["checkpoint"] == str(tmp_path / "c2" / str(good_id) / "latest")
