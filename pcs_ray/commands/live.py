@@ -24,6 +24,9 @@ from pcs_ray.policies import policy_names
 
 ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up --local` started with the default --state-dir, else the running local cluster).")
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
+API_HOST = typer.Option("--api-host", help="Interface the coordinator's HTTP API listens on. The default, loopback, "
+                        "serves this node only; another (0.0.0.0: all) lets any machine that can reach it and holds the "
+                        "cluster's token submit, cancel and reconfigure.")
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -51,6 +54,7 @@ def start_cmd(
     placement: Annotated[str, typer.Option("--placement", help=f"Placement: {', '.join(PLACEMENTS)} (`pcs-ray simulate --help` says what each does).")] = "packed-sticky",
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
+    api_host: Annotated[str, API_HOST] = "127.0.0.1",
 ) -> None:
     """Start the coordinator on a Ray cluster (or report the one already running).
 
@@ -65,12 +69,14 @@ def start_cmd(
     """
     from pcs_ray.coordinator.actor import NAMESPACE
 
-    config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace)
+    config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace,
+                                               api_host=api_host)
     print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
           f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
 
 
-def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None):
+def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,
+                       api_host: str = "127.0.0.1"):
     """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
 
     ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
@@ -93,7 +99,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
-        wfq=choice.wfq, placement=placement, grace_s=grace,
+        wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host,
     )
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)
@@ -221,6 +227,7 @@ def stop_cmd(
     connect(cluster_address(address), NAMESPACE)
     actor = get_coordinator()
     killed = ray.get(actor.drain.remote(timeout))
+    ray.get(actor.close_api.remote())  # the advert goes too: clients know at once that it stopped
     ray.kill(actor, no_restart=True)
     print("coordinator stopped" + (f" ({killed} runner(s) killed after {timeout:.0f} s)" if killed else ""))
 

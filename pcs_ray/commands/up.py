@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.live import JSON_OUT
+from pcs_ray.commands.live import API_HOST, JSON_OUT
 from pcs_ray.placement import PLACEMENTS
 
 STATE_DIR = typer.Option("--state-dir", help="Where the cluster's state file, logs, the coordinator's journal and "
@@ -36,6 +36,7 @@ def up_cmd(
                                                show_default=False)] = None,
     cpus_per_node: Annotated[int | None, typer.Option("--cpus-per-node", min=1, max=1024, help="Ray CPUs per node "
                                                       "[default: its GPUs, at least 1].", show_default=False)] = None,
+    api_host: Annotated[str, API_HOST] = "127.0.0.1",
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Start a head and N-1 worker Ray nodes on this machine, token authentication on, and the coordinator on the head.
@@ -82,8 +83,11 @@ def up_cmd(
 
         connect(record.address)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-        launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head)
+        _, info, _ = launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head,
+                                        api_host=api_host)
         ray.shutdown()
+        record.api = info.get("api") or ""
+        lc.save(record, state / lc.STATE_FILE)
     except BaseException:
         if ray.is_initialized():  # disconnect first: a driver whose GCS goes away aborts the process after 60 s
             ray.shutdown()
@@ -93,7 +97,8 @@ def up_cmd(
         print(json.dumps(record.summary()))
         return
     print(f"Ray cluster up: {len(record.nodes)} node(s), {sum(n.gpus for n in record.nodes)} GPU(s), coordinator on "
-          f"{record.nodes[0].name}\n  address    {record.address}\n  dashboard  {record.dashboard}\n"
+          f"{record.nodes[0].name}\n  address    {record.address}\n  api        {record.api or 'off (no token found)'}\n"
+          f"  dashboard  {record.dashboard}\n"
           f"  state      {state}/{lc.STATE_FILE} (pcs-ray down --state-dir {state})\n  clients    {lc.client_hint(record)}")
 
 
