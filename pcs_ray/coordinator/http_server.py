@@ -18,14 +18,56 @@ import inspect
 import json
 import logging
 import threading
+import types
+import typing
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from pcs_ray.api.wire import CALLS, MAX_BODY, PREFIX, READ_ONLY, UNAUTHORIZED, encode, error_body, status_of
-from pcs_ray.contract import CoordinatorError
+from pcs_ray.contract import CoordinatorAPI, CoordinatorError
 
 log = logging.getLogger("pcs_ray.coordinator.http")
+
+
+def _accepted(hint) -> tuple[type, ...]:
+    """The JSON types an annotation of ``CoordinatorAPI`` admits (an int where a float is asked)."""
+    parts = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    out: list[type] = []
+    for part in parts:
+        part = typing.get_origin(part) or part
+        out += [int, float] if part is float else [type(None)] if part is None or part is type(None) else [part]
+    return tuple(out)
+
+
+_HINTS = {name: {arg: _accepted(hint) for arg, hint in typing.get_type_hints(getattr(CoordinatorAPI, name)).items()
+                 if arg != "return"}
+          for name in CALLS if hasattr(CoordinatorAPI, name)}
+
+
+def _check_types(call: str, arguments: dict) -> None:
+    """Refuse, before the call runs, an argument of a JSON type the contract does not take (a null policy)."""
+    for arg, value in arguments.items():
+        accepted = _HINTS.get(call, {}).get(arg)
+        if accepted and not isinstance(value, accepted):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in accepted)
+            raise TypeError(f"{arg} must be {names}, not {type(value).__name__ if value is not None else 'null'}")
+
+
+def _from_query(call: str, query) -> dict:
+    """Query arguments (text) as the numbers the call takes where they read as numbers."""
+    out = {}
+    for arg, text in query.items():
+        accepted = _HINTS.get(call, {}).get(arg, ())
+        value = text
+        for kind in (int, float):
+            if kind in accepted and not isinstance(value, kind):
+                try:
+                    value = kind(text)
+                except ValueError:
+                    pass
+        out[arg] = value
+    return out
 
 
 def _reply(status: int, body: bytes) -> web.Response:
@@ -123,7 +165,7 @@ class ApiServer:
         if signature is None:
             return _refuse(404, "NotFound", f"no call {name!r}; the calls are {', '.join(self._signatures)}")
         if request.method == "GET" and name in READ_ONLY:
-            args, kwargs = [], dict(request.query)
+            args, kwargs = [], _from_query(name, request.query)
         elif request.method == "POST":
             args, kwargs = await self._arguments(request)
         else:
@@ -131,7 +173,7 @@ class ApiServer:
         if isinstance(args, web.Response):
             return args
         try:
-            signature.bind(*args, **kwargs)
+            _check_types(name, signature.bind(*args, **kwargs).arguments)
         except TypeError as e:
             return _refuse(400, "BadArguments", f"{name}: {e}")
         try:
