@@ -26,10 +26,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
+
+if TYPE_CHECKING:
+    from pcs_ray.jobfile import JobFile
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
-from pcs_ray.jobfile import JobFile, load_job, parse_job
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class Client:
 
     def submit(self, spec: str | Path | dict | JobFile, submission_id: str | None = None) -> JobHandle:
         """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction."""
+        from pcs_ray.jobfile import JobFile, load_job, parse_job  # pydantic: only where a spec is read
+
         if isinstance(spec, (str, Path)):
             raw = load_job(spec).to_dict()
         elif isinstance(spec, JobFile):

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.live import API_HOST, JSON_OUT
+from pcs_ray.commands.target import API_HOST, JSON_OUT
 from pcs_ray.placement import PLACEMENTS
 
 STATE_DIR = typer.Option("--state-dir", help="Where the cluster's state file, logs, the coordinator's journal and "
@@ -49,7 +49,7 @@ def up_cmd(
     ~/.ray/auth_token), or a new one written to ~/.ray/auth_token.
     """
     from pcs_ray.commands import local_cluster as lc
-    from pcs_ray.commands.live import launch_coordinator
+    from pcs_ray.commands.start import launch_coordinator
     from pcs_ray.discovery import nvml_inventory
 
     if not local:
