@@ -131,6 +131,15 @@ def test_read_calls_answer_get_with_query_arguments(api):
     assert set(CALLS) >= {"submit", "status", "predict", "cancel", "config", "set_config"}
 
 
+def test_calls_are_the_hosts_methods_even_where_an_attribute_shadows_one(tmp_path):
+    """The Ray actor keeps its settings in ``self.config``; ``config`` is still the call."""
+    host = local_host(tmp_path)
+    host.config = {"not": "the call"}
+    with served(host) as server:
+        status, reply = request(server, "GET", "/v1/config")
+    assert status == 200 and reply["result"]["policy"] == json.loads(json.dumps(host.core.config()["policy"]))
+
+
 # -- finding the API -----------------------------------------------------------------------------
 def test_clients_find_the_api_from_the_env_or_the_advert_for_their_cluster(tmp_path, monkeypatch):
     monkeypatch.delenv(API_ENV, raising=False)
@@ -141,7 +150,12 @@ def test_clients_find_the_api_from_the_env_or_the_advert_for_their_cluster(tmp_p
     assert find_api(None, tmp_path) == "http://127.0.0.1:1234"
     assert find_api("127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
     assert find_api("ray://127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
+    assert find_api("localhost:6379", tmp_path) == "http://127.0.0.1:1234"
     assert find_api("10.0.0.9:6379", tmp_path) is None  # another cluster's coordinator
+    assert find_api("127.0.0.1:6380", tmp_path) is None
+    write_advert(tmp_path, "http://127.0.0.1:1234", "192.0.2.2:6379", 42)  # Ray names the node by its IP
+    assert find_api("127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
+    assert find_api("192.0.2.3:6379", tmp_path) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
     assert find_api(None, tmp_path) is None
     monkeypatch.setenv(API_ENV, "http://127.0.0.1:999")

@@ -48,8 +48,17 @@ def remove_advert(state_dir: str | Path, pid: int | None = None) -> None:
         advert_path(state_dir).unlink(missing_ok=True)
 
 
-def _bare(address: str) -> str:
-    return address.removeprefix("ray://").strip().rstrip("/")
+def _host_port(address: str) -> tuple[str, str]:
+    host, _, port = address.removeprefix("ray://").strip().rstrip("/").rpartition(":")
+    return host.strip("[]"), port
+
+
+def same_cluster(a: str, b: str) -> bool:
+    """Whether two GCS addresses name one cluster: equal, or the same port where one is loopback
+    (``up`` records 127.0.0.1, Ray tells the coordinator this node's IP)."""
+    (ha, pa), (hb, pb) = _host_port(a), _host_port(b)
+    loopback = any(h in ("localhost", "::1") or h.startswith("127.") for h in (ha, hb))
+    return pa == pb and (ha == hb or loopback)
 
 
 def find_api(address: str | None = None, state_dir: str | Path | None = None) -> str | None:
@@ -62,6 +71,6 @@ def find_api(address: str | None = None, state_dir: str | Path | None = None) ->
     if found is None:
         return None
     target = address or os.environ.get("RAY_ADDRESS")
-    if target and target != "auto" and _bare(target) != _bare(str(found.get("ray_address") or "")):
+    if target and target != "auto" and not same_cluster(target, str(found.get("ray_address") or "")):
         return None
     return found["url"]

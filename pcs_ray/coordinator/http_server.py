@@ -90,7 +90,10 @@ class ApiServer:
         self.host, self.port = host, port
         self.max_body = max_body
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcs-ray-api")
-        self._signatures = {name: inspect.signature(getattr(target, name)) for name in CALLS if hasattr(target, name)}
+        # From the class: an instance attribute may shadow a call (the actor keeps its settings in ``config``).
+        self._calls = {name: getattr(type(target), name).__get__(target) for name in CALLS
+                       if callable(getattr(type(target), name, None))}
+        self._signatures = {name: inspect.signature(call) for name, call in self._calls.items()}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -177,7 +180,8 @@ class ApiServer:
         except TypeError as e:
             return _refuse(400, "BadArguments", f"{name}: {e}")
         try:
-            result = await asyncio.get_running_loop().run_in_executor(self._pool, lambda: getattr(self.target, name)(*args, **kwargs))
+            call = self._calls[name]
+            result = await asyncio.get_running_loop().run_in_executor(self._pool, lambda: call(*args, **kwargs))
         except CoordinatorError as e:
             return _refuse(status_of(e), type(e).__name__, str(e))
         except (TypeError, ValueError, OverflowError) as e:  # an argument the call could not take (a job id "x")
