@@ -53,12 +53,12 @@ def _host_port(address: str) -> tuple[str, str]:
     return host.strip("[]"), port
 
 
-def same_cluster(a: str, b: str) -> bool:
-    """Whether two GCS addresses name one cluster: equal, or the same port where one is loopback
-    (``up`` records 127.0.0.1, Ray tells the coordinator this node's IP)."""
-    (ha, pa), (hb, pb) = _host_port(a), _host_port(b)
-    loopback = any(h in ("localhost", "::1") or h.startswith("127.") for h in (ha, hb))
-    return pa == pb and (ha == hb or loopback)
+def same_cluster(target: str, advertised: str) -> bool:
+    """Whether the cluster a client was pointed at is the one an advert names: the same address, or the same
+    port where the client names this machine by loopback (``up`` records 127.0.0.1, Ray gives the coordinator
+    this node's IP)."""
+    (ht, pt), (ha, pa) = _host_port(target), _host_port(advertised)
+    return pt == pa and (ht == ha or ht in ("localhost", "::1") or ht.startswith("127."))
 
 
 def find_api(address: str | None = None, state_dir: str | Path | None = None) -> str | None:
