@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 TARGETS_S = {"idle": 0.5, "busy": 1.0}
 COMMANDS = ("status", "predict", "submit", "cancel")
+ADVERTISED: dict = {}
 
 
 def cli(env: dict, *args: str, timeout: float = 300.0) -> tuple[float, subprocess.CompletedProcess]:
@@ -62,7 +64,19 @@ def rounds(env: dict, job: Path, n: int) -> dict:
         samples["status"].append(cli(env, "status", "--json")[0])
         samples["predict"].append(cli(env, "predict", jid, "--json")[0])
         samples["cancel"].append(cli(env, "cancel", jid)[0])
+        acknowledge(env, int(jid))
     return {c: summary(v) for c, v in samples.items()}
+
+
+def acknowledge(env: dict, jid: int) -> None:
+    """Tell the coordinator the cancelled external job stopped (its executor would), so its GPU is free again
+    and every round meets the same idle cluster. Untimed, over HTTP."""
+    from pcs_ray.client import Client
+
+    client = Client(api=env.get("PCS_RAY_API") or ADVERTISED["api"])
+    view = client.assignment(jid)
+    if view["state"] == "stopping":
+        client.external_ended(jid, view["attempt"], "preempted", view["steps"])
 
 
 def summary(values: list[float]) -> dict:
@@ -108,6 +122,7 @@ def main() -> None:
                 timeout=900)
         try:
             record = json.loads((state / "cluster.json").read_text())
+            ADVERTISED.update(record)
             if not record.get("api"):
                 raise RuntimeError(f"{state}/cluster.json advertises no API (no token where the coordinator runs?)")
             http = environment(record["address"], record["api"], str(ROOT))

@@ -14,7 +14,9 @@ runs it does not know at a checkpoint, and sends the jobs whose runs are gone
 (cold runners die with the actor that owns them) back to the queue to resume
 from their checkpoints. A refusal raised
 by a call reaches the caller as a ``RayTaskError`` whose ``cause`` is the
-typed error (``pcs_ray.client.Client`` re-raises it).
+typed error (``pcs_ray.client.Client`` re-raises it). The same calls are
+served over HTTP from this process (:mod:`.http_advert`), for clients
+outside the cluster.
 """
 
 from __future__ import annotations
