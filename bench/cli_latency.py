@@ -13,8 +13,10 @@ times another checkout's CLI instead). Submissions are ``executor: external``
 jobs so that no runner process starts between samples on an idle cluster;
 ``--busy N`` then submits N one-GPU training jobs, waits until they train, and
 times the same rounds beside them. Prints one JSON object: per command, the
-median and p90 in seconds and the samples. Timings come from a shared machine:
-its load average is printed with them.
+median and p90 in seconds and the samples, and ``floors``: the same CLI process
+without the call (``status --help``) and the calls alone from one process, to
+say where the time goes. Timings come from a shared machine: its load average
+is printed with them.
 """
 
 from __future__ import annotations
@@ -86,6 +88,28 @@ def summary(values: list[float]) -> dict:
             "samples_s": [round(v, 3) for v in values]}
 
 
+def floors(env: dict, n: int) -> dict:
+    """What a call costs apart from the call: the same CLI process answering ``status --help`` (interpreter,
+    imports, no request), and the calls themselves made ``n`` times from one process over HTTP (ms)."""
+    from pcs_ray.client import Client
+
+    client = Client(api=env["PCS_RAY_API"])
+    jid = client.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": 1, "executor": "external"}).id
+    calls = {"status": lambda: client.status(), "predict": lambda: client.predict(jid)}
+    out = {"cli_without_the_call": summary([cli(env, "status", "--help")[0] for _ in range(n)])}
+    for name, call in calls.items():
+        took = []
+        for _ in range(n):
+            began = time.perf_counter()
+            call()
+            took.append(time.perf_counter() - began)
+        out[f"{name}_call_ms"] = {"median": round(1000 * statistics.median(took), 2),
+                                  "p90": round(1000 * sorted(took)[int(0.9 * (n - 1))], 2)}
+    client.cancel(jid)
+    acknowledge(env, jid)
+    return out
+
+
 def busy_jobs(env: dict, count: int, folder: Path) -> list[str]:
     """``count`` one-GPU training jobs, once every one is running."""
     spec = folder / "train.yaml"
@@ -133,6 +157,7 @@ def main() -> None:
                          "targets_median_s": TARGETS_S, "idle": {}, "load_average": {}}
             out["load_average"]["idle_before"] = os.getloadavg()
             out["idle"]["http"] = rounds(http, job, args.calls)
+            out["idle"]["floors"] = floors(http, args.calls)
             if args.driver_calls:
                 out["idle"]["driver"] = rounds(driver, job, args.driver_calls)
             out["load_average"]["idle_after"] = os.getloadavg()
@@ -141,6 +166,7 @@ def main() -> None:
                 out["busy"] = {"training_jobs": len(ids)}
                 out["load_average"]["busy_before"] = os.getloadavg()
                 out["busy"]["http"] = rounds(http, job, args.calls)
+                out["busy"]["floors"] = floors(http, args.calls)
                 if args.driver_calls:
                     out["busy"]["driver"] = rounds(driver, job, args.driver_calls)
                 out["load_average"]["busy_after"] = os.getloadavg()

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
+from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
 
 if TYPE_CHECKING:
     from pcs_ray.jobfile import JobFile
-from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,22 @@ def test_bodies_are_bounded(api):
     assert request(api[1], "GET", "/v1/status")[0] == 200  # still serving
 
 
+@pytest.mark.parametrize("raw, status", [
+    (b"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n\r\n", 401),  # not UTF-8
+    (b"GET /v1/st\xffatus HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"POST /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+     b"\r\nContent-Length: 5000000\r\n\r\n{}", 413),  # refused on its declared length, without waiting for it
+    (b"GARBAGE\r\n\r\n", 400),
+])
+def test_requests_http_client_cannot_send_are_refused_below_500(api, raw, status):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", api[1].port), timeout=10) as s:
+        s.sendall(raw)
+        assert s.recv(200).split(b"\r\n")[0].split()[1] == str(status).encode()
+    assert request(api[1], "GET", "/v1/ping")[0] == 200
+
+
 def test_read_calls_answer_get_with_query_arguments(api):
     host, server = api
     status, reply = request(server, "GET", "/v1/status")

@@ -153,7 +153,8 @@ class ApiServer:
         """Authentication first (nothing is served without the token), then one-line JSON for every refusal."""
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+        offered = token.strip().encode("utf-8", "replace")  # a header of non-UTF-8 bytes is just a wrong token
+        if scheme.lower() != "bearer" or not hmac.compare_digest(offered, self._token):
             what = "a wrong token" if given else "no token"
             return _refuse(401, UNAUTHORIZED, f"{what}: send the Ray cluster's token as 'Authorization: Bearer "
                            f"<token>' (pcs-ray clients read $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)")
@@ -197,7 +198,9 @@ class ApiServer:
 
     async def _arguments(self, request: web.Request):
         """``(args, kwargs)`` from a JSON body, or the 4xx response that refuses it."""
-        raw = await request.read()  # over max_body: aiohttp raises 413, answered by the guard
+        if (request.content_length or 0) > self.max_body:  # refused before any of it is read
+            return _refuse(413, "RequestEntityTooLarge", f"the body is over {self.max_body} bytes"), {}
+        raw = await request.read()  # over max_body without a length: aiohttp raises 413, answered by the guard
         if not raw.strip():
             return [], {}
         try:
