@@ -6,16 +6,16 @@
 Each sample is one whole CLI process, as a user runs it (interpreter start,
 imports, the call, the output), timed wall-clock. A round is ``submit`` (a job
 that goes on to be cancelled), ``status --json``, ``predict ID --json`` and
-``cancel ID``. The HTTP path finds the API from ``$PCS_RAY_API``; the driver
+``cancel ID``, with ``status --help`` beside them: the same process without
+the call (interpreter start and imports). The HTTP path finds the API from ``$PCS_RAY_API``; the driver
 path is the same CLI with no API advertised to it, so it joins the cluster as
 a Ray driver, as every command did before the API (``--before PYTHONPATH``
 times another checkout's CLI instead). Submissions are ``executor: external``
 jobs so that no runner process starts between samples on an idle cluster;
 ``--busy N`` then submits N one-GPU training jobs, waits until they train, and
 times the same rounds beside them. Prints one JSON object: per command, the
-median and p90 in seconds and the samples, and ``floors``: the same CLI process
-without the call (``status --help``) and the calls alone from one process, to
-say where the time goes. Timings come from a shared machine: its load average
+median and p90 in seconds and the samples, and ``floors``: the calls alone,
+from one process, to say where the time goes. Timings come from a shared machine: its load average
 is printed with them.
 """
 
@@ -58,8 +58,9 @@ def environment(address: str, api: str | None, pythonpath: str) -> dict:
 
 def rounds(env: dict, job: Path, n: int) -> dict:
     """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s)."""
-    samples: dict[str, list[float]] = {c: [] for c in COMMANDS}
+    samples: dict[str, list[float]] = {c: [] for c in (*COMMANDS, "cli_without_the_call")}
     for _ in range(n):
+        samples["cli_without_the_call"].append(cli(env, "status", "--help")[0])  # same moment, same load
         took, out = cli(env, "submit", str(job), "--json")
         samples["submit"].append(took)
         jid = str(json.loads(out.stdout.strip().splitlines()[-1])["id"])
@@ -89,14 +90,13 @@ def summary(values: list[float]) -> dict:
 
 
 def floors(env: dict, n: int) -> dict:
-    """What a call costs apart from the call: the same CLI process answering ``status --help`` (interpreter,
-    imports, no request), and the calls themselves made ``n`` times from one process over HTTP (ms)."""
+    """The calls themselves, made ``n`` times from one process over HTTP (ms): what the API adds."""
     from pcs_ray.client import Client
 
     client = Client(api=env["PCS_RAY_API"])
     jid = client.submit({"workload": "tiny_cnn", "steps": 1000, "gpus": 1, "executor": "external"}).id
     calls = {"status": lambda: client.status(), "predict": lambda: client.predict(jid)}
-    out = {"cli_without_the_call": summary([cli(env, "status", "--help")[0] for _ in range(n)])}
+    out = {}
     for name, call in calls.items():
         took = []
         for _ in range(n):

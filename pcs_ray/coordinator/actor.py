@@ -100,7 +100,11 @@ class CoordinatorService(CoordinatorHost):
         self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
-        self.api = serve_api(self, self.config)
+        try:  # the API is a convenience: clients fall back to Ray, so a failure here must not stop the actor
+            self.api = serve_api(self, self.config)
+        except Exception:
+            log.exception("the HTTP API is off")
+            self.api = None
 
     # -- a restart -----------------------------------------------------------------
     def _adopt_runs(self) -> None:

@@ -59,7 +59,7 @@ def serve_api(target, config) -> ServedApi | None:
         try:
             server.start()
             break
-        except OSError as e:
+        except (OSError, TimeoutError) as e:
             server.stop()
             if i == len(ports) - 1:
                 log.error("the HTTP API cannot listen on %s:%s (%s): it is off", config.api_host, port, e)
