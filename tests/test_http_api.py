@@ -229,6 +229,31 @@ def test_a_stopped_coordinator_is_reported_at_once(tmp_path, monkeypatch):
     assert "\n" not in str(gone.value)
 
 
+def test_a_restarted_coordinator_takes_its_old_port_and_rewrites_the_advert(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from pcs_ray.coordinator.http_advert import serve_api
+
+    host = local_host(tmp_path)
+    config = SimpleNamespace(state_dir=str(tmp_path), api_host="127.0.0.1", api_port=0)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert serve_api(host, config) is None and read_advert(tmp_path) is None  # nothing served without a token
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
+    first = serve_api(host, config)
+    assert read_advert(tmp_path)["url"] == first.advertised
+    first.server.stop()  # killed: its advert stays behind
+    second = serve_api(host, config)
+    try:
+        assert second.advertised == first.advertised and read_advert(tmp_path)["pid"] == os.getpid()
+        assert Client(api=second.advertised).status()["jobs"] == []
+        taken = serve_api(host, SimpleNamespace(**{**vars(config), "api_port": second.server.port}))
+        assert taken is None  # a port the operator named and another process holds: off, and the actor runs on
+    finally:
+        second.close()
+    assert read_advert(tmp_path) is None
+
+
 # -- the CLI over HTTP -----------------------------------------------------------------------------
 PROBE = """
 import sys

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address
+from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 
@@ -27,6 +27,7 @@ def start_cmd(
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
+    api_port: Annotated[int, API_PORT] = 0,
 ) -> None:
     """Start the coordinator on a Ray cluster (or report the one already running).
 
@@ -42,13 +43,13 @@ def start_cmd(
     from pcs_ray.coordinator.actor import NAMESPACE
 
     config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace,
-                                               api_host=api_host)
+                                               api_host=api_host, api_port=api_port)
     print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
           f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
 
 
 def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,
-                       api_host: str = "127.0.0.1"):
+                       api_host: str = "127.0.0.1", api_port: int = 0):
     """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
 
     ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
@@ -71,7 +72,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
-        wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host,
+        wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host, api_port=api_port,
     )
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)

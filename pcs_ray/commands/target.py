@@ -13,6 +13,8 @@ JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
 API_HOST = typer.Option("--api-host", help="Interface the coordinator's HTTP API listens on. The default, loopback, "
                         "serves this node only; another (0.0.0.0: all) lets any machine that can reach it and holds the "
                         "cluster's token submit, cancel and reconfigure.")
+API_PORT = typer.Option("--api-port", min=0, max=65535, help="Port of the coordinator's HTTP API (0: the port it had "
+                        "before a restart when free, else any; the URL is advertised either way).")
 
 
 def cluster_address(address: str | None) -> str | None:

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import API_HOST, JSON_OUT
+from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT
 from pcs_ray.placement import PLACEMENTS
 
 STATE_DIR = typer.Option("--state-dir", help="Where the cluster's state file, logs, the coordinator's journal and "
@@ -37,6 +37,7 @@ def up_cmd(
     cpus_per_node: Annotated[int | None, typer.Option("--cpus-per-node", min=1, max=1024, help="Ray CPUs per node "
                                                       "[default: its GPUs, at least 1].", show_default=False)] = None,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
+    api_port: Annotated[int, API_PORT] = 0,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Start a head and N-1 worker Ray nodes on this machine, token authentication on, and the coordinator on the head.
@@ -84,7 +85,7 @@ def up_cmd(
         connect(record.address)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
         _, info, _ = launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head,
-                                        api_host=api_host)
+                                        api_host=api_host, api_port=api_port)
         ray.shutdown()
         record.api = info.get("api") or ""
         lc.save(record, state / lc.STATE_FILE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from pcs_ray.api.advert import read_advert, remove_advert, write_advert
 from pcs_ray.auth import read_token
@@ -66,10 +67,9 @@ def serve_api(target, config) -> ServedApi | None:
                 return None
     host = _reachable_host(config.api_host)
     url = f"http://{f'[{host}]' if ':' in host else host}:{server.port}"
+    ray = sys.modules.get("ray")  # the actor's; an in-process host has none
     try:
-        import ray
-
-        gcs = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+        gcs = ray.get_runtime_context().gcs_address if ray is not None and ray.is_initialized() else None
     except Exception:
         gcs = None
     write_advert(config.state_dir, url, gcs, os.getpid())
