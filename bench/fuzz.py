@@ -3,8 +3,9 @@
     PYTHONPATH=. python bench/fuzz.py [--examples 1000]
 
 Prints one JSON object: per surface, the cases run and whether any ended in a
-traceback (a failure names the falsifying input); and whether the in-process
-coordinator that took every fuzzed submission still answers ``status``.
+traceback (a failure names the falsifying input; on the HTTP surface, also
+any answer of 500 or more); and whether the in-process coordinator that took
+every fuzzed submission still answers ``status``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def fuzz_http(fz, tmp: Path) -> None:
+    """The HTTP surface, against a coordinator of its own served on loopback; it must still answer at the end."""
+    from api_helpers import TOKEN, local_host, served
+
+    (tmp / "http").mkdir()
+    with served(local_host(tmp / "http")) as server:
+        fz.test_fuzz_http_api(http_api=(server, TOKEN))
+        fz.check_http_alive(server, TOKEN)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--examples", type=int, default=1000)
     ap.add_argument("--only", help="comma-separated surfaces (default: all)")
     args = ap.parse_args()
     os.environ["PCS_RAY_FUZZ_EXAMPLES"] = str(args.examples)
+    os.environ["PCS_RAY_HTTP_FUZZ_EXAMPLES"] = str(args.examples)
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import test_fuzz as fz
     from pcs_ray.cluster import ClusterSpec
@@ -49,6 +61,7 @@ def main() -> None:
             "trace_sia": lambda: fz.test_fuzz_traces(kind="sia"),
             "joblist": fz.test_fuzz_joblists,
             "cli": fz.test_fuzz_cli_arguments,
+            "http_api": lambda: fuzz_http(fz, Path(tmp)),
         }
         out: dict = {"examples_asked": args.examples, "load_average": os.getloadavg(), "surfaces": {}}
         wanted = set(args.only.split(",")) if args.only else set(runs)

@@ -67,3 +67,27 @@ def refusal_message(address: str, error: str, stderr: str = "", env: dict | None
                 f"(or ${TOKEN_PATH} to a file holding it) ({GET_TOKEN})")
     return (f"{where}: the token from {source} is not the cluster's; set ${TOKEN} (or ${TOKEN_PATH}, or "
             f"~/.ray/auth_token) to the head node's token ({GET_TOKEN})")
+
+
+def read_token(env: dict | None = None) -> str | None:
+    """The token itself, from where :func:`token_source` finds it (the coordinator's API demands the same one)."""
+    env = os.environ if env is None else env
+    if env.get(TOKEN, "").strip():
+        return env[TOKEN].strip()
+    path = Path(env[TOKEN_PATH]).expanduser() if env.get(TOKEN_PATH) else default_token_path()
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def api_refusal(url: str, env: dict | None = None) -> str:
+    """One line for a coordinator API that refused this client's token, saying exactly what to set."""
+    env = os.environ if env is None else env
+    where = f"the pcs-ray coordinator's API at {url} refused this client"
+    source = token_source(env)
+    if source is None:
+        return (f"{where}: it needs the Ray cluster's token and none was found; put it in ~/.ray/auth_token, or set "
+                f"${TOKEN} (or ${TOKEN_PATH} to a file holding it) ({GET_TOKEN})")
+    return (f"{where}: the token from {source} is not the cluster's; set ${TOKEN} (or ${TOKEN_PATH}, or "
+            f"~/.ray/auth_token) to the head node's token ({GET_TOKEN})")

@@ -8,25 +8,29 @@ a traceback. Results go to stdout; progress goes to stderr, so
 Each command group is a module of ``pcs_ray.commands`` with a
 ``register(app)`` function; ``COMMAND_GROUPS`` lists them in the order
 ``pcs-ray --help`` shows their commands. No command module imports this one.
+The groups are imported when the app is built: a call to a running
+coordinator (``CLIENT_GROUPS``) builds an app of its own group only, so it
+starts without importing the scheduler, the simulator or the solver.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 
 import typer
 
-from pcs_ray.cluster import ClusterSpecError
-from pcs_ray.commands import calibrate, config, data, demo, live, logs, power, replay, report, simulate, slowruns, solve, up
-from pcs_ray.policies import ConfigError
-from workloads.errors import WorkloadError
+GROUP_NAMES = ("simulate", "up", "live", "logs", "calibrate", "replay", "report", "config", "demo", "solve", "power",
+               "slowruns", "data")
+# Commands whose group alone serves them (their first argument -> the group's module).
+CLIENT_GROUPS = {"submit": "live", "status": "live", "predict": "live", "cancel": "live", "config": "config",
+                 "logs": "logs"}
 
-COMMAND_GROUPS = (simulate, up, live, logs, calibrate, replay, report, config, demo, solve, power, slowruns, data)
-
-# Errors a user can fix; anything else is a bug and keeps its traceback.
-USER_ERRORS = (WorkloadError, ConfigError, ClusterSpecError, ValueError, FileNotFoundError, OSError)
+# Errors a user can fix; anything else is a bug and keeps its traceback. Every typed user error
+# (WorkloadError, ConfigError, ClusterSpecError, the coordinator's refusals) is a ValueError.
+USER_ERRORS = (ValueError, FileNotFoundError, OSError)
 
 
 # Recent Typer vendors click (``typer.TyperException`` is its ClickException's base); older
@@ -42,26 +46,44 @@ _CLICK_ERRORS = tuple(
 )
 
 
-app = typer.Typer(
-    name="pcs-ray",
-    help=(
-        "pcs-ray: predictable, variability- and topology-aware GPU cluster scheduling.\n\n"
-        "Run `pcs-ray COMMAND --help` for a command's options. Errors are reported as one "
-        "'error: ...' line on stderr with exit status 2."
-    ),
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
-)
-
-
-@app.callback()
 def _root() -> None:
     """pcs-ray: predictable, variability- and topology-aware GPU cluster scheduling."""
 
 
-for _group in COMMAND_GROUPS:
-    _group.register(app)
+def build_app(groups: tuple[str, ...] = GROUP_NAMES, calls_only: bool = False) -> typer.Typer:
+    """The app with the commands of ``groups`` (modules of ``pcs_ray.commands``), in that order
+    (``calls_only``: a group's calls to a running coordinator, where it registers them apart)."""
+    built = typer.Typer(
+        name="pcs-ray",
+        help=(
+            "pcs-ray: predictable, variability- and topology-aware GPU cluster scheduling.\n\n"
+            "Run `pcs-ray COMMAND --help` for a command's options. Errors are reported as one "
+            "'error: ...' line on stderr with exit status 2."
+        ),
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="markdown",
+    )
+    built.callback()(_root)
+    for name in groups:
+        module = importlib.import_module(f"pcs_ray.commands.{name}")
+        (getattr(module, "register_calls", module.register) if calls_only else module.register)(built)
+    return built
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    group = CLIENT_GROUPS.get(args[0]) if args else None
+    return build_app((group,), calls_only=True) if group is not None else __getattr__("app")
+
+
+def __getattr__(name: str):
+    """``app`` (every command) and ``COMMAND_GROUPS`` (their modules), built on first use."""
+    if name == "app":
+        globals()["app"] = build_app()
+        return globals()["app"]
+    if name == "COMMAND_GROUPS":
+        return tuple(importlib.import_module(f"pcs_ray.commands.{g}") for g in GROUP_NAMES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _one_line(message: str) -> str:
@@ -76,7 +98,7 @@ def run(argv: list[str] | None = None) -> int:
     """Run the app on ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = app(args=args or ["--help"], prog_name="pcs-ray", standalone_mode=False)
+        rv = _app_for(args)(args=args or ["--help"], prog_name="pcs-ray", standalone_mode=False)
     except _EXIT as e:
         return e.exit_code
     except _ABORT:

@@ -1,4 +1,4 @@
-"""``pcs_ray.client.Client``: the coordinator's calls through Ray, plus what a user needs to follow a job.
+"""``pcs_ray.client.Client``: the coordinator's calls over HTTP or through Ray, plus what a user needs to follow a job.
 
 ::
 
@@ -26,10 +26,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
-from pcs_ray.jobfile import JobFile, load_job, parse_job
+
+if TYPE_CHECKING:
+    from pcs_ray.jobfile import JobFile
 
 
 @dataclass(frozen=True)
@@ -98,18 +101,42 @@ def connect(address: str | None = None, namespace: str | None = None) -> None:
             print("\n".join(noise), file=sys.stderr)
 
 
+def _on_ray() -> bool:
+    """Whether this process already joined a Ray cluster (without importing Ray to ask)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and getattr(ray, "is_initialized", lambda: False)()
+
+
 class Client:
-    """A connection to the coordinator of the Ray cluster at ``address`` (default: this process's)."""
+    """A connection to the coordinator of the Ray cluster at ``address`` (default: this process's).
 
-    def __init__(self, address: str | None = None, coordinator=None) -> None:
-        from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
+    Outside the cluster it speaks HTTP to the coordinator's API when one is advertised (``$PCS_RAY_API``, or the
+    state folder's advert for that cluster, see :mod:`pcs_ray.api.advert`), without joining Ray. A process
+    already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
+    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it.
+    """
 
+    def __init__(self, address: str | None = None, coordinator=None, api: str | None = None) -> None:
+        self.actor = self.http = None
+        if coordinator is None and not _on_ray():
+            from pcs_ray.api.advert import find_api
+
+            url = api or find_api(address)
+            if url is not None:
+                from pcs_ray.api.transport import HttpTransport
+
+                self.http = HttpTransport(url, rediscover=None if api else lambda: find_api(address))
+                return
         if coordinator is None:
+            from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
+
             connect(address, NAMESPACE)
             coordinator = get_coordinator()
         self.actor = coordinator
 
     def _call(self, method: str, *args):
+        if self.http is not None:
+            return self.http.call(method, *args)
         import ray
         from ray.exceptions import RayTaskError
 
@@ -122,6 +149,8 @@ class Client:
 
     def submit(self, spec: str | Path | dict | JobFile, submission_id: str | None = None) -> JobHandle:
         """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction."""
+        from pcs_ray.jobfile import JobFile, load_job, parse_job  # pydantic: only where a spec is read
+
         if isinstance(spec, (str, Path)):
             raw = load_job(spec).to_dict()
         elif isinstance(spec, JobFile):
@@ -153,8 +182,11 @@ class Client:
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
-        """Fire-and-forget, as runners report."""
+        """Fire-and-forget, as runners report (over HTTP: answered once recorded)."""
         extra = {"overruns": int(overruns)} if overruns else {}
+        if self.http is not None:
+            self.http.call("report_progress", str(job_id), int(step), step_time_s, bool(emulated), int(overruns))
+            return
         self.actor.report_progress.remote(str(job_id), int(step), step_time_s, emulated=emulated, **extra)
 
     # -- external executors (a Ray Tune sweep, see executors.tune) ------------------

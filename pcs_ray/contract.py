@@ -75,7 +75,7 @@ class Submitted:
 
 class CoordinatorAPI(Protocol):
     """The coordinator's calls, whoever hosts it: in-process (``pcs_ray.coordinator.local``), as a Ray
-    actor (``pcs_ray.coordinator.actor``), or reached through Ray (``pcs_ray.client.Client``).
+    actor (``pcs_ray.coordinator.actor``), or reached over HTTP or Ray (``pcs_ray.client.Client``).
 
     Replies are plain data with absolute times (``time.time()`` seconds);
     refusals raise :class:`CoordinatorError` subclasses.

@@ -2,11 +2,14 @@
 
 Surfaces: job files (as dicts through the parser and an in-process
 coordinator, and as YAML text), cluster specs, WFQ configurations, traces in
-the three formats, replay job lists, and CLI arguments. The coordinator that
+the three formats, replay job lists, CLI arguments, and the coordinator's HTTP
+API (requests on loopback: any method, path, token, headers and body, every
+one answered below 500, and the server still serving). The coordinator that
 takes the fuzzed submissions must answer ``status`` after every case.
 
 The default run is small (``PCS_RAY_FUZZ_EXAMPLES``, default 40 per
-surface); ``bench/fuzz.py`` runs 1,000 per surface and prints the counts.
+surface; the HTTP API, whose cases take a millisecond, ``PCS_RAY_HTTP_FUZZ_EXAMPLES``,
+default 1,000); ``bench/fuzz.py`` runs 1,000 per surface and prints the counts.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import string
 import tempfile
+from urllib.parse import quote
 from collections import Counter
 from pathlib import Path
 
@@ -276,3 +280,119 @@ def test_fuzz_joblists(text):
 @given(argv=cli_args())
 def test_fuzz_cli_arguments(argv):
     check_cli(argv)
+
+
+# -- the coordinator's HTTP API -----------------------------------------------------------------------
+HTTP_EXAMPLES = int(os.environ.get("PCS_RAY_HTTP_FUZZ_EXAMPLES", str(max(1000, EXAMPLES))))
+HTTP_FUZZ = settings(max_examples=HTTP_EXAMPLES, deadline=None, derandomize=True,
+                     suppress_health_check=list(HealthCheck), database=None)
+
+
+@pytest.fixture(scope="module")
+def http_api(tmp_path_factory):
+    from api_helpers import TOKEN, local_host, served
+
+    with served(local_host(tmp_path_factory.mktemp("http-fuzz"))) as server:
+        yield server, TOKEN
+
+
+def _job_ids():
+    return st.one_of(st.integers(-3, 12), st.integers(-10**30, 10**30), values)
+
+
+def _args_for(call: str):
+    """Arguments shaped like the call's (so most cases get past the shape checks), or anything."""
+    shaped = {
+        "submit": st.tuples(st.one_of(jobs, values), st.one_of(st.none(), st.text(max_size=12), values)),
+        "predict": st.tuples(_job_ids()), "cancel": st.tuples(_job_ids()), "assignment": st.tuples(_job_ids()),
+        "report_progress": st.tuples(_job_ids(), st.one_of(st.integers(-5, 10**9), values),
+                                     st.one_of(st.floats(allow_nan=True), values), values),
+        "external_ended": st.tuples(_job_ids(), st.one_of(st.integers(-2, 5), values),
+                                    st.sampled_from(["finished", "preempted", "failed", "x", ""]),
+                                    st.one_of(st.integers(-5, 10**9), values)),
+        "set_demand": st.tuples(_job_ids(), st.one_of(st.integers(-2, 10**6), values),
+                                st.one_of(st.integers(-2, 10**12), values)),
+        "set_config": st.tuples(st.sampled_from(["fifo", "pcs", "pcs-bal", "srtf", "nope", ""]),
+                                st.one_of(wfq_configs, values)),
+    }.get(call, st.tuples())
+    return st.one_of(shaped.map(list), st.lists(values, max_size=5))
+
+
+HTTP_CALLS = ["submit", "status", "predict", "cancel", "report_progress", "assignment", "external_ended",
+              "set_demand", "config", "set_config", "ping"]
+header_text = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=40)
+
+
+@st.composite
+def http_requests(draw):
+    call = draw(st.sampled_from(HTTP_CALLS))
+    path = draw(st.one_of(
+        st.just(f"/v1/{call}"), st.just(f"/v1/{call}?job_id=1"),
+        st.sampled_from(["/", "/v1/", "/v1", "/v1/drain", "/v1/__class__", "/v1/../v1/status", "/v1/status/x",
+                         "/v1/%00", "/v1/st%61tus", "//v1/status", "/v1/status?job_id=%ff", "/v2/status"]),
+        header_text.map(lambda t: "/" + "".join(c for c in t if c not in " ?#")),
+        st.text(max_size=8).map(lambda t: f"/v1/{call}?job_id={quote(t)}")))
+    method = draw(st.sampled_from(["POST", "POST", "POST", "GET", "GET", "PUT", "DELETE", "PATCH", "HEAD",
+                                   "OPTIONS"]))
+    auth = draw(st.sampled_from(["token", "token", "token", "token", "none", "wrong", "scheme", "text"]))
+    body = draw(st.one_of(
+        st.builds(lambda a, k: json.dumps({"args": a} if k is None else {"args": a, "kwargs": k}, allow_nan=True)
+                  .encode(), _args_for(call), st.one_of(st.none(), st.dictionaries(
+                      st.sampled_from(["spec", "job_id", "step", "policy", "wfq", "gpus", "x"]), values, max_size=3))),
+        st.builds(lambda v: json.dumps(v, allow_nan=True).encode(), values),
+        st.binary(max_size=200), st.none()))
+    headers = draw(st.dictionaries(st.sampled_from(["Content-Type", "Accept", "X-Junk", "Content-Encoding",
+                                                    "Transfer-Encoding-Junk", "Expect"]), header_text, max_size=2))
+    return method, path, auth, body, headers
+
+
+def check_http(server, token, req):
+    import http.client
+
+    CASES["http_api"] += 1
+    method, path, auth, body, headers = req
+    headers = dict(headers)
+    headers["Authorization"] = {"token": f"Bearer {token}", "wrong": "Bearer nope", "scheme": f"Basic {token}",
+                                "text": "Bearer \t" + token[::-1], "none": None}[auth]
+    if headers["Authorization"] is None:
+        del headers["Authorization"]
+    if headers.get("Expect", "").lower().startswith("100"):
+        headers["Expect"] = "nothing"
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        reply = conn.getresponse()
+        raw = reply.read()
+    finally:
+        conn.close()
+    assert reply.status < 500, (reply.status, raw[:500])
+    if auth != "token":
+        # never served: 400 when the request itself is bad, 417 for an Expect header aiohttp answers before routing
+        assert reply.status in (400, 401, 417), reply.status
+    if raw and reply.status >= 400:
+        try:
+            message = json.loads(raw)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = raw.decode(errors="replace")  # aiohttp's own answer to a request it cannot parse
+        assert "\n" not in message.strip() and "Traceback" not in message, message
+
+
+@HTTP_FUZZ
+@given(req=http_requests())
+def test_fuzz_http_api(req, http_api):
+    server, token = http_api
+    check_http(server, token, req)
+    if CASES["http_api"] % 100 == 0:  # still serving
+        check_http_alive(server, token)
+
+
+def check_http_alive(server, token):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.request("GET", "/v1/ping", headers={"Authorization": f"Bearer {token}"})
+        reply = conn.getresponse()
+        assert reply.status == 200 and "jobs" in json.loads(reply.read())["result"]
+    finally:
+        conn.close()

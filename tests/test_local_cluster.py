@@ -74,7 +74,10 @@ def _wait(predicate, timeout, what):
 
 def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
     up, state = cluster["up"], cluster["state"]
-    assert set(up) == {"address", "dashboard", "state_dir", "nodes"}
+    assert set(up) == {"address", "api", "dashboard", "state_dir", "nodes"}
+    assert up["api"].startswith("http://127.0.0.1:")  # loopback unless the operator binds another interface
+    advert = json.loads((state / "api.json").read_text())
+    assert advert["url"] == up["api"] and stat.S_IMODE((state / "api.json").stat().st_mode) == 0o600
     assert [(n["name"], n["gpus"]) for n in up["nodes"]] == [("node0", 1), ("node1", 1)]
     assert all(n["pids"] for n in up["nodes"]) and not set(up["nodes"][0]["pids"]) & set(up["nodes"][1]["pids"])
     assert stat.S_IMODE((state / lc.STATE_FILE).stat().st_mode) == 0o600
@@ -83,6 +86,33 @@ def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
         from pcs_ray.commands.up import up_cmd
 
         up_cmd(local=True, state_dir=state)
+
+
+def test_the_cli_talks_http_and_finds_a_killed_coordinator_again(cluster, tmp_path):
+    """Over the API (no Ray driver): a submission after the coordinator's process is killed waits for Ray's
+    restart of it and lands once; the one before it is still there, once."""
+    from pcs_ray.api.transport import HttpTransport
+
+    env, state = {**cluster["env"], "PCS_RAY_API": cluster["up"]["api"]}, cluster["state"]
+    job = tmp_path / "external.yaml"
+    job.write_text("workload: tiny_cnn\nsteps: 100\ngpus: 1\nexecutor: external\n")
+    before = len(_jobs(env))
+    first = _json(_cli(env, "submit", job, "--json").stdout)["id"]
+    killed = json.loads((state / "api.json").read_text())["pid"]
+    os.kill(killed, 9)
+    second = _json(_cli(env, "submit", job, "--json").stdout)["id"]
+    assert json.loads((state / "api.json").read_text())["pid"] != killed
+    jobs = _jobs(env)
+    assert len(jobs) == before + 2 and first != second and {first, second} <= set(jobs)
+    api = HttpTransport(cluster["up"]["api"], token=Path(env["RAY_AUTH_TOKEN_PATH"]).read_text().strip())
+    for jid in (first, second):  # free their GPUs as their executor would
+        _cli(env, "cancel", jid)
+        view = api.call("assignment", jid)
+        if view["state"] == "stopping":
+            api.call("external_ended", jid, view["attempt"], "preempted", view["steps"])
+    assert all(_jobs(env)[jid]["state"] == "cancelled" for jid in (first, second))
+    refused = _cli({**env, "RAY_AUTH_TOKEN": "wrong"}, "status", check=False)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: the pcs-ray coordinator's API at")
 
 
 def _is_ray_worker(pid: int) -> bool:
@@ -121,7 +151,7 @@ def test_down_stops_exactly_what_up_started(cluster):
     assert result["left"] == {}
     assert all(lc._stat(pid) is None or lc._stat(pid)[0] not in {n.leader for n in record.nodes}
                for n in record.nodes for pid in n.pids)
-    assert not (cluster["state"] / lc.STATE_FILE).exists()
+    assert not (cluster["state"] / lc.STATE_FILE).exists() and not (cluster["state"] / "api.json").exists()
 
 
 def test_a_recorded_process_that_ends_while_down_looks_is_not_an_error(monkeypatch):

@@ -3,13 +3,14 @@
 All but ``node-resources`` talk to a coordinator on an existing
 Ray cluster (``--address``, else ``RAY_ADDRESS``, else the local one), so
 they also work as ``ray job submit -- pcs-ray submit job.yaml --wait``.
+The calls a user polls (submit, status, predict, cancel) are here and import
+no scheduler code, so they start fast; ``start``, ``stop`` and
+``node-resources`` are in :mod:`.start`, imported when the whole app is built.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -18,96 +19,16 @@ import typer
 from rich.console import Console
 
 from pcs_ray.commands.format import clock, explanation_table, status_table, when
+from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address
 from pcs_ray.contract import JobStatus
-from pcs_ray.placement import PLACEMENTS
-from pcs_ray.policies import policy_names
 
-ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up --local` started with the default --state-dir, else the running local cluster).")
-JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
-
-
-def cluster_address(address: str | None) -> str | None:
-    """``--address``, else ``$RAY_ADDRESS``, else the cluster `pcs-ray up --local` recorded in ~/.pcs-ray, else
-    ``None`` (Ray's own lookup of a local cluster)."""
-    if address or os.environ.get("RAY_ADDRESS"):
-        return address
-    try:
-        return json.loads((Path("~/.pcs-ray/cluster.json").expanduser()).read_text())["address"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+__all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address"]  # shared with the other command groups
 
 
 def _client(address: str | None):
     from pcs_ray.client import Client
 
     return Client(cluster_address(address))
-
-
-def start_cmd(
-    address: Annotated[str | None, ADDRESS] = None,
-    cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Cluster spec (YAML/JSON): GPU scores, UUIDs, topology. Default: the per-GPU resources registered in Ray.")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help=f"Scheduling policy: {', '.join(policy_names())} (pcs with --pcs-config). Default: the WFQ configuration `pcs-ray solve --set` wrote, else pcs-bal.", show_default=False)] = None,
-    pcs_config: Annotated[Path | None, typer.Option("--pcs-config", help="WFQ configuration JSON for --policy pcs (e.g. from `pcs-ray solve --out`).")] = None,
-    placement: Annotated[str, typer.Option("--placement", help=f"Placement: {', '.join(PLACEMENTS)} (`pcs-ray simulate --help` says what each does).")] = "packed-sticky",
-    state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
-    grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
-) -> None:
-    """Start the coordinator on a Ray cluster (or report the one already running).
-
-    The coordinator is a detached, named Ray actor (namespace `pcs-ray`): it
-    outlives this command, is restarted by Ray if it dies, and rebuilds its
-    state from the journal in --state-dir.
-
-    Without --policy or --pcs-config it runs the WFQ configuration that
-    `pcs-ray solve --set` chose ($PCS_RAY_WFQ_CONFIG, default
-    ~/.pcs-ray/wfq_config.json), else pcs-bal. A restart keeps a policy set
-    with `pcs-ray config set` unless this command names a different one.
-    """
-    from pcs_ray.coordinator.actor import NAMESPACE
-
-    config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace)
-    print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
-          f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
-
-
-def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None):
-    """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
-
-    ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
-    Returns the config, its ``ping`` and the configuration in force; progress goes to stderr.
-    """
-    import ray
-
-    from pcs_ray.client import connect
-    from pcs_ray.cluster import load_cluster_spec
-    from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
-    from pcs_ray.coordinator.config import CoordinatorConfig, choose_policy, cluster_dict
-    from pcs_ray.discovery import cluster_from_ray_nodes
-    from pcs_ray.placement import create_placement
-
-    choice = choose_policy(policy, pcs_config)  # fail here, not inside the actor
-    declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
-    if declared is not None:
-        create_placement(placement, declared)
-    connect(cluster_address(address), NAMESPACE)
-    cluster = cluster_from_ray_nodes(ray.nodes(), declared)
-    config = CoordinatorConfig(
-        cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
-        wfq=choice.wfq, placement=placement, grace_s=grace,
-    )
-    print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
-          f"policy {choice.policy} ({choice.source})", file=sys.stderr)
-    actor = start_coordinator(config, pin_here=pin_node is None) if pin_node is None else _start_on(config, pin_node)
-    info, running = ray.get([actor.ping.remote(), actor.config.remote()])  # one already running keeps its own
-    return config, info, running
-
-
-def _start_on(config, node_id: str):
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from pcs_ray.coordinator.actor import start_coordinator
-
-    return start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
 
 
 def submit_cmd(
@@ -208,52 +129,20 @@ def cancel_cmd(
     print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if JobStatus(view["state"]).holds_gpus else ""))
 
 
-def stop_cmd(
-    address: Annotated[str | None, ADDRESS] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for runners to checkpoint.")] = 60.0,
-) -> None:
-    """Checkpoint every running job and stop the coordinator; `pcs-ray start` resumes from the journal."""
-    import ray
-
-    from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
-    from pcs_ray.client import connect
-
-    connect(cluster_address(address), NAMESPACE)
-    actor = get_coordinator()
-    killed = ray.get(actor.drain.remote(timeout))
-    ray.kill(actor, no_restart=True)
-    print("coordinator stopped" + (f" ({killed} runner(s) killed after {timeout:.0f} s)" if killed else ""))
+CLIENT_COMMANDS = {"submit": submit_cmd, "status": status_cmd, "predict": predict_cmd, "cancel": cancel_cmd}
 
 
-def node_resources_cmd(
-    node_name: Annotated[str | None, typer.Option("--node-name", help="Name of this node in pcs-ray (default: the host name).")] = None,
-    cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Declared spec for nodes without NVML (logical GPUs).")] = None,
-    head: Annotated[bool, typer.Option("--head", help="Prefix --head (for the head node's `ray start`).")] = False,
-    address: Annotated[str | None, typer.Option("--address", help="Prefix --address=ADDR (for a worker's `ray start`).")] = None,
-    as_json: Annotated[bool, JSON_OUT] = False,
-) -> None:
-    """Print the `ray start` arguments that register this node's GPUs with pcs-ray.
-
-    One custom resource per GPU (`<node>_gpu<i>`: 1) so jobs can be pinned to
-    exact GPUs, plus labels. GPUs come from NVML (UUIDs, NVLink/PCIe matrix,
-    power, clocks) or, without NVML, from the node of that name in
-    --cluster-spec. The output is shell-quoted: `eval ray start $(pcs-ray node-resources --head)`.
-    """
-    from pcs_ray.discovery import format_args, local_node, ray_start_args
-
-    node = local_node(node_name, cluster_spec)
-    args = ray_start_args(node, head=head, address=address)
-    if as_json:
-        print(json.dumps({"args": args, "node": node.to_dict()}))
-    else:
-        print(format_args(args))
+def register_calls(app: typer.Typer) -> None:
+    """Only the calls to a running coordinator (``pcs_ray.cli`` builds an app of them for a fast start)."""
+    for name, command in CLIENT_COMMANDS.items():
+        app.command(name)(command)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("start")(start_cmd)
-    app.command("submit")(submit_cmd)
-    app.command("status")(status_cmd)
-    app.command("predict")(predict_cmd)
-    app.command("cancel")(cancel_cmd)
-    app.command("stop")(stop_cmd)
-    app.command("node-resources")(node_resources_cmd)
+    from pcs_ray.commands import start
+
+    app.command("start")(start.start_cmd)
+    for name, command in CLIENT_COMMANDS.items():
+        app.command(name)(command)
+    app.command("stop")(start.stop_cmd)
+    app.command("node-resources")(start.node_resources_cmd)

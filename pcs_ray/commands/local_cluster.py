@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from executors.emulation import RAY_WORKER_ENV
+from pcs_ray.api.advert import remove_advert
 from pcs_ray.auth import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source
 from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
 
@@ -58,9 +59,10 @@ class ClusterRecord:
     spec: str
     token_source: str
     nodes: list[NodeRecord]
+    api: str = ""  # the coordinator's HTTP API, as it advertised it when `up` started it
 
     def summary(self) -> dict:
-        return {"address": self.address, "dashboard": self.dashboard, "state_dir": self.state_dir,
+        return {"address": self.address, "api": self.api, "dashboard": self.dashboard, "state_dir": self.state_dir,
                 "nodes": [{"name": n.name, "gpus": n.gpus, "pids": n.pids} for n in self.nodes]}
 
 
@@ -334,6 +336,7 @@ def down(state_dir: Path) -> dict:
             shutil.rmtree(node.temp_dir, ignore_errors=True)
     if not left:
         (state_dir / STATE_FILE).unlink(missing_ok=True)
+        remove_advert(state_dir)  # its coordinator went with the head node
     return {"state_dir": str(state_dir), "stopped": stopped, "left": left}
 
 
@@ -346,6 +349,8 @@ def node_names(spec: Path) -> list[str]:
 
 
 def client_hint(record: ClusterRecord) -> str:
-    return (f"pcs-ray commands find it (with another --state-dir: export RAY_ADDRESS={shlex.quote(record.address)}); "
+    api = f" PCS_RAY_API={shlex.quote(record.api)}" if record.api else ""
+    return (f"pcs-ray commands find it (with another --state-dir: export "
+            f"RAY_ADDRESS={shlex.quote(record.address)}{api}); "
             f"the token is in {record.token_source} (elsewhere set {TOKEN} or {TOKEN_PATH}; pcs-ray sets "
             f"{AUTH_MODE}=token when it finds one)")

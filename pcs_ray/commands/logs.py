@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.live import ADDRESS, cluster_address
+from pcs_ray.commands.target import ADDRESS, cluster_address
 from pcs_ray.contract import TERMINAL
 
 FOLLOW_POLL_S = 1.0

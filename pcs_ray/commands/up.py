@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.live import JSON_OUT
+from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT
 from pcs_ray.placement import PLACEMENTS
 
 STATE_DIR = typer.Option("--state-dir", help="Where the cluster's state file, logs, the coordinator's journal and "
@@ -36,6 +36,8 @@ def up_cmd(
                                                show_default=False)] = None,
     cpus_per_node: Annotated[int | None, typer.Option("--cpus-per-node", min=1, max=1024, help="Ray CPUs per node "
                                                       "[default: its GPUs, at least 1].", show_default=False)] = None,
+    api_host: Annotated[str, API_HOST] = "127.0.0.1",
+    api_port: Annotated[int, API_PORT] = 0,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Start a head and N-1 worker Ray nodes on this machine, token authentication on, and the coordinator on the head.
@@ -48,7 +50,7 @@ def up_cmd(
     ~/.ray/auth_token), or a new one written to ~/.ray/auth_token.
     """
     from pcs_ray.commands import local_cluster as lc
-    from pcs_ray.commands.live import launch_coordinator
+    from pcs_ray.commands.start import launch_coordinator
     from pcs_ray.discovery import nvml_inventory
 
     if not local:
@@ -82,8 +84,11 @@ def up_cmd(
 
         connect(record.address)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-        launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head)
+        _, info, _ = launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head,
+                                        api_host=api_host, api_port=api_port)
         ray.shutdown()
+        record.api = info.get("api") or ""
+        lc.save(record, state / lc.STATE_FILE)
     except BaseException:
         if ray.is_initialized():  # disconnect first: a driver whose GCS goes away aborts the process after 60 s
             ray.shutdown()
@@ -93,7 +98,8 @@ def up_cmd(
         print(json.dumps(record.summary()))
         return
     print(f"Ray cluster up: {len(record.nodes)} node(s), {sum(n.gpus for n in record.nodes)} GPU(s), coordinator on "
-          f"{record.nodes[0].name}\n  address    {record.address}\n  dashboard  {record.dashboard}\n"
+          f"{record.nodes[0].name}\n  address    {record.address}\n  api        {record.api or 'off (no token found)'}\n"
+          f"  dashboard  {record.dashboard}\n"
           f"  state      {state}/{lc.STATE_FILE} (pcs-ray down --state-dir {state})\n  clients    {lc.client_hint(record)}")
 
 

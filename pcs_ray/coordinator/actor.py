@@ -14,7 +14,9 @@ runs it does not know at a checkpoint, and sends the jobs whose runs are gone
 (cold runners die with the actor that owns them) back to the queue to resume
 from their checkpoints. A refusal raised
 by a call reaches the caller as a ``RayTaskError`` whose ``cause`` is the
-typed error (``pcs_ray.client.Client`` re-raises it).
+typed error (``pcs_ray.client.Client`` re-raises it). The same calls are
+served over HTTP from this process (:mod:`.http_advert`), for clients
+outside the cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import ray
 from pcs_ray.contract import Action, CoordinatorError, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
+from pcs_ray.coordinator.http_advert import serve_api
 from pcs_ray.coordinator.telemetry import RayMetrics, readings
 
 NAMESPACE = "pcs-ray"
@@ -97,6 +100,11 @@ class CoordinatorService(CoordinatorHost):
         self._resume()
         self._loop_thread = threading.Thread(target=self._loop, name="pcs-ray-coordinator", daemon=True)
         self._loop_thread.start()
+        try:  # the API is a convenience: clients fall back to Ray, so a failure here must not stop the actor
+            self.api = serve_api(self, self.config)
+        except Exception:
+            log.exception("the HTTP API is off")
+            self.api = None
 
     # -- a restart -----------------------------------------------------------------
     def _adopt_runs(self) -> None:
@@ -333,7 +341,17 @@ class CoordinatorService(CoordinatorHost):
 
     def ping(self) -> dict:
         return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "reattached": self.core.reattached,
-                "epoch": self.core.epoch, "pid": os.getpid()}
+                "epoch": self.core.epoch, "pid": os.getpid(), "api": self.api_address()}
+
+    def api_address(self) -> str | None:
+        """The URL of this coordinator's HTTP API (``None``: not served, see ``serve_api``)."""
+        return self.api.advertised if self.api is not None else None
+
+    def close_api(self) -> None:
+        """Stop serving HTTP and withdraw the advert (``pcs-ray stop``: clients then know it is gone)."""
+        if self.api is not None:
+            self.api.close()
+            self.api = None
 
 
 def _holds(state: dict, token: tuple[str, int]) -> bool:

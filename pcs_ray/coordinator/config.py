@@ -45,6 +45,8 @@ class CoordinatorConfig:
     default_step_time: float = 1.0
     restart_overhead: float = 3.0
     progress_journal_every: float = 5.0
+    api_host: str = "127.0.0.1"  # the interface the HTTP API listens on (loopback: this node only)
+    api_port: int = 0  # 0: the port it had before a restart when free, else any
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

@@ -1,0 +1,40 @@
+"""A coordinator in this process served over HTTP on loopback, for the API's tests (no Ray)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator.config import build_policy
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.http_server import ApiServer
+from pcs_ray.coordinator.local import LocalCoordinator
+from pcs_ray.policies import create_policy
+from workloads.catalog import registered_workloads
+
+TOKEN = "test-token-" + "0" * 40
+
+
+class ServedCoordinator(LocalCoordinator):
+    """The in-process host with the actor's ``ping``, so the server serves every call it serves live."""
+
+    def ping(self) -> dict:
+        return {"jobs": len(self.core.jobs), "pid": os.getpid()}
+
+
+def local_host(state: Path, gpus: int = 8, per_node: int = 4) -> ServedCoordinator:
+    core = Coordinator(ClusterSpec.homogeneous(gpus, per_node), create_policy("pcs-bal"), Journal(state / "journal.sqlite"),
+                       checkpoint_root=state / "ckpt", workloads=registered_workloads(), policies=build_policy)
+    return ServedCoordinator(core)
+
+
+@contextlib.contextmanager
+def served(host, token: str = TOKEN, port: int = 0):
+    server = ApiServer(host, token, "127.0.0.1", port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
