@@ -184,3 +184,20 @@ def test_a_queued_user_job_is_planned_with_the_scaling_learned_while_it_waited()
     core.predict(waiting)
     assert core.model.engine.job(waiting).spec.speedup == pytest.approx(
         (0, 1, 1.25, 1 / (0.6 + 0.4 / 3), 1 / (0.6 + 0.4 / 4)))
+
+
+@pytest.mark.parametrize("name", ["one-gpu", "elastic", "rigid-4gpu"])
+def test_the_example_job_files_declare_what_their_emulated_devices_run(name):
+    # The quick start's first prediction rests on these files' step_time: at every GPU count the job
+    # can hold, the declared figure must forecast the emulated device's step within its rounding.
+    from pathlib import Path
+
+    from pcs_ray.jobfile import load_job
+    from workloads import device_model as dm
+
+    spec = load_job(Path(__file__).resolve().parent.parent / "examples" / "jobs" / f"{name}.yaml")
+    speed = SpeedModel()
+    for n in range(spec.fewest_gpus, spec.gpus + 1):
+        step, source = speed.step_s(spec, n)
+        assert source == "estimate"
+        assert step == pytest.approx(dm.emulated_step_s(spec.workload, spec.params, n), rel=0.03)

@@ -226,7 +226,9 @@ class SpeedModel:
             if per_ref is not None:
                 return reference * per_ref, "workload"
         if spec.step_time:
-            return spec.step_time * self.estimate_ratio / self._scaling(spec.workload, n), "estimate"
+            # the device model's step times carry a one-GPU figure to n GPUs (a rank's share of the batch included)
+            per_n = reference / self._reference(spec, 1) if reference is not None else 1.0 / self._scaling(spec.workload, n)
+            return spec.step_time * self.estimate_ratio * per_n, "estimate"
         if reference is not None:
             return reference, "reference"
         return self.default_step_time / self._scaling(spec.workload, n), "default"
