@@ -201,3 +201,20 @@ def test_the_example_job_files_declare_what_their_emulated_devices_run(name):
         step, source = speed.step_s(spec, n)
         assert source == "estimate"
         assert step == pytest.approx(dm.emulated_step_s(spec.workload, spec.params, n), rel=0.03)
+
+
+def test_the_report_takes_the_forecast_made_once_a_tenth_of_the_steps_were_reported():
+    from pcs_ray.commands.demo_report import build_report
+
+    t = 5000.0
+    status = {"policy": {}, "restart_overhead": 0.0, "jobs": [
+        {"id": 1, "name": "a", "workload": "user:a.py:f", "class": "A", "state": "finished", "demand": [1, 1],
+         "steps": 100, "total_steps": 100, "submit": t, "finish": t + 100, "preemptions": 0, "attempts": 1,
+         "emulated": True, "segments": []}]}
+    history = [(t, t + 400, 0), (t + 5, t + 120, 9), (t + 6, t + 110, 10), (t + 8, t + 104, 12)]
+    submitted = {1: {"predicted": t + 400, "bound": None, "history": history}}
+    report = build_report(status, submitted, ClusterSpec.homogeneous(1, 1), [], wall_s=1.0)
+    [job] = report["jobs"]
+    assert job["tenth_predicted_jct_s"] == 110 and job["tenth_error_pct"] == pytest.approx(100 * 10 / 110)
+    assert report["summary"]["mean_abs_error_tenth_pct"] == pytest.approx(job["tenth_error_pct"])
+    assert job["error_pct"] == pytest.approx(75.0)
