@@ -48,14 +48,14 @@ WIDE = {"dim": 128, "hidden": 1024, "batch_size": 256}
 NARROW = {"dim": 64, "hidden": 512, "batch_size": 128}
 MID = {"dim": 96, "hidden": 768, "batch_size": 192}
 #: (submit_s, name, config, steps, gpus, min_gpus, step_time): a first job with nothing to go on, a wrong
-#: guess (40x too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
-#: seen before.
+#: guess (30x too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
+#: seen before. About 40 s of steps each on an idle core: a tenth of them is several 1-s reports in.
 USER_JOBS = [
-    (0, "u-wide", WIDE, 2500, 1, 1, None),
-    (5, "u-narrow-guess", NARROW, 8000, 1, 1, 0.05),
-    (15, "u-wide-ddp", WIDE, 2500, 2, 2, None),
-    (30, "u-mid-elastic", MID, 2500, 2, 1, 0.5),
-    (45, "u-wide-again", WIDE, 2000, 1, 1, None),
+    (0, "u-wide", WIDE, 6000, 1, 1, None),
+    (10, "u-narrow-guess", NARROW, 25000, 1, 1, 0.05),
+    (25, "u-wide-ddp", WIDE, 5000, 2, 2, None),
+    (40, "u-mid-elastic", MID, 5000, 2, 1, 0.5),
+    (60, "u-wide-again", WIDE, 5000, 1, 1, None),
 ]
 
 

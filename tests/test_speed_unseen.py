@@ -43,6 +43,9 @@ def test_without_a_step_time_an_unseen_job_starts_from_earlier_user_jobs_not_the
         ran(speed, user("a.py:f", config={"width": i}), 1, t, jid=i)
     ran(speed, user("b.py:g", gpus=2, config={"width": 9}), 2, 0.3, jid=7)  # 2 GPUs: 0.6 s on one at linear scaling
     ran(speed, JobFile(workload="tiny", steps=10), 1, 50.0, jid=8)  # a built-in does not count
+    warming = LiveJob(6, user("c.py:h"), 0.0, t1=1.0)
+    warming.launched(0.0, 1, (0,), 1.0, "start")
+    speed.observe_step_time(warming, 90.0, first_of_run=True)  # a first step alone (warm-up) does not either
     assert speed.step_s(user("new.py:f"), 1) == (pytest.approx(0.5), "prior")  # median of 0.2, 0.4, 0.6, 3.0
     assert speed.step_s(user("new.py:f"), 2) == (pytest.approx(0.25), "prior")
     # the same code in a new config: the median of its own configs first
@@ -78,7 +81,10 @@ def test_the_first_report_replaces_a_wrong_estimate_and_the_forecast_says_what_i
     assert job.measured and job.t1 == pytest.approx(3.6)  # linear: 1.8 s on 2 GPUs is 3.6 s on one
     assert speed.step_s(spec, 2) == (1.8, "measured")
     assert "step_time" not in speed.estimated(job)
-    assert speed.estimated(queued(speed, user(gpus=2, config={"other": 1})))["step_time"] == "prior"
+    other = user(gpus=2, config={"other": 1})
+    assert speed.estimated(queued(speed, other))["step_time"] == "default"  # a first step is no prior
+    speed.observe_step_time(job, 1.8)
+    assert speed.estimated(queued(speed, other))["step_time"] == "prior"
 
 
 def test_a_declared_scaling_seeds_the_table():

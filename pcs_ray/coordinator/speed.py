@@ -259,11 +259,14 @@ class SpeedModel:
     def user_prior(self, workload: str) -> float | None:
         """One-GPU seconds per step for user code not measured yet: the median over the shapes of earlier
         user jobs (one figure per shape, so a long job does not outweigh a short one), those of the
-        same code (``workload``: its entrypoint) when any ran; None before any user job reported."""
+        same code (``workload``: its entrypoint) when any ran; None before any user job reported past
+        its first step (a run's first step alone is its warm-up: on a loaded CPU a 1.5 ms step's first
+        took 1.5 s)."""
         same, other = [], []
         for key, by_n in self.steps.items():
-            if is_user(key) and by_n:
-                (same if key.partition("{")[0] == workload else other).append(self._one_gpu(by_n))
+            settled = {n: stat for n, stat in by_n.items() if not stat.provisional}
+            if is_user(key) and settled:
+                (same if key.partition("{")[0] == workload else other).append(self._one_gpu(settled))
         figures = same or other
         if not figures:
             return None
