@@ -422,8 +422,10 @@ class SpeedModel:
             out["step_time"] = STEP_SOURCES.get(source, source)
         if len(self.steps.get(spec_shape(spec), {})) < 2 and spec.gpus > 1:
             out["scaling"] = self._scaling_source(spec)
-        if any(k not in self.costs.get(spec.workload, {}) for k in self._kinds(job)):
-            out["start_stop_costs"] = "other workloads" if self.costs else "default"
+        missing = [k for k in self._kinds(job) if k not in self.costs.get(spec.workload, {})]
+        if missing:
+            elsewhere = any(k in by_kind for by_kind in self.costs.values() for k in missing)
+            out["start_stop_costs"] = "other workloads" if elsewhere else "default"
         return out
 
     def _scaling_source(self, spec: JobFile) -> str:
