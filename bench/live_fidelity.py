@@ -12,7 +12,8 @@ devices), exactly as ``pcs-ray replay --trace NAME --live --json`` runs them:
 * ``user``: user code the cluster has never run (:data:`USER_JOBS`:
   ``examples/user-code/train_mlp.py:train_loop`` in three configs, on 1 and
   2 GPUs, one elastic; no ``step_time`` or a wrong one; no calibration).
-  Its steps are real CPU work on the shared cores, not an emulated device.
+  Its steps are real CPU work on the shared cores, not an emulated device,
+  so its jobs run one after another unless ``--user-overlap``.
 
 Targets (issue 12): mixed-20 |avg_jct_gap_pct| <= 10, live mean error at
 submission <= the simulator's + 10 points, 0 emulation overruns; the lone
@@ -27,7 +28,7 @@ it. Prints one JSON object (stdout);
 progress goes to stderr. Wall-clock on a shared 2-core machine: say what
 else ran (the load average is printed with the figures).
 
-Usage: ``python bench/live_fidelity.py [--lists demo,mixed-20,lone,user] [--deadline S]``
+Usage: ``python bench/live_fidelity.py [--lists demo,mixed-20,lone,user] [--deadline S] [--user-overlap]``
 """
 
 from __future__ import annotations
@@ -49,13 +50,17 @@ NARROW = {"dim": 64, "hidden": 512, "batch_size": 128}
 MID = {"dim": 96, "hidden": 768, "batch_size": 192}
 #: (submit_s, name, config, steps, gpus, min_gpus, step_time): a first job with nothing to go on, a wrong
 #: guess (30x too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
-#: seen before. About 40 s of steps each on an idle core: a tenth of them is several 1-s reports in.
+#: seen before. About 25 s of steps each on an idle core: a tenth of them is a few 1-s reports in.
+#: ``submit_s`` applies with ``--user-overlap``; by default each job is submitted once the one before
+#: it ended, because these steps are real CPU work on the shared cores: overlapping jobs slow each other,
+#: which jobs on GPUs of their own do not (an overlapped run on 2026-11-26 saw its steps slow 2-3x
+#: mid-job as the next jobs started, at load average 7 to 54).
 USER_JOBS = [
-    (0, "u-wide", WIDE, 6000, 1, 1, None),
-    (10, "u-narrow-guess", NARROW, 25000, 1, 1, 0.05),
-    (25, "u-wide-ddp", WIDE, 5000, 2, 2, None),
-    (40, "u-mid-elastic", MID, 5000, 2, 1, 0.5),
-    (60, "u-wide-again", WIDE, 5000, 1, 1, None),
+    (0, "u-wide", WIDE, 4000, 1, 1, None),
+    (10, "u-narrow-guess", NARROW, 16000, 1, 1, 0.05),
+    (25, "u-wide-ddp", WIDE, 3000, 2, 2, None),
+    (40, "u-mid-elastic", MID, 3500, 2, 1, 0.5),
+    (60, "u-wide-again", WIDE, 3000, 1, 1, None),
 ]
 
 
@@ -85,7 +90,26 @@ class _Recording:
         return self.client.status()
 
 
-def run_user(deadline_s: float) -> dict:
+def follow_user(client, arrivals: list, overlap: bool, deadline_s: float, err) -> tuple[dict, dict]:
+    """``demo_poll.follow`` over the list: on schedule (``overlap``), else each job once the one before it ended."""
+    import time
+
+    from pcs_ray.commands.demo_poll import follow
+
+    if overlap:
+        return follow(client, arrivals, time.time(), deadline_s, False, err, title="user list")
+    began, jobs, submitted, status = time.time(), [], {}, {}
+    for _, spec in arrivals:
+        left = deadline_s - (time.time() - began)
+        if left <= 0:
+            break
+        status, one = follow(client, [(0.0, spec)], time.time(), left, False, err, title=spec["name"])
+        jobs += status["jobs"]
+        submitted.update(one)
+    return {**status, "jobs": jobs}, submitted
+
+
+def run_user(deadline_s: float, overlap: bool = False) -> dict:
     """The ``user`` list live on the demo's cluster, without calibration; errors as the report computes them."""
     import time
 
@@ -93,7 +117,6 @@ def run_user(deadline_s: float) -> dict:
 
     from pcs_ray.commands.demo_cluster import demo_cluster
     from pcs_ray.commands.demo_jobs import DEMO_WFQ
-    from pcs_ray.commands.demo_poll import follow
     from pcs_ray.commands.demo_ray import demo_coordinator
     from pcs_ray.commands.demo_report import build_report
     from pcs_ray.commands.replay import wait_for_warm_runners
@@ -104,7 +127,7 @@ def run_user(deadline_s: float) -> dict:
         began = time.time()
         wait_for_warm_runners(client, 180.0, err)  # their start-up would otherwise load the first jobs' cores
         recording = _Recording(client)
-        status, submitted = follow(recording, user_arrivals(), time.time(), deadline_s, False, err, title="user list")
+        status, submitted = follow_user(recording, user_arrivals(), overlap, deadline_s, err)
         report = build_report(status, submitted, cluster, notes, wall_s=time.time() - began)
     keys = ("name", "state", "steps", "total_steps", "demand", "jct_s", "predicted_jct_s", "error_pct",
             "tenth_predicted_jct_s", "tenth_error_pct", "midlife_error_pct", "preemptions")
@@ -113,7 +136,7 @@ def run_user(deadline_s: float) -> dict:
     s = report["summary"]
     tenth = [j["tenth_error_pct"] for j in jobs]
     return {
-        "jobs": jobs, "finished": s["finished"],
+        "jobs": jobs, "finished": s["finished"], "overlap": overlap,
         "mean_abs_error_pct": s["mean_abs_error_pct"], "mean_abs_error_tenth_pct": s["mean_abs_error_tenth_pct"],
         "mean_abs_error_midlife_pct": s["mean_abs_error_midlife_pct"],
         "learned_step_s": {k: {n: round(v["mean"], 5) for n, v in by_n.items()}
@@ -151,6 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lists", default="demo,mixed-20,lone", help="comma-separated: demo, mixed-20, lone, user")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds to follow the user list")
+    parser.add_argument("--user-overlap", action="store_true", help="submit the user list on its schedule (see USER_JOBS)")
     args = parser.parse_args()
     out = {}
     # Ray's log monitor prints its runners' and raylets' lines to stdout: keep stdout for the one JSON object.
@@ -158,7 +182,7 @@ def main() -> None:
         for name in [n.strip() for n in args.lists.split(",") if n.strip()]:
             print(f"replaying {name} ...", file=sys.stderr)
             if name == "user":
-                out[name] = run_user(args.deadline)
+                out[name] = run_user(args.deadline, args.user_overlap)
                 continue
             result = run(name)
             if name != "lone":
