@@ -224,3 +224,22 @@ def test_the_report_takes_the_forecast_made_once_a_tenth_of_the_steps_were_repor
     assert job["tenth_predicted_jct_s"] == 110 and job["tenth_error_pct"] == pytest.approx(100 * 10 / 110)
     assert report["summary"]["mean_abs_error_tenth_pct"] == pytest.approx(job["tenth_error_pct"])
     assert job["error_pct"] == pytest.approx(75.0)
+
+
+def test_a_runs_warm_up_step_is_not_spread_over_its_steps_where_its_shape_has_settled():
+    speed = SpeedModel()
+    spec = user(steps=1000, config={"w": 1})
+    ran(speed, spec, 1, 0.004, jid=1)  # an earlier job of this shape settled at 4 ms
+    again = LiveJob(2, spec, 0.0, t1=speed.estimate(spec))
+    again.launched(0.0, 1, (0,), 1.0, "start")
+    again.steps, again.reported_at, again.step_time = 1, 10.0, 1.5  # its first step: 1.5 s of warm-up
+    speed.observe_step_time(again, 1.5, first_of_run=True)
+    assert speed.remaining(again, 10.0) == pytest.approx(999 * 0.004)
+    again.steps, again.reported_at, again.step_time = 200, 11.0, 0.005
+    speed.observe_step_time(again, 0.005)  # its own pace from its second report on
+    assert speed.remaining(again, 11.0) == pytest.approx(800 * 0.005)
+    unseen = LiveJob(3, user("new.py:f", steps=1000), 0.0, t1=1.0)
+    unseen.launched(0.0, 1, (0,), 1.0, "start")
+    unseen.steps, unseen.reported_at, unseen.step_time = 1, 10.0, 1.5
+    speed.observe_step_time(unseen, 1.5, first_of_run=True)  # nothing settled: its one measurement stands
+    assert speed.remaining(unseen, 10.0) == pytest.approx(999 * 1.5)

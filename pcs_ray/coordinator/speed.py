@@ -177,6 +177,7 @@ class SpeedModel:
         self._cache: dict = {}
         self._cache_version = -1
         self._estimated = False  # whether a step time in the cache came from the estimate ratio
+        self._warming: set[int] = set()  # jobs whose latest report is their run's first step alone
 
     # -- priors --------------------------------------------------------------------
     def _reference(self, spec: JobFile, n: int) -> float | None:
@@ -384,12 +385,23 @@ class SpeedModel:
         steps_left = job.spec.steps - job.steps
         n = min(len(job.gpus), job.spec.gpus)
         if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time and n:
-            steps_left -= (now - job.reported_at) / job.step_time
+            pace = self._pace(job, n)
+            steps_left -= (now - job.reported_at) / pace
             table = speedup if speedup is not None else self.speedup(job.spec)
-            t1 = job.step_time / job.slowdown * table[n]
+            t1 = pace / job.slowdown * table[n]
         else:
             t1 = self.estimate(job.spec)
         return max(steps_left, SLIVER) * t1
+
+    def _pace(self, job: LiveJob, n: int) -> float:
+        """The running job's seconds per step: its latest report, unless that is its run's first step
+        alone (warm-up: a user loop's 4 ms step's first took 1.5 s, and the forecast spread it over all
+        its steps) and its shape has settled on ``n`` GPUs before."""
+        if job.job_id in self._warming:
+            stat = self.steps.get(spec_shape(job.spec), {}).get(n)
+            if stat is not None and not stat.provisional:
+                return stat.mean * job.slowdown
+        return job.step_time
 
     def stall_until(self, job: LiveJob, now: float) -> float:
         """When a running job can next make progress: one that has not reported yet is still starting up.
@@ -476,6 +488,7 @@ class SpeedModel:
         it moved the estimates of other jobs (then their forecasts must be re-synced)."""
         n = min(len(job.gpus), job.spec.gpus)
         normalised = step_time / job.slowdown
+        (self._warming.add if first_of_run else self._warming.discard)(job.job_id)
         by_n = self.steps.setdefault(spec_shape(job.spec), {})
         new = n not in by_n or by_n[n].provisional
         if new:
