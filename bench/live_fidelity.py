@@ -109,6 +109,16 @@ def follow_user(client, arrivals: list, overlap: bool, deadline_s: float, err) -
     return {**status, "jobs": jobs}, submitted
 
 
+def _forecasts(submit: float, sub: dict) -> list[list[float]]:
+    """The job's forecast history as [seconds since submission, forecast JCT, steps reported], one entry per change."""
+    out, last = [], None
+    for when, predicted, *steps in sub.get("history", []):
+        if (predicted, steps) != last:
+            out.append([round(when - submit, 2), round(predicted - submit, 2), *steps])
+            last = (predicted, steps)
+    return out
+
+
 def run_user(deadline_s: float, overlap: bool = False) -> dict:
     """The ``user`` list live on the demo's cluster, without calibration; errors as the report computes them."""
     import time
@@ -129,10 +139,11 @@ def run_user(deadline_s: float, overlap: bool = False) -> dict:
         recording = _Recording(client)
         status, submitted = follow_user(recording, user_arrivals(), overlap, deadline_s, err)
         report = build_report(status, submitted, cluster, notes, wall_s=time.time() - began)
+    submits = {j["id"]: j["submit"] for j in status["jobs"]}
     keys = ("name", "state", "steps", "total_steps", "demand", "jct_s", "predicted_jct_s", "error_pct",
             "tenth_predicted_jct_s", "tenth_error_pct", "midlife_error_pct", "preemptions")
-    jobs = [{**{k: j.get(k) for k in keys}, "estimated_at_submission": recording.estimated.get(j["id"])}
-            for j in report["jobs"]]
+    jobs = [{**{k: j.get(k) for k in keys}, "estimated_at_submission": recording.estimated.get(j["id"]),
+             "forecasts": _forecasts(submits[j["id"]], submitted.get(j["id"], {}))} for j in report["jobs"]]
     s = report["summary"]
     tenth = [j["tenth_error_pct"] for j in jobs]
     return {
