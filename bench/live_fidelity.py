@@ -50,17 +50,19 @@ NARROW = {"dim": 64, "hidden": 512, "batch_size": 128}
 MID = {"dim": 96, "hidden": 768, "batch_size": 192}
 #: (submit_s, name, config, steps, gpus, min_gpus, step_time): a first job with nothing to go on, a wrong
 #: guess (30x too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
-#: seen before. About 25 s of steps each on an idle core: a tenth of them is a few 1-s reports in.
+#: seen before. About 30-50 s of steps each on an idle core: a tenth of them is several 1-s reports in
+#: (at 15-25 s, the forecast in force at a tenth still rested on the report from 5 %: forecasts follow reports
+#: by up to a second).
 #: ``submit_s`` applies with ``--user-overlap``; by default each job is submitted once the one before
 #: it ended, because these steps are real CPU work on the shared cores: overlapping jobs slow each other,
 #: which jobs on GPUs of their own do not (an overlapped run on 2026-11-26 saw its steps slow 2-3x
 #: mid-job as the next jobs started, at load average 7 to 54).
 USER_JOBS = [
-    (0, "u-wide", WIDE, 4000, 1, 1, None),
-    (10, "u-narrow-guess", NARROW, 16000, 1, 1, 0.05),
-    (25, "u-wide-ddp", WIDE, 3000, 2, 2, None),
-    (40, "u-mid-elastic", MID, 3500, 2, 1, 0.5),
-    (60, "u-wide-again", WIDE, 3000, 1, 1, None),
+    (0, "u-wide", WIDE, 8000, 1, 1, None),
+    (20, "u-narrow-guess", NARROW, 32000, 1, 1, 0.05),
+    (50, "u-wide-ddp", WIDE, 6000, 2, 2, None),
+    (80, "u-mid-elastic", MID, 7000, 2, 1, 0.5),
+    (120, "u-wide-again", WIDE, 6000, 1, 1, None),
 ]
 
 
