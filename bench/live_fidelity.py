@@ -2,7 +2,7 @@
 
 Scenarios, each on a fresh embedded Ray with the demo's 8 logical GPUs
 (2 nodes x 4, half-DGX-1 links, PAL's measured variability, emulated
-devices), exactly as ``pcs-ray replay --trace NAME --live --json`` runs them:
+devices), the built-in lists exactly as ``pcs-ray replay --trace NAME --live --json`` runs them:
 
 * ``demo``: the demo's 8 jobs;
 * ``mixed-20``: 20 jobs of mixed workloads and sizes over about 4 minutes;
@@ -49,7 +49,7 @@ WIDE = {"dim": 128, "hidden": 1024, "batch_size": 256}
 NARROW = {"dim": 64, "hidden": 512, "batch_size": 128}
 MID = {"dim": 96, "hidden": 768, "batch_size": 192}
 #: (submit_s, name, config, steps, gpus, min_gpus, step_time): a first job with nothing to go on, a wrong
-#: guess (30x too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
+#: guess (tens of times too slow), a config first seen on 2 GPUs, an elastic job with a wrong guess, and a shape
 #: seen before. About 30-50 s of steps each on an idle core: a tenth of them is several 1-s reports in
 #: (at 15-25 s, the forecast in force at a tenth still rested on the report from 5 %: forecasts follow reports
 #: by up to a second).
