@@ -1,6 +1,7 @@
 """Driving a live run (the demo, ``pcs-ray replay``): submissions on schedule and a status poll every half second.
 
-The poll keeps each job's prediction history (for the mid-life error) and,
+The poll keeps each job's prediction history with its reported steps (for the
+errors at mid-life and at a tenth of its steps) and,
 with ``live``, redraws the status table on stderr.
 """
 
@@ -37,7 +38,7 @@ def follow(client: Client, arrivals: list[tuple[float, dict]], began: float, dea
         status = client.status()
         for j in status["jobs"]:
             if j["id"] in submitted and j["state"] not in ENDED and j["predicted_completion"] is not None:
-                submitted[j["id"]]["history"].append((status["now"], j["predicted_completion"]))
+                submitted[j["id"]]["history"].append((status["now"], j["predicted_completion"], j["steps"]))
         return status
 
     status = step()

@@ -7,6 +7,8 @@ from rich.table import Table
 
 from pcs_ray.cluster import ClusterSpec
 
+TENTH = 0.1  # the share of a job's steps at which its forecast should stand on its own measurements
+
 
 def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec, notes: list[str], wall_s: float) -> dict:
     """Per-job predicted (at submission) vs actual JCT, PCS's error metric, preemptions and GPU segments."""
@@ -19,6 +21,8 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
         pred_jct = pred - j["submit"] if pred is not None else None
         mid = _prediction_at(sub.get("history", []), j["submit"] + jct / 2) if jct else None
         mid_jct = mid - j["submit"] if mid is not None else None
+        tenth = _prediction_at_step(sub.get("history", []), TENTH * j["total_steps"]) if jct else None
+        tenth_jct = tenth - j["submit"] if tenth is not None else None
         jobs.append({
             "id": j["id"], "name": j["name"], "workload": j["workload"], "class": j["class"], "state": j["state"],
             "demand": j["demand"], "steps": j["steps"], "total_steps": j["total_steps"],
@@ -28,6 +32,8 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "error_pct": None if jct is None or not pred_jct else 100.0 * abs(jct - pred_jct) / pred_jct,
             "midlife_predicted_jct_s": mid_jct,
             "midlife_error_pct": None if jct is None or not mid_jct else 100.0 * abs(jct - mid_jct) / mid_jct,
+            "tenth_predicted_jct_s": tenth_jct,
+            "tenth_error_pct": None if jct is None or not tenth_jct else 100.0 * abs(jct - tenth_jct) / tenth_jct,
             "signed_error_s": None if jct is None or pred_jct is None else jct - pred_jct,
             "preemptions": j["preemptions"], "attempts": j["attempts"], "emulated": j["emulated"],
             "overruns": j.get("emulation_overruns") or 0,
@@ -41,6 +47,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
         })
     errs = [j["error_pct"] for j in jobs if j["error_pct"] is not None]
     mid_errs = [j["midlife_error_pct"] for j in jobs if j["midlife_error_pct"] is not None]
+    tenth_errs = [j["tenth_error_pct"] for j in jobs if j["tenth_error_pct"] is not None]
     abs_s = [abs(j["signed_error_s"]) for j in jobs if j["signed_error_s"] is not None]
     finished = [j for j in jobs if j["state"] == "finished"]
     energies = [j["energy"] for j in jobs if j["energy"]]
@@ -53,6 +60,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
             "mean_abs_error_pct": float(np.mean(errs)) if errs else float("nan"),
             "mean_abs_error_s": float(np.mean(abs_s)) if abs_s else float("nan"),
             "mean_abs_error_midlife_pct": float(np.mean(mid_errs)) if mid_errs else float("nan"),
+            "mean_abs_error_tenth_pct": float(np.mean(tenth_errs)) if tenth_errs else float("nan"),
             "avg_jct_s": float(np.mean([j["jct_s"] for j in finished])) if finished else None,
             "makespan_s": max((j["finish_s"] for j in finished), default=None),
             "preemptions": sum(j["preemptions"] for j in jobs),
@@ -66,8 +74,13 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
 
 def _prediction_at(history: list, t: float) -> float | None:
     """The prediction in force at time ``t`` (the last one made at or before it)."""
-    before = [p for when, p in history if when <= t]
+    before = [entry[1] for entry in history if entry[0] <= t]
     return before[-1] if before else None
+
+
+def _prediction_at_step(history: list, step: float) -> float | None:
+    """The first prediction made once the job had reported ``step`` steps (None: never seen there)."""
+    return next((entry[1] for entry in history if len(entry) > 2 and entry[2] >= step), None)
 
 
 def result_table(report: dict) -> Table:

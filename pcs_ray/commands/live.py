@@ -116,7 +116,9 @@ def predict_cmd(
         if reply.get("range"):
             line += f", p10-p90 {clock(reply['range'][0])} to {clock(reply['range'][1])}"
         if reply.get("estimates"):
-            line += f" (still estimated: {', '.join(reply['estimates'])})"
+            sources = reply.get("estimated_from") or {}
+            named = [f"{name} ({sources[name]})" if name in sources else name for name in reply["estimates"]]
+            line += f" (still estimated: {', '.join(named)})"
         print(line)
 
 

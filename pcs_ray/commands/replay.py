@@ -85,13 +85,15 @@ def summary(live: dict | None, sim: dict[str, dict], overruns: int, wall_s: floa
         out["live"] = {"jobs": s["jobs"], "finished": s["finished"], "avg_jct_s": s["avg_jct_s"],
                        "mean_abs_error_pct": s["mean_abs_error_pct"],
                        "mean_abs_error_midlife_pct": s["mean_abs_error_midlife_pct"],
+                       "mean_abs_error_tenth_pct": s.get("mean_abs_error_tenth_pct"),
                        "preemptions": s["preemptions"]}
         gap = None
         if s["avg_jct_s"] is not None and out["sim"]["avg_jct_s"]:
             gap = 100.0 * (s["avg_jct_s"] - out["sim"]["avg_jct_s"]) / out["sim"]["avg_jct_s"]
         out["avg_jct_gap_pct"] = gap
         out["jobs"] = [{**{k: j.get(k) for k in ("name", "workload", "state", "jct_s", "predicted_jct_s", "error_pct",
-                                                  "midlife_error_pct", "preemptions", "overruns", "late_steps")},
+                                                  "midlife_error_pct", "tenth_error_pct", "preemptions",
+                                                  "overruns", "late_steps")},
                         "sim_jct_s": sim.get(j["name"], {}).get("jct_s"),
                         "sim_predicted_jct_s": sim.get(j["name"], {}).get("predicted_jct_s")}
                        for j in live["jobs"]]

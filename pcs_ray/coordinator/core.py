@@ -357,10 +357,11 @@ class Coordinator(CoordinatorState):
         """Which inputs of the job's forecast are still estimates, and its range (p10-p90 of the spread
         of the step times its shape measured, applied to the time it has left)."""
         if job.done or job.predicted is None:
-            return {"estimates": [], "range": None}
+            return {"estimates": [], "estimated_from": {}, "range": None}
         lo, hi = self.speed.spread(job)
         left = max(0.0, job.predicted - self.now())
-        return {"estimates": self.speed.estimates(job),
+        estimated = self.speed.estimated(job)
+        return {"estimates": list(estimated), "estimated_from": estimated,
                 "range": [self.wall(self.now() + left * lo), self.wall(self.now() + left * hi)]}
 
     def save_speeds(self) -> None:

@@ -91,10 +91,22 @@ class ClusterModel:
             job = jobs.get(jid)
             if job is None or jid not in self:
                 continue
+            self._refresh_speedup(job, speed)
             self.engine.set_costs(jid, *speed.job_costs(job))
             table = self.engine.job(jid).spec.speedup
             self.engine.set_remaining(jid, speed.remaining(job, now, table), speed.stall_until(job, now))
         dirty.clear()
+
+    def _refresh_speedup(self, job: LiveJob, speed: SpeedModel) -> None:
+        """User code's scaling is learned as it runs on new GPU counts: a job that holds no GPUs is
+        re-admitted with the table the speed model has now. A running job keeps the table it was
+        placed with until it stops (re-admitting it would let placement move it)."""
+        state = self.engine.job(job.job_id)
+        if not job.spec.user_code or state.alloc:
+            return
+        table = speed.speedup(job.spec)
+        if any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(table, state.spec.speedup)):
+            self.readmit(job_spec(job, speed))
 
     def reallocate(self) -> None:
         self.engine.reallocate()

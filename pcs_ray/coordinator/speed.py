@@ -14,7 +14,11 @@ system pays must be in it, and every forecast charges it. It keeps
   device model's reference time, corrected by what other shapes of the same
   workload measured, else from the job's own ``step_time`` estimate (scaled
   by ``estimate_ratio``: users' guesses tend to be off in one direction),
-  else ``default_step_time``;
+  else ``default_step_time``. User code (a ``user:`` label, shaped by its
+  ``config``) has no device model: its own ``step_time`` is taken as given,
+  else a prior from earlier user jobs; its scaling is the declared one
+  (linear when none) until two GPU counts are measured, then fitted to them
+  (:meth:`SpeedModel._user_step_s`);
 * **costs per workload**: a first start (launch to first step), a resume
   (the same plus the checkpoint restore) and a stop (request to checkpoint
   written and GPUs free). Every forecast charges them: a queued job pays its
@@ -45,7 +49,7 @@ from pathlib import Path
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.jobfile import JobFile
+from pcs_ray.jobfile import USER_PREFIX, JobFile
 
 #: Work (fraction of one step) left in a job the model thinks is done but its runner has not reported:
 #: only the runner says when a job has finished.
@@ -54,6 +58,11 @@ EMA = 0.3  # weight of a new measurement
 SAMPLES = 32  # measurements kept per key for the spread
 #: Parameters that do not change what a step costs: jobs differing only in them share step times.
 NOT_SPEED = frozenset({"seed", "lr", "momentum", "weight_decay", "data_root", "num_samples", "optimizer"})
+#: Keys of a user function's ``config`` left out of its shape: those above, and how long or how often it does things.
+USER_NOT_SPEED = NOT_SPEED | {"checkpoint_every", "steps", "epochs", "log_every"}
+#: Where a step time that is not measured comes from, as ``estimated`` names it.
+STEP_SOURCES = {"estimate": "declared", "prior": "prior", "default": "default", "reference": "device model",
+                "workload": "other shapes", "scaled": "other GPU counts"}
 #: The range of a prediction whose step time is still an estimate (no run of its shape measured yet).
 UNMEASURED_SPREAD = (0.6, 1.6)
 # A new sample moves a cost's mean a little at every start and stop; re-syncing every job's forecast for that
@@ -64,10 +73,50 @@ COST_TOLERANCE = (0.05, 0.25)  # relative, and seconds: whichever is larger
 ESTIMATE_TOLERANCE = 0.05
 
 
-def shape_key(workload: str, params: Mapping | None) -> str:
+def shape_key(workload: str, params: Mapping | None, ignore: frozenset = NOT_SPEED) -> str:
     """What identifies a job's step cost: its workload and the parameters that change it."""
-    kept = {k: v for k, v in sorted((params or {}).items()) if k not in NOT_SPEED}
+    kept = {k: v for k, v in sorted((params or {}).items()) if k not in ignore}
     return workload + (json.dumps(kept, sort_keys=True, separators=(",", ":")) if kept else "")
+
+
+def spec_shape(spec: JobFile) -> str:
+    """A job's shape: a built-in by its ``params``; user code by its ``config`` (a batch size or a model
+    width there changes a step as much as a built-in's params do; which keys do is unknown, so all
+    but :data:`USER_NOT_SPEED` count)."""
+    if spec.user_code:
+        return shape_key(spec.workload, spec.config, USER_NOT_SPEED)
+    return shape_key(spec.workload, spec.params)
+
+
+def is_user(workload: str) -> bool:
+    return workload.startswith(USER_PREFIX)
+
+
+def declared_scaling(spec: JobFile, n: int) -> float:
+    """The speedup at ``n`` GPUs the job file declares (``scaling``), relative to one GPU; linear when
+    it declares none. A curve shorter than ``n`` stays flat past its end."""
+    declared = spec.scaling
+    if declared == "none":
+        return 1.0
+    if isinstance(declared, list):
+        return declared[min(n, len(declared)) - 1] / declared[0]
+    return float(n)
+
+
+def fit_counts(by_n: Mapping[int, "Stat"]) -> tuple[float, float]:
+    """``(a, b)`` of ``t(n) = a + b / n`` (Amdahl: a serial part and a part split over the GPUs), least
+    squares over the measured counts (two or more); neither part negative."""
+    xs = [1.0 / n for n in by_n]
+    ys = [stat.mean for stat in by_n.values()]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    a = my - b * mx
+    if b < 0:  # slower on more GPUs than on fewer: a flat fit
+        return my, 0.0
+    if a < 0:  # better than linear: linear through the measured points
+        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return a, b
 
 
 @dataclass
@@ -128,6 +177,7 @@ class SpeedModel:
         self._cache: dict = {}
         self._cache_version = -1
         self._estimated = False  # whether a step time in the cache came from the estimate ratio
+        self._warming: set[int] = set()  # jobs whose latest report is their run's first step alone
 
     # -- priors --------------------------------------------------------------------
     def _reference(self, spec: JobFile, n: int) -> float | None:
@@ -149,16 +199,19 @@ class SpeedModel:
         declared scaling), ``workload`` (other shapes of the workload), ``estimate`` (the job's own
         ``step_time``), ``reference`` (the device model) or ``default``."""
         n = max(1, n)
-        key = (shape_key(spec.workload, spec.params), n, spec.step_time)
+        declared = spec.scaling if spec.user_code else None
+        key = (spec_shape(spec), n, spec.step_time, tuple(declared) if isinstance(declared, list) else declared)
         if self._cache_version != self.version:
             self._cache, self._cache_version, self._estimated = {}, self.version, False
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._step_s(spec, n, key[0])
-            self._estimated = self._estimated or hit[1] == "estimate"
+            self._estimated = self._estimated or (hit[1] == "estimate" and not spec.user_code)
         return hit
 
     def _step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
+        if spec.user_code:
+            return self._user_step_s(spec, n, shape)
         by_n = self.steps.get(shape)
         if by_n:
             if n in by_n:
@@ -174,10 +227,64 @@ class SpeedModel:
             if per_ref is not None:
                 return reference * per_ref, "workload"
         if spec.step_time:
-            return spec.step_time * self.estimate_ratio / self._scaling(spec.workload, n), "estimate"
+            # the device model's step times carry a one-GPU figure to n GPUs (a rank's share of the batch included)
+            per_n = reference / self._reference(spec, 1) if reference is not None else 1.0 / self._scaling(spec.workload, n)
+            return spec.step_time * self.estimate_ratio * per_n, "estimate"
         if reference is not None:
             return reference, "reference"
         return self.default_step_time / self._scaling(spec.workload, n), "default"
+
+    def _user_step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
+        """:meth:`step_s` of code the device model does not know. Measured counts of its shape stand;
+        other counts follow them: through the fit :func:`fit_counts` once two counts are measured, else
+        through the declared scaling (linear when none). An unmeasured shape starts from the job's own
+        ``step_time``, taken as given: a guess at code this cluster never ran shares no bias with other
+        users' guesses at theirs, so no ratio learned from them corrects it, and the first report
+        replaces it. Without one it starts from :meth:`user_prior`."""
+        by_n = self.steps.get(shape)
+        if by_n:
+            if n in by_n:
+                return by_n[n].mean, "measured"
+            if len(by_n) >= 2:
+                a, b = fit_counts(by_n)
+                return a + b / n, "scaled"
+            (m, stat), = by_n.items()
+            return stat.mean * declared_scaling(spec, m) / declared_scaling(spec, n), "scaled"
+        if spec.step_time:
+            return spec.step_time / declared_scaling(spec, n), "estimate"
+        prior = self.user_prior(spec.workload)
+        if prior is not None:
+            return prior / declared_scaling(spec, n), "prior"
+        return self.default_step_time / declared_scaling(spec, n), "default"
+
+    def user_prior(self, workload: str) -> float | None:
+        """One-GPU seconds per step for user code not measured yet: the median over the shapes of earlier
+        user jobs (one figure per shape, so a long job does not outweigh a short one), those of the
+        same code (``workload``: its entrypoint) when any ran; None before any user job reported past
+        its first step (a run's first step alone is its warm-up: on a loaded CPU a 1.5 ms step's first
+        took 1.5 s)."""
+        same, other = [], []
+        for key, by_n in self.steps.items():
+            settled = {n: stat for n, stat in by_n.items() if not stat.provisional}
+            if is_user(key) and settled:
+                (same if key.partition("{")[0] == workload else other).append(self._one_gpu(settled))
+        figures = same or other
+        if not figures:
+            return None
+        figures.sort()
+        mid = len(figures) // 2
+        return figures[mid] if len(figures) % 2 else (figures[mid - 1] + figures[mid]) / 2
+
+    @staticmethod
+    def _one_gpu(by_n: Mapping[int, Stat]) -> float:
+        """A measured shape's step time on one GPU: measured, else fitted, else its one count's at linear scaling."""
+        if 1 in by_n:
+            return by_n[1].mean
+        if len(by_n) >= 2:
+            a, b = fit_counts(by_n)
+            return a + b
+        (m, stat), = by_n.items()
+        return stat.mean * m
 
     def _workload_ratio(self, workload: str) -> float | None:
         """Measured over device-model step time across the workload's measured shapes (None: none measured)."""
@@ -213,7 +320,8 @@ class SpeedModel:
         stat = self.costs.get(workload, {}).get(kind)
         if stat is not None:
             return stat.mean
-        others = [c[kind].mean for c in self.costs.values() if kind in c]
+        others = [c[kind].mean for w, c in self.costs.items() if kind in c and is_user(w) == is_user(workload)]
+        others = others or [c[kind].mean for c in self.costs.values() if kind in c]
         if others:
             return sum(others) / len(others)
         if kind.startswith("warm_"):
@@ -232,7 +340,7 @@ class SpeedModel:
     def _share(self, workload: str) -> float:
         """The share of the workload's future starts on warm runners: user code never enters them (its
         runs start in processes of their own, pre-started or not: one kind of cost, learned per entrypoint)."""
-        return 0.0 if workload.startswith("user:") else self.warm_share
+        return 0.0 if is_user(workload) else self.warm_share
 
     def _expected(self, workload: str, kind: str) -> float:
         """A future ``start`` or ``resume``: warm on the pool's share of GPUs, cold on the rest."""
@@ -277,12 +385,23 @@ class SpeedModel:
         steps_left = job.spec.steps - job.steps
         n = min(len(job.gpus), job.spec.gpus)
         if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time and n:
-            steps_left -= (now - job.reported_at) / job.step_time
+            pace = self._pace(job, n)
+            steps_left -= (now - job.reported_at) / pace
             table = speedup if speedup is not None else self.speedup(job.spec)
-            t1 = job.step_time / job.slowdown * table[n]
+            t1 = pace / job.slowdown * table[n]
         else:
             t1 = self.estimate(job.spec)
         return max(steps_left, SLIVER) * t1
+
+    def _pace(self, job: LiveJob, n: int) -> float:
+        """The running job's seconds per step: its latest report, unless that is its run's first step
+        alone (warm-up: a user loop's 4 ms step's first took 1.5 s, and the forecast spread it over all
+        its steps) and its shape has settled on ``n`` GPUs before."""
+        if job.job_id in self._warming:
+            stat = self.steps.get(spec_shape(job.spec), {}).get(n)
+            if stat is not None and not stat.provisional:
+                return stat.mean * job.slowdown
+        return job.step_time
 
     def stall_until(self, job: LiveJob, now: float) -> float:
         """When a running job can next make progress: one that has not reported yet is still starting up.
@@ -299,19 +418,36 @@ class SpeedModel:
     # -- what a prediction says about itself --------------------------------------------
     def estimates(self, job: LiveJob) -> list[str]:
         """The inputs of the job's forecast that are still estimates, not measurements."""
-        out = []
-        n = len(job.gpus) or job.spec.gpus
-        if not job.measured and self.step_s(job.spec, n)[1] != "measured":
-            out.append("step_time")
-        if len(self.steps.get(shape_key(job.spec.workload, job.spec.params), {})) < 2 and job.spec.gpus > 1:
-            out.append("scaling")
-        if any(k not in self.costs.get(job.spec.workload, {}) for k in self._kinds(job)):
-            out.append("start_stop_costs")
+        return list(self.estimated(job))
+
+    def estimated(self, job: LiveJob) -> dict[str, str]:
+        """:meth:`estimates` with where each comes from: a step time ``declared`` (the job's
+        ``step_time``), ``prior`` (earlier user jobs), ``default``, ``device model``, ``other shapes``
+        or ``other GPU counts``; a scaling ``declared``, ``assumed linear`` or ``device model``;
+        start/stop costs ``other workloads`` or ``default``. An input leaves once measured: the step
+        time at the job's first report, the scaling once its shape ran on two GPU counts."""
+        out = {}
+        spec = job.spec
+        n = len(job.gpus) or spec.gpus
+        source = self.step_s(spec, n)[1]
+        if not job.measured and source != "measured":
+            out["step_time"] = STEP_SOURCES.get(source, source)
+        if len(self.steps.get(spec_shape(spec), {})) < 2 and spec.gpus > 1:
+            out["scaling"] = self._scaling_source(spec)
+        missing = [k for k in self._kinds(job) if k not in self.costs.get(spec.workload, {})]
+        if missing:
+            elsewhere = any(k in by_kind for by_kind in self.costs.values() for k in missing)
+            out["start_stop_costs"] = "other workloads" if elsewhere else "default"
         return out
+
+    def _scaling_source(self, spec: JobFile) -> str:
+        if spec.user_code:
+            return "declared" if spec.scaling is not None else "assumed linear"
+        return "device model" if self._reference(spec, 1) is not None else "assumed linear"
 
     def spread(self, job: LiveJob) -> tuple[float, float]:
         """(p10, p90) of the job's step time over its mean: the measured spread of its shape, else wide."""
-        by_n = self.steps.get(shape_key(job.spec.workload, job.spec.params))
+        by_n = self.steps.get(spec_shape(job.spec))
         if not by_n:
             return UNMEASURED_SPREAD
         n = len(job.gpus) or job.spec.gpus
@@ -352,7 +488,8 @@ class SpeedModel:
         it moved the estimates of other jobs (then their forecasts must be re-synced)."""
         n = min(len(job.gpus), job.spec.gpus)
         normalised = step_time / job.slowdown
-        by_n = self.steps.setdefault(shape_key(job.spec.workload, job.spec.params), {})
+        (self._warming.add if first_of_run else self._warming.discard)(job.job_id)
+        by_n = self.steps.setdefault(spec_shape(job.spec), {})
         new = n not in by_n or by_n[n].provisional
         if new:
             # A run's first report is its first step alone (warm-up, lazy initialisation): it stands in
@@ -362,7 +499,7 @@ class SpeedModel:
             by_n[n].add(normalised, windowed=True)
         t1 = normalised * self.speedup(job.spec)[n]
         ratio_moved = False
-        if not job.measured and job.spec.step_time:
+        if not job.measured and job.spec.step_time and not job.spec.user_code:  # see _user_step_s
             self.estimate_ratio = (1 - EMA) * self.estimate_ratio + EMA * (t1 / job.spec.step_time)
             # Only jobs known by their declared step time alone follow the ratio: where none is, it moves freely.
             ratio_moved = self._estimated and self._moved(("estimate_ratio",), self.estimate_ratio, ESTIMATE_TOLERANCE)

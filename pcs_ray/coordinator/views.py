@@ -63,13 +63,15 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
 
 def prediction(job: LiveJob, epoch: float, placement: dict | None = None, uncertainty: dict | None = None) -> dict:
     """The job's predicted completion (its finish once done), worst-case bound and first prediction,
-    its range (p10, p90) and which of its inputs are still estimates, and why its latest placement
+    its range (p10, p90), which of its inputs are still estimates and what each comes from
+    (``estimated_from``: ``SpeedModel.estimated``), and why its latest placement
     chose its GPUs (``Placement.explain``; null if never placed)."""
     return {
         "id": job.job_id, "state": job.state.value,
         "predicted_completion": wall(epoch, job.finish if job.done else job.predicted),
         "bound": wall(epoch, job.bound), "first_predicted": wall(epoch, job.first_predicted),
         "range": (uncertainty or {}).get("range"), "estimates": (uncertainty or {}).get("estimates", []),
+        "estimated_from": (uncertainty or {}).get("estimated_from", {}),
         "placement": placement,
     }
 
