@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pcs_ray.train.store import fsync_path
+
 LATEST = "latest.ckpt"
 PREVIOUS = "previous.ckpt"
 MAGIC = "pcs-ray-checkpoint"
@@ -52,19 +54,6 @@ class LoadedCheckpoint:
     state: dict
     path: Path
     fell_back: bool
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(directory: str | Path, state: dict) -> Path:
@@ -93,7 +82,7 @@ def save_checkpoint(directory: str | Path, state: dict) -> Path:
             shutil.copy2(latest, keep)
         os.replace(keep, directory / PREVIOUS)
     os.replace(tmp, latest)
-    _fsync_dir(directory)
+    fsync_path(directory)
     return latest
 
 

@@ -23,7 +23,8 @@ PREVIOUS = "previous"
 MARKER = ".pcs-ray-checkpoint.json"
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: str | Path) -> None:
+    """Flush a file or folder to disk (a rename is durable once its folder is); errors are ignored."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -62,8 +63,8 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
     (incoming / MARKER).write_text(json.dumps({"step": int(step), "committed_at": time.time()}))
     for root, _, files in os.walk(incoming):
         for name in files:
-            _fsync(Path(root) / name)
-    _fsync(incoming)
+            fsync_path(Path(root) / name)
+    fsync_path(incoming)
     latest, previous = job_dir / LATEST, job_dir / PREVIOUS
     if _complete(latest) is not None:
         if previous.exists():
@@ -72,7 +73,7 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
     elif latest.exists():
         shutil.rmtree(latest)  # an incomplete leftover: never a checkpoint
     os.replace(incoming, latest)
-    _fsync(job_dir)
+    fsync_path(job_dir)
     return latest
 
 
