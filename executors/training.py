@@ -217,17 +217,17 @@ class TrainingSession:
 
 
 def builtin_loop(config: dict) -> None:
-    """A built-in workload's training, written against ``pcs_ray.train`` like any user's loop.
+    """A built-in workload's training, written against the contract any user's loop is (its session:
+    what ``pcs_ray.train``'s functions call), so built-ins and user code share one training path.
 
     ``config``: ``workload``, its ``params`` and ``checkpoint_every``. Checkpoints are this module's
     verified files (``executors.checkpoint``) inside the folders the contract commits; a damaged
     newest one falls back to the one before it.
     """
-    import pcs_ray.train as train
     import pcs_ray.train.session as train_session
 
-    ctx = train.get_context()
     run = train_session.current()
+    ctx = run.context
     session = TrainingSession(config["workload"], config.get("params"), rank=ctx.world_rank, world_size=ctx.world_size)
     run.notes.append(f"data: {session.data_source}")
     loaded = load_checkpoint(run.checkpoint_dir) if run.checkpoint_dir else None
@@ -245,22 +245,22 @@ def builtin_loop(config: dict) -> None:
         rng_states = session.rng_states()  # a collective: every rank
         folder = None
         if ctx.world_rank == 0:
-            folder = train.checkpoint_dir()
+            folder = run.staging_dir()
             save_checkpoint(folder, session.snapshot(rng_states, job_id=ctx.job_id))
         last_saved = session.step
-        train.report({}, step=session.step, checkpoint=folder)
+        run.report({}, session.step, folder)
 
     while session.step < ctx.total_steps:
-        if train.should_checkpoint():
+        if run.should_checkpoint():
             if session.step == last_saved:
-                train.report({}, step=session.step)  # nothing new to keep: the run ends here
+                run.report({}, session.step)  # nothing new to keep: the run ends here
             checkpoint()
         run.step_begins()
         session.train_step()
         if every and session.step % every == 0 and session.step < ctx.total_steps:
             checkpoint()
         else:
-            train.report({}, step=session.step)
+            run.report({}, session.step)
     if session.step != last_saved:
         checkpoint()
 

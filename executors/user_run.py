@@ -123,7 +123,7 @@ class UserRank:
         if gpu is None:
             import torch  # noqa: F401  (the import a run would wait for)
 
-            import pcs_ray.train  # noqa: F401
+            import pcs_ray.train.session  # noqa: F401  (and the contract's package with it)
         self.warmed = time.time()
         if gpu is not None:
             self.assign(gpu, rank, world_size, log_dir)
