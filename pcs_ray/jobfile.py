@@ -98,7 +98,9 @@ class JobFile(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _label_user_code(cls, raw: Any) -> Any:
-        """Own code is labelled by its entrypoint (or its pickled function's digest) in ``workload``."""
+        """Own code is labelled by its entrypoint (or its pickled function's digest) in ``workload``, and
+        the folder it comes from: two users' ``train.py:train`` are different code, and what the cluster
+        learns of a label's speed must not pass from one to the other."""
         if isinstance(raw, dict) and not raw.get("workload") and (raw.get("entrypoint") or raw.get("function")):
             import hashlib
 
@@ -106,6 +108,9 @@ class JobFile(BaseModel):
             if not isinstance(entry, str):
                 blob = str(raw.get("function"))
                 entry = "fn-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+            folder = raw.get("working_dir")
+            if isinstance(folder, str) and folder:
+                entry += "@" + hashlib.sha256(folder.encode()).hexdigest()[:8]
             raw = {**raw, "workload": USER_PREFIX + entry}
         return raw
 

@@ -115,7 +115,7 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     import json
 
     final, user = json.loads(status.stdout)["jobs"]
-    assert (user["workload"], user["steps"], user["state"]) == ("user:train_mlp.py:train_loop", 30, "finished")
+    assert user["workload"].startswith("user:train_mlp.py:train_loop@") and (user["steps"], user["state"]) == (30, "finished")
     logs = _run([str(VENV_BIN / "pcs-ray"), "logs", "2", "--address", ray_head["gcs"]], env)
     assert "done at step 30" in logs.stdout
     assert final["state"] == "finished" and final["steps"] == 15 and final["segments"][0]["gpus"] == ["loop0:0", "loop0:1"]

@@ -213,7 +213,9 @@ def test_a_trainer_names_a_files_function_as_an_entrypoint_and_sends_others_by_v
 
     spec = Trainer(train_loop, config={"lr": 0.1}, steps=50, gpus=2, client=object()).spec()
     assert spec["entrypoint"] == "train_mlp.py:train_loop" and spec["working_dir"] == str(EXAMPLES)
-    assert parse_job(spec).workload == "user:train_mlp.py:train_loop"
+    assert parse_job(spec).workload.startswith("user:train_mlp.py:train_loop@")
+    other = {**spec, "working_dir": str(EXAMPLES.parent)}  # another folder's train_mlp.py is other code
+    assert parse_job(other, check_files=False).workload != parse_job(spec).workload
 
     def local_loop(config):
         train.report({}, step=1)
