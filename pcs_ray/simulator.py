@@ -113,13 +113,14 @@ class Engine:
 
     # -- state -------------------------------------------------------------
     def fork(self, *, placement: bool = True) -> "Engine":
-        """An independent copy for playing forward; the original is untouched.
+        """An independent copy for playing forward; the original is untouched (its policy too:
+        the copy decides with ``policy.fork()``, the policy itself when it keeps no state).
 
         ``placement=False`` leaves placement out of the copy: counts alone decide (for a caller
         that knows every GPU set runs every job at the same rate).
         """
         other = Engine.__new__(Engine)
-        other.capacity, other.policy, other.overhead = self.capacity, self.policy, self.overhead
+        other.capacity, other.policy, other.overhead = self.capacity, self.policy.fork(), self.overhead
         other.placement = self.placement.fork() if placement and self.placement is not None else None
         other.check = False
         other.incremental = self.incremental
@@ -132,7 +133,7 @@ class Engine:
         other.eta = dict(self.eta)
         other.eta_heap = list(self.eta_heap)
         other.prev_alloc = self.prev_alloc
-        other.index = self.policy.make_index(other.active.values())
+        other.index = other.policy.make_index(other.active.values())
         return other
 
     def admit(self, spec: JobSpec) -> JobState:
