@@ -129,7 +129,7 @@ def test_a_failed_checkpoint_retries_the_job_and_status_says_why():
     view = next(j for j in core.status()["jobs"] if j["id"] == jid)
     assert view["error"] == error and view["state"] in ("queued", "running") and view["attempts"] >= 1
     assert any(getattr(a, "job_id", None) == jid for a in actions)  # started again at once (the GPU is free)
-    assert json.dumps(view)
+    assert json.loads(json.dumps(view, allow_nan=False)) == view  # strict JSON, and nothing lost on the way
 
 
 def test_a_restarted_core_keeps_the_runs_its_host_found_and_requeues_the_rest(tmp_path):

@@ -5,7 +5,6 @@ trace."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import pytest
@@ -343,10 +342,10 @@ def test_philly_trace_fifo_64_gpus():
 
     jobs = read_pcs_trace(PHILLY)
     assert len(jobs) == 2465
-    started = time.perf_counter()
     result = simulate(jobs, 64, create_policy("fifo"), predict=False)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 10.0, f"2465-job FIFO replay took {elapsed:.1f}s"
+    # The work is counted, not timed (bench/sim_speed.py times replays): one decision per arrival and
+    # per completion at most, FIFO asking for no reviews.
+    assert len(jobs) <= result.events <= 2 * len(jobs)
     assert all(r.finish is not None for r in result.records)
     for r in result.records:
         assert r.jct >= r.min_runtime - 1e-6 * max(1.0, r.jct)
