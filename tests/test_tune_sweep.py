@@ -105,7 +105,7 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
         callbacks=[Collect()],
     )
     prediction = tuner.predict()
-    assert time.time() - began < 1.0 and prediction["predicted_completion"] > began
+    assert prediction["predicted_completion"] > began  # how soon it comes, and how close: bench/tune_overhead.py
     assert len(link.assignment(tuner.job_id)["gpus"]) == 1  # the competitor holds the other GPU
     competitor.sched = tuner.scheduler
     competitor.start()
@@ -147,10 +147,6 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
 
     final = link.core.jobs[tuner.job_id]
     assert final.state == "finished" and final.steps == 6 * ITERS and final.preemptions >= 2
-    error = 100 * abs(final.finish - (prediction["predicted_completion"] - link.core.epoch)) / max(
-        1e-9, prediction["predicted_completion"] - link.core.epoch - final.submit)
-    print(f"sweep JCT {final.finish - final.submit:.1f}s, first prediction error {error:.0f}%, "
-          f"acks {sched.log.acks}, pauses {len(sched.log.pauses)}, hard stops {sched.log.hard_stops}")
 
 
 def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
