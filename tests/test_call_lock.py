@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,9 +93,14 @@ def test_a_detached_play_that_pauses_between_events_forecasts_the_same():
     assert len(calls) > 10  # once per event
 
 
-def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work():
+def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work(monkeypatch):
+    """On a clock that only the lock's holder moves (0.3 s while the submission waits for it), the
+    submission's wait is exactly that and its own work, done on a still clock, is zero."""
+    from pcs_ray.coordinator import host as host_module
     from pcs_ray.coordinator.local import LocalCoordinator
 
+    clock = [0.0]
+    monkeypatch.setattr(host_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     core, _ = make(variable(), "pcs-bal")
     host = LocalCoordinator(core)
     assert host.submit_latency() == {"count": 0}
@@ -105,7 +111,9 @@ def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work()
     def hold_the_lock():
         with host.lock:
             held.set()
-            time.sleep(0.3)
+            while host.lock._wanted < 2:  # until the submission waits behind us
+                time.sleep(0.001)
+            clock[0] += 0.3
 
     holder = threading.Thread(target=hold_the_lock)
     holder.start()
@@ -114,6 +122,6 @@ def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work()
     holder.join()
     out = host.submit_latency()
     assert out["count"] == 2
-    assert out["wait"]["max_ms"] >= 200.0 > out["held"]["max_ms"]
+    assert out["wait"]["max_ms"] == pytest.approx(300.0) and out["held"]["max_ms"] == 0.0
     later = host.submit_latency(after=1)
-    assert later["count"] == 1 and later["wait"]["p50_ms"] >= 200.0
+    assert later["count"] == 1 and later["wait"]["p50_ms"] == pytest.approx(300.0)
