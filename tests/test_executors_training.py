@@ -14,6 +14,8 @@ from executors.emulation import StepBudget
 from executors.training import DataStream, ProgressReporter, run_training, shard
 from workloads.device_model import emulated_step_s, reference_step_s
 
+pytestmark = pytest.mark.slow  # real training steps
+
 
 def _request(directory, total_steps=9, **kw) -> RunRequest:
     kw.setdefault("params", {"seed": 11, "num_samples": 40})  # 40 samples / batch 8: epochs turn over during the run

@@ -321,6 +321,7 @@ def test_fuzz_joblists(text):
     check_joblist(text)
 
 
+@pytest.mark.slow  # twenty commands, each run in this process ten times or more
 @pytest.mark.parametrize("command", CLI_COMMANDS)
 def test_fuzz_cli_arguments(command, no_cluster):
     fuzz_command(command)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs a bench in a subprocess
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "real_gpu.py"
 
 

@@ -115,6 +115,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow  # three solves in subprocesses
 def test_killed_solve_resumes_and_loses_no_evaluation(tmp_path):
     generations = 25
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -5,10 +5,14 @@ Reuses the loopback head fixture of the live cluster manager's job-submit test.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from pathlib import Path
 
 from test_live_jobsubmit import VENV_BIN, _run, ray_head, ray_job_submit  # noqa: F401  (ray_head is a fixture)
+
+pytestmark = pytest.mark.slow  # a real `ray start --head` and a sweep
 
 
 def test_ray_job_submit_runs_a_sweep_scheduled_by_pcs_ray(ray_head, tmp_path):  # noqa: F811

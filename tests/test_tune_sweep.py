@@ -9,6 +9,8 @@ the sweep's trials are real Tune trials training tiny_cnn on CPU.
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 
@@ -17,6 +19,8 @@ from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import create_policy
 from tune_helpers import reference_run
+
+pytestmark = pytest.mark.slow  # Ray Tune sweeps with real training
 
 ITERS, STEPS_PER_ITER = 5, 2
 
