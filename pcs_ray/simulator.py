@@ -516,7 +516,7 @@ class _QueuePlay:
         self.after = [None] * nq  # the job behind a finished last-served job
         self.after_at = [0] * nq  # where it probably is in its queue (checked before use: ``_position``)
         self.shares = []
-        self.fill = [()]  # how the last water-filling ended (WFQPolicy._water_fill) and each queue's head then
+        self.fill = [()]  # how the last water-filling ended (WFQPolicy.water_fill) and each queue's head then
         self.spread = True  # no decision yet, or the last one topped up across queues: decide every queue afresh
         self.dirty = set()
         self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
@@ -618,7 +618,7 @@ class _QueuePlay:
                     if i < f[4]:
                         front[q] = (f[0], f[1], f[2], f[3], f[4] - 1)
                 if place is not None and jid in place.held:  # Engine.remove -> Placement.release
-                    place._free(jid)
+                    place.give_back(jid)
                 self.left_jobs -= 1
                 self.dirty.add(q)
         self.demand -= dropped
@@ -636,7 +636,7 @@ class _QueuePlay:
         c = next(iter(dirty)) if len(dirty) == 1 else -1
         if (
             c >= 0 and c in fill[0] and fill[1] > 0 and queues[c] and usable[c] > shares[c]
-            and usable[c] > fill[1] * policy._weights[c] / fill[2] + 1e-6 and (not fill[3] or queues[c][0] is fill[4][c])
+            and usable[c] > fill[1] * policy.weights[c] / fill[2] + 1e-6 and (not fill[3] or queues[c][0] is fill[4][c])
         ):
             # The queue whose jobs finished was, and stays, below its quota in every round of the
             # water-filling, and any single GPUs went out with the same heads: the shares stand.
@@ -650,11 +650,11 @@ class _QueuePlay:
             if known is None:
                 if len(self.memo) > 200_000:
                     self.memo.clear()
-                new_shares, *new_fill = policy._water_fill(queues, usable, capacity)
+                new_shares, *new_fill = policy.water_fill(queues, usable, capacity)
                 new_fill.append(heads)
                 known = self.memo[key] = (new_shares, new_fill)
             new_shares, new_fill = known
-        resume, relax = policy._first_pass_from, policy._relax
+        resume, relax = policy.first_pass_from, policy.relax
         total, front, stopped = list(self.total), list(self.front), list(self.stopped)
         qalloc = list(self.qalloc)
         moved: list[tuple[int, int]] = []
@@ -827,14 +827,14 @@ class _QueuePlay:
         home = {}
         for jid, n in changed:
             if jid in place.held:
-                home[jid] = place._free(jid)
+                home[jid] = place.give_back(jid)
         todo = [(jid, n) for jid, n in changed if n]
         if len(todo) > 1:
             todo.sort(key=self._alloc_order(todo, merged))
         counts = dict(todo)
         for job in place.order([jobs[jid] for jid, _ in todo], None, counts):
             jid = job.spec.job_id
-            sd[jid] = place.slowdown(job, place._take(job, counts[jid], home.get(jid, ())))
+            sd[jid] = place.slowdown(job, place.take(job, counts[jid], home.get(jid, ())))
         for jid, n in changed:
             if n:
                 stall = stl[jid]
