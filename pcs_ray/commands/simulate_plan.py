@@ -37,6 +37,12 @@ class Plan:
         """The placement ``run`` uses: ``--placement`` when given, else the one its paper pairs it with, else none."""
         return self.setup if self.setup is not None else self.paired.get(run.label)
 
+    def chosen_by(self, run: PolicyRun) -> str | None:
+        """Who chose ``run``'s placement: ``"--placement"``, ``"paper"`` (its paper's pairing), or None (none)."""
+        if self.setup is not None:
+            return "--placement"
+        return "paper" if run.label in self.paired else None
+
 
 def paper_placement(policy) -> str | None:
     """The placement a policy's paper pairs it with (the VAHRM family names one), or None."""
@@ -101,7 +107,6 @@ def _paired(opts: SimulateOptions, spec: ClusterSpec, power, runs: list[PolicyRu
         if power is not None:
             setup.cluster = power.onto(setup.cluster)
             setup.about["power"] = opts.power
-        setup.about["chosen_by"] = "paper"
         out[run.label] = setup
     return out
 
@@ -142,7 +147,6 @@ def make_plan(opts: SimulateOptions) -> Plan:
                           "tdp_w": power.tdp_w, "budget_kw": None if budget is None else budget / 1e3}
     paired = _paired(opts, spec, power, runs)
     if setup is not None:
-        setup.about["chosen_by"] = "--placement"
         about["placement"] = setup.about
         title += f", placement {setup.name}"
     elif paired:

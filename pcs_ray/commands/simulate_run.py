@@ -51,7 +51,7 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
             if meter is not None:
                 summary["energy"] = result.extra["energy"]
             if placed is not None:
-                summary["placement"] = {**placed.describe(), **placed.summary(), "chosen_by": setup.about["chosen_by"]}
+                summary["placement"] = {**placed.describe(), **placed.summary(), "chosen_by": plan.chosen_by(run)}
             if plan.run_variability is not None:
                 summary.update(runs=placed.replay.runs, slow_runs=placed.replay.slow_runs)
             outcomes.append(Outcome(run.label, result, summary, placed))
