@@ -34,12 +34,12 @@ def main() -> None:
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
     from workloads.catalog import registered_workloads
 
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = LocalCoordinator(Coordinator(
-            ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"), Journal(Path(tmp) / "journal.sqlite"),
+            ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"), Journal(Path(tmp) / "journal.sqlite"),
             checkpoint_root=str(Path(tmp) / "ckpt"), workloads=registered_workloads()))
         runs = {
             "job_dict": lambda: fz.test_fuzz_job_dicts(coordinator=coordinator),

@@ -30,7 +30,7 @@ from pcs_ray.contract import CoordinatorError
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.jobfile import load_job, parse_job
-from pcs_ray.policies import create_policy, wfq_config
+from pcs_ray.policies import build_policy, wfq_config
 from workloads.catalog import registered_workloads
 from workloads.errors import WorkloadError
 
@@ -64,7 +64,7 @@ def _one_line(error: BaseException) -> None:
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"),
+    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"),
                        Journal(tmp_path_factory.mktemp("fuzz") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
                        workloads=registered_workloads())
     return LocalCoordinator(core)
@@ -118,7 +118,7 @@ def check_wfq(raw):
     path = _tmp_file(json.dumps(raw, allow_nan=True) if not isinstance(raw, str) else raw, ".json")
     try:
         config = wfq_config(path)
-        create_policy("pcs", config=config)
+        build_policy("pcs", config=config)
     except ValueError as e:
         _one_line(e)
     finally:

@@ -14,7 +14,7 @@ from executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 class FakeTrial:
@@ -40,7 +40,7 @@ class FakeController:
 
 
 def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
                        checkpoint_root="/tmp/ckpt", workloads=("tiny",))
     link = LocalCoordinator(core)
     sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,

@@ -17,7 +17,7 @@ import time
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from tune_helpers import reference_run
 
 pytestmark = pytest.mark.slow  # Ray Tune sweeps with real training
@@ -26,7 +26,7 @@ ITERS, STEPS_PER_ITER = 5, 2
 
 
 def _coordinator(tmp_path, gpus=2, policy="srsf"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
                        checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",), restart_overhead=2.0)
     return LocalCoordinator(core)
 

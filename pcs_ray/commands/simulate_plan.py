@@ -51,9 +51,7 @@ def paper_placement(policy) -> str | None:
 
 def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | None, runs: list[PolicyRun]):
     """The sampled power of the cluster's GPUs; placements and power-aware policies get the predictions."""
-    import inspect
-
-    from pcs_ray.policies import build_policy
+    from pcs_ray.policies import build_policy, policy_params
     from pcs_ray.power.profile import load_power_profile
 
     power = load_power_profile(opts.power).sample(spec, opts.profile_seed)
@@ -64,8 +62,7 @@ def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | Non
         opts.pcr * power.summed_tdp_w() if opts.pcr is not None else None)
     class_w = {c: float(v.mean()) for c, v in power.predicted.items()}
     for run in runs:
-        params = inspect.signature(type(run.policy).__init__).parameters
-        if "power" in params and "budget_w" in params:
+        if {"power", "budget_w"} <= set(policy_params(run.label)):
             run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget)
     return power, budget
 
