@@ -89,7 +89,7 @@ def test_predictions_leave_the_schedule_unchanged(name, placed, semantics, workl
 
 def test_the_contract_catches_a_policy_that_forecasts_share(monkeypatch):
     """Were forks to share the live policy object, the contract would see the power-aware policies'
-    schedules change: the workloads make their state matter."""
+    schedules, and the live coordinator's decisions, change: the workloads make their state matter."""
     monkeypatch.setattr(SchedulingPolicy, "fork", lambda self: self, raising=False)
     for cls in POLICIES.values():
         monkeypatch.setattr(cls, "fork", lambda self: self, raising=False)
@@ -97,6 +97,8 @@ def test_the_contract_catches_a_policy_that_forecasts_share(monkeypatch):
                if schedule(name, None, "continuous", "heavy", True)[:2]
                != schedule(name, None, "continuous", "heavy", False)[:2]]
     assert changed == ["vahrm", "vu-fcfs", "cgva-fcfs-b"]
+    live = [name for name in ("vahrm", "cgva-fcfs-b") if coordinator_actions(name, True) != coordinator_actions(name, False)]
+    assert live == ["vahrm", "cgva-fcfs-b"]
 
 
 @pytest.mark.parametrize("name", policy_names())
@@ -110,3 +112,53 @@ def test_a_policy_that_is_its_own_fork_keeps_no_state(name):
     before = pickle.dumps(vars(live))
     simulate(jobs(*WORKLOADS["heavy"]), GPUS, live, predict=True, placement=placement("pm-first"))
     assert pickle.dumps(vars(live)) == before
+
+
+# -- the live coordinator ------------------------------------------------------------------------------
+
+
+def coordinator_actions(name: str, forecasts: bool) -> list[tuple]:
+    """A live coordinator's decisions over submissions of eight workloads and run ends, with its forecasts
+    made (every submission's own, then a refresh of all) or never made."""
+    import random
+
+    from pcs_ray.contract import StartRun, StopRun
+    from pcs_ray.coordinator import Coordinator, Journal
+    from pcs_ray.placement import create_placement
+
+    clock = [1000.0]
+    cluster = POWER.onto(SPEC)
+    core = Coordinator(cluster, policy(name), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
+                       placement=create_placement("packed-sticky", cluster), clock=lambda: clock[0],
+                       workloads=tuple(f"w{k}" for k in range(8)))
+    rng = random.Random(7)
+    log = []
+
+    def note(actions):
+        for a in actions:
+            if isinstance(a, StartRun):
+                log.append(("start", a.job_id, a.kind, tuple((s.node, s.index) for s in a.request.gpus)))
+            elif isinstance(a, StopRun):
+                log.append(("stop", a.job_id, a.reason))
+
+    for _ in range(30):
+        clock[0] += rng.uniform(1.0, 60.0)
+        running = [j for j in core.active.values() if j.state.holds_gpus]
+        if running and rng.random() < 0.4:
+            done = rng.choice(running)
+            note(core.run_ended(done.job_id, done.attempt, "finished", done.spec.steps))
+        else:
+            gpus = rng.choice([1, 2, 4])
+            jid, actions = core.submit({"workload": f"w{rng.randrange(8)}", "steps": rng.randrange(50, 3000), "gpus": gpus,
+                                        "min_gpus": gpus, "class": rng.choice("ABCD"), "step_time": 0.1},
+                                       refresh=forecasts)
+            note(actions)
+        if forecasts:
+            core.refresh_predictions()
+    return log
+
+
+@pytest.mark.parametrize("name", ["vahrm", "vu-fcfs", "cgva-fcfs-b", "pcs-bal", "fifo"])
+def test_the_live_coordinators_decisions_are_the_same_with_forecasts_on_and_off(name):
+    on, off = coordinator_actions(name, True), coordinator_actions(name, False)
+    assert on == off and sum(1 for a in on if a[0] == "start") >= 10
