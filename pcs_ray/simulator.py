@@ -396,7 +396,7 @@ class Engine:
             return None
         if placing is not None and not plays_itself(placing):
             return None
-        return self.policy.queue_form()
+        return self.policy.fork().queue_form()  # the play's own policy state, as a fork's
 
     def detached_play(self, *, placement: bool = True) -> Callable[..., dict[int, float]] | None:
         """``predict`` as a call that needs nothing of this engine once made: the queue play copies
