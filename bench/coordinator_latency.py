@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pcs_ray.cluster import ClusterSpec  # noqa: E402
 from pcs_ray.coordinator import Coordinator, Journal, StartRun  # noqa: E402
-from pcs_ray.coordinator.config import build_policy  # noqa: E402
+from pcs_ray.policies import build_policy  # noqa: E402
 from pcs_ray.placement import create_placement  # noqa: E402
 
 TARGET_DECISION_P99_MS = 50.0

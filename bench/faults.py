@@ -275,10 +275,10 @@ def journal_faults() -> dict:
     """A coordinator rebuilt from a journal with a torn WAL tail, and one with a corrupted last record."""
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
 
     def core(journal):
-        return Coordinator(ClusterSpec.homogeneous(8, 4), create_policy("fifo"), journal, checkpoint_root="/tmp/ckpt",
+        return Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("fifo"), journal, checkpoint_root="/tmp/ckpt",
                            clock=time.time, workloads=("tiny",))
 
     out = {}

@@ -2,7 +2,9 @@
 
     PYTHONPATH=. python bench/fuzz.py [--examples 1000]
 
-Prints one JSON object: per surface, the cases run and whether any ended in a
+Each CLI command is a surface of its own (a quarter as many cases), run with
+no Ray cluster reachable and no process allowed to start. Prints one JSON
+object: per surface, the cases run and whether any ended in a
 traceback (a failure names the falsifying input; on the HTTP surface, also
 any answer of 500 or more); and whether the in-process coordinator that took
 every fuzzed submission still answers ``status``.
@@ -44,12 +46,12 @@ def main() -> None:
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
     from workloads.catalog import registered_workloads
 
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = LocalCoordinator(Coordinator(
-            ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"), Journal(Path(tmp) / "journal.sqlite"),
+            ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"), Journal(Path(tmp) / "journal.sqlite"),
             checkpoint_root=str(Path(tmp) / "ckpt"), workloads=registered_workloads()))
         runs = {
             "job_dict": lambda: fz.test_fuzz_job_dicts(coordinator=coordinator),
@@ -60,9 +62,10 @@ def main() -> None:
             "trace_testbed": lambda: fz.test_fuzz_traces(kind="testbed"),
             "trace_sia": lambda: fz.test_fuzz_traces(kind="sia"),
             "joblist": fz.test_fuzz_joblists,
-            "cli": fz.test_fuzz_cli_arguments,
             "http_api": lambda: fuzz_http(fz, Path(tmp)),
         }
+        for command in fz.CLI_COMMANDS:  # each command with its own options and real values, no cluster reachable
+            runs[f"cli {command}"] = lambda command=command: _without_cluster(fz, command)
         out: dict = {"examples_asked": args.examples, "load_average": os.getloadavg(), "surfaces": {}}
         wanted = set(args.only.split(",")) if args.only else set(runs)
         for name, run in runs.items():
@@ -82,6 +85,11 @@ def main() -> None:
         out["total_cases"] = sum(s["cases"] for s in out["surfaces"].values())
         out["total_tracebacks"] = sum(s["tracebacks"] for s in out["surfaces"].values())
     print(json.dumps(out))
+
+
+def _without_cluster(fz, command: str) -> None:
+    with fz.without_a_cluster():
+        fz.fuzz_command(command)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from pcs_ray.placement.bandwidth import EffBWRegression
 from pcs_ray.placement.profiles import apply_profile, load_profile
 from pcs_ray.placement.stats import PlacementLog
 from pcs_ray.placement.configure import configure_placement
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.semantics import SEMANTICS, StrictPriority, with_semantics
 from pcs_ray.simulator import simulate
@@ -86,7 +86,7 @@ OVERHEAD = 0.0  # seconds a migration or restart costs (--overhead)
 
 def run_one(jobs, cluster, policy: str, placement: str, seed: int, semantics: str = "continuous"):
     place = PlacementLog(create_placement(placement, cluster, seed=seed))
-    sched = with_semantics(create_policy(policy), semantics)
+    sched = with_semantics(build_policy(policy), semantics)
     res = simulate(jobs, cluster.num_gpus, sched, placement=place, predict=False, overhead=OVERHEAD)
     return res, place
 
@@ -161,7 +161,7 @@ def dgx1_run(placement: str, seed: int, policy: str = "job-file", topo=None):
     cluster = ClusterSpec.homogeneous(8, 8, 1.0)
     place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo or read_topo(DGX1)))
     jobs = mapa_jobs(seed)
-    sched = JobFileFIFO() if policy == "job-file" else create_policy(policy)
+    sched = JobFileFIFO() if policy == "job-file" else build_policy(policy)
     return simulate(jobs, 8, sched, placement=place, predict=False, overhead=OVERHEAD), place, jobs
 
 
@@ -211,7 +211,7 @@ def mixed(seeds: int, placements, penalty: float = 1.7) -> dict:
         for name, jobs in traces.items():
             for placement in placements:
                 place = PlacementLog(create_placement(placement, cluster, seed=seed, topology=topo))
-                res = simulate(jobs, 64, create_policy("fifo"), placement=place, predict=False, overhead=OVERHEAD)
+                res = simulate(jobs, 64, build_policy("fifo"), placement=place, predict=False, overhead=OVERHEAD)
                 table.setdefault(placement, {}).setdefault(name, []).append(avg_jct(res))
                 s = place.summary().get("sensitive_effbw_gbps")
                 if s:
@@ -250,7 +250,7 @@ def pal_fidelity(penalty: float = 1.7) -> dict:
             setup = configure_placement(ClusterSpec.homogeneous(64, 4), placement, profile="pal-sim64",
                                         locality_penalty=penalty)
             for name, jobs in traces.items():
-                sched = with_semantics(create_policy("fifo"), semantics)
+                sched = with_semantics(build_policy("fifo"), semantics)
                 res = simulate(jobs, 64, sched, placement=setup.new(), predict=False, overhead=OVERHEAD)
                 table.setdefault(placement, {})[name] = avg_jct(res)
         w1 = {pl: round(d["workload-1"], 1) for pl, d in table.items()}

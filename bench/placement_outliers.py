@@ -44,7 +44,7 @@ from pcs_ray.data import data_dir, resolve
 from pcs_ray.metrics import summarize
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.profiles import apply_profile, load_profile
-from pcs_ray.policies import build_policy, create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.power.profile import load_power_profile
 from pcs_ray.semantics import with_semantics
 from pcs_ray.simulator import simulate
@@ -191,7 +191,7 @@ def sia() -> dict:
             cluster = apply_profile(ClusterSpec.homogeneous(64, 4, 1.7), load_profile("longhorn"), seed)
             for k, jobs in traces.items():
                 for name in SIA_PLACEMENTS:
-                    result = simulate(jobs, 64, with_semantics(create_policy("fifo"), semantics),
+                    result = simulate(jobs, 64, with_semantics(build_policy("fifo"), semantics),
                                       placement=create_placement(name, cluster, seed=seed), predict=False)
                     acc.setdefault(name, {}).setdefault(k, []).append(float(np.mean([r.jct for r in result.records])))
         base = {k: np.mean(v) for k, v in acc["packed-sticky"].items()}

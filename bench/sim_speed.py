@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pcs_ray.metrics import summarize  # noqa: E402
 from pcs_ray.data import data_dir, pcs_config  # noqa: E402
-from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy  # noqa: E402
+from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy  # noqa: E402
 from pcs_ray.simulator import simulate  # noqa: E402
 from workloads.generator import generate_workload  # noqa: E402
 from workloads.traces import read_pcs_trace  # noqa: E402
@@ -72,7 +72,7 @@ def bench_trace(workers: int) -> dict:
 def bench_policies() -> list[dict]:
     jobs = generate_workload("themis1", 500, 64, load=0.9, seed=4567)
     runs = []
-    policies = [(n, create_policy(n)) for n in POLICIES if n != "pcs"]
+    policies = [(n, build_policy(n)) for n in POLICIES if n != "pcs"]
     for kind in ("jct", "bal", "pred"):
         policies.append((f"pcs-{kind}", WFQPolicy(WFQConfig.load(pcs_config("themis1", kind)))))
     for label, policy in policies:

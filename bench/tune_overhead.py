@@ -149,9 +149,9 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
 
-    core = Coordinator(ClusterSpec.homogeneous(args.gpus, args.gpus), create_policy("fair"), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(args.gpus, args.gpus), build_policy("fair"), Journal(":memory:"),
                        checkpoint_root=work / "ckpt", workloads=("tiny_cnn",), restart_overhead=3.0)
     link = LocalCoordinator(core)
     competitor = Competitor(link, args.rounds, hold_s=args.hold_s, gap_s=args.gap_s)

@@ -150,7 +150,7 @@ class ClusterSpec(BaseModel):
         try:
             return cls(nodes=nodes, locality_penalty=locality_penalty)
         except ValidationError as e:
-            raise ClusterSpecError(_format_validation_error(e, "cluster")) from None
+            raise ClusterSpecError(format_validation_error(e, "cluster")) from None
 
     # -- queries --------------------------------------------------------------
     @property
@@ -213,7 +213,7 @@ def _format_loc(loc: tuple) -> str:
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
-def _format_validation_error(e: ValidationError, source: str, ranges: Mapping[str, str] | None = None) -> str:
+def format_validation_error(e: ValidationError, source: str, ranges: Mapping[str, str] | None = None) -> str:
     """The first error as one line naming the field and the value; ``ranges`` (field -> text) adds the allowed range."""
     errors = e.errors(include_url=False)
     first = errors[0]
@@ -235,7 +235,7 @@ def cluster_spec_from_dict(raw: Any, source: str = "cluster spec") -> ClusterSpe
     try:
         return ClusterSpec.model_validate(raw)
     except ValidationError as e:
-        raise ClusterSpecError(_format_validation_error(e, source)) from None
+        raise ClusterSpecError(format_validation_error(e, source)) from None
 
 
 def load_cluster_spec(path: str | Path) -> ClusterSpec:

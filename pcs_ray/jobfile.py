@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol, get_args, get_origin, runtime_checkab
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pcs_ray.cluster import _format_validation_error
+from pcs_ray.cluster import format_validation_error as _format_validation_error
 from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
 from pcs_ray.usercode import CodeError, check_code
 

@@ -24,6 +24,8 @@ the policy's ``round_s``.
 
 from __future__ import annotations
 
+import copy
+
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.state import Snapshot
 
@@ -71,6 +73,14 @@ class StrictPriority(SchedulingPolicy):
 
     def order(self, snap: Snapshot):
         return self.inner.order(snap)
+
+    def fork(self) -> "StrictPriority":
+        inner = self.inner.fork()
+        if inner is self.inner:
+            return self
+        other = copy.copy(self)
+        other.inner = inner
+        return other
 
     def make_index(self, jobs):
         return self.inner.make_index(jobs)

@@ -34,7 +34,7 @@ class JobState:
     seen_total: float = 0.0
     seen_events: int = 0
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
-    _fair: dict[float, float] = field(default_factory=dict, repr=False)
+    fair_memo: dict[float, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def new(cls, spec: JobSpec, now: float = 0.0) -> "JobState":
@@ -65,7 +65,7 @@ class JobState:
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
             self.stall_until, self.slowdown, self.preemptions, self.anchor, self.start_cost, self.move_cost,
             self.seen_total, self.seen_events,
-            self._caps, self._fair,
+            self._caps, self.fair_memo,
         )
 
 

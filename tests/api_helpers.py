@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator.config import build_policy
+from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.http_server import ApiServer
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from workloads.catalog import registered_workloads
 
 TOKEN = "test-token-" + "0" * 40
@@ -25,8 +25,8 @@ class ServedCoordinator(LocalCoordinator):
 
 
 def local_host(state: Path, gpus: int = 8, per_node: int = 4) -> ServedCoordinator:
-    core = Coordinator(ClusterSpec.homogeneous(gpus, per_node), create_policy("pcs-bal"), Journal(state / "journal.sqlite"),
-                       checkpoint_root=state / "ckpt", workloads=registered_workloads(), policies=build_policy)
+    core = Coordinator(ClusterSpec.homogeneous(gpus, per_node), build_policy("pcs-bal"), Journal(state / "journal.sqlite"),
+                       checkpoint_root=state / "ckpt", workloads=registered_workloads(), policies=coordinator_policy)
     return ServedCoordinator(core)
 
 

@@ -1,6 +1,7 @@
 """Shared fixtures. One local Ray instance serves every test that needs Ray.
 
-Most tests need no Ray at all; those that do take the ``ray_local`` fixture,
+Most tests need no Ray at all; those that do take the ``ray_local`` fixture (and
+are marked ``slow`` for it),
 which starts Ray once per session with logical GPUs laid out as two nodes of
 four (custom resources ``node0_gpu0`` … ``node1_gpu3``, see
 ``pcs_ray.resources``), no dashboard and a small object store. Token
@@ -14,6 +15,15 @@ import os
 import pytest
 
 LOGICAL_NODES = {"node0": 4, "node1": 4}
+#: Fixtures that start Ray: a test that takes one is slow whether or not its module says so.
+RAY_FIXTURES = {"ray_local", "ray_head"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that starts Ray ``slow`` (``pytest -m "not slow"`` is the fast loop)."""
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

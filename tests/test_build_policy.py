@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pcs_ray.coordinator.config import build_policy as coordinator_policy
+from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import ABOUT, BUNDLED, POLICIES, WFQConfig, WFQPolicy, build_policy, policy_names
 from solver.evaluate import make_policy

@@ -328,3 +328,39 @@ def test_bundled_profile_names_are_the_ones_the_loader_reads():
     from pcs_ray.placement.profiles import PROFILES
 
     assert list(data.PROFILES) == list(PROFILES)
+
+
+# -- live commands with no coordinator reachable, and values the fuzz suite once let pass behind --help ------
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Ray finds no cluster (as ``ray.init`` reports it) and no process may start."""
+    import ray
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by "
+                              "setting `--address` flag or `RAY_ADDRESS` environment variable.")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("no process may start")))
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["predict", "1"], ["predict", "1", "--json"],
+                                  ["stop"], ["cancel", "1"]])
+def test_live_commands_without_a_coordinator_say_so_in_one_line(capsys, no_cluster, args):
+    code, out, err = invoke(capsys, *args, "--address", "127.0.0.1:1")
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "pcs-ray up --local" in err  # what to do
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["solve", "--generations", "abc"], "--generations"),
+    (["submit", "/nonexistent.yaml"], "nonexistent.yaml"),
+    (["config", "set", "/nonexistent.json"], "nonexistent.json"),
+    (["replay", "--trace", "/nonexistent.csv"], "nonexistent.csv"),
+])
+def test_bad_values_that_help_once_hid_fail_in_one_line(capsys, no_cluster, args, fragment):
+    code, out, err = invoke(capsys, *args)
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1 and fragment in err

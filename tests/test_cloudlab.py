@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # bring-up scripts in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 CLOUDLAB = ROOT / "cloudlab"
 

@@ -55,14 +55,14 @@ def over_http(tmp_path_factory):
 
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.coordinator.config import build_policy
-    from pcs_ray.policies import create_policy
+    from pcs_ray.coordinator.config import coordinator_policy
+    from pcs_ray.policies import build_policy
     from workloads.catalog import registered_workloads
 
     state = tmp_path_factory.mktemp("api")
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"), Journal(state / "journal.sqlite"),
+    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"), Journal(state / "journal.sqlite"),
                        checkpoint_root=state / "ckpt", clock=_Clock(1000.0), workloads=registered_workloads(),
-                       policies=build_policy)
+                       policies=coordinator_policy)
     host = ServedCoordinator(core)
     with served(host) as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_TOKEN", TOKEN)

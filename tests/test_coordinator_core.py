@@ -8,7 +8,7 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import JobSpecError, UnknownJobError
 from pcs_ray.coordinator import Coordinator, Journal, StartRun, StopRun
 from pcs_ray.placement import create_placement
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 class Clock:
@@ -22,7 +22,7 @@ class Clock:
 def make(journal=None, policy="fifo", gpus=8, per_node=4, clock=None, workloads=("tiny", "big"), **kw):
     clock = clock or Clock()
     core = Coordinator(
-        ClusterSpec.homogeneous(gpus, per_node), create_policy(policy), journal if journal is not None else Journal(":memory:"),
+        ClusterSpec.homogeneous(gpus, per_node), build_policy(policy), journal if journal is not None else Journal(":memory:"),
         checkpoint_root="/tmp/ckpt", clock=clock, workloads=workloads, **kw,
     )
     return core, clock

@@ -21,6 +21,8 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError, JobSpecError, UnknownJobError
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 
+pytestmark = pytest.mark.slow  # the coordinator as a Ray actor
+
 TIMEOUT = 120
 LONG = 250  # steps of the long job: tiny_cnn on the 3x slow emulated GPU takes about 0.09 s a step
 

@@ -88,11 +88,36 @@ def test_nvml_inventory_reads_uuids_power_clocks_and_links():
     assert node.node_spec().gpus[1].uuid == "GPU-fake-1"
 
 
-def test_nvml_matrix_matches_the_topo_file_format():
-    text = (data_dir() / "topology" / "dgx1-v100.topo").read_text()
-    parsed = parse_topo(text)
-    # Same type and codes either way: the matrix built from NVML is a TopoMatrix too.
-    assert type(parsed) is type(nvml_inventory("x", FakeNVML()).topology)
+class TopoNVML(FakeNVML):
+    """A fake pynvml whose links are those of a parsed ``nvidia-smi topo -m`` matrix: ``NV#`` as # active
+    links to that GPU, PCIe codes as NVML's common-ancestor levels."""
+
+    NVML_NVLINK_MAX_LINKS = 18
+    LEVEL = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+
+    def __init__(self, matrix):
+        super().__init__(count=len(matrix.gpus))
+        self.matrix = matrix
+        self.LINKS = {i: [j for j, code in enumerate(row) if code.startswith("NV") for _ in range(int(code[2:]))]
+                      for i, row in enumerate(matrix.links)}
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= len(self.LINKS[h]):
+            raise self.NVMLError("not supported")
+        return self.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return self.LEVEL[self.matrix.links[a][b]]
+
+
+# Point-to-point NVLink and PCIe machines; on NVSwitch machines (dgx2, dgx-a100, hgx-h100) a link's remote
+# end is a switch, which this fake does not model.
+@pytest.mark.parametrize("name", ["dgx1-v100", "dgx1-p100", "summit-node", "pcie-8gpu", "a100-pcie-4gpu-bridged"])
+def test_nvml_matrix_matches_the_topo_file_format(name):
+    """NVML read as ``nvidia-smi topo -m`` would show it gives the file's matrix, code for code."""
+    parsed = parse_topo((data_dir() / "topology" / f"{name}.topo").read_text())
+    built = nvml_inventory("x", TopoNVML(parsed)).topology
+    assert built.gpus == parsed.gpus and built.links == parsed.links
 
 
 def test_no_nvml_falls_back_to_the_declared_spec(tmp_path):

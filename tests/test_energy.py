@@ -268,6 +268,28 @@ def test_simulate_with_power_prints_energy(capsys):
     assert out["workload"]["power"]["budget_kw"] == pytest.approx(1.92)
 
 
+PAIRED = ["simulate", "--num-apps", "20", "--gpus", "8", "--gpus-per-node", "4", "-p", "vu-fcfs-b,cgva-fcfs-b,vahrm,fifo",
+          "--profile", "longhorn", "--power", "longhorn", "--pcr", "0.8", "--no-predict", "--json"]
+
+
+def test_simulate_runs_each_vahrm_family_policy_on_its_paper_placement(capsys):
+    assert run(PAIRED) == 0
+    runs = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert {k: (r["placement"]["placement"], r["placement"]["chosen_by"]) for k, r in runs.items() if "placement" in r} == {
+        "vu-fcfs-b": ("packed-sticky", "paper"), "cgva-fcfs-b": ("lowest-energy", "paper"), "vahrm": ("vahrm", "paper")}
+    assert "placement" not in runs["fifo"]  # no paper pairing: every GPU equal, as without --placement
+    # the two policies differ only in their GPUs: paired, they spend different energy
+    assert runs["vu-fcfs-b"]["energy"]["kwh"] != runs["cgva-fcfs-b"]["energy"]["kwh"]
+
+
+def test_placement_option_puts_every_policy_on_the_named_placement(capsys):
+    assert run([*PAIRED, "--placement", "lowest-energy"]) == 0
+    runs = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert {(r["placement"]["placement"], r["placement"]["chosen_by"]) for r in runs.values()} == {
+        ("lowest-energy", "--placement")}
+    assert runs["vu-fcfs-b"]["energy"] == runs["cgva-fcfs-b"]["energy"]  # same policy rule, same GPUs
+
+
 @pytest.mark.parametrize("args,message", [
     (["simulate", "--power", "nosuch", "--num-apps", "3"], "unknown power profile 'nosuch'"),
     (["simulate", "--power", "longhorn", "--power-budget-kw", "-1", "--num-apps", "3"], "--power-budget-kw must be"),

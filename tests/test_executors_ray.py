@@ -11,6 +11,8 @@ import torch
 from pcs_ray.contract import GPUSlot, RunRequest
 from executors.checkpoint import load_checkpoint, peek_step
 
+pytestmark = pytest.mark.slow  # runners as Ray actors
+
 TOTAL = 30
 PARAMS = {"seed": 5, "num_samples": 64}
 SLOW = 2.0  # emulated slowdown: tiny_cnn steps of about 0.06 s, long enough to stop mid-run

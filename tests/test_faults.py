@@ -14,11 +14,11 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.journal import torn_wal_bytes
 from pcs_ray.placement import create_placement  # noqa: F401  (the core's own imports, as in the core tests)
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 def _core(journal):
-    return Coordinator(ClusterSpec.homogeneous(4, 4), create_policy("fifo"), journal, checkpoint_root="/tmp/ckpt",
+    return Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), journal, checkpoint_root="/tmp/ckpt",
                        clock=lambda: 1000.0, workloads=("tiny",))
 
 
@@ -129,7 +129,7 @@ def test_a_failed_checkpoint_retries_the_job_and_status_says_why():
     view = next(j for j in core.status()["jobs"] if j["id"] == jid)
     assert view["error"] == error and view["state"] in ("queued", "running") and view["attempts"] >= 1
     assert any(getattr(a, "job_id", None) == jid for a in actions)  # started again at once (the GPU is free)
-    assert json.dumps(view)
+    assert json.loads(json.dumps(view, allow_nan=False)) == view  # strict JSON, and nothing lost on the way
 
 
 def test_a_restarted_core_keeps_the_runs_its_host_found_and_requeues_the_rest(tmp_path):
@@ -141,7 +141,7 @@ def test_a_restarted_core_keeps_the_runs_its_host_found_and_requeues_the_rest(tm
     core.progress(ids[0], 10, 0.1)
     core._record("stop", ids[1], attempt=1, reason="preempt")  # what decide() journals before it stops a run
     core.journal.close()
-    restarted = Coordinator(ClusterSpec.homogeneous(4, 4), create_policy("fifo"), Journal(path),
+    restarted = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), Journal(path),
                             checkpoint_root="/tmp/ckpt", clock=lambda: 1000.0, workloads=("tiny",), keep_runs=True)
     assert [j.job_id for j in restarted.holding()] == ids and restarted.recovered == 0
     assert restarted.current_request(ids[1]).attempt == 1

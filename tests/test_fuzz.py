@@ -34,7 +34,7 @@ from pcs_ray.contract import CoordinatorError
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.jobfile import load_job, parse_job
-from pcs_ray.policies import create_policy, wfq_config
+from pcs_ray.policies import build_policy, wfq_config
 from workloads.catalog import registered_workloads
 from workloads.errors import WorkloadError
 
@@ -68,7 +68,7 @@ def _one_line(error: BaseException) -> None:
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), create_policy("pcs-bal"),
+    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"),
                        Journal(tmp_path_factory.mktemp("fuzz") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
                        workloads=registered_workloads())
     return LocalCoordinator(core)
@@ -122,7 +122,7 @@ def check_wfq(raw):
     path = _tmp_file(json.dumps(raw, allow_nan=True) if not isinstance(raw, str) else raw, ".json")
     try:
         config = wfq_config(path)
-        create_policy("pcs", config=config)
+        build_policy("pcs", config=config)
     except ValueError as e:
         _one_line(e)
     finally:
@@ -168,9 +168,9 @@ def check_cli(argv):
             code = e.code
     assert isinstance(code, int), code
     assert "Traceback" not in err.getvalue(), err.getvalue()[-2000:]
-    if code == 2:
+    if code != 0:  # a refusal is one line that says what is wrong
         lines = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
-        assert len(lines) == 1, err.getvalue()[-2000:]
+        assert len(lines) == 1, (argv, code, err.getvalue()[-2000:])
 
 
 # -- strategies for text surfaces ------------------------------------------------------------------
@@ -213,29 +213,78 @@ joblists = st.one_of(texts, _csv(["submit_s", "name", "workload", "steps", "gpus
                                            st.sampled_from(["B", "C", "D", "{}"]))),
                      _csv(["submit_s", "name", "workload", "steps", "gpus", "min_gpus", "class", "params"],
                           st.one_of(cells, st.sampled_from(['{"lr": 0.1}', '"{}"', "[]", "tiny_cnn"]))))
-CLI_WORDS = ["simulate", "data", "node-resources", "submit", "up", "down", "replay", "config", "solve", "report", "--json",
-             "--help", "--gpus", "--num-apps", "--policy", "--placement", "--workload", "--trace", "--seed",
-             "--cluster-spec", "--node-name", "--state-dir", "--nodes", "--gpus-per-node", "--local", "--pcs-config",
-             "fifo", "pcs", "nope", "themis1", "0", "-1", "3", "1e9", "nan", "/nonexistent", "", "--no-predict",
-             "--per-job", "--profile", "--topology", "pal", "dgx1-v100", "x" * 30]
+CLI_VALUES = ["0", "1", "3", "-1", "1e9", "nan", "abc", "", "fifo", "pcs-bal", "vahrm", "themis1", "longhorn",
+              "dgx1-v100", "pal", "packed-sticky", "demo", "/nonexistent", "x" * 30, "127.0.0.1:1", "1,2", "jct,pred"]
+#: Every command and subcommand, fuzzed with its own options and real values (no --help: the command runs).
+CLI_COMMANDS = ["simulate", "up", "down", "start", "submit", "status", "predict", "cancel", "stop", "node-resources",
+                "calibrate", "replay", "report", "demo", "solve", "data", "config show", "config set", "power fit",
+                "slow-runs fit"]
+SCRATCH_STATE = "/nonexistent-pcs-ray-fuzz"  # up and down never see a real state folder (they start and stop clusters)
 
 
-NEEDS_A_CLUSTER = ("config", "replay", "solve", "submit")  # would connect to Ray, start one, or search for minutes
+def cli_options(command: str) -> tuple[list[str], list[str], int]:
+    """(value options, flags, positional arguments) of ``command``, read from the CLI itself."""
+    import click
+    import typer
+
+    from pcs_ray.cli import app
+
+    cmd = typer.main.get_command(app)
+    for word in command.split():
+        cmd = cmd.get_command(click.Context(cmd), word)
+    params = cmd.get_params(click.Context(cmd))
+    options = [p.opts[0] for p in params if isinstance(p, click.Option) and not p.is_flag]
+    flags = [p.opts[0] for p in params if isinstance(p, click.Option) and p.is_flag and p.opts[0] != "--help"]
+    return options, flags, sum(1 for p in params if isinstance(p, click.Argument))
 
 
 @st.composite
-def cli_args(draw):
-    words = draw(st.lists(st.one_of(st.sampled_from(CLI_WORDS), st.text(max_size=8)), max_size=8))
-    if "up" in words and "--local" in words:  # would start a real cluster
-        words.remove("--local")
-    if "down" in words:  # only ever a folder that records no cluster
-        words += ["--state-dir", "/nonexistent-pcs-ray-fuzz"]
-    if "simulate" in words:  # keep any simulation tiny
-        words = ["simulate", "--num-apps", "3", "--gpus", "4", "--no-predict", *[w for w in words if w != "simulate"]]
-        words = [w for w in words if w not in ("--trace", "--workload")] + ["--workload", "themis1"]
-    if any(w in NEEDS_A_CLUSTER for w in words):
-        words.append("--help")  # its options are still parsed and checked; nothing runs
+def cli_args(draw, command: str):
+    options, flags, positional = cli_options(command)
+    values = st.one_of(st.sampled_from(CLI_VALUES), st.text(max_size=8))
+    words = command.split() + [draw(values) for _ in range(draw(st.integers(0, positional + 1)))]
+    for opt in draw(st.lists(st.sampled_from(options), max_size=4, unique=True)) if options else []:
+        words += [opt, draw(values)]
+    words += draw(st.lists(st.sampled_from(flags), max_size=2, unique=True)) if flags else []
+    if command in ("up", "down"):
+        words += ["--state-dir", SCRATCH_STATE]
+    if command == "simulate":  # keep any simulation tiny
+        words = [w for w in words if w not in ("--trace", "--workload", "--num-apps", "--gpus", "--cluster")]
+        words += ["--num-apps", "3", "--gpus", "4", "--no-predict", "--workload", "themis1"]
+    if command == "solve":  # every search would run on Ray (refused here); --serial would search in this process
+        words = [w for w in words if w != "--serial"]
+    if command.endswith(" fit"):  # a fit on the bundled records (the default) takes minutes: only other files
+        words = [w if w != "longhorn" else "/nonexistent.csv" for w in words]
+        if "--data" not in words:
+            words += ["--data", draw(st.sampled_from(["/nonexistent.csv", "", "x" * 30]))]
     return words
+
+
+@pytest.fixture(scope="module")
+def no_cluster():
+    with without_a_cluster():
+        yield
+
+
+@contextlib.contextmanager
+def without_a_cluster():
+    """No Ray cluster is reachable and no process can start: a command that would connect, start Ray or
+    spawn a process gets the error it would get on a machine without a cluster."""
+    import subprocess
+
+    import ray
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance (fuzz: no cluster)")
+
+    def no_process(*args, **kwargs):
+        raise OSError("fuzz: no process may start")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ray, "init", refuse)
+        mp.setattr(ray, "is_initialized", lambda: False)
+        mp.setattr(subprocess, "Popen", no_process)
+        yield
 
 
 # -- the tests ------------------------------------------------------------------------------------
@@ -276,10 +325,21 @@ def test_fuzz_joblists(text):
     check_joblist(text)
 
 
-@FUZZ
-@given(argv=cli_args())
-def test_fuzz_cli_arguments(argv):
-    check_cli(argv)
+@pytest.mark.slow  # twenty commands, each run in this process ten times or more
+@pytest.mark.parametrize("command", CLI_COMMANDS)
+def test_fuzz_cli_arguments(command, no_cluster):
+    fuzz_command(command)
+
+
+def fuzz_command(command: str) -> None:
+    """Hypothesis cases of ``command`` (a quarter of the surfaces' count, at least 10), each counted."""
+    @settings(FUZZ, max_examples=max(10, EXAMPLES // 4))
+    @given(argv=cli_args(command))
+    def fuzz(argv):
+        CASES[f"cli {command}"] += 1
+        check_cli(argv)
+
+    fuzz()
 
 
 # -- the coordinator's HTTP API -----------------------------------------------------------------------
@@ -305,6 +365,8 @@ def _args_for(call: str):
     shaped = {
         "submit": st.tuples(st.one_of(jobs, values), st.one_of(st.none(), st.text(max_size=12), values)),
         "predict": st.tuples(_job_ids()), "cancel": st.tuples(_job_ids()), "assignment": st.tuples(_job_ids()),
+        "logs": st.tuples(_job_ids(), st.one_of(st.none(), st.integers(-2, 5), values),
+                          st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.one_of(st.integers(-5, 10**6), values)))),
         "report_progress": st.tuples(_job_ids(), st.one_of(st.integers(-5, 10**9), values),
                                      st.one_of(st.floats(allow_nan=True), values), values),
         "external_ended": st.tuples(_job_ids(), st.one_of(st.integers(-2, 5), values),
@@ -318,7 +380,7 @@ def _args_for(call: str):
     return st.one_of(shaped.map(list), st.lists(values, max_size=5))
 
 
-HTTP_CALLS = ["submit", "status", "predict", "cancel", "report_progress", "assignment", "external_ended",
+HTTP_CALLS = ["submit", "status", "predict", "cancel", "logs", "report_progress", "assignment", "external_ended",
               "set_demand", "config", "set_config", "ping"]
 header_text = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=40)
 

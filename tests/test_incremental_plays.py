@@ -175,11 +175,11 @@ def test_plays_with_a_sticky_placement_equal_the_full_fork(name, options, policy
     """The queue play runs a sticky placement itself (the GPUs and slowdown of every job whose count changed):
     forecasts are those of full forks that re-run policy and placement at every event."""
     from pcs_ray.placement import create_placement
-    from pcs_ray.simulator import _QueuePlay
+    from pcs_ray.forecast.queue_play import QueuePlay
 
     placed = []
-    commit = _QueuePlay._commit_placed
-    monkeypatch.setattr(_QueuePlay, "_commit_placed", lambda self, *a: placed.append(1) or commit(self, *a))
+    commit = QueuePlay._commit_placed
+    monkeypatch.setattr(QueuePlay, "_commit_placed", lambda self, *a: placed.append(1) or commit(self, *a))
     cluster, jobs, policy = variable_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 150))), policy()
     runs = [simulate(jobs, 32, policy, predict=True, overhead=overhead, incremental=incremental,
                      placement=create_placement(name, cluster, **options)) for incremental in (False, True)]
@@ -213,19 +213,19 @@ def test_a_pass_that_passed_a_job_over_resumes_there_and_decides_the_same(placed
     at the next event (the skip front) instead of walking the queue again; with and without a sticky
     placement in the play, forecasts are the full fork's."""
     from pcs_ray.placement import create_placement
-    from pcs_ray.simulator import _QueuePlay
+    from pcs_ray.forecast.queue_play import QueuePlay
 
     resumed = []
-    decide = _QueuePlay.decide
+    decide = QueuePlay.decide
 
     def counting(self):
-        skips = [(q, self.front[q][0]) for q in self.dirty
-                 if not self.spread and self.front[q] is not None and self.front[q][3] is not None]
+        skips = [(q, self.front[q].share) for q in self.dirty
+                 if not self.spread and self.front[q] is not None and self.front[q].passed is not None]
         decision = decide(self)
-        resumed.extend(q for q, share in skips if decision[0][q] >= share)  # the skip front's resume path
+        resumed.extend(q for q, share in skips if decision.shares[q] >= share)  # the skip front's resume path
         return decision
 
-    monkeypatch.setattr(_QueuePlay, "decide", counting)
+    monkeypatch.setattr(QueuePlay, "decide", counting)
     jobs = classed(mixed_themis1(11))
     policy = WFQPolicy(WFQConfig.from_params((50_000, 400_000, float("inf")), 0.5, 0.7, 0.2))
     runs = [simulate(jobs, 16, policy, predict=True, incremental=incremental,

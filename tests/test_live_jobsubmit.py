@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real `ray start --head`
+
 VENV_BIN = Path(sys.executable).parent
 
 

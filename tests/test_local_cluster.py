@@ -22,7 +22,8 @@ import pytest
 
 from pcs_ray.commands import local_cluster as lc
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc")
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
+              pytest.mark.slow]  # starts local Ray clusters through the CLI
 
 CLI = [sys.executable, "-m", "pcs_ray.cli"]
 ROOT = Path(__file__).resolve().parent.parent

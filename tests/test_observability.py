@@ -10,7 +10,7 @@ from pathlib import Path
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.telemetry import readings
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ class Clock:
 
 
 def _core(path, clock, policy="pcs-bal"):
-    return Coordinator(ClusterSpec.homogeneous(4, 2), create_policy(policy), Journal(path), checkpoint_root="/tmp/ckpt",
+    return Coordinator(ClusterSpec.homogeneous(4, 2), build_policy(policy), Journal(path), checkpoint_root="/tmp/ckpt",
                        clock=clock, workloads=("tiny",))
 
 

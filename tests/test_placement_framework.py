@@ -15,7 +15,7 @@ from pcs_ray.placement import (
 from pcs_ray.placement.plugin import Candidates, Context, Filter, Score
 from pcs_ray.placement.pal import PAL
 from pcs_ray.placement.profiles import apply_profile, load_profile
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 from pcs_ray.state import JobState, Snapshot
 
@@ -138,7 +138,7 @@ def test_explain_after_a_simulation_matches_what_the_jobs_ran_on():
         return touched
 
     p.place = spy
-    simulate(jobs, 16, create_policy("fifo"), placement=p, predict=False)  # forks would copy the spy
+    simulate(jobs, 16, build_policy("fifo"), placement=p, predict=False)  # forks would copy the spy
     for spec in jobs:
         why = p.explain(spec.job_id)
         assert why["placement"] == "pal" and sorted(why["gpus"]) == sorted(placed[spec.job_id])

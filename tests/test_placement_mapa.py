@@ -149,14 +149,14 @@ def test_combined_trades_a_slow_gpu_against_a_slow_link():
 
 def test_combined_without_topology_is_pal():
     from pcs_ray.placement.profiles import apply_profile, load_profile
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
     from pcs_ray.simulator import simulate
     from workloads.traces import read_sia_philly
 
     jobs = read_sia_philly(DATA / "pal" / "sia-philly" / "workload-3.csv")
     cluster = apply_profile(ClusterSpec.homogeneous(64, 4, 1.7), load_profile("longhorn"), 1)
-    pal = simulate(jobs, 64, create_policy("fifo"), placement=create_placement("pal", cluster), predict=False)
-    comb = simulate(jobs, 64, create_policy("fifo"), placement=create_placement("combined", cluster), predict=False)
+    pal = simulate(jobs, 64, build_policy("fifo"), placement=create_placement("pal", cluster), predict=False)
+    comb = simulate(jobs, 64, build_policy("fifo"), placement=create_placement("combined", cluster), predict=False)
     assert [r.finish for r in pal.records] == [r.finish for r in comb.records]
 
 

@@ -71,8 +71,8 @@ def test_a_random_placement_draws_again_at_the_same_inputs():
     assert place._reuse is None
     job, drawn = one_job(1), set()
     for _ in range(12):
-        drawn.add(place._take(job, 2, ()))
-        place._free(1)
+        drawn.add(place.take(job, 2, ()))
+        place.give_back(1)
     assert len(drawn) > 1  # one cached answer would repeat
 
 
@@ -103,8 +103,8 @@ def test_a_decision_is_reused_only_when_its_plugins_declare_what_they_read(plugi
     assert (place._reuse is not None) is cached
     got = []
     for jid, model in ((1, "ab"), (2, "abc"), (3, "ab")):  # same free GPUs, count and home each time
-        got.append(place._take(one_job(jid, model=model), 2, ()))
-        place._free(jid)
+        got.append(place.take(one_job(jid, model=model), 2, ()))
+        place.give_back(jid)
     assert got[0] == got[2] and {place.node[g] for g in got[0]} == {0} and {place.node[g] for g in got[1]} == {1}
 
 

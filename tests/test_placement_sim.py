@@ -13,7 +13,7 @@ from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.profiles import apply_profile, load_profile
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 from workloads.traces import read_sia_philly
 
@@ -39,23 +39,23 @@ def finishes(result) -> dict[int, float]:
 
 def test_non_sticky_move_costs_the_overhead_exactly():
     # PM-First moves the class B job off GPU 0 when the class A job arrives at t=10.
-    res = simulate(jobs_b_then_a(), 2, create_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
+    res = simulate(jobs_b_then_a(), 2, build_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
                    overhead=5.0, predict=False)
     assert finishes(res) == pytest.approx({1: 10 + 5 + 90, 2: 110})
-    res = simulate(jobs_b_then_a(), 2, create_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
+    res = simulate(jobs_b_then_a(), 2, build_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
                    predict=False)
     assert finishes(res) == pytest.approx({1: 100, 2: 110})
     # Packed-Sticky leaves the B job where it is; the A job runs on the slow GPU.
-    res = simulate(jobs_b_then_a(), 2, create_policy("fifo"), placement=create_placement("packed-sticky", two_gpus()),
+    res = simulate(jobs_b_then_a(), 2, build_policy("fifo"), placement=create_placement("packed-sticky", two_gpus()),
                    overhead=5.0, predict=False)
     assert finishes(res) == pytest.approx({1: 100, 2: 10 + 200})
 
 
 def test_predictions_with_a_placement_are_exact_and_leave_the_schedule_alone():
     jobs = jobs_b_then_a()
-    plain = simulate(jobs, 2, create_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
+    plain = simulate(jobs, 2, build_policy("fifo"), placement=create_placement("pm-first", two_gpus()),
                      predict=False)
-    predicted = simulate(jobs, 2, create_policy("fifo"), placement=create_placement("pm-first", two_gpus()))
+    predicted = simulate(jobs, 2, build_policy("fifo"), placement=create_placement("pm-first", two_gpus()))
     assert finishes(plain) == finishes(predicted)
     last = {r.job_id: r.last_pred for r in predicted.records}
     assert last == pytest.approx(finishes(predicted))  # nothing arrives after job 2: its play is exact
@@ -67,7 +67,7 @@ def test_variability_and_locality_slow_jobs_down_in_simulation():
         NodeSpec(name="a", gpus=[GPUSpec(index=i, uuid=f"a{i}", scores={"A": s}) for i, s in enumerate([1.0, 1.3])]),
         NodeSpec(name="b", gpus=[GPUSpec(index=i, uuid=f"b{i}", scores={"A": s}) for i, s in enumerate([1.1, 1.0])]),
     ], locality_penalty=1.5)
-    res = simulate([spec], 4, create_policy("fifo"), placement=create_placement("pm-first", cluster), predict=False)
+    res = simulate([spec], 4, build_policy("fifo"), placement=create_placement("pm-first", cluster), predict=False)
     # The three best GPUs (1.0, 1.0, 1.1) span both nodes: 100 s x 1.1 x 1.5.
     assert res.records[0].finish == pytest.approx(100 * 1.1 * 1.5)
 
@@ -79,7 +79,7 @@ def test_sia_philly_ordering_on_one_trace(seed):
     cluster = apply_profile(ClusterSpec.homogeneous(64, 4, 1.7), load_profile("longhorn"), seed)
     avg = {}
     for name in ("packed-sticky", "random-nonsticky", "pal"):
-        res = simulate(jobs, 64, create_policy("fifo"), placement=create_placement(name, cluster, seed=seed),
+        res = simulate(jobs, 64, build_policy("fifo"), placement=create_placement(name, cluster, seed=seed),
                        predict=False)
         avg[name] = float(np.mean([r.jct for r in res.records]))
     assert avg["pal"] < 0.9 * min(avg["packed-sticky"], avg["random-nonsticky"])

@@ -16,7 +16,7 @@ import pytest
 
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.data import data_dir, pcs_config
-from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, create_policy
+from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate_allocation
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
@@ -115,7 +115,7 @@ FIFO_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", FIFO_CASES)
 def test_fifo_exact(jobs, capacity, expected):
-    run_case(create_policy("fifo"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("fifo"), jobs, capacity, 0.0, expected)
 
 
 # --- SRSF / SRTF ----------------------------------------------------------------
@@ -137,7 +137,7 @@ SRSF_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", SRSF_CASES)
 def test_srsf_exact(jobs, capacity, expected):
-    run_case(create_policy("srsf"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("srsf"), jobs, capacity, 0.0, expected)
 
 
 SRTF_CASES = [
@@ -156,14 +156,14 @@ SRTF_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", SRTF_CASES)
 def test_srtf_exact(jobs, capacity, expected):
-    run_case(create_policy("srtf"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("srtf"), jobs, capacity, 0.0, expected)
 
 
 def test_srsf_and_srtf_disagree_on_wide_jobs():
     jobs = [job(1, rem=40, submit=0), job(2, rem=60, max_gpus=4, submit=1)]
     s = snap(jobs, 4)
-    assert nz(create_policy("srsf").allocate(s)) == {1: 1, 2: 3}
-    assert nz(create_policy("srtf").allocate(s)) == {2: 4}
+    assert nz(build_policy("srsf").allocate(s)) == {1: 1, 2: 3}
+    assert nz(build_policy("srtf").allocate(s)) == {2: 4}
 
 
 # --- LAS ------------------------------------------------------------------------
@@ -186,7 +186,7 @@ LAS_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", LAS_CASES)
 def test_las_exact(jobs, capacity, expected):
-    run_case(create_policy("las", threshold=100.0), jobs, capacity, 20.0, expected)
+    run_case(build_policy("las", threshold=100.0), jobs, capacity, 20.0, expected)
 
 
 LAS_REVIEW_CASES = [
@@ -202,7 +202,7 @@ LAS_REVIEW_CASES = [
 
 @pytest.mark.parametrize("jobs,alloc,expected", LAS_REVIEW_CASES)
 def test_las_next_review(jobs, alloc, expected):
-    pol = create_policy("las", threshold=100.0)
+    pol = build_policy("las", threshold=100.0)
     got = pol.next_review(snap(jobs, 4, now=20.0), alloc)
     if expected is None:
         assert got is None
@@ -212,7 +212,7 @@ def test_las_next_review(jobs, alloc, expected):
 
 def test_las_rejects_bad_threshold():
     with pytest.raises(ValueError, match="threshold"):
-        create_policy("las", threshold=0)
+        build_policy("las", threshold=0)
 
 
 # --- Themis as the PCS artifact runs it (themis) ------------------------------------------
@@ -225,7 +225,7 @@ def test_themis_artifact_rho_and_allocation():
     jobs = [job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
             job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)]
     s = snap(jobs, 2, now=10.0)
-    pol = create_policy("themis")
+    pol = build_policy("themis")
     assert [pol.rho(s, j) for j in jobs] == pytest.approx([1.0, 0.375, 0.75, 0.5], rel=1e-12)
     run_case(pol, jobs, 2, 10.0, {1: 1, 3: 1})
 
@@ -253,7 +253,7 @@ THEMIS_ARTIFACT_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,now,expected", THEMIS_ARTIFACT_CASES)
 def test_themis_artifact_exact(jobs, capacity, now, expected):
-    run_case(create_policy("themis"), jobs, capacity, now, expected)
+    run_case(build_policy("themis"), jobs, capacity, now, expected)
 
 
 def test_themis_artifact_contention_from_event_counts():
@@ -264,19 +264,19 @@ def test_themis_artifact_contention_from_event_counts():
     b.seen_total, b.seen_events = 3 - 50.0, 1 - 20
     s = Snapshot(0.0, 4, (a, b), None, 4, 50.0, 20)
     assert s.contention(a) == pytest.approx(10 / 6) and s.contention(b) == pytest.approx(3.0)
-    pol = create_policy("themis")
+    pol = build_policy("themis")
     assert pol.rho(s, a) == pytest.approx((20 / 2) / (20 / 2))
     assert pol.rho(s, b) == pytest.approx((20 / 2) / (20 / (4 / 3)))
 
 
 def test_themis_artifact_review_only_when_contended():
-    pol = create_policy("themis", quantum=60.0)
+    pol = build_policy("themis", quantum=60.0)
     s = snap([job(1, max_gpus=2), job(2, max_gpus=2)], 3, now=10.0)
     assert pol.next_review(s, pol.allocate(s)) == 70.0
     s = snap([job(1, max_gpus=2), job(2, max_gpus=1)], 3, now=10.0)
     assert pol.next_review(s, pol.allocate(s)) is None
     with pytest.raises(ValueError, match="quantum"):
-        create_policy("themis", quantum=0)
+        build_policy("themis", quantum=0)
 
 
 def test_engine_counts_contention_per_event_with_skipped_quanta():
@@ -288,7 +288,7 @@ def test_engine_counts_contention_per_event_with_skipped_quanta():
     """
     from pcs_ray.simulator import Engine
 
-    eng = Engine(4, create_policy("themis", quantum=10.0))
+    eng = Engine(4, build_policy("themis", quantum=10.0))
     specs = [JobSpec(i, 0.0 if i < 3 else 35.0, 1000.0, 1, linear_speedup(1)) for i in (1, 2, 3)]
     for spec in specs[:2]:
         eng.admit(spec)
@@ -329,7 +329,7 @@ AFS_ARTIFACT_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", AFS_ARTIFACT_CASES)
 def test_afs_artifact_exact(jobs, capacity, expected):
-    run_case(create_policy("afs"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("afs"), jobs, capacity, 0.0, expected)
 
 
 # --- Themis with leases (themis-lease) ---------------------------------------------------------------------
@@ -407,7 +407,7 @@ def test_themis_fractional_speedup(table, share, expected):
 
 def test_themis_rejects_bad_lease():
     with pytest.raises(ValueError, match="lease"):
-        create_policy("themis-lease", lease=-1)
+        build_policy("themis-lease", lease=-1)
 
 
 # --- AFS-L (afs-l) ------------------------------------------------------------------------
@@ -436,7 +436,7 @@ AFS_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", AFS_CASES)
 def test_afs_exact(jobs, capacity, expected):
-    run_case(create_policy("afs-l"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("afs-l"), jobs, capacity, 0.0, expected)
 
 
 # --- max-min fair share --------------------------------------------------------------
@@ -460,7 +460,7 @@ FAIR_CASES = [
 
 @pytest.mark.parametrize("jobs,capacity,expected", FAIR_CASES)
 def test_fair_exact(jobs, capacity, expected):
-    run_case(create_policy("fair"), jobs, capacity, 0.0, expected)
+    run_case(build_policy("fair"), jobs, capacity, 0.0, expected)
 
 
 # --- WFQ ---------------------------------------------------------------------------
@@ -609,7 +609,7 @@ def test_wfq_default_is_fifo():
     jobs = [job(1, max_gpus=3), rigid(2, 2, submit=1), job(3, submit=2, max_gpus=2), job(4, submit=3)]
     for cap in range(1, 9):
         s = snap(jobs, cap)
-        assert nz(WFQPolicy().allocate(s)) == nz(create_policy("fifo").allocate(s)), cap
+        assert nz(WFQPolicy().allocate(s)) == nz(build_policy("fifo").allocate(s)), cap
 
 
 WFQ_BOUND_CASES = [
@@ -641,7 +641,7 @@ def test_wfq_completion_bound(target, expected):
 def test_fifo_completion_bound_is_sequential():
     jobs = [job(1, rem=40, max_gpus=2), job(2, submit=1, service=30, max_gpus=4)]
     s = snap(jobs, 4, now=5.0)
-    assert create_policy("fifo").completion_bound(s, jobs[1]) == pytest.approx(5.0 + 40 / 2 + 30 / 4)
+    assert build_policy("fifo").completion_bound(s, jobs[1]) == pytest.approx(5.0 + 40 / 2 + 30 / 4)
 
 
 # --- WFQ configs ------------------------------------------------------------------------
@@ -843,9 +843,9 @@ def test_thresholds_from_c2_usable_as_config():
 # --- registry ------------------------------------------------------------------------
 
 
-def test_create_policy_unknown_name_lists_valid():
+def test_build_policy_unknown_name_lists_valid():
     with pytest.raises(ValueError) as info:
-        create_policy("nope")
+        build_policy("nope")
     for name in POLICIES:
         assert name in str(info.value)
 
@@ -863,24 +863,24 @@ def test_create_policy_unknown_name_lists_valid():
         pytest.param("srsf", {"args": 1}, ["none"], id="srsf-args-refused"),
     ],
 )
-def test_create_policy_unknown_argument_lists_valid(name, kwargs, valid):
+def test_build_policy_unknown_argument_lists_valid(name, kwargs, valid):
     with pytest.raises(ValueError) as info:
-        create_policy(name, **kwargs)
+        build_policy(name, **kwargs)
     msg = str(info.value)
     assert list(kwargs)[0] in msg
     for v in valid:
         assert v in msg
 
 
-def test_create_policy_names():
+def test_build_policy_names():
     assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "themis-lease", "afs", "afs-l", "fair", "pcs",
                              "fcfs-easy", "rush", "vu-fcfs", "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs",
                              "cgva-fcfs-b", "vahrm"}
     for name, cls in POLICIES.items():
-        assert type(create_policy(name)) is cls
-        assert type(create_policy(name.upper())) is cls
-    assert create_policy("themis-lease", lease=5.0).lease == 5.0
-    assert create_policy("themis", quantum=5.0).quantum == 5.0
+        assert type(build_policy(name)) is cls
+        assert type(build_policy(name.upper())) is cls
+    assert build_policy("themis-lease", lease=5.0).lease == 5.0
+    assert build_policy("themis", quantum=5.0).quantum == 5.0
 
 
 # --- base helpers ------------------------------------------------------------------------
@@ -907,11 +907,11 @@ def test_greedy_fill_and_top_up():
 
 
 def _contract_policies():
-    out = [pytest.param(create_policy(name), id=name) for name in POLICIES]
+    out = [pytest.param(build_policy(name), id=name) for name in POLICIES]
     out += [
-        pytest.param(create_policy("las", threshold=50.0), id="las-50"),
-        pytest.param(create_policy("themis-lease", lease=10.0), id="themis-lease-10"),
-        pytest.param(create_policy("themis", quantum=10.0), id="themis-10"),
+        pytest.param(build_policy("las", threshold=50.0), id="las-50"),
+        pytest.param(build_policy("themis-lease", lease=10.0), id="themis-lease-10"),
+        pytest.param(build_policy("themis", quantum=10.0), id="themis-10"),
         pytest.param(WFQPolicy(WFQConfig((50.0, 400.0, math.inf), (0.6, 0.3, 0.1), 0.7, 0.1)), id="pcs-3q-zeta"),
         pytest.param(WFQPolicy(WFQConfig((100.0, math.inf), (0.2, 0.8), 0.95, 0.0)), id="pcs-2q-zeta-delta0"),
         pytest.param(WFQPolicy(WFQConfig.load(pcs_config("themis1", "jct"))), id="pcs-themis1-jct"),

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy
+from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
 from pcs_ray.simulator import simulate
 from workloads.demand import SubLinearDemand, speedup_table
@@ -81,11 +81,11 @@ class CheckedPolicy(SchedulingPolicy):
         return self.inner.describe()
 
 
-POLICY_FACTORIES = {name: (lambda name=name: create_policy(name)) for name in POLICIES}
+POLICY_FACTORIES = {name: (lambda name=name: build_policy(name)) for name in POLICIES}
 POLICY_FACTORIES.update({
-    "las-threshold50": lambda: create_policy("las", threshold=50.0),
-    "themis-lease40": lambda: create_policy("themis-lease", lease=40.0),
-    "themis-q40": lambda: create_policy("themis", quantum=40.0),
+    "las-threshold50": lambda: build_policy("las", threshold=50.0),
+    "themis-lease40": lambda: build_policy("themis-lease", lease=40.0),
+    "themis-q40": lambda: build_policy("themis", quantum=40.0),
     "pcs-3q-zeta": lambda: WFQPolicy(WFQConfig((20.0, 200.0, math.inf), (0.6, 0.3, 0.1), 0.8, 0.2)),
     "pcs-2q-zeta-delta0": lambda: WFQPolicy(WFQConfig((100.0, math.inf), (0.3, 0.7), 0.9, 0.0)),
 })
@@ -188,7 +188,7 @@ def _schedule(result):
 def test_wfq_single_queue_is_fifo_on_random_workloads(workload):
     """WFQ with one queue and zeta_min = 0 is FIFO, rigid and min-GPU apps included."""
     jobs, capacity = workload
-    fifo = simulate(jobs, capacity, create_policy("fifo"), predict=False)
+    fifo = simulate(jobs, capacity, build_policy("fifo"), predict=False)
     wfq = simulate(jobs, capacity, WFQPolicy(WFQConfig((math.inf,), (1.0,), 0.0, 0.0)), predict=False)
     assert _schedule(wfq) == _schedule(fifo)
 
@@ -211,7 +211,7 @@ def test_one_queue_per_app_equal_weights_is_fair_share(workload):
     thresholds = tuple((a + b) / 2 for a, b in zip(sizes, sizes[1:])) + (math.inf,)
     wfq = WFQPolicy(WFQConfig(thresholds, (1.0,) * len(thresholds)))
     got = simulate(jobs, capacity, wfq, predict=False)
-    fair = simulate(jobs, capacity, create_policy("fair"), predict=False)
+    fair = simulate(jobs, capacity, build_policy("fair"), predict=False)
     assert [r.finish for r in got.records] == [r.finish for r in fair.records]
 
 
@@ -221,7 +221,7 @@ def test_fifo_predictions_exact_for_elastic_apps(workload):
     """FIFO never delays an app for a later one when every app can start on one GPU,
     so each prediction made at submission is the finish time."""
     jobs, capacity = workload
-    result = simulate(_elastic(jobs), capacity, create_policy("fifo"), predict=True)
+    result = simulate(_elastic(jobs), capacity, build_policy("fifo"), predict=True)
     for r in result.records:
         assert r.first_pred == r.finish, r
         assert r.refreshes == 0, r

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs a bench in a subprocess
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "real_gpu.py"
 UUID = "GPU-6a7b0c1d-2e3f-4a5b-8c9d-0e1f2a3b4c5d"
 

@@ -5,7 +5,6 @@ trace."""
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.metrics import summarize
 from pcs_ray.data import data_dir, pcs_config
-from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, create_policy
+from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.simulator import simulate
 from pcs_ray.state import JobState
 from workloads.demand import SubLinearDemand, speedup_table
@@ -88,7 +87,7 @@ def one_queue_per_job(jobs):
 @pytest.mark.parametrize("make", ELASTIC_WORKLOADS + [pytest.param(lambda: with_rigid(themis1(seed=11)), id="rigid")])
 def test_wfq_single_queue_is_fifo(make):
     jobs = make()
-    fifo = simulate(jobs, 16, create_policy("fifo"), predict=False)
+    fifo = simulate(jobs, 16, build_policy("fifo"), predict=False)
     wfq = simulate(jobs, 16, WFQPolicy(WFQConfig((math.inf,), (1.0,), zeta_min=0.0)), predict=False)
     assert len(jobs) == 100
     assert schedule(wfq) == schedule(fifo)
@@ -100,10 +99,10 @@ def test_wfq_one_queue_per_job_equal_weights_is_fair_share(make):
     wfq = WFQPolicy(one_queue_per_job(jobs))
     assert len({wfq.queue_of(JobState.new(j)) for j in jobs}) == len(jobs)
     got = simulate(jobs, 16, wfq, predict=False)
-    fair = simulate(jobs, 16, create_policy("fair"), predict=False)
+    fair = simulate(jobs, 16, build_policy("fair"), predict=False)
     assert [r.finish for r in got.records] == [r.finish for r in fair.records]
     # The comparison is not vacuous: fair share does differ from FIFO here.
-    fifo = simulate(jobs, 16, create_policy("fifo"), predict=False)
+    fifo = simulate(jobs, 16, build_policy("fifo"), predict=False)
     assert [r.finish for r in fifo.records] != [r.finish for r in fair.records]
 
 
@@ -111,7 +110,7 @@ def test_wfq_one_queue_per_job_equal_weights_is_fair_share(make):
 def test_fifo_predictions_are_exact(make):
     """Under FIFO with elastic apps a later arrival only takes GPUs no earlier app can use,
     so the prediction made at submission is the finish time."""
-    result = simulate(make(), 16, create_policy("fifo"))
+    result = simulate(make(), 16, build_policy("fifo"))
     for r in result.records:
         assert r.first_pred == r.finish, r
         assert r.last_pred == r.finish and r.refreshes == 0
@@ -132,7 +131,7 @@ def _all_policies():
 def _make_policy(name, kw):
     if name == "pcs" and not kw:
         return WFQPolicy(WFQConfig.load(pcs_config("themis1", "jct")))
-    return create_policy(name, **kw)
+    return build_policy(name, **kw)
 
 
 @pytest.mark.parametrize("name,kw", _all_policies())
@@ -172,13 +171,13 @@ def test_parallel_forward_plays_give_the_serial_result(name, start, monkeypatch)
 
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers"):
-        simulate(themis1(n=5), 16, create_policy("fifo"), workers=0)
+        simulate(themis1(n=5), 16, build_policy("fifo"), workers=0)
 
 
 def test_arrival_order_of_input_does_not_matter():
     jobs = mixed(themis1(seed=23, n=60))
-    a = simulate(jobs, 16, create_policy("srsf"))
-    b = simulate(list(reversed(jobs)), 16, create_policy("srsf"))
+    a = simulate(jobs, 16, build_policy("srsf"))
+    b = simulate(list(reversed(jobs)), 16, build_policy("srsf"))
     assert a.records == b.records
 
 
@@ -209,8 +208,8 @@ OVERHEAD_CASES = [
 
 @pytest.mark.parametrize("policy,kw,jobs,capacity,overhead,without,with_,preempt", OVERHEAD_CASES)
 def test_overhead_exact(policy, kw, jobs, capacity, overhead, without, with_, preempt):
-    base = simulate(jobs, capacity, create_policy(policy, **kw), overhead=0.0)
-    slow = simulate(jobs, capacity, create_policy(policy, **kw), overhead=overhead)
+    base = simulate(jobs, capacity, build_policy(policy, **kw), overhead=0.0)
+    slow = simulate(jobs, capacity, build_policy(policy, **kw), overhead=overhead)
     assert {r.job_id: r.finish for r in base.records} == pytest.approx(without, abs=1e-9)
     assert {r.job_id: r.finish for r in slow.records} == pytest.approx(with_, abs=1e-9)
     assert {r.job_id: r.preemptions for r in slow.records} == preempt
@@ -221,8 +220,8 @@ def test_overhead_exact(policy, kw, jobs, capacity, overhead, without, with_, pr
 def test_overhead_never_speeds_up_fifo(make):
     """FIFO only ever grows an app's allocation, so overheads can only delay every app."""
     jobs = make()
-    base = simulate(jobs, 16, create_policy("fifo"), predict=False)
-    slow = simulate(jobs, 16, create_policy("fifo"), predict=False, overhead=30.0)
+    base = simulate(jobs, 16, build_policy("fifo"), predict=False)
+    slow = simulate(jobs, 16, build_policy("fifo"), predict=False, overhead=30.0)
     later = 0
     for b, s in zip(base.records, slow.records):
         assert s.finish >= b.finish - 1e-6 * max(1.0, b.finish), (b, s)
@@ -248,7 +247,7 @@ def test_preempted_jobs_pay_the_overhead(name, kw):
         assert preempted
     # (FIFO preempts too here: an app backfilled beside a waiting rigid app that arrived
     # earlier gives its GPUs back when the rigid app fits.)
-    if not create_policy(name).work_conserving:  # backfilling never preempts: overheads cost nothing
+    if not build_policy(name).work_conserving:  # backfilling never preempts: overheads cost nothing
         assert not preempted and [r.finish for r in slow.records] == [r.finish for r in base.records]
         return
     # In aggregate, overheads cost time.
@@ -257,7 +256,7 @@ def test_preempted_jobs_pay_the_overhead(name, kw):
 
 def test_overhead_rejects_negative():
     with pytest.raises(ValueError, match="overhead"):
-        simulate([_spec(1, 0, 1)], 1, create_policy("fifo"), overhead=-1.0)
+        simulate([_spec(1, 0, 1)], 1, build_policy("fifo"), overhead=-1.0)
 
 
 # --- WFQ completion bound -----------------------------------------------------------------
@@ -312,7 +311,7 @@ def test_summarize(name, kw):
 
 def test_summarize_toy_numbers():
     # Two 1-GPU jobs at t=0 on one GPU under FIFO: JCTs 10 and 30, utilisation 100%.
-    result = simulate([_spec(1, 0, 10), _spec(2, 0, 20)], 1, create_policy("fifo"))
+    result = simulate([_spec(1, 0, 10), _spec(2, 0, 20)], 1, build_policy("fifo"))
     s = summarize(result)
     assert s["avg_jct"] == 20.0 and s["makespan"] == 30.0 and s["utilization"] == pytest.approx(1.0)
     assert s["avg_pred_err"] == 0.0 and s["p50_jct"] == 20.0
@@ -332,7 +331,7 @@ def test_summarize_toy_numbers():
 )
 def test_simulate_input_errors(jobs, capacity, fragment):
     with pytest.raises(ValueError, match=fragment):
-        simulate(jobs, capacity, create_policy("fifo"))
+        simulate(jobs, capacity, build_policy("fifo"))
 
 
 # --- a real trace ---------------------------------------------------------------------------
@@ -343,10 +342,10 @@ def test_philly_trace_fifo_64_gpus():
 
     jobs = read_pcs_trace(PHILLY)
     assert len(jobs) == 2465
-    started = time.perf_counter()
-    result = simulate(jobs, 64, create_policy("fifo"), predict=False)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 10.0, f"2465-job FIFO replay took {elapsed:.1f}s"
+    result = simulate(jobs, 64, build_policy("fifo"), predict=False)
+    # The work is counted, not timed (bench/sim_speed.py times replays): one decision per arrival and
+    # per completion at most, FIFO asking for no reviews.
+    assert len(jobs) <= result.events <= 2 * len(jobs)
     assert all(r.finish is not None for r in result.records)
     for r in result.records:
         assert r.jct >= r.min_runtime - 1e-6 * max(1.0, r.jct)

@@ -16,7 +16,7 @@ from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel, fit_counts, spec_shape
 from pcs_ray.jobfile import JobFile
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 def user(entry="train.py:loop", steps=100, gpus=1, config=None, **kw) -> JobFile:
@@ -143,7 +143,7 @@ class Clock:
 
 
 def coordinator(journal: Journal, clock: Clock, gpus: int = 4) -> Coordinator:
-    return Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy("fifo"), journal,
+    return Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy("fifo"), journal,
                        checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny",), restart_overhead=0.0)
 
 

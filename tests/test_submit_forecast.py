@@ -9,7 +9,7 @@ import random
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.placement import create_placement
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 class Clock:
@@ -36,7 +36,7 @@ def job(rng: random.Random) -> dict:
 
 def make(cluster: ClusterSpec, policy: str) -> tuple[Coordinator, Clock]:
     clock = Clock()
-    core = Coordinator(cluster, create_policy(policy), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
+    core = Coordinator(cluster, build_policy(policy), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
                        placement=create_placement("packed-sticky", cluster), clock=clock, workloads=("tiny",))
     return core, clock
 

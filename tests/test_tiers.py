@@ -147,3 +147,62 @@ def test_the_checker_sees_an_upward_import(tmp_path):
              "pcs_ray.coordinator.core": tmp_path / "cc.py"}
     assert ("pcs_ray.placement.x", 1) in imports_of("pcs_ray.placement", pkg / "__init__.py", known)
     assert ("pcs_ray.coordinator.core", 2) in imports_of("pcs_ray.placement.x", pkg / "x.py", known)
+
+
+#: What the forecast package may build on: the state, the policy and placement interfaces, itself.
+FORECAST_GROUND = ("pcs_ray.forecast", "pcs_ray.state", "pcs_ray.job", "pcs_ray.policies.base", "pcs_ray.placement.base")
+
+
+def test_the_forecast_package_stands_on_the_policy_and_placement_interfaces():
+    """Forecasting is a package of its own: it never imports the simulator (which imports it) or any
+    module but the state, the policy and placement interfaces."""
+    known = modules()
+    bad = [f"{mod} imports {dst}" for mod, path in known.items() if within(mod, "pcs_ray.forecast")
+           for dst, _ in imports_of(mod, path, known) if not within(dst, *FORECAST_GROUND)]
+    assert any(within(m, "pcs_ray.forecast") for m in known) and not bad, bad
+
+
+def defined_names(tree: ast.AST) -> set[str]:
+    """Underscore names a module defines: functions, classes, module and class attributes, ``self.x``."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return {n for n in out if n.startswith("_")}
+
+
+def underscore_reads(path: Path) -> list[str]:
+    """Where a module reads an underscore name it does not define: ``x._name`` on another object, or
+    ``from project.module import _name``."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = defined_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and node.attr not in own:
+                found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} "
+                             f"{ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            found += [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} "
+                      f"from {node.module} import {a.name}"
+                      for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_reads_another_modules_underscore_names():
+    bad = [hit for path in modules().values() for hit in underscore_reads(path)]
+    assert not bad, "underscore names read from another module:\n" + "\n".join(sorted(bad))
+
+
+def test_the_underscore_checker_sees_a_private_read(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("from pcs_ray.cluster import _hidden\n\nclass A:\n    def f(self, other):\n"
+                   "        self._mine = 1\n        return other._mine + other._theirs\n")
+    hits = sorted(h.split(" ", 1)[1] for h in underscore_reads(mod))
+    assert hits == ["from pcs_ray.cluster import _hidden", "other._theirs"]  # other._mine: this module's own

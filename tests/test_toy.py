@@ -13,7 +13,7 @@ import pytest
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.metrics import summarize
 from pcs_ray.data import data_dir
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from pcs_ray.simulator import simulate
 
 DATA = data_dir() / "pcs" / "reference"
@@ -40,7 +40,7 @@ def _published_finish(stage):
 
 
 def _run(policy, k, **kw):
-    result = simulate(_specs(k), 1, create_policy(policy, **kw))
+    result = simulate(_specs(k), 1, build_policy(policy, **kw))
     return result, {f"J{r.job_id}": r.finish for r in result.records}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal, StartRun
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 class Clock:
@@ -17,7 +17,7 @@ class Clock:
 
 def make(policy="fair", gpus=2, journal=None):
     clock = Clock()
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), journal if journal is not None else Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), journal if journal is not None else Journal(":memory:"),
                        checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny",))
     return core, clock
 

@@ -55,9 +55,9 @@ def test_rays_asha_example_runs_under_pcs_ray(ray_local, tmp_path, monkeypatch, 
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import create_policy
+    from pcs_ray.policies import build_policy
 
-    core = Coordinator(ClusterSpec.homogeneous(4, 4), create_policy("fifo"), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), Journal(":memory:"),
                        checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",))
     link = LocalCoordinator(core)
     monkeypatch.setattr(pcs_ray.client, "Client", lambda *a, **k: link)

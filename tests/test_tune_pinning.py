@@ -19,7 +19,7 @@ from executors.tune_pin import PinnedTrainable, pin_trial_gpus, pinned
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_the_scheduler_warns_of_a_trainable_that_is_not_pinned(tmp_path, caplog)
 
 
 def _coordinator(tmp_path, gpus: int) -> LocalCoordinator:
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy("fifo"), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy("fifo"), Journal(":memory:"),
                        checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",))
     return LocalCoordinator(core)
 

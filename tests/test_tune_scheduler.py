@@ -4,15 +4,17 @@ pausing at a result, hard stops after the grace period (never while saving), ack
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
+from executors import tune_scheduler
 from executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 
 
 class FakeTrial:
@@ -38,7 +40,7 @@ class FakeController:
 
 
 def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
                        checkpoint_root="/tmp/ckpt", workloads=("tiny",))
     link = LocalCoordinator(core)
     sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,
@@ -89,7 +91,10 @@ def test_preempted_trial_pauses_at_its_next_result_then_the_sweep_acknowledges()
     assert core.jobs[other].state == "running" and core.jobs[sched.job_id].steps == 4
 
 
-def test_a_trial_that_does_not_report_is_stopped_hard_after_grace_but_never_while_saving():
+def test_a_trial_that_does_not_report_is_stopped_hard_after_grace_but_never_while_saving(monkeypatch):
+    clock = [1000.0]  # the scheduler's monotonic clock, moved by the test: the grace expires when the test says
+    monkeypatch.setattr(tune_scheduler, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time,
+                                                                sleep=time.sleep))
     core, link, sched, tc, ts = setup(gpus=2, trials=2, grace_s=0.2)
     a, b = start_all(sched, tc)
     for t in (a, b):  # both have reported: each has work since its start that a pause would save
@@ -100,7 +105,7 @@ def test_a_trial_that_does_not_report_is_stopped_hard_after_grace_but_never_whil
     assert tc.hard_paused == []  # within the grace period: it pauses at its next result
     a.is_saving = b.is_saving = True
     sched.choose_trial_to_run(tc)
-    time.sleep(0.3)
+    clock[0] += 0.3  # past the grace period
     sched.choose_trial_to_run(tc)
     assert tc.hard_paused == []  # saving: wait (a pause now would lose the checkpoint)
     a.is_saving = b.is_saving = False

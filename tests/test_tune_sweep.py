@@ -9,20 +9,24 @@ the sweep's trials are real Tune trials training tiny_cnn on CPU.
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import create_policy
+from pcs_ray.policies import build_policy
 from tune_helpers import reference_run
+
+pytestmark = pytest.mark.slow  # Ray Tune sweeps with real training
 
 ITERS, STEPS_PER_ITER = 5, 2
 
 
 def _coordinator(tmp_path, gpus=2, policy="srsf"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), create_policy(policy), Journal(":memory:"),
+    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
                        checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",), restart_overhead=2.0)
     return LocalCoordinator(core)
 
@@ -105,7 +109,7 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
         callbacks=[Collect()],
     )
     prediction = tuner.predict()
-    assert time.time() - began < 1.0 and prediction["predicted_completion"] > began
+    assert prediction["predicted_completion"] > began  # how soon it comes, and how close: bench/tune_overhead.py
     assert len(link.assignment(tuner.job_id)["gpus"]) == 1  # the competitor holds the other GPU
     competitor.sched = tuner.scheduler
     competitor.start()
@@ -147,10 +151,6 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
 
     final = link.core.jobs[tuner.job_id]
     assert final.state == "finished" and final.steps == 6 * ITERS and final.preemptions >= 2
-    error = 100 * abs(final.finish - (prediction["predicted_completion"] - link.core.epoch)) / max(
-        1e-9, prediction["predicted_completion"] - link.core.epoch - final.submit)
-    print(f"sweep JCT {final.finish - final.submit:.1f}s, first prediction error {error:.0f}%, "
-          f"acks {sched.log.acks}, pauses {len(sched.log.pauses)}, hard stops {sched.log.hard_stops}")
 
 
 def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):

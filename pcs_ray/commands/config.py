@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from pcs_ray.commands.format import clock
-from pcs_ray.commands.live import ADDRESS, JSON_OUT, _client
+from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client
 
 CONFIG_HELP = """
 The scheduling policy of the running coordinator: show it, or swap it without a restart.
@@ -31,7 +31,7 @@ def show_cmd(
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Print the policy in force (with its parameters), the placement, and where and when the policy came from."""
-    reply = _client(address).config()
+    reply = coordinator_client(address).config()
     print(json.dumps(reply) if as_json else describe(reply))
 
 
@@ -63,7 +63,7 @@ def set_cmd(
             raise ConfigError(f"give a WFQ configuration FILE or --policy NAME (`pcs-ray solve --set` has written "
                               f"no configuration to {wfq_file})")
     choice = choose_policy(policy, wfq_file)  # checked before connecting
-    reply = _client(address).set_config(choice.policy, choice.wfq)
+    reply = coordinator_client(address).set_config(choice.policy, choice.wfq)
     print(json.dumps(reply) if as_json else describe(reply))
 
 

@@ -25,7 +25,7 @@ from pcs_ray.contract import JobStatus
 __all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address"]  # shared with the other command groups
 
 
-def _client(address: str | None):
+def coordinator_client(address: str | None):
     from pcs_ray.client import Client
 
     return Client(cluster_address(address))
@@ -41,7 +41,7 @@ def submit_cmd(
     from pcs_ray.jobfile import load_job
 
     load_job(job_file)  # a bad file fails before connecting
-    client = _client(address)
+    client = coordinator_client(address)
     handle = client.submit(job_file)
     now = time.time()
     reply = {"id": handle.id, "predicted_completion": handle.predicted_completion, "bound": handle.bound}
@@ -75,7 +75,7 @@ def status_cmd(
         "and what filters rejected.", show_default=False)] = None,
 ) -> None:
     """The live table: every job, its state, GPUs, progress and predicted finish (and why a failed job failed)."""
-    client = _client(address)
+    client = coordinator_client(address)
     if explain is not None:
         why = client.predict(explain)["placement"]
         if as_json:
@@ -107,7 +107,7 @@ def predict_cmd(
 ) -> None:
     """A job's current predicted completion, its p10-p90 range and worst-case bound (refreshed on every
     cluster event), and which of the forecast's inputs are still estimates rather than measurements."""
-    reply = _client(address).predict(job_id)
+    reply = coordinator_client(address).predict(job_id)
     if as_json:
         print(json.dumps(reply))
     else:
@@ -127,7 +127,7 @@ def cancel_cmd(
     address: Annotated[str | None, ADDRESS] = None,
 ) -> None:
     """Cancel a job (a running one is stopped at its next step boundary)."""
-    view = _client(address).cancel(job_id)
+    view = coordinator_client(address).cancel(job_id)
     print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if JobStatus(view["state"]).holds_gpus else ""))
 
 

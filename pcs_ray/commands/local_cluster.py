@@ -118,7 +118,7 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _private_dir(path: Path) -> Path:
+def private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
@@ -181,7 +181,7 @@ def start_nodes(state_dir: Path, spec: Path, names: list[str], cpus_per_node: in
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     for key, value in RAY_WORKER_ENV.items():  # its GPUs are logical: runners pace emulated devices
         env.setdefault(key, value)
-    logs = _private_dir(state_dir / "logs")
+    logs = private_dir(state_dir / "logs")
     record = ClusterRecord("", "", str(state_dir), str(spec), source, [])
     state_path = state_dir / STATE_FILE
     deadline = time.monotonic() + BOOT_TIMEOUT_S

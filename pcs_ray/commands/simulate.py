@@ -44,7 +44,9 @@ run per value, labelled `pcs:<file stem>`):
 
 {policy_list()}
 
-Placement (**--placement**; without it every GPU is equal and nothing pays a locality penalty):
+Placement (**--placement**, for every policy; without it every GPU is equal and nothing pays a locality
+penalty, except that vahrm and the *-fcfs policies each run on the placement their paper pairs them with;
+the table's `placement` column and each run's `placement.chosen_by` say which one a run used):
 
 {placement_list()}
 
@@ -131,7 +133,8 @@ def simulate_cmd(
         "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds; with --placement also each job's GPUs and why: each score's factor and share, filter rejections).",
         show_default=False)] = None,
     placement: Annotated[str | None, typer.Option(
-        "--placement", metavar="NAME", help="Which GPUs each app gets (see below)  [default: none: all GPUs equal]",
+        "--placement", metavar="NAME", help="Which GPUs each app gets, for every policy (see below)  [default: none: all GPUs equal; "
+        "the VAHRM family on its paper placement]",
         show_default=False)] = None,
     profile: Annotated[str | None, typer.Option(
         "--profile", metavar="NAME|FILE", help=f"GPU variability profile: {', '.join(names('profile'))} or a CSV.",

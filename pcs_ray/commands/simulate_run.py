@@ -30,7 +30,8 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
     with progress:
         for run in plan.runs:
             task = progress.add_task(run.label, total=len(plan.jobs))
-            placed = plan.setup.new() if plan.setup is not None else None
+            setup = plan.setup_for(run)
+            placed = setup.new() if setup is not None else None
             meter = None
             if plan.power is not None:
                 from pcs_ray.power.meter import EnergyMeter
@@ -50,7 +51,7 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
             if meter is not None:
                 summary["energy"] = result.extra["energy"]
             if placed is not None:
-                summary["placement"] = {**placed.describe(), **placed.summary()}
+                summary["placement"] = {**placed.describe(), **placed.summary(), "chosen_by": plan.chosen_by(run)}
             if plan.run_variability is not None:
                 summary.update(runs=placed.replay.runs, slow_runs=placed.replay.slow_runs)
             outcomes.append(Outcome(run.label, result, summary, placed))

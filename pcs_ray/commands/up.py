@@ -58,7 +58,7 @@ def up_cmd(
                                    "(cloudlab/README.md)")
     if cluster_spec is not None and gpus_per_node is not None:
         raise lc.LocalClusterError("give --gpus-per-node or --cluster-spec, not both")
-    state = lc._private_dir(state_dir.expanduser().resolve())
+    state = lc.private_dir(state_dir.expanduser().resolve())
     if (state / lc.STATE_FILE).exists():
         raise lc.LocalClusterError(f"a local cluster is already recorded in {state}; `pcs-ray down --state-dir {state}` first")
     spec = None

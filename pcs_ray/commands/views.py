@@ -94,14 +94,18 @@ def comparison_table(summaries: list[dict], title: str) -> Table:
     table = Table(title=title, title_justify="left", caption="JCT in hours; errors, unfairness and utilisation in %",
                   caption_justify="left")
     table.add_column("policy", style="bold")
+    placed = any("placement" in s for s in summaries)
+    if placed:  # which GPUs each run took: --placement, or the placement the policy's paper pairs it with
+        table.add_column("placement")
     for header in ("avg JCT (norm.)", "avg JCT h", "p99 JCT h", "avg pred err %", "p99 pred err %",
                    "avg unfair %", "p99 unfair %", "util %", "wall s"):
         table.add_column(header, justify="right")
     base = summaries[0]["avg_jct"] if summaries else None
     for s in summaries:
         norm = "-" if not base or s["avg_jct"] is None else f"{s['avg_jct'] / base:.3f}"
+        where = [s["placement"]["placement"] if "placement" in s else "-"] if placed else []
         table.add_row(
-            s["policy"], norm, _hours(s["avg_jct"]), _hours(s["p99_jct"]), _pct(s["avg_pred_err"]),
+            s["policy"], *where, norm, _hours(s["avg_jct"]), _hours(s["p99_jct"]), _pct(s["avg_pred_err"]),
             _pct(s["p99_pred_err"]), _pct(s["avg_unfairness"]), _pct(s["p99_unfairness"]),
             _pct(None if s["utilization"] is None else 100 * s["utilization"]), f"{s['wall_s']:.2f}",
         )

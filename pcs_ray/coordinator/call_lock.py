@@ -51,19 +51,20 @@ class CallLock:
         """Whether any thread waits for the lock or holds it."""
         return self._wanted > 0
 
-    def yielder(self, budget_s: float):
+    def yielder(self, budget_s: float, clock=time.monotonic):
         """A pause to call between the events of a play run outside the lock: it blocks while the lock
-        is wanted, for at most ``budget_s`` over the play's life (then the play runs on beside calls)."""
+        is wanted, for at most ``budget_s`` over the play's life (then the play runs on beside calls), as
+        ``clock`` measures it."""
         left = budget_s
 
         def yield_to_calls() -> None:
             nonlocal left
             if not self._wanted or left <= 0:
                 return
-            t0 = time.monotonic()
+            t0 = clock()
             with self._state:
                 self._state.wait_for(lambda: not self._wanted, timeout=left)
-            left -= time.monotonic() - t0
+            left -= clock() - t0
 
         return yield_to_calls
 

@@ -80,8 +80,9 @@ class CoordinatorConfig:
         return Path(self.state_dir) / "speeds.json"
 
 
-def build_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
-    """``pcs`` with a WFQ config (``wfq``), else any name ``pcs_ray.policies.build_policy`` knows."""
+def coordinator_policy(name: str, wfq: dict | None = None) -> SchedulingPolicy:
+    """``pcs_ray.policies.build_policy`` as the coordinator names a policy: a name and, for ``pcs``, the
+    WFQ configuration as a dict (what the journal and ``config set`` carry), which ``pcs`` must have."""
     if name.lower() != "pcs":
         return policies.build_policy(name)
     if wfq is None:
@@ -121,7 +122,7 @@ def choose_policy(policy: str | None = None, wfq_file: str | Path | None = None)
     else:
         choice = PolicyChoice(DEFAULT_POLICY, None, "the default")
     try:
-        build_policy(choice.policy, choice.wfq)
+        coordinator_policy(choice.policy, choice.wfq)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return choice
@@ -133,11 +134,11 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
     config = config.resolved()
     cluster = cluster_spec_from_dict(config.cluster, "cluster spec")
     return Coordinator(
-        cluster, build_policy(config.policy, config.wfq), Journal(config.journal_path),
+        cluster, coordinator_policy(config.policy, config.wfq), Journal(config.journal_path),
         checkpoint_root=config.checkpoint_root, placement=create_placement(config.placement, cluster),
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
-        progress_journal_every=config.progress_journal_every, policies=build_policy, keep_runs=keep_runs,
+        progress_journal_every=config.progress_journal_every, policies=coordinator_policy, keep_runs=keep_runs,
     )
 
 

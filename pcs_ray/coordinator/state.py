@@ -29,7 +29,7 @@ from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.jobfile import JobFile
 from pcs_ray.policies.base import SchedulingPolicy
 
-#: Builds a policy from its name and WFQ configuration (``coordinator.config.build_policy``).
+#: Builds a policy from its name and WFQ configuration (``coordinator.config.coordinator_policy``).
 PolicyFactory = Callable[[str, dict | None], SchedulingPolicy]
 
 

@@ -185,12 +185,12 @@ class Placement:
         for job in changed:
             jid = job.spec.job_id
             if jid in self.held and counts.get(jid, 0) != len(self.held[jid]):
-                old[jid] = self._free(jid)
+                old[jid] = self.give_back(jid)
         num_running = len(running) if running is not None else sum(1 for n in alloc.values() if n > 0)
         if alloc is not None and len(self.held) > num_running:
             # jobs the allocation leaves out lose their GPUs even if the caller did not list them
             for jid in [jid for jid in self.held if counts.get(jid, 0) == 0]:
-                self._free(jid)
+                self.give_back(jid)
                 job = by_id.get(jid)
                 if job is not None:
                     touched[jid] = job
@@ -206,13 +206,13 @@ class Placement:
             for job in running:
                 jid = job.spec.job_id
                 if jid in self.held:
-                    old[jid] = self._free(jid)
+                    old[jid] = self.give_back(jid)
             todo = running
         for job in self.order(todo, snap, counts):
             jid = job.spec.job_id
             n = counts[jid]
             home = old.get(jid, ())
-            gpus = self._take(job, n, home)
+            gpus = self.take(job, n, home)
             if gpus != home or jid in touched:
                 job.gpus = gpus
                 job.slowdown = self.slowdown(job, gpus)
@@ -227,7 +227,7 @@ class Placement:
         """``job`` finished: its GPUs are free again (its explanation stays, in a compact form)."""
         jid = job.spec.job_id
         if jid in self.held:
-            self._free(jid)
+            self.give_back(jid)
         if self.decisions is not None and jid in self.decisions:
             self.decisions[jid] = self.decisions[jid].compact()
 
@@ -237,7 +237,7 @@ class Placement:
         gpus = tuple(int(g) for g in job.gpus)
         jid = job.spec.job_id
         if jid in self.held:
-            self._free(jid)
+            self.give_back(jid)
         taken = [g for g in gpus if not 0 <= g < self.num_gpus or self._busy >> g & 1]
         if taken:
             raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
@@ -307,12 +307,15 @@ class Placement:
         return gpus, decision
 
     # -- helpers ---------------------------------------------------------------
-    def _free(self, jid: int) -> tuple[int, ...]:
+    def give_back(self, jid: int) -> tuple[int, ...]:
+        """Free the GPUs job ``jid`` holds and return them (the first half of a move; ``take`` is the second)."""
         gpus = self.held.pop(jid)
         self._busy &= ~_bits(gpus)
         return gpus
 
-    def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
+    def take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
+        """Give ``job`` ``n`` free GPUs (preferring ``home``, what it held before) and return them; the
+        step ``place`` runs per job, which a forward play (``pcs_ray.forecast``) runs in the same order."""
         free_bits = self._all & ~self._busy
         reuse, jid = self._reuse, job.spec.job_id
         hit = key = None

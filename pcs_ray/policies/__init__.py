@@ -96,6 +96,15 @@ def wfq_config(value: WFQConfig | Mapping | str | Path) -> WFQConfig:
     return WFQConfig.load(locate("pcs-config", value))
 
 
+def policy_params(name: str) -> list[str]:
+    """The arguments ``build_policy(name, ...)`` accepts (none for a bundled configuration)."""
+    cls = POLICIES.get(name.lower())
+    if cls is None:
+        return []
+    return [p.name for p in inspect.signature(cls.__init__).parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
 def build_policy(name: str, **config) -> SchedulingPolicy:
     """The policy ``name`` stands for (case-insensitive).
 
@@ -112,10 +121,7 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
     cls = POLICIES.get(key)
     if cls is None:
         raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
-    params = [
-        p.name for p in inspect.signature(cls.__init__).parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+    params = policy_params(key)
     unknown = [k for k in config if k not in params]
     if unknown:
         raise ValueError(f"policy {name!r} takes no argument(s) {unknown}; it accepts {params or 'none'}")
@@ -124,10 +130,7 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
     return cls(**config)
 
 
-#: The registry's original name, kept for callers that build registered policies with arguments.
-create_policy = build_policy
-
 __all__ = [
     "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill", "RushPolicy",
-    "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "create_policy", "policy_names", "wfq_config",
+    "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "policy_names", "policy_params", "wfq_config",
 ]

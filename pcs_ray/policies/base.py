@@ -1,9 +1,12 @@
 """The one interface every scheduling policy implements.
 
 A policy answers *how many* GPUs each active app gets; placement (which GPUs)
-is a separate concern. Policies are pure: ``allocate`` depends only on the
-snapshot, so the simulator, the predictor, the solver and the live
-coordinator can share one object without it drifting between them.
+is a separate concern. Most policies are pure: ``allocate`` depends only on
+the snapshot, so the simulator, the predictor, the solver and the live
+coordinator share one object. A policy that learns as it decides (the
+power-aware ones remember which workloads have run) says so by overriding
+``fork``: every forward play decides with its own copy, so a forecast can
+never change what the live schedule decides next.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ class SchedulingPolicy(ABC):
     def allocate(self, snap: Snapshot) -> Allocation:
         """GPU count per active job. Unless the class says ``work_conserving = False``,
         a GPU stays idle only if no active job can use it."""
+
+    def fork(self) -> "SchedulingPolicy":
+        """The policy a forward play decides with. A pure policy is its own fork (no copy, no cost);
+        a policy whose decisions change its own state returns a copy holding that state, so that
+        what a play decides stays in the play."""
+        return self
 
     def order(self, snap: Snapshot) -> Iterable[JobState] | None:
         """The active jobs in priority order, for a policy that is a priority order filled greedily

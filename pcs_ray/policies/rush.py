@@ -12,8 +12,10 @@ job waits at most about ``skip_threshold x retry`` for GPUs predicted fast.
 The paper gives each job its own threshold (``j.skip_threshold``) and no
 value for it: the default of 5 is ours.
 
-Skip counts are per-job state: they live in the policy's index, which the
-engine owns and rebuilds for each fork, so forecasts never change them. A
+Skip counts, and whether the latest pass skipped anyone, are the engine's
+state: they live in the policy's index, which the engine owns and rebuilds
+for each fork, so forecasts never change them and the policy object stays
+pure. A
 pass at the same instant counts a job's skip once (``allocate`` stays
 deterministic for one snapshot). Without an index, or without a predictor,
 nothing is skipped and RUSH is FCFS+EASY. The predictor sees the free GPUs,
@@ -35,6 +37,7 @@ class SkipTable:
         self.skips: dict[int, int] = {}
         self.last: dict[int, float] = {}
         self.log: list[tuple[float, int, str]] = []  # (time, job id, reason) of every counted skip
+        self.passed = False  # whether the latest pass skipped a job (it then asks for a retry)
 
     def add(self, job: JobState) -> None:
         pass
@@ -62,7 +65,8 @@ class RushPolicy(EasyBackfill):
         return SkipTable()
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        self._skipped = False
+        if isinstance(snap.index, SkipTable):
+            snap.index.passed = False
         return super().allocate(snap)
 
     def may_start(self, snap: Snapshot, job: JobState, n: int, free: int) -> bool:
@@ -71,7 +75,7 @@ class RushPolicy(EasyBackfill):
             return True
         jid = job.spec.job_id
         if table.last.get(jid) == snap.now:  # already skipped in a pass at this instant
-            self._skipped = True
+            table.passed = True
             return False
         if table.skips.get(jid, 0) >= self.skip_threshold:
             return True
@@ -81,11 +85,11 @@ class RushPolicy(EasyBackfill):
         table.last[jid] = snap.now
         table.log.append((snap.now, jid, f"predicted slow on the free GPUs (skip {table.skips[jid]} of "
                                          f"{self.skip_threshold})"))
-        self._skipped = True
+        table.passed = True
         return False
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
-        return snap.now + self.retry if getattr(self, "_skipped", False) else None
+        return snap.now + self.retry if getattr(snap.index, "passed", False) else None
 
     def describe(self) -> dict:
         return {**super().describe(), "policy": self.name, "skip_threshold": self.skip_threshold,

@@ -44,7 +44,7 @@ def ranked(jobs: Iterable[JobState], now: float, share: float) -> list[tuple]:
     out = []
     for job in jobs:
         spec = job.spec
-        memo = job._fair
+        memo = job.fair_memo
         fair = memo.get(share)
         if fair is None:
             fair = memo[share] = fractional_speedup(job, share)

@@ -44,6 +44,7 @@ job the budget refuses.
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import numpy as np
@@ -74,6 +75,15 @@ class _PowerAware:
         self.tdp_w = float(tdp_w)
         self.budget_w = None if budget_w is None else float(budget_w)
         self._profiled: set[str] = set()
+
+    def fork(self):
+        """A copy with its own memory of profiled workloads: a forward play that runs a workload's
+        first job must not make the live schedule cost that workload's next job as profiled."""
+        other = copy.copy(self)
+        other._profiled = set(self._profiled)
+        if hasattr(self, "_cache"):
+            other._cache = dict(self._cache)  # a memo checked against the profiled flag; copied to stay per play
+        return other
 
     def _workload(self, job: JobState) -> str:
         return job.spec.model or job.spec.job_class

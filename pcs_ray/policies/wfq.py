@@ -166,12 +166,12 @@ class _QueueIndex:
 
     def __init__(self, policy: "WFQPolicy", jobs) -> None:
         self.policy = policy
-        self.queues: list[list[JobState]] = [[] for _ in policy._weights]
-        self.entries: list[list[tuple[int, int, int, bool]]] = [[] for _ in policy._weights]
-        self.usable = [0] * len(policy._weights)
+        self.queues: list[list[JobState]] = [[] for _ in policy.weights]
+        self.entries: list[list[tuple[int, int, int, bool]]] = [[] for _ in policy.weights]
+        self.usable = [0] * len(policy.weights)
         # Per queue, how many jobs need how many free GPUs to be served by the first pass: a pass
         # left with fewer than the smallest need stops instead of walking a long queue of waiting jobs.
-        self.needs: list[dict[int, int]] = [{} for _ in policy._weights]
+        self.needs: list[dict[int, int]] = [{} for _ in policy.weights]
         for job in jobs:
             self.add(job)
 
@@ -214,12 +214,17 @@ def _need(entry: tuple[int, int, int, bool]) -> int:
 
 
 class WFQPolicy(SchedulingPolicy):
+    """PCS weighted fair queueing. Besides ``allocate``, its steps are public so that a forward play
+    (``pcs_ray.forecast``) can redo only the queues an event touches with the very same arithmetic:
+    ``weights`` (normalised, per queue), ``queue_of``, ``water_fill`` (the shares), ``first_pass_from``
+    (a queue's FIFO pass at the zeta_min caps, resumable) and ``relax`` (a queue's leftover share)."""
+
     name = "pcs"
     reads_progress = False
 
     def __init__(self, config: WFQConfig | None = None) -> None:
         self.config = config or WFQConfig((math.inf,), (1.0,))
-        self._weights = self.config.normalised_weights
+        self.weights = self.config.normalised_weights
         self._upper = list(self.config.thresholds)
 
     def queue_of(self, job: JobState) -> int:
@@ -246,12 +251,12 @@ class WFQPolicy(SchedulingPolicy):
         with the lowest (share + 1) / weight, ties to the queue whose head
         arrived first. With equal weights this is max-min fair share.
         """
-        return self._water_fill(queues, usable, capacity)[0]
+        return self.water_fill(queues, usable, capacity)[0]
 
-    def _water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
+    def water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
         """``shares`` and how it ended: the queues left below their quota, the GPUs they split,
         their summed weight and how many single GPUs went out by (share + 1) / weight."""
-        weights = self._weights
+        weights = self.weights
         shares = [0] * len(queues)
         open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
         left = capacity
@@ -291,7 +296,7 @@ class WFQPolicy(SchedulingPolicy):
             if share:
                 left = self._first_pass(index.entries[q], share, alloc, index.least(q))
                 if left:
-                    self._relax(queues[q], left, alloc)
+                    self.relax(queues[q], left, alloc)
         if sum(alloc.values()) < snap.capacity:
             return top_up((j for q in queues for j in q), alloc, snap.capacity)
         return alloc
@@ -313,7 +318,7 @@ class WFQPolicy(SchedulingPolicy):
         return left
 
     @staticmethod
-    def _first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, int, int, int]:
+    def first_pass_from(entries, start: int, left: int, alloc: Allocation) -> tuple[int, int, int, int, int]:
         """``_first_pass`` resumed at position ``start`` with ``left`` GPUs (for a play that keeps
         the jobs ahead as they were). Also returns where it stopped, where it first passed a job
         over (-1: none), the GPUs left just before that job, and how many jobs it served before it:
@@ -333,7 +338,7 @@ class WFQPolicy(SchedulingPolicy):
                 return 0, i, skip_at, left_at, served
         return left, len(entries), skip_at, left_at, served
 
-    def _relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
+    def relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
         """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
         zeta = self.config.zeta_min
         while left > 0 and zeta > 0:
@@ -352,7 +357,7 @@ class WFQPolicy(SchedulingPolicy):
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         q = self.queue_of(job)
-        guaranteed = math.floor(snap.capacity * self._weights[q] + 1e-9)
+        guaranteed = math.floor(snap.capacity * self.weights[q] + 1e-9)
         return fifo_queue_bound(snap, self._index(snap).queues[q], job, guaranteed, self.config.zeta_min)
 
     def describe(self) -> dict:
