@@ -2,7 +2,7 @@
 
 Most tests need no Ray at all; those that do take the ``ray_local`` fixture (and
 are marked ``slow`` for it),
-which starts Ray once per session with logical GPUs laid out as two nodes of
+which starts Ray once per session (again for a module that finds it gone) with logical GPUs laid out as two nodes of
 four (custom resources ``node0_gpu0`` … ``node1_gpu3``, see
 ``pcs_ray.resources``), no dashboard and a small object store. Token
 authentication is switched off for this private instance only.
@@ -26,13 +26,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def _ours(ray) -> bool:
+    """Whether the Ray this process is connected to is the test layout (a default instance lacks its GPUs)."""
+    try:
+        resources = ray.cluster_resources()
+    except Exception:
+        return False
+    return all(f"{node}_gpu{n - 1}" in resources for node, n in LOGICAL_NODES.items())
+
+
 @pytest.fixture(scope="session")
-def ray_local(tmp_path_factory):
+def _ray_session():
+    """Shuts the shared instance down once, at the end of the session."""
+    yield
+    import ray
+
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_local(_ray_session, tmp_path_factory):
+    """The shared instance, started on first use and started again for a module that finds it gone: code
+    under test may end the process's Ray (an embedded demo, a bench's own instance), after which any Ray
+    call starts a default one without the per-GPU resources, where a job or trial waits forever."""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
 
     from pcs_ray.resources import node_gpu_resources
 
+    if ray.is_initialized() and not _ours(ray):
+        ray.shutdown()
     resources: dict[str, float] = {}
     for node, n in LOGICAL_NODES.items():
         resources.update(node_gpu_resources(node, n))
@@ -47,4 +70,3 @@ def ray_local(tmp_path_factory):
             _temp_dir=str(tmp_path_factory.mktemp("ray")) if len(str(tmp_path_factory.getbasetemp())) < 60 else None,
         )
     yield ray
-    ray.shutdown()

@@ -283,6 +283,9 @@ def without_a_cluster():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ray, "init", refuse)
         mp.setattr(ray, "is_initialized", lambda: False)
+        # A command's clean-up (the embedded demo's ``finally: ray.shutdown()``) must not end the Ray the
+        # session's other tests share: later they would find a default instance without the logical GPUs.
+        mp.setattr(ray, "shutdown", lambda *a, **k: None)
         mp.setattr(subprocess, "Popen", no_process)
         yield
 
