@@ -155,21 +155,21 @@ def main() -> None:
             job.write_text("workload: tiny_cnn\nsteps: 1000\ngpus: 1\nexecutor: external\n")
             out: dict = {"cpus": os.cpu_count(), "address": record["address"], "api": record["api"],
                          "targets_median_s": TARGETS_S, "idle": {}, "load_average": {}}
-            out["load_average"]["idle_before"] = os.getloadavg()
-            out["idle"]["http"] = rounds(http, job, args.calls)
-            out["idle"]["floors"] = floors(http, args.calls)
-            if args.driver_calls:
-                out["idle"]["driver"] = rounds(driver, job, args.driver_calls)
-            out["load_average"]["idle_after"] = os.getloadavg()
+
+            def phase(name: str) -> None:
+                """One phase's rounds over HTTP, the floors, and the driver path, with the load around them."""
+                out["load_average"][f"{name}_before"] = os.getloadavg()
+                out[name]["http"] = rounds(http, job, args.calls)
+                out[name]["floors"] = floors(http, args.calls)
+                if args.driver_calls:
+                    out[name]["driver"] = rounds(driver, job, args.driver_calls)
+                out["load_average"][f"{name}_after"] = os.getloadavg()
+
+            phase("idle")
             if args.busy:
                 ids = busy_jobs(http, args.busy, tmp)
                 out["busy"] = {"training_jobs": len(ids)}
-                out["load_average"]["busy_before"] = os.getloadavg()
-                out["busy"]["http"] = rounds(http, job, args.calls)
-                out["busy"]["floors"] = floors(http, args.calls)
-                if args.driver_calls:
-                    out["busy"]["driver"] = rounds(driver, job, args.driver_calls)
-                out["load_average"]["busy_after"] = os.getloadavg()
+                phase("busy")
                 for jid in ids:
                     cli(http, "cancel", jid)
             out["met"] = {phase: {c: out[phase]["http"][c]["median_s"] <= TARGETS_S[phase] for c in COMMANDS}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import ray
 
-from executors.handle import RunHandle, rendezvous_address, watch_ranks
+from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.resources import gpu_resource
 
@@ -313,9 +313,8 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         else:
             print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
             error = _user_traceback(exc)
-        return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0,
-                          error=error, start_step=start_step, gpus=tuple(request.gpus), timings=timings,
-                          fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
+        return failed_outcome(request, error, start_step=start_step, timings=timings,
+                              fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
     finally:
         if pace is not None:
             pace.close()
