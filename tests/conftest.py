@@ -35,6 +35,21 @@ def _ours(ray) -> bool:
     return all(f"{node}_gpu{n - 1}" in resources for node, n in LOGICAL_NODES.items())
 
 
+def _refresh_ray_config() -> None:
+    """Make this process's cached Ray config read the environment again.
+
+    A client command run in-process (``pcs_ray.client.connect``) may have switched this process to token
+    mode, as ``ray start`` does; Ray caches that, so setting the variable alone would leave this driver
+    asking for a token that the instance started here never hands its workers, and every actor it creates
+    dies unscheduled.
+    """
+    try:
+        from ray._raylet import Config
+    except ImportError:  # pragma: no cover - a Ray without the cache
+        return
+    Config.initialize("")
+
+
 @pytest.fixture(scope="session")
 def _ray_session():
     """Shuts the shared instance down once, at the end of the session."""
@@ -51,6 +66,8 @@ def ray_local(_ray_session, tmp_path_factory):
     call starts a default one without the per-GPU resources, where a job or trial waits forever."""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
+
+    _refresh_ray_config()
 
     from pcs_ray.resources import node_gpu_resources
 

@@ -78,7 +78,7 @@ def reference(ray_env, tmp_path_factory):
     _, launch_module, _ = ray_env
     directory = tmp_path_factory.mktemp("reference")
     outcome = launch_module.launch(_request("ref", [("node0", 0)], directory)).outcome(timeout=120)
-    assert (outcome.status, outcome.step) == ("finished", TOTAL)
+    assert (outcome.status, outcome.step) == ("finished", TOTAL), outcome.error
     return directory
 
 
