@@ -113,12 +113,13 @@ class Client:
     Outside the cluster it speaks HTTP to the coordinator's API when one is advertised (``$PCS_RAY_API``, or the
     state folder's advert for that cluster, see :mod:`pcs_ray.api.advert`), without joining Ray. A process
     already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
-    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it.
+    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it (used
+    even on the cluster: the caller chose it).
     """
 
     def __init__(self, address: str | None = None, coordinator=None, api: str | None = None) -> None:
         self.actor = self.http = None
-        if coordinator is None and not _on_ray():
+        if coordinator is None and (api is not None or not _on_ray()):
             from pcs_ray.api.advert import find_api
 
             url = api or find_api(address)

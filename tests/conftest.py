@@ -11,6 +11,7 @@ authentication is switched off for this private instance only.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -48,6 +49,21 @@ def _refresh_ray_config() -> None:
     except ImportError:  # pragma: no cover - a Ray without the cache
         return
     Config.initialize("")
+
+
+@pytest.fixture(autouse=True)
+def _auth_mode_kept():
+    """A test that switches this process's Ray auth mode (an in-process client command does, as ``ray start``
+    does) has it switched back afterwards, cached config included."""
+    before = os.environ.get("RAY_AUTH_MODE")
+    yield
+    if os.environ.get("RAY_AUTH_MODE") != before:
+        if before is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = before
+        if "ray" in sys.modules:
+            _refresh_ray_config()
 
 
 @pytest.fixture(scope="session")
