@@ -374,8 +374,9 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
     key = env_key(env)
     world_size = len(request.gpus)
     actors, assignments = [], []
+    nodes = spares.nodes_of(request.gpus) if spares.per_key > 0 else {}
     for rank, slot in enumerate(request.gpus):
-        actor = spares.take(slot, key)
+        actor = spares.take(nodes.get(slot), key)
         assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir))
         if actor is None:
             actor = RemoteUserRank.options(
@@ -383,7 +384,7 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
                 max_concurrency=2, max_restarts=0, runtime_env=env,
             ).remote(slot, rank, world_size, request.log_dir)
         actors.append(actor)
-    spares.refill(request.gpus, key, lambda node: _spare(node, env))
+    spares.refill([nodes.get(slot) for slot in request.gpus], key, lambda node: _spare(node, env))
     master = actors[0].rendezvous.remote() if world_size > 1 else None
     runs = [actor.run.remote(request, master, after, launched, assigned) for actor, assigned in zip(actors, assignments)]
     kind = "spare" if all(assignments) else "cold"

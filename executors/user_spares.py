@@ -41,19 +41,19 @@ class Spares:
         self._lock = threading.Lock()
 
     @staticmethod
-    def node_of(slot: GPUSlot) -> str | None:
-        """The alive Ray node offering the GPU's per-GPU resource."""
-        name = gpu_resource(slot.node, slot.index)
-        for node in ray.nodes():
-            if node.get("Alive") and name in node.get("Resources", {}):
-                return node["NodeID"]
-        return None
+    def nodes_of(slots) -> dict[GPUSlot, str | None]:
+        """The alive Ray node offering each GPU's per-GPU resource, from one look at the cluster."""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        found: dict[GPUSlot, str | None] = {}
+        for slot in slots:
+            name = gpu_resource(slot.node, slot.index)
+            found[slot] = next((n["NodeID"] for n in nodes if name in n.get("Resources", {})), None)
+        return found
 
-    def take(self, slot: GPUSlot, key: str):
-        """A waiting process of this env on the GPU's node, or None."""
-        if self.per_key <= 0:
+    def take(self, node: str | None, key: str):
+        """A waiting process of this env on that Ray node, or None."""
+        if self.per_key <= 0 or node is None:
             return None
-        node = self.node_of(slot)
         with self._lock:
             waiting = self._idle.get((node, key))
             if not waiting:
@@ -61,14 +61,13 @@ class Spares:
             self._idle.move_to_end((node, key))
             return waiting.pop(0)
 
-    def refill(self, slots, key: str, start) -> None:
-        """Start processes (``start(node_id)`` returns one) on the nodes of ``slots`` until each has its
-        ranks' worth of this env (``PER_KEY`` at most)."""
+    def refill(self, nodes, key: str, start) -> None:
+        """Start processes (``start(node_id)`` returns one) on ``nodes`` (a Ray node per rank) until each has
+        its ranks' worth of this env (``PER_KEY`` at most)."""
         if self.per_key <= 0:
             return
         wanted: dict[str, int] = {}
-        for slot in slots:
-            node = self.node_of(slot)
+        for node in nodes:
             if node is not None:
                 wanted[node] = min(self.per_key, wanted.get(node, 0) + 1)
         with self._lock:
