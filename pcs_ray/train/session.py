@@ -3,7 +3,8 @@
 A run is one process per rank; the runner installs one :class:`Session` in each before it calls
 the user's function, and the module-level functions of :mod:`pcs_ray.train` act on it. Outside a
 run (a user trying the loop on a laptop) a local session stands in: one rank, no checkpoint,
-reports kept in memory, never asked to stop.
+its last ``LOCAL_HISTORY`` reports kept in memory (a loop of millions of steps must not grow without end),
+never asked to stop.
 
 The stop protocol (``should_checkpoint``): the coordinator asks a rank to give its GPUs back; the
 ranks agree on it at their next call (an all-reduce: every rank must call it at the same steps,
@@ -18,12 +19,16 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pcs_ray.train.store as store
+
+
+LOCAL_HISTORY = 10_000
 
 
 class RunStopped(BaseException):
@@ -105,7 +110,7 @@ class Session:
     asked: bool = False  # the loop called should_checkpoint() since its last report
     stop_reason: str | None = None
     last_checkpoint_step: int | None = None
-    history: list = field(default_factory=list)  # the local session keeps every report
+    history: deque = field(default_factory=lambda: deque(maxlen=LOCAL_HISTORY))  # the local session's last reports
     # What the runner reads back after the loop (not part of the user's contract): notes for the run's
     # outcome, phase stamps, and a hook a loop may call as a step begins (the emulated device's clock).
     notes: list = field(default_factory=list)
