@@ -350,6 +350,7 @@ class Engine:
                     job.stall_until = now + cost  # checkpoint + restore before it moves again
             self.busy += n - job.alloc
             job.alloc = n
+            job.since = now
             if n:
                 running[jid] = job
             else:
