@@ -221,3 +221,34 @@ def test_quotas_on_the_command_line():
     for bad, message in (("a", "expected NAME=QUOTA"), ("a=x", "whole number"), ("a=1,a=2", "given twice")):
         with pytest.raises(TenantsError, match=message):
             parse_quotas(bad)
+
+
+# -- tenants on one cluster: the ledger and the three setups ----------------------------------
+
+
+def test_the_ledger_counts_borrowed_and_lent_gpu_seconds():
+    from pcs_ray.tenant_report import TenantLedger
+
+    ledger = TenantLedger({"a": 4, "b": 4}, 8)
+    ledger.observe(0.0, [running(spec(0, "a", gpus=8), alloc=8)])  # a borrows all of b's quota
+    ledger.observe(100.0, [running(spec(0, "a", gpus=8), alloc=4), running(spec(1, "b"), alloc=2)])
+    ledger.observe(300.0, [])
+    assert ledger.borrowed == {"a": 400.0, "b": 0.0} and ledger.lent == {"a": 0.0, "b": 400.0}
+
+
+def test_three_setups_side_by_side():
+    from pcs_ray.tenant_setups import run_setups
+
+    busy = generate_workload("themis1", 40, 8, load=2.0, seed=1)
+    idle = [replace(s, submit_time=s.submit_time * 20) for s in generate_workload("themis1", 10, 8, load=0.5, seed=2)]
+    tenants = TenantsFile(tenants={"busy": Tenant(quota=8), "idle": Tenant(quota=8)})
+    out = run_setups({"busy": busy, "idle": idle}, tenants, lambda: build_policy("fifo"))["setups"]
+    assert set(out) == {"static", "shared", "flat"} and all(s["gpus"] == 16 for s in out.values())
+    static, shared = out["static"]["tenants"], out["shared"]["tenants"]
+    assert static["busy"]["borrowed_gpu_s"] == 0 and shared["busy"]["borrowed_gpu_s"] > 0
+    assert shared["busy"]["borrowed_gpu_s"] == pytest.approx(shared["idle"]["lent_gpu_s"])
+    assert shared["busy"]["avg_jct"] < static["busy"]["avg_jct"]
+    assert shared["idle"]["avg_jct"] <= static["idle"]["avg_jct"]  # its quota back at once, and it borrows too
+    assert all(t["avg_pred_err"] is not None for s in out.values() for t in s["tenants"].values())
+    with pytest.raises(TenantsError, match="no quota for tenant"):
+        run_setups({"busy": busy, "other": idle}, tenants, lambda: build_policy("fifo"))
