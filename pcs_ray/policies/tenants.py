@@ -31,6 +31,7 @@ import copy
 from collections.abc import Iterable, Sequence
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
+from pcs_ray.policies.reasons import WaitCode, WaitReason, gpus_plural, waiting_for_gpus
 from pcs_ray.state import JobState, Snapshot
 from pcs_ray.tenancy import MinRuntime, Tenant, TenantsFile
 
@@ -264,6 +265,44 @@ class TenantPolicy(SchedulingPolicy):
                 end = min(ends)
                 at = end if at is None else min(at, end)
         return at
+
+    def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
+        """Tenant over its quota, GPUs held by young runs, else the inner policy's reason within the tenant."""
+        index = self._index(snap)
+        pinned = self.young(snap)
+        free = snap.capacity - sum(alloc.values())
+        rule = self.min_runtime
+        out: dict[int, WaitReason] = {}
+        for key in self._groups(index):
+            group = index.groups[key]
+            waiting = [j for jid, j in group.items() if not alloc.get(jid)]
+            if not waiting:
+                continue
+            held = sum(alloc.get(jid, 0) for jid in group)
+            tenant = self.tenant(key, snap.capacity)
+            inner = None
+            for job in waiting:
+                need = job.spec.min_gpus
+                young = [j for j in snap.jobs if j.spec.job_id in pinned and j.spec.tenant != key or
+                         (not self.tenants.tenants and j.spec.job_id in pinned)]
+                if self.tenants.tenants and held >= min(tenant.quota, snap.capacity) and (
+                        free < need or held + need > tenant.ceiling):
+                    limit = "it may borrow no more" if held + need > tenant.ceiling else "no idle GPUs to borrow"
+                    out[job.spec.job_id] = WaitReason(WaitCode.TENANT_QUOTA, f"tenant {key} holds {held} GPUs, its "
+                                                      f"quota is {tenant.quota}; {limit}")
+                elif young and free < need and free + sum(j.alloc for j in young) >= need:
+                    first = min(young, key=lambda j: j.since + rule.of(j.spec))
+                    out[job.spec.job_id] = WaitReason(
+                        WaitCode.MIN_RUNTIME, f"needs {gpus_plural(need)}, {free} free; runs younger than their minimum "
+                                              f"runtime hold the rest (job {first.spec.job_id} until "
+                                              f"t={first.since + rule.of(first.spec):g})")
+                else:
+                    if inner is None:
+                        sub = Snapshot(snap.now, max(held, 0) + free, list(group.values()),
+                                       None if pinned else index.inner[key], None, snap.seen_total, snap.seen_events)
+                        inner = self.inner.why_waiting(sub, {jid: alloc[jid] for jid in group if alloc.get(jid)})
+                    out[job.spec.job_id] = inner.get(job.spec.job_id) or waiting_for_gpus(snap, alloc, job)
+        return out
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         if self.tenants.tenants or self.min_runtime.active:
