@@ -73,3 +73,26 @@ class _AlwaysSlow:
 def test_a_rush_skip_is_named():
     _, alloc, why = decided(RushPolicy(skip_threshold=3, predictor=_AlwaysSlow()), [spec(0)])
     assert alloc == {} and why[0].code == WaitCode.RUSH_SKIP and "skipped 1 of 3 times" in why[0].text
+
+
+def test_status_shows_every_queued_jobs_reason(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.commands.format import status_table
+    from pcs_ray.coordinator import Coordinator, Journal
+
+    core = Coordinator(ClusterSpec.homogeneous(4, 2), build_policy("pcs-bal"), Journal(":memory:"),
+                       checkpoint_root=str(tmp_path), clock=lambda: 1000.0, workloads=("tiny",))
+    for _ in range(3):
+        core.submit({"workload": "tiny", "steps": 100, "gpus": 4, "step_time": 0.1, "tenant": "vision",
+                     "user": "alice"})
+    status = core.status()
+    queued = [j for j in status["jobs"] if j["state"] == "queued"]
+    assert len(queued) == 2 and all(j["waiting"]["code"] == "queue" for j in queued)
+    assert all(j["waiting"] is None for j in status["jobs"] if j["state"] != "queued")
+    out = io.StringIO()
+    Console(file=out, width=400).print(status_table(status))
+    assert "why waiting" in out.getvalue() and "queue: waiting #2 in WFQ queue" in out.getvalue()

@@ -391,6 +391,9 @@ class Coordinator(CoordinatorState):
         view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
                             self.speed.restart_overhead, self.jobs.values(), self.gpu_name, self.gpu_watts)
         view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
+        waiting = self.model.why_waiting()
+        for job in view["jobs"]:
+            job["waiting"] = waiting.get(job["id"]) if job["state"] == JobStatus.QUEUED else None
         return view
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:
