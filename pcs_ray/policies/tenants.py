@@ -93,12 +93,13 @@ def tenant_shares(capacity: int, tenants: Sequence[Tenant], demand: Sequence[int
 class _TenantIndex:
     """Each tenant's active jobs in arrival order, with the inner policy's index of them."""
 
-    __slots__ = ("policy", "groups", "inner")
+    __slots__ = ("policy", "groups", "inner", "demand")
 
     def __init__(self, policy: "TenantPolicy", jobs: Iterable[JobState]) -> None:
         self.policy = policy
         self.groups: dict[str, dict[int, JobState]] = {}
         self.inner: dict[str, object] = {}
+        self.demand: dict[str, int] = {}  # summed max_gpus of each tenant's jobs
         for job in jobs:
             self.add(job)
 
@@ -108,7 +109,9 @@ class _TenantIndex:
         if group is None:
             group = self.groups[key] = {}
             self.inner[key] = self.policy.inner.make_index(())
+            self.demand[key] = 0
         group[job.spec.job_id] = job
+        self.demand[key] += job.spec.max_gpus
         index = self.inner[key]
         if index is not None:
             index.add(job)
@@ -116,6 +119,7 @@ class _TenantIndex:
     def remove(self, job: JobState) -> None:
         key = self.policy.group_of(job)
         del self.groups[key][job.spec.job_id]
+        self.demand[key] -= job.spec.max_gpus
         index = self.inner[key]
         if index is not None:
             index.remove(job)
@@ -179,7 +183,7 @@ class TenantPolicy(SchedulingPolicy):
 
     # -- the decision -------------------------------------------------------------------------
     def shares(self, snap: Snapshot) -> tuple[dict[str, int], dict[int, int]]:
-        """Each tenant's GPUs and the young runs kept as they are (``allocate``'s tenant level)."""
+        """Each tenant's share of GPUs and the young runs kept as they are (``allocate``'s tenant level)."""
         return self._decide(snap)[1:]
 
     def allocate(self, snap: Snapshot) -> Allocation:
@@ -194,11 +198,11 @@ class TenantPolicy(SchedulingPolicy):
             inner = index.inner[keys[0]] if keys else None
             alloc = self.inner.allocate(Snapshot(snap.now, capacity, snap.jobs, inner, snap.demand,
                                                  snap.seen_total, snap.seen_events))
-            return alloc, {k: sum(alloc.values()) for k in keys}, {}
+            return alloc, {k: capacity for k in keys}, {}
         groups = [index.groups[k] for k in keys]
         tenants = [self.tenant(k, capacity) for k in keys]
-        floors = [sum(pinned.get(jid, 0) for jid in g) for g in groups]
-        caps = [min(capacity, sum(j.spec.max_gpus for j in g.values())) for g in groups]
+        floors = [sum(pinned.get(jid, 0) for jid in g) for g in groups] if pinned else [0] * len(keys)
+        caps = [min(capacity, index.demand[k]) for k in keys]
         if pinned and self.min_runtime.reclaim and sum(
                 max(f, min(t.quota, d)) for t, d, f in zip(tenants, caps, floors)) > capacity:
             # A lender wants its quota back from a tenant whose young runs hold more than its quota.
@@ -217,12 +221,10 @@ class TenantPolicy(SchedulingPolicy):
                     continue
                 if floors[i]:
                     free = [j for jid, j in group.items() if jid not in pinned]
-                    inner_index = None
+                    inner_index, demand = None, sum(j.spec.max_gpus for j in free)
                 else:
-                    free = group.values()
-                    inner_index = index.inner[key]
-                part = self.inner.allocate(Snapshot(snap.now, room, free, inner_index,
-                                                    sum(j.spec.max_gpus for j in free), snap.seen_total,
+                    free, inner_index, demand = group.values(), index.inner[key], index.demand[key]
+                part = self.inner.allocate(Snapshot(snap.now, room, free, inner_index, demand, snap.seen_total,
                                                     snap.seen_events))
                 used = sum(part.values())
                 alloc.update(part)
@@ -233,7 +235,7 @@ class TenantPolicy(SchedulingPolicy):
                 break
         if pinned:
             self._grow_young(capacity - sum(alloc.values()), alloc, pinned, groups, tenants)
-        return alloc, {k: sum(alloc.get(jid, 0) for jid in g) for k, g in zip(keys, groups)}, pinned
+        return alloc, dict(zip(keys, shares)), pinned
 
     @staticmethod
     def _grow_young(free: int, alloc: Allocation, pinned, groups, tenants) -> None:
