@@ -252,3 +252,31 @@ def test_three_setups_side_by_side():
     assert all(t["avg_pred_err"] is not None for s in out.values() for t in s["tenants"].values())
     with pytest.raises(TenantsError, match="no quota for tenant"):
         run_setups({"busy": busy, "other": idle}, tenants, lambda: build_policy("fifo"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tenants", "philly/51b7ef=-8"], "quota: Input should be greater than or equal to 0"),
+    (["--tenants", "philly/51b7ef"], "expected NAME=QUOTA"),
+    (["--tenants", "philly/51b7ef=8", "--placement", "pal"], "--tenants does not combine with --placement"),
+    (["--tenants", "philly/51b7ef=8", "-p", "fifo,srsf"], "one inner policy"),
+    (["--tenants", "philly/nope=8"], "trace 'philly/nope' is neither a file nor a bundled name"),
+    (["--tenants", "philly/51b7ef=0,philly/ed69ec=8"], "more than its quota of 0"),
+])
+def test_simulate_tenants_bad_input_is_one_line(args, message, capsys):
+    from pcs_ray.cli import run
+
+    assert run(["simulate", *args, "--no-predict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_simulate_tenants_prints_three_setups(capsys):
+    import json
+
+    from pcs_ray.cli import run
+
+    assert run(["simulate", "--tenants", "philly/51b7ef=8,philly/ed69ec=8", "-p", "fifo", "--json", "--no-predict"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["setups"]) == {"static", "shared", "flat"}
+    assert set(out["setups"]["shared"]["tenants"]) == {"trace_51b7ef", "trace_ed69ec"}
+    assert out["workload"]["quotas"] == {"trace_51b7ef": 8, "trace_ed69ec": 8}
