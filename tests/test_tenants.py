@@ -280,3 +280,18 @@ def test_simulate_tenants_prints_three_setups(capsys):
     assert set(out["setups"]) == {"static", "shared", "flat"}
     assert set(out["setups"]["shared"]["tenants"]) == {"trace_51b7ef", "trace_ed69ec"}
     assert out["workload"]["quotas"] == {"trace_51b7ef": 8, "trace_ed69ec": 8}
+
+
+def test_the_live_coordinator_lends_and_reclaims_by_tenant(tmp_path):
+    """Job files' tenants reach the live model: a's job borrows b's idle GPUs, and b's submission takes them back."""
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator import Coordinator, Journal
+
+    policy = build_policy("tenants", inner="fifo", tenants={"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}})
+    core = Coordinator(ClusterSpec.homogeneous(4, 4), policy, Journal(":memory:"), checkpoint_root=str(tmp_path),
+                       clock=lambda: 1000.0, workloads=("tiny",))
+    a, _ = core.submit({"workload": "tiny", "steps": 10_000, "gpus": 4, "min_gpus": 1, "step_time": 0.1, "tenant": "a"})
+    assert len(core.model.plan()[a]) == 4
+    b, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 2, "step_time": 0.1, "tenant": "b"})
+    plan = core.model.plan()
+    assert len(plan[a]) == 2 and len(plan[b]) == 2
