@@ -34,6 +34,12 @@ class JobSpec:
     #: start on other GPUs or another count (stop + restart + restore); ``None``: the engine's ``overhead``.
     start_cost: float = 0.0
     move_cost: float | None = None
+    #: Who submitted it: the tenant whose quota it runs on ("": no tenant) and the user within it.
+    tenant: str = ""
+    user: str = ""
+    #: Seconds a run of this job is kept before it may be preempted or resized (None: the operator's
+    #: default, ``pcs_ray.policies.tenants.MinRuntime``). Not to be confused with ``min_runtime``.
+    min_runtime_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.service <= 0:
@@ -46,6 +52,8 @@ class JobSpec:
             )
         if len(self.speedup) != self.max_gpus + 1:
             raise ValueError(f"job {self.job_id}: speedup table needs {self.max_gpus + 1} entries")
+        if self.min_runtime_s is not None and not self.min_runtime_s >= 0:
+            raise ValueError(f"job {self.job_id}: min_runtime_s must be >= 0 seconds, got {self.min_runtime_s}")
 
     @property
     def rigid(self) -> bool:

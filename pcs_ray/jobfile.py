@@ -16,6 +16,9 @@
     step_time: 0.5          # optional estimate, seconds per step on one GPU
     checkpoint_every: 50    # optional, steps between periodic checkpoints (0: only on preemption)
     params: {batch_size: 32, seed: 1}
+    tenant: vision          # optional: the tenant whose quota it runs on, and who submits it
+    user: alice
+    min_runtime_s: 600      # optional: keep a run this long before preempting it (within the operator's bound)
     executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
                             # the GPUs the coordinator assigns and acknowledges each change
 
@@ -94,6 +97,11 @@ class JobFile(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="what the workload reads (table below)")
     executor: Literal["runner", "external"] = Field(
         default="runner", description="external: another executor (a Ray Tune sweep) runs it on the GPUs it is given")
+    tenant: str | None = Field(default=None, min_length=1, max_length=100,
+                               description="the tenant whose quota it runs on (see pcs_ray.tenancy)")
+    user: str | None = Field(default=None, min_length=1, max_length=100, description="who submitted it")
+    min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
+                                        description="seconds a run is kept before preemption, within the operator's bound")
 
     @model_validator(mode="before")
     @classmethod

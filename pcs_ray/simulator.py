@@ -350,6 +350,7 @@ class Engine:
                     job.stall_until = now + cost  # checkpoint + restore before it moves again
             self.busy += n - job.alloc
             job.alloc = n
+            job.since = now
             if n:
                 running[jid] = job
             else:
@@ -452,6 +453,7 @@ def simulate(
     workers: int = 1,
     energy=None,
     incremental: bool = True,
+    observers: Sequence = (),
 ) -> SimResult:
     """Replay ``jobs`` through ``policy`` on ``capacity`` GPUs.
 
@@ -468,6 +470,9 @@ def simulate(
     ``energy`` (a ``pcs_ray.power.meter.EnergyMeter``) integrates system power
     over the schedule; its summary lands in ``result.extra["energy"]``.
 
+    ``observers``: objects whose ``observe(t, running_jobs)`` sees the allocation after every decision
+    (as ``energy`` does), e.g. a per-tenant ledger of GPUs held.
+
     ``incremental=False`` plays every forecast on a full fork (the reference the incremental
     plays are tested against); forecasts are the same either way.
     """
@@ -482,15 +487,16 @@ def simulate(
         if spec.min_gpus > capacity:
             raise ValueError(f"job {spec.job_id} needs at least {spec.min_gpus} GPUs; the cluster has {capacity}")
     workers = min(workers, len(arrivals)) if predict else 1
-    if workers > 1 and energy is not None:
-        raise ValueError("energy accounting runs in one process: use workers=1")
+    if workers > 1 and (energy is not None or observers):
+        raise ValueError("energy accounting and observers run in one process: use workers=1")
     if workers > 1:
         result = _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers, incremental)
         if progress is not None:
             progress(len(arrivals), len(arrivals))
     else:
+        meters = [m for m in (energy, *observers) if m is not None]
         result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, (0, 1) if predict else None, progress,
-                                    energy, incremental)
+                                    meters, incremental)
         _apply_forecasts(result, forecasts)
         if energy is not None:
             result.extra["energy"] = energy.summary(len(arrivals))
@@ -506,7 +512,7 @@ def _replay(
     placement,
     plays: tuple[int, int] | None,
     progress: Callable[[int, int], None] | None = None,
-    meter=None,
+    meters: Sequence = (),
     incremental: bool = True,
 ) -> tuple[SimResult, list[dict[int, float]]]:
     """The schedule itself; forward plays for arrivals ``k`` with ``k % n == r`` where ``plays == (r, n)``.
@@ -555,7 +561,7 @@ def _replay(
                 # of the round is admitted before the one decision, and they share a forecast.
                 break
         engine.reallocate()
-        if meter is not None:
+        for meter in meters:
             meter.observe(t, engine.running.values())
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
@@ -630,7 +636,7 @@ class _Folded:
 
 def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
     arrivals, capacity, policy, overhead, placement, plays, incremental = args
-    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays, None, None, incremental)
+    result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays, None, (), incremental)
     return (result if plays[0] == 0 else None), forecasts
 
 

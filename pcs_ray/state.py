@@ -33,6 +33,7 @@ class JobState:
     # the average number of active apps this app has seen is (seen_total + S) / (seen_events + E).
     seen_total: float = 0.0
     seen_events: int = 0
+    since: float = 0.0  # when its current GPU count began (how old its run is)
     _caps: dict[float, int] = field(default_factory=dict, repr=False)
     fair_memo: dict[float, float] = field(default_factory=dict, repr=False)
 
@@ -64,7 +65,7 @@ class JobState:
         return JobState(
             self.spec, self.remaining, self.attained, self.alloc, self.gpus, self.start_time,
             self.stall_until, self.slowdown, self.preemptions, self.anchor, self.start_cost, self.move_cost,
-            self.seen_total, self.seen_events,
+            self.seen_total, self.seen_events, self.since,
             self._caps, self.fair_memo,
         )
 

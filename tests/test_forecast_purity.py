@@ -38,11 +38,13 @@ def jobs(seed: int, load: float) -> list[JobSpec]:
         m = 1 + (j.job_id * 5 + seed) % 4
         k = (j.job_id * 3 + seed) % 8
         out.append(replace(j, max_gpus=m, min_gpus=m, speedup=linear_speedup(m), job_class="ABCD"[k % 4],
-                           model=f"w{k}"))
+                           model=f"w{k}", tenant="abc"[j.job_id % 3]))
     return out
 
 
 WORKLOADS = {"light": (0, 1.5), "heavy": (1, 3.0)}
+#: Tenants for the jobs (c is declared nowhere: it only borrows), and young runs kept 2 minutes.
+TENANTS = {"tenants": {"a": {"quota": 4}, "b": {"quota": 2, "weight": 2}}, "min_runtime_s": 120}
 
 
 def policy(name: str) -> SchedulingPolicy:
@@ -51,6 +53,8 @@ def policy(name: str) -> SchedulingPolicy:
     if cls is not None and "budget_w" in inspect.signature(cls.__init__).parameters:
         predicted = {c: float(v.mean()) for c, v in POWER.predicted.items()}
         return build_policy(name, power=predicted, tdp_w=POWER.tdp_w, budget_w=BUDGET_W)
+    if name == "tenants":
+        return build_policy(name, tenants=TENANTS)
     return build_policy(name)
 
 

@@ -37,6 +37,8 @@ def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_p
     assert r.jobs["running"] + r.jobs["queued"] + r.jobs["stopping"] == 2
     assert r.gpus_allocated + r.gpus_idle == 4 and r.gpus_allocated == sum(len(j.gpus) for j in core.active.values())
     assert sum(a for a, _ in r.queues.values()) == 2 and len(r.queues) >= 1  # WFQ: every active app has a queue
+    assert sum(r.reasons.values()) == r.jobs["queued"] == sum(w for _, w, _ in r.tenants.values())
+    assert r.tenants[""][2] == r.gpus_allocated  # jobs without a tenant
     clock.t += 2.0
     core.run_ended(small, core.jobs[small].attempt, "finished", 10)
     r = readings(core)
@@ -50,7 +52,8 @@ def test_the_grafana_dashboard_plots_every_metric_the_coordinator_exports():
     dashboard = json.loads((ROOT / "grafana" / "pcs-ray-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
     for metric in ("pcs_ray_jobs", "pcs_ray_wfq_queue_length", "pcs_ray_gpus", "pcs_ray_preemptions_total",
-                   "pcs_ray_prediction_error_percent"):
+                   "pcs_ray_prediction_error_percent", "pcs_ray_waiting_jobs", "pcs_ray_tenant_jobs",
+                   "pcs_ray_tenant_gpus"):
         assert metric in telemetry.__doc__ and f"ray_{metric}" in exprs
 
 

@@ -875,7 +875,7 @@ def test_build_policy_unknown_argument_lists_valid(name, kwargs, valid):
 def test_build_policy_names():
     assert set(POLICIES) == {"fifo", "srsf", "las", "srtf", "themis", "themis-lease", "afs", "afs-l", "fair", "pcs",
                              "fcfs-easy", "rush", "vu-fcfs", "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs",
-                             "cgva-fcfs-b", "vahrm"}
+                             "cgva-fcfs-b", "vahrm", "tenants"}
     for name, cls in POLICIES.items():
         assert type(build_policy(name)) is cls
         assert type(build_policy(name.upper())) is cls

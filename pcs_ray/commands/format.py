@@ -28,14 +28,15 @@ def last_line(text: str | None) -> str:
 
 
 def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
-    """The live table: job, state, GPUs, progress, predicted finish, why a failed job failed, and how often
-    and why a job's start was skipped (RUSH)."""
+    """The live table: job, state, GPUs, progress, predicted finish, why a failed job failed, how often
+    and why a job's start was skipped (RUSH), and why a queued job waits (its reason code and text)."""
     now = status["now"]
     failed = any(job["state"] == JobStatus.FAILED for job in status["jobs"])
     skipped = any(job.get("skips") for job in status["jobs"])
+    waits = any(job.get("waiting") for job in status["jobs"])
     table = Table(title=title, title_justify="left")
     columns = ["id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
-    for col in columns + (["skips"] if skipped else []) + (["error"] if failed else []):
+    for col in columns + (["skips"] if skipped else []) + (["why waiting"] if waits else []) + (["error"] if failed else []):
         table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
     for job in status["jobs"]:
         done = job["state"] in TERMINAL
@@ -49,6 +50,9 @@ def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
         ]
         if skipped:
             row.append(f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "")
+        if waits:
+            why = job.get("waiting")
+            row.append(f"{why['code']}: {why['text']}" if why else "")
         if failed:
             row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
         table.add_row(*row)

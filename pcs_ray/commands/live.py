@@ -119,6 +119,8 @@ def predict_cmd(
             sources = reply.get("estimated_from") or {}
             named = [f"{name} ({sources[name]})" if name in sources else name for name in reply["estimates"]]
             line += f" (still estimated: {', '.join(named)})"
+        if reply.get("waiting"):
+            line += f"; waiting: {reply['waiting']['code']}: {reply['waiting']['text']}"
         print(line)
 
 

@@ -35,7 +35,8 @@ def resolve_policies(names: list[str], pcs_configs: list[str], semantics: str = 
     tokens = [t.strip().lower() for value in names for t in value.split(",") if t.strip()]
     if not tokens:
         raise UsageError("--policy is empty; give a policy name or 'all'")
-    every = ordered_policies() if semantics != "continuous" else list(POLICIES)
+    # ``tenants`` wraps another policy and only differs from it with tenants or a minimum runtime: named, not in all.
+    every = ordered_policies() if semantics != "continuous" else [n for n in POLICIES if n != "tenants"]
     expanded: list[str] = []
     for t in tokens:
         expanded.extend(every if t == "all" else [t])

@@ -171,8 +171,15 @@ def simulate_cmd(
     pcr: Annotated[float | None, typer.Option(
         "--pcr", metavar="X", help="Power budget as a fraction of the GPUs' summed TDP (the VAHRM paper's PCR).",
         show_default=False)] = None,
+    tenants: Annotated[str | None, typer.Option(
+        "--tenants", metavar="TRACE=QUOTA,...|FILE", help="Traces as tenants of one cluster of their summed quotas "
+        "(or a tenants file naming traces): runs static, shared and flat side by side, one --policy inside each "
+        "tenant  [default policy: pcs-bal]", show_default=False)] = None,
 ) -> None:
-    opts = SimulateOptions(**locals()).checked()  # first: the parameters above are exactly the option fields
+    if tenants is not None:
+        _simulate_tenants(tenants, locals())
+        return
+    opts = SimulateOptions(**{k: v for k, v in locals().items() if k != "tenants"}).checked()
     # Imported here so `pcs-ray --help` stays fast (they pull in the simulator and the workload readers).
     from pcs_ray.commands.simulate_plan import make_plan
     from pcs_ray.commands.simulate_run import run_plan
@@ -187,6 +194,26 @@ def simulate_cmd(
         print_json({**summaries[0], "workload": plan.about} if single else {"runs": summaries, "workload": plan.about})
     else:
         stdout_console().print(comparison_table(summaries, plan.title))
+
+
+def _simulate_tenants(value: str, given: dict) -> None:
+    """``--tenants``: only the options that mean something for it may be given."""
+    from pcs_ray.commands.inputs import UsageError
+    from pcs_ray.commands.simulate_tenants import run, setups_table
+
+    allowed = {"tenants", "policy", "speedup", "predict", "overhead", "as_json", "value", "given"}
+    defaults = {"gpus": 64, "profile_seed": 0, "workers": 1}
+    extra = [k for k, v in given.items() if k not in allowed and v not in (None, False) and defaults.get(k) != v]
+    if extra:
+        raise UsageError(f"--tenants does not combine with --{extra[0].replace('_', '-')}")
+    if not (given["overhead"] >= 0):
+        raise UsageError(f"--overhead must be a number of seconds >= 0, got {given['overhead']}")
+    out = run(value, given["policy"], speedup=given["speedup"].value if given["speedup"] else None,
+              predict=given["predict"], overhead=given["overhead"])
+    if given["as_json"]:
+        print_json(out)
+    else:
+        stdout_console().print(setups_table(out))
 
 
 class _SimulateCommand(TyperCommand):

@@ -351,7 +351,9 @@ class Coordinator(CoordinatorState):
             self.model.sync(self.now(), self.active, self._dirty, self.speed)
             bound = self._bound(jid)
             job.bound = bound if bound is not None else job.bound
-        return views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
+        view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
+        view["waiting"] = self.model.why_waiting().get(jid) if job.state == JobStatus.QUEUED else None
+        return view
 
     def _uncertainty(self, job: LiveJob) -> dict:
         """Which inputs of the job's forecast are still estimates, and its range (p10-p90 of the spread
@@ -391,6 +393,9 @@ class Coordinator(CoordinatorState):
         view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
                             self.speed.restart_overhead, self.jobs.values(), self.gpu_name, self.gpu_watts)
         view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
+        waiting = self.model.why_waiting()
+        for job in view["jobs"]:
+            job["waiting"] = waiting.get(job["id"]) if job["state"] == JobStatus.QUEUED else None
         return view
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:

@@ -45,6 +45,7 @@ def job_spec(job: LiveJob, speed: SpeedModel) -> JobSpec:
         job_id=job.job_id, submit_time=job.submit, service=job.spec.steps * job.t1,
         max_gpus=job.spec.gpus, speedup=speed.speedup(job.spec), min_gpus=job.spec.fewest_gpus,
         model=job.spec.workload, job_class=job.spec.job_class, name=job.spec.name,
+        tenant=job.spec.tenant or "", user=job.spec.user or "", min_runtime_s=job.spec.min_runtime_s,
     )
 
 
@@ -154,6 +155,12 @@ class ClusterModel:
     def detached_predict(self):
         """``predict`` as a call that can run while the model moves on (``Engine.detached_play``), or None."""
         return self.engine.detached_play(placement=self.placement_matters)
+
+    def why_waiting(self) -> dict[int, dict]:
+        """Why each job the model gives no GPUs has none (``SchedulingPolicy.why_waiting``), as dicts."""
+        engine = self.engine
+        reasons = engine.policy.why_waiting(engine.snapshot(), engine.prev_alloc)
+        return {jid: reason.to_dict() for jid, reason in reasons.items()}
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

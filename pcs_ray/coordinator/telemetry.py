@@ -6,6 +6,9 @@ Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 * ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled so far)
 * ``pcs_ray_wfq_queue_length{queue}``: active apps in each WFQ queue (``waiting`` tag: those without GPUs)
 * ``pcs_ray_gpus{state}``: GPUs allocated and idle
+* ``pcs_ray_waiting_jobs{reason}``: queued jobs by why they wait (``pcs_ray.policies.reasons.WaitCode``)
+* ``pcs_ray_tenant_jobs{tenant,waiting}`` and ``pcs_ray_tenant_gpus{tenant}``: each tenant's active jobs
+  (``waiting``: those without GPUs) and the GPUs its jobs hold ("" for jobs without a tenant)
 * ``pcs_ray_preemptions_total``: preemptions so far
 * ``pcs_ray_prediction_error_percent``: histogram of finished jobs' ``100·|JCT − JCT_pred| / JCT_pred``
   (the first prediction, as PCS measures it)
@@ -18,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pcs_ray.contract import JobStatus
+from pcs_ray.policies.reasons import WaitCode
 
 ERROR_BOUNDARIES = [1, 2, 5, 10, 20, 50, 100, 200, 500]
 
@@ -30,6 +34,8 @@ class Readings:
     gpus_idle: int
     preemptions: int
     finished_errors: dict[int, float] = field(default_factory=dict)  # job id -> prediction error (%)
+    reasons: dict[str, int] = field(default_factory=dict)  # wait reason code -> queued jobs
+    tenants: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # tenant -> (active, waiting, GPUs)
 
 
 def readings(core) -> Readings:
@@ -55,8 +61,19 @@ def readings(core) -> Readings:
         q[0] += 1
         q[1] += not job.gpus
     allocated = sum(len(job.gpus) for job in core.active.values())
+    reasons = {code.value: 0 for code in WaitCode}
+    for jid, why in core.model.why_waiting().items():
+        if jid in core.active and core.active[jid].state == JobStatus.QUEUED:
+            reasons[why["code"]] += 1
+    tenants: dict[str, list[int]] = {}
+    for job in core.active.values():
+        t = tenants.setdefault(job.spec.tenant or "", [0, 0, 0])
+        t[0] += 1
+        t[1] += not job.gpus
+        t[2] += len(job.gpus)
     return Readings(jobs, {k: (v[0], v[1]) for k, v in queues.items()}, allocated,
-                    max(0, core.cluster.num_gpus - allocated), preemptions, errors)
+                    max(0, core.cluster.num_gpus - allocated), preemptions, errors, reasons,
+                    {k: (v[0], v[1], v[2]) for k, v in tenants.items()})
 
 
 class RayMetrics:
@@ -69,6 +86,10 @@ class RayMetrics:
         self.queue = Gauge("pcs_ray_wfq_queue_length", "active apps per WFQ queue", tag_keys=("queue", "waiting"))
         self.gpus = Gauge("pcs_ray_gpus", "GPUs allocated and idle", tag_keys=("state",))
         self.preemptions = Counter("pcs_ray_preemptions_total", "preemptions so far")
+        self.waiting = Gauge("pcs_ray_waiting_jobs", "queued jobs by why they wait", tag_keys=("reason",))
+        self.tenant_jobs = Gauge("pcs_ray_tenant_jobs", "active jobs per tenant", tag_keys=("tenant", "waiting"))
+        self.tenant_gpus = Gauge("pcs_ray_tenant_gpus", "GPUs held per tenant", tag_keys=("tenant",))
+        self._tenants: set[str] = set()
         self.error = Histogram("pcs_ray_prediction_error_percent", "finished jobs' prediction error (%)",
                                boundaries=ERROR_BOUNDARIES)
         self._preemptions = 0
@@ -85,6 +106,15 @@ class RayMetrics:
             self.queue.set(active - waiting, {"queue": q, "waiting": "false"})
             self.queue.set(waiting, {"queue": q, "waiting": "true"})
         self._queues = set(r.queues)
+        for reason, n in r.reasons.items():
+            self.waiting.set(n, {"reason": reason})
+        for t in self._tenants - set(r.tenants):
+            r.tenants[t] = (0, 0, 0)
+        for t, (active, waiting, gpus) in r.tenants.items():
+            self.tenant_jobs.set(active - waiting, {"tenant": t, "waiting": "false"})
+            self.tenant_jobs.set(waiting, {"tenant": t, "waiting": "true"})
+            self.tenant_gpus.set(gpus, {"tenant": t})
+        self._tenants = {t for t, v in r.tenants.items() if v[0]}
         self.gpus.set(r.gpus_allocated, {"state": "allocated"})
         self.gpus.set(r.gpus_idle, {"state": "idle"})
         if r.preemptions > self._preemptions:

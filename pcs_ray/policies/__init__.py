@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
+from pcs_ray.tenancy import as_tenants
 from pcs_ray.policies.afs import AFSPolicy
 from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.policies.afs_l import AFSLPolicy
@@ -23,6 +24,7 @@ from pcs_ray.policies.las import LASPolicy
 from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
+from pcs_ray.policies.tenants import TenantPolicy
 from pcs_ray.policies.themis import ThemisPolicy
 from pcs_ray.policies.vahrm import ENERGY_POLICIES
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy
@@ -31,7 +33,7 @@ from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
     for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, ThemisLeasePolicy, AFSPolicy, AFSLPolicy,
-                FairSharePolicy, WFQPolicy, EasyBackfill, RushPolicy, *ENERGY_POLICIES)
+                FairSharePolicy, WFQPolicy, EasyBackfill, RushPolicy, *ENERGY_POLICIES, TenantPolicy)
 }
 
 
@@ -79,7 +81,12 @@ ABOUT: dict[str, str] = {
     "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the most power-efficient GPUs, "
              "under a power budget",
     "rush": "fcfs-easy whose start function skips a job predicted to run slow, up to a skip threshold (RUSH)",
+    "tenants": "tenant quotas with borrowing of idle quota by weight, and a minimum runtime before preemption, "
+               "around an inner policy that divides each tenant's GPUs (default pcs-bal)",
 }
+
+#: The policy ``tenants`` wraps unless told otherwise (the coordinator's default).
+DEFAULT_INNER = "pcs-bal"
 
 
 def policy_names() -> list[str]:
@@ -127,10 +134,18 @@ def build_policy(name: str, **config) -> SchedulingPolicy:
         raise ValueError(f"policy {name!r} takes no argument(s) {unknown}; it accepts {params or 'none'}")
     if cls is WFQPolicy and config.get("config") is not None:
         config["config"] = wfq_config(config["config"])
+    if cls is TenantPolicy:
+        inner = config.get("inner") or DEFAULT_INNER
+        if isinstance(inner, str):
+            if inner.lower() == TenantPolicy.name:
+                raise ValueError("policy 'tenants' cannot wrap itself")
+            inner = build_policy(inner)
+        config["inner"] = inner
+        config["tenants"] = as_tenants(config.get("tenants"))
     return cls(**config)
 
 
 __all__ = [
     "ABOUT", "BUNDLED", "POLICIES", "Allocation", "AllocationError", "BundledConfig", "ConfigError", "EasyBackfill", "RushPolicy",
-    "SchedulingPolicy", "WFQConfig", "WFQPolicy", "build_policy", "policy_names", "policy_params", "wfq_config",
+    "SchedulingPolicy", "TenantPolicy", "WFQConfig", "WFQPolicy", "build_policy", "policy_names", "policy_params", "wfq_config",
 ]

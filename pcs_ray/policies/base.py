@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import ClassVar
 
+from pcs_ray.policies.reasons import WaitReason, waiting_for_gpus
 from pcs_ray.state import JobState, Snapshot
 
 Allocation = dict[int, int]  # job_id -> GPU count (jobs left out get 0)
@@ -73,6 +74,11 @@ class SchedulingPolicy(ABC):
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         """Worst-case finish time of ``job`` whatever arrives later, if the policy guarantees one."""
         return None
+
+    def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
+        """Why each active job without GPUs in ``alloc`` (this policy's decision on ``snap``) has none.
+        A policy with a rule of its own says so; the default names the GPUs the job needs and the free ones."""
+        return {j.spec.job_id: waiting_for_gpus(snap, alloc, j) for j in snap.jobs if not alloc.get(j.spec.job_id)}
 
     def queue_form(self):
         """A ``WFQPolicy`` that allocates exactly as this policy does on every snapshot, or None.

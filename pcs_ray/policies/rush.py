@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation
 from pcs_ray.policies.easy import EasyBackfill
+from pcs_ray.policies.reasons import WaitCode, WaitReason
 from pcs_ray.state import JobState, Snapshot
 
 
@@ -90,6 +91,17 @@ class RushPolicy(EasyBackfill):
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
         return snap.now + self.retry if getattr(snap.index, "passed", False) else None
+
+    def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
+        """A job skipped at this instant is waiting because of the skip; the others as FCFS+EASY says."""
+        out = super().why_waiting(snap, alloc)
+        table = snap.index
+        if isinstance(table, SkipTable):
+            for jid in out:
+                if table.last.get(jid) == snap.now:
+                    out[jid] = WaitReason(WaitCode.RUSH_SKIP, f"predicted to run slow on the free GPUs: skipped "
+                                                              f"{table.skips[jid]} of {self.skip_threshold} times")
+        return out
 
     def describe(self) -> dict:
         return {**super().describe(), "policy": self.name, "skip_threshold": self.skip_threshold,

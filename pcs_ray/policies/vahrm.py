@@ -51,6 +51,7 @@ import numpy as np
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.policies.easy import EasyBackfill
+from pcs_ray.policies.reasons import WaitCode, WaitReason
 from pcs_ray.state import JobState, Snapshot
 
 #: the paper's beta, (1/4)^6 (§VI-C)
@@ -93,6 +94,21 @@ class _PowerAware:
         if self._workload(job) not in self._profiled:
             return self.tdp_w
         return self.power.get(job.spec.job_class, self.tdp_w)
+
+    def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
+        """A job whose predicted draw would take the running jobs' past the budget waits for the budget."""
+        out = super().why_waiting(snap, alloc)
+        if self.budget_w is None:
+            return out
+        by_id = {j.spec.job_id: j for j in snap.jobs}
+        drawn = sum(self.gpu_watts(by_id[jid]) * n for jid, n in alloc.items() if jid in by_id)
+        for jid in out:
+            job = by_id[jid]
+            w = self.gpu_watts(job) * min(job.spec.max_gpus, snap.capacity)
+            if drawn > 0 and drawn + w > self.budget_w:
+                out[jid] = WaitReason(WaitCode.POWER, f"needs {w:.0f} W; running jobs draw {drawn:.0f} W of the "
+                                                      f"{self.budget_w:.0f} W power budget")
+        return out
 
     def _note_running(self, snap: Snapshot) -> float:
         """Marks running workloads profiled; the predicted draw of the running jobs (W)."""

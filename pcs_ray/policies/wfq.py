@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
+from pcs_ray.policies.reasons import WaitCode, WaitReason
 from pcs_ray.state import JobState, Snapshot
 from pcs_ray.contract import ConfigError  # one class for every unusable configuration, live or simulated
 
@@ -359,6 +360,22 @@ class WFQPolicy(SchedulingPolicy):
         q = self.queue_of(job)
         guaranteed = math.floor(snap.capacity * self.weights[q] + 1e-9)
         return fifo_queue_bound(snap, self._index(snap).queues[q], job, guaranteed, self.config.zeta_min)
+
+    def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
+        """Its place among the queue's waiting jobs, and the GPUs the queue holds of its weighted share."""
+        index = self._index(snap)
+        out = {}
+        for q, queue in enumerate(index.queues):
+            held = sum(alloc.get(j.spec.job_id, 0) for j in queue)
+            place = 0
+            for job in queue:
+                if alloc.get(job.spec.job_id):
+                    continue
+                place += 1
+                out[job.spec.job_id] = WaitReason(
+                    WaitCode.QUEUE, f"waiting #{place} in WFQ queue {q} (weight {self.weights[q]:.2f}), which holds "
+                                    f"{held} of {snap.capacity} GPUs; it needs {job.spec.min_gpus}")
+        return out
 
     def describe(self) -> dict:
         return {"policy": self.name, **self.config.to_dict()}

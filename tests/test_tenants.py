@@ -1,0 +1,297 @@
+"""The two-level tenant policy: quotas, lending by weight, reclaiming, the minimum runtime, and the
+tenants file. Expected counts are worked out by hand from the rules in ``pcs_ray.policies.tenants``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.policies import build_policy
+from pcs_ray.policies.tenants import TenantPolicy, tenant_shares, weighted_fill
+from pcs_ray.simulator import Engine, simulate
+from pcs_ray.state import JobState, Snapshot
+from pcs_ray.tenancy import Tenant, TenantsError, TenantsFile, load_tenants, parse_quotas, tenants_from_dict
+from workloads.generator import generate_workload
+
+INF = math.inf
+
+
+def spec(jid, tenant, *, submit=0.0, service=1000.0, gpus=4, rigid=False, min_runtime_s=None):
+    return JobSpec(jid, float(submit), float(service), gpus, linear_speedup(gpus), min_gpus=gpus if rigid else 1,
+                   tenant=tenant, min_runtime_s=min_runtime_s)
+
+
+def running(s: JobSpec, alloc: int, since: float = 0.0) -> JobState:
+    job = JobState.new(s)
+    job.alloc, job.since = alloc, since
+    return job
+
+
+def policy(inner="fifo", **file) -> TenantPolicy:
+    return build_policy("tenants", inner=inner, tenants=file)
+
+
+@pytest.mark.parametrize("amount, wants, weights, expected", [
+    pytest.param(8, [8, 8], [1, 1], [4, 4], id="equal-weights-split-evenly"),
+    pytest.param(8, [2, 8], [1, 1], [2, 6], id="a-small-want-drops-out-and-frees-the-rest"),
+    pytest.param(9, [9, 9], [2, 1], [6, 3], id="by-weight"),
+    pytest.param(7, [9, 9], [1, 1], [4, 3], id="an-odd-GPU-to-the-earlier"),
+    pytest.param(5, [0, 9, 1], [1, 1, 1], [0, 4, 1], id="no-want-no-GPU"),
+    pytest.param(3, [1, 1], [1, 1], [1, 1], id="more-than-wanted-stays-out"),
+])
+def test_weighted_fill(amount, wants, weights, expected):
+    assert weighted_fill(amount, wants, weights) == expected
+
+
+@pytest.mark.parametrize("tenants, demand, floors, expected", [
+    # Quotas first: a has demand 2 of its 4, b gets its 4, the 2 idle GPUs of a's quota go to b.
+    pytest.param([Tenant(quota=4), Tenant(quota=4)], [2, 8], [0, 0], [2, 6], id="idle-quota-is-lent"),
+    # 8 idle GPUs of c's quota split 3:1 by weight between a and b (both want 8 more).
+    pytest.param([Tenant(quota=4, weight=3), Tenant(quota=4), Tenant(quota=8)], [16, 16, 0], [0, 0, 0],
+                 [10, 6, 0], id="lent-by-weight"),
+    pytest.param([Tenant(quota=4, borrow_limit=1), Tenant(quota=4)], [16, 2], [0, 0], [5, 2],
+                 id="a-borrowing-limit-leaves-GPUs-idle"),
+    # b's young runs hold 6 of the 8: a gets only 2 of its quota until they age.
+    pytest.param([Tenant(quota=4), Tenant(quota=4)], [4, 8], [0, 6], [2, 6], id="young-runs-hold-their-GPUs"),
+    pytest.param([Tenant(quota=2), Tenant(quota=2)], [2, 2], [0, 0], [2, 2], id="no-more-than-demand"),
+])
+def test_tenant_shares(tenants, demand, floors, expected):
+    """On a cluster the size of the summed quotas."""
+    assert tenant_shares(sum(t.quota for t in tenants), tenants, demand, floors) == expected
+
+
+def test_a_borrower_uses_idle_quota_and_the_lender_takes_it_back():
+    """a's 8-GPU job borrows b's idle 4; when b submits, a is shrunk to its quota at once."""
+    jobs = [spec(0, "a", service=8000, gpus=8), spec(1, "b", submit=100, service=400)]
+    rec = {r.job_id: r for r in simulate(jobs, 8, policy(tenants={"a": {"quota": 4}, "b": {"quota": 4}})).records}
+    assert rec[1].start == 100 and rec[1].finish == 200  # b got its 4 GPUs on arrival
+    assert rec[0].finish == 200 + (8000 - 100 * 8 - 100 * 4) / 8  # 8 GPUs, except 100 s on 4
+    flat = {r.job_id: r for r in simulate(jobs, 8, build_policy("fifo")).records}
+    assert flat[1].start == 1000  # without tenants b waits for a's job
+
+
+def test_inside_a_tenant_the_inner_policy_divides_its_share():
+    """a's two jobs share a's 6 GPUs FIFO (first one 4, second 2); b's job is held to its quota."""
+    p = policy(tenants={"a": {"quota": 6}, "b": {"quota": 2}})
+    jobs = [JobState.new(spec(0, "a")), JobState.new(spec(1, "a", submit=1)), JobState.new(spec(2, "b", gpus=8))]
+    assert p.allocate(Snapshot(10.0, 8, jobs)) == {0: 4, 1: 2, 2: 2}
+
+
+def test_rigid_jobs_that_do_not_fit_a_share_give_its_GPUs_back():
+    """a's share would be 4+1 but its 4-GPU rigid jobs use 4; the idle one goes to b, which can use it."""
+    p = policy(tenants={"a": {"quota": 5}, "b": {"quota": 3}})
+    jobs = [JobState.new(spec(0, "a", rigid=True)), JobState.new(spec(1, "a", rigid=True, submit=1)),
+            JobState.new(spec(2, "b", gpus=8))]
+    assert p.allocate(Snapshot(0.0, 8, jobs)) == {0: 4, 2: 4}
+
+
+def test_jobs_of_undeclared_tenants_only_borrow():
+    p = policy(tenants={"a": {"quota": 8}})
+    jobs = [JobState.new(spec(0, "a", gpus=6)), JobState.new(spec(1, "", gpus=8))]
+    assert p.allocate(Snapshot(0.0, 8, jobs)) == {0: 6, 1: 2}
+
+
+@pytest.mark.parametrize("inner", ["fifo", "srsf", "pcs-bal", "themis", "las"])
+def test_without_tenants_it_is_the_inner_policy(inner):
+    jobs = generate_workload("themis1", 60, 16, load=1.5, seed=3)
+    wrapped = simulate(jobs, 16, build_policy("tenants", inner=inner)).records
+    plain = simulate(jobs, 16, build_policy(inner)).records
+    assert [(r.start, r.finish, r.first_pred, r.preemptions) for r in wrapped] == \
+           [(r.start, r.finish, r.first_pred, r.preemptions) for r in plain]
+
+
+def test_a_forked_tenant_policy_forks_a_stateful_inner():
+    p = build_policy("tenants", inner="vahrm")
+    assert p.fork() is not p and p.fork().inner is not p.inner
+    pure = build_policy("tenants")
+    assert pure.fork() is pure
+
+
+# -- the minimum runtime -------------------------------------------------------------------------
+
+
+def thrash_stream() -> list[JobSpec]:
+    """A long job in the big queue, short ones arriving every minute in the small queue: under WFQ each
+    arrival takes GPUs from the long job and each finish gives them back."""
+    return [JobSpec(k, 60.0 * k, 20000.0 if k % 4 == 0 else 200.0, 8, linear_speedup(8)) for k in range(40)]
+
+
+def decisions(policy, jobs, capacity=8):
+    """Every GPU count a run lost, with its age then: ``(job, age, min runtime)``; and the preemptions."""
+    engine = Engine(capacity, policy)
+    arrivals = sorted(jobs, key=lambda s: s.submit_time)
+    i, lost = 0, []
+    while i < len(arrivals) or engine.active:
+        t = engine.next_event(arrivals[i].submit_time if i < len(arrivals) else INF)
+        engine.remove(engine.advance(t))
+        while i < len(arrivals) and arrivals[i].submit_time <= t:
+            engine.admit(arrivals[i])
+            i += 1
+        before = {jid: (j.alloc, j.since) for jid, j in engine.active.items()}
+        engine.reallocate()
+        for jid, (n, since) in before.items():
+            job = engine.active[jid]
+            if n and job.alloc < n:
+                lost.append((jid, t - since))
+    return lost
+
+
+def wfq_by_size():
+    from pcs_ray.policies import WFQConfig, WFQPolicy
+
+    return WFQPolicy(WFQConfig((1000.0, 5000.0, INF), (1.0, 1.0, 1.0)))
+
+
+def test_no_run_younger_than_its_min_runtime_is_shrunk_or_preempted():
+    jobs = thrash_stream()
+    plain = decisions(wfq_by_size(), jobs)
+    assert sum(1 for _, age in plain if age < 300) >= 20  # the stream thrashes without the rule
+    guarded = decisions(TenantPolicy(wfq_by_size(), TenantsFile(min_runtime_s=300)), jobs)
+    assert guarded and min(age for _, age in guarded) >= 300 - 1e-6
+    asked = [replace(s, min_runtime_s=600.0) if s.job_id % 2 else s for s in jobs]
+    per_job = decisions(TenantPolicy(wfq_by_size(), TenantsFile(min_runtime_s=300, max_min_runtime_s=600)), asked)
+    assert per_job and all(age >= (600 if jid % 2 else 300) - 1e-6 for jid, age in per_job)
+
+
+def test_a_young_run_keeps_its_gpus_unless_a_lender_reclaims():
+    jobs = [spec(0, "a", service=8000, gpus=8), spec(1, "b", submit=100, service=400)]
+    tenants = {"a": {"quota": 4}, "b": {"quota": 4}}
+    reclaim = {r.job_id: r for r in simulate(jobs, 8, policy(tenants=tenants, min_runtime_s=1000)).records}
+    assert reclaim[1].start == 100  # the operator lets a lender reclaim from young runs
+    wait = {r.job_id: r for r in simulate(jobs, 8, policy(tenants=tenants, min_runtime_s=1000,
+                                                          reclaim_young_runs=False)).records}
+    assert wait[1].start == 1000 and wait[0].finish == 1000  # b waits for a's run to be 1000 s old
+    assert wait[1].first_pred == wait[1].finish  # the prediction played the rule
+
+
+def test_a_young_run_grows_into_gpus_nobody_else_can_use():
+    p = policy(min_runtime_s=600)
+    young = running(spec(0, "", gpus=8), alloc=4, since=0.0)
+    assert p.allocate(Snapshot(10.0, 8, [young])) == {0: 8}
+
+
+def test_the_review_comes_when_a_protection_ends():
+    p = policy(min_runtime_s=600)
+    jobs = [running(spec(0, "", gpus=8), alloc=8, since=100.0), JobState.new(spec(1, "", submit=5))]
+    snap = Snapshot(200.0, 8, jobs)
+    alloc = p.allocate(snap)
+    assert alloc == {0: 8} and p.next_review(snap, alloc) == 700.0
+
+
+# -- the tenants file ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"tenants": {"a": {"quota": -1}}}, "tenants.a.quota: Input should be greater than or equal to 0"),
+    ({"tenants": {"a": {"quota": 4, "colour": "red"}}}, "tenants.a.colour: Extra inputs are not permitted"),
+    ({"tenant": {}}, "tenant: Extra inputs are not permitted"),
+    ({"tenants": {"a": {"quota": 4, "weight": 0}}}, "weight: Input should be greater than 0"),
+    ({"tenants": {"a=b": {"quota": 4}}}, "tenant name 'a=b'"),
+    ({"min_runtime_s": -5}, "min_runtime_s: Input should be greater than or equal to 0"),
+    ([1, 2], "expected a mapping"),
+])
+def test_a_bad_tenants_file_is_one_line(raw, message):
+    with pytest.raises(TenantsError, match=message) as e:
+        tenants_from_dict(raw, "t.yaml")
+    assert "\n" not in str(e.value)
+
+
+def test_quotas_past_the_cluster_unknown_tenants_and_long_min_runtimes_are_refused(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("tenants:\n  a: {quota: 6}\n  b: {quota: 4}\nmin_runtime_s: 60\nmax_min_runtime_s: 600\n")
+    tenants = load_tenants(path)
+    tenants.check_capacity(10)
+    with pytest.raises(TenantsError, match="add up to 10 GPUs, more than the cluster's 8"):
+        tenants.check_capacity(8)
+    tenants.check_job(spec(0, "a", min_runtime_s=600))
+    with pytest.raises(TenantsError, match="unknown tenant 'c'; tenants: a, b"):
+        tenants.check_job(spec(0, "c"))
+    with pytest.raises(TenantsError, match="min_runtime_s 601 is past the operator's bound of 600 s"):
+        tenants.check_job(spec(0, "a", min_runtime_s=601))
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(TenantsError, match="not valid JSON"):
+        load_tenants(tmp_path / "bad.json")
+
+
+def test_quotas_on_the_command_line():
+    assert parse_quotas("philly/0e4a51=64, ed69ec=32") == {"philly/0e4a51": 64, "ed69ec": 32}
+    for bad, message in (("a", "expected NAME=QUOTA"), ("a=x", "whole number"), ("a=1,a=2", "given twice")):
+        with pytest.raises(TenantsError, match=message):
+            parse_quotas(bad)
+
+
+# -- tenants on one cluster: the ledger and the three setups ----------------------------------
+
+
+def test_the_ledger_counts_borrowed_and_lent_gpu_seconds():
+    from pcs_ray.tenant_report import TenantLedger
+
+    ledger = TenantLedger({"a": 4, "b": 4}, 8)
+    ledger.observe(0.0, [running(spec(0, "a", gpus=8), alloc=8)])  # a borrows all of b's quota
+    ledger.observe(100.0, [running(spec(0, "a", gpus=8), alloc=4), running(spec(1, "b"), alloc=2)])
+    ledger.observe(300.0, [])
+    assert ledger.borrowed == {"a": 400.0, "b": 0.0} and ledger.lent == {"a": 0.0, "b": 400.0}
+
+
+def test_three_setups_side_by_side():
+    from pcs_ray.tenant_setups import run_setups
+
+    busy = generate_workload("themis1", 40, 8, load=2.0, seed=1)
+    idle = [replace(s, submit_time=s.submit_time * 20) for s in generate_workload("themis1", 10, 8, load=0.5, seed=2)]
+    tenants = TenantsFile(tenants={"busy": Tenant(quota=8), "idle": Tenant(quota=8)})
+    out = run_setups({"busy": busy, "idle": idle}, tenants, lambda: build_policy("fifo"))["setups"]
+    assert set(out) == {"static", "shared", "flat"} and all(s["gpus"] == 16 for s in out.values())
+    static, shared = out["static"]["tenants"], out["shared"]["tenants"]
+    assert static["busy"]["borrowed_gpu_s"] == 0 and shared["busy"]["borrowed_gpu_s"] > 0
+    assert shared["busy"]["borrowed_gpu_s"] == pytest.approx(shared["idle"]["lent_gpu_s"])
+    assert shared["busy"]["avg_jct"] < static["busy"]["avg_jct"]
+    assert shared["idle"]["avg_jct"] <= static["idle"]["avg_jct"]  # its quota back at once, and it borrows too
+    assert all(t["avg_pred_err"] is not None for s in out.values() for t in s["tenants"].values())
+    with pytest.raises(TenantsError, match="no quota for tenant"):
+        run_setups({"busy": busy, "other": idle}, tenants, lambda: build_policy("fifo"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tenants", "philly/51b7ef=-8"], "quota: Input should be greater than or equal to 0"),
+    (["--tenants", "philly/51b7ef"], "expected NAME=QUOTA"),
+    (["--tenants", "philly/51b7ef=8", "--placement", "pal"], "--tenants does not combine with --placement"),
+    (["--tenants", "philly/51b7ef=8", "-p", "fifo,srsf"], "one inner policy"),
+    (["--tenants", "philly/nope=8"], "trace 'philly/nope' is neither a file nor a bundled name"),
+    (["--tenants", "philly/51b7ef=0,philly/ed69ec=8"], "more than its quota of 0"),
+])
+def test_simulate_tenants_bad_input_is_one_line(args, message, capsys):
+    from pcs_ray.cli import run
+
+    assert run(["simulate", *args, "--no-predict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_simulate_tenants_prints_three_setups(capsys):
+    import json
+
+    from pcs_ray.cli import run
+
+    assert run(["simulate", "--tenants", "philly/51b7ef=8,philly/ed69ec=8", "-p", "fifo", "--json", "--no-predict"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["setups"]) == {"static", "shared", "flat"}
+    assert set(out["setups"]["shared"]["tenants"]) == {"trace_51b7ef", "trace_ed69ec"}
+    assert out["workload"]["quotas"] == {"trace_51b7ef": 8, "trace_ed69ec": 8}
+
+
+def test_the_live_coordinator_lends_and_reclaims_by_tenant(tmp_path):
+    """Job files' tenants reach the live model: a's job borrows b's idle GPUs, and b's submission takes them back."""
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator import Coordinator, Journal
+
+    policy = build_policy("tenants", inner="fifo", tenants={"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}})
+    core = Coordinator(ClusterSpec.homogeneous(4, 4), policy, Journal(":memory:"), checkpoint_root=str(tmp_path),
+                       clock=lambda: 1000.0, workloads=("tiny",))
+    a, _ = core.submit({"workload": "tiny", "steps": 10_000, "gpus": 4, "min_gpus": 1, "step_time": 0.1, "tenant": "a"})
+    assert len(core.model.plan()[a]) == 4
+    b, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 2, "step_time": 0.1, "tenant": "b"})
+    plan = core.model.plan()
+    assert len(plan[a]) == 2 and len(plan[b]) == 2

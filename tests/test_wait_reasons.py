@@ -1,0 +1,100 @@
+"""Why a job waits: every policy gives each job without GPUs one typed reason, and the rules that hold a
+job back say so in their own code."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.policies import build_policy, policy_names
+from pcs_ray.policies.reasons import WaitCode
+from pcs_ray.policies.rush import RushPolicy
+from pcs_ray.simulator import Engine
+from pcs_ray.state import JobState, Snapshot
+
+
+def spec(jid, *, gpus=4, rigid=True, service=1000.0, tenant="", submit=None):
+    return JobSpec(jid, float(jid if submit is None else submit), service, gpus, linear_speedup(gpus),
+                   min_gpus=gpus if rigid else 1, tenant=tenant)
+
+
+def decided(policy, specs, capacity=8, now=10.0):
+    engine = Engine(capacity, policy)
+    for s in specs:
+        engine.admit(s)
+    engine.set_clock(now)
+    engine.reallocate()
+    snap = engine.snapshot()
+    return snap, engine.prev_alloc, policy.why_waiting(snap, engine.prev_alloc)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_job_without_gpus_has_one_reason(name):
+    specs = [spec(k, gpus=1 + k % 4, service=500.0 * (1 + k)) for k in range(8)]
+    snap, alloc, why = decided(build_policy(name), specs)
+    waiting = {j.spec.job_id for j in snap.jobs if not alloc.get(j.spec.job_id)}
+    assert waiting and set(why) == waiting
+    assert all(isinstance(r.code, WaitCode) and r.text and "\n" not in r.text for r in why.values())
+
+
+def test_wfq_gives_the_place_in_the_queue_and_its_share():
+    _, _, why = decided(build_policy("pcs", config={"class_thresholds": ["inf"], "class_rates": [1]}),
+                        [spec(k) for k in range(4)])
+    assert [why[2].code, why[3].code] == [WaitCode.QUEUE, WaitCode.QUEUE]
+    assert why[2].text.startswith("waiting #1 in WFQ queue 0") and why[3].text.startswith("waiting #2 in WFQ queue 0")
+    assert "holds 8 of 8 GPUs" in why[3].text
+
+
+def test_a_tenant_at_its_quota_and_young_runs_are_named():
+    tenants = {"tenants": {"a": {"quota": 4}, "b": {"quota": 4}}, "min_runtime_s": 600, "reclaim_young_runs": False}
+    policy = build_policy("tenants", inner="fifo", tenants=tenants)
+    young = JobState.new(spec(0, gpus=8, rigid=False, tenant="a"))
+    young.alloc, young.since = 8, 100.0
+    jobs = [young, JobState.new(spec(1, tenant="b")), JobState.new(spec(2, tenant="a"))]
+    snap = Snapshot(200.0, 8, jobs)
+    alloc = policy.allocate(snap)
+    why = policy.why_waiting(snap, alloc)
+    assert alloc == {0: 8}
+    assert why[2].code == WaitCode.TENANT_QUOTA and "tenant a holds 8 GPUs, its quota is 4" in why[2].text
+    assert why[1].code == WaitCode.MIN_RUNTIME and "job 0 until t=700" in why[1].text
+
+
+def test_the_power_budget_is_named():
+    policy = build_policy("vu-fcfs-b", power={"A": 250.0}, tdp_w=300.0, budget_w=1300.0)
+    _, alloc, why = decided(policy, [spec(0), spec(1)])
+    assert alloc == {0: 4} and why[1].code == WaitCode.POWER and "1300 W power budget" in why[1].text
+
+
+class _AlwaysSlow:
+    def would_be_slow(self, job, n, free, now):
+        return True
+
+
+def test_a_rush_skip_is_named():
+    _, alloc, why = decided(RushPolicy(skip_threshold=3, predictor=_AlwaysSlow()), [spec(0)])
+    assert alloc == {} and why[0].code == WaitCode.RUSH_SKIP and "skipped 1 of 3 times" in why[0].text
+
+
+def test_status_shows_every_queued_jobs_reason(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.commands.format import status_table
+    from pcs_ray.coordinator import Coordinator, Journal
+
+    core = Coordinator(ClusterSpec.homogeneous(4, 2), build_policy("pcs-bal"), Journal(":memory:"),
+                       checkpoint_root=str(tmp_path), clock=lambda: 1000.0, workloads=("tiny",))
+    for _ in range(3):
+        core.submit({"workload": "tiny", "steps": 100, "gpus": 4, "step_time": 0.1, "tenant": "vision",
+                     "user": "alice"})
+    status = core.status()
+    queued = [j for j in status["jobs"] if j["state"] == "queued"]
+    assert len(queued) == 2 and all(j["waiting"]["code"] == "queue" for j in queued)
+    assert all(j["waiting"] is None for j in status["jobs"] if j["state"] != "queued")
+    out = io.StringIO()
+    Console(file=out, width=400).print(status_table(status))
+    assert "why waiting" in out.getvalue() and "queue: waiting #2 in WFQ queue" in out.getvalue()
+    assert core.predict(queued[0]["id"])["waiting"]["code"] == "queue"
+    assert core.predict(next(j["id"] for j in status["jobs"] if j["state"] != "queued"))["waiting"] is None
