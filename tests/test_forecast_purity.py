@@ -52,7 +52,8 @@ def policy(name: str) -> SchedulingPolicy:
     cls = POLICIES.get(name)
     if cls is not None and "budget_w" in inspect.signature(cls.__init__).parameters:
         predicted = {c: float(v.mean()) for c, v in POWER.predicted.items()}
-        return build_policy(name, power=predicted, tdp_w=POWER.tdp_w, budget_w=BUDGET_W)
+        return build_policy(name, power=predicted, tdp_w=POWER.tdp_w, budget_w=BUDGET_W, gpu_power=POWER.predicted,
+                            idle_w=POWER.idle_w)
     if name == "tenants":
         return build_policy(name, tenants=TENANTS)
     return build_policy(name)

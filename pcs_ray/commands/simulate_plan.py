@@ -63,7 +63,8 @@ def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | Non
     class_w = {c: float(v.mean()) for c, v in power.predicted.items()}
     for run in runs:
         if {"power", "budget_w"} <= set(policy_params(run.label)):
-            run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget)
+            run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget,
+                                      gpu_power=power.predicted, idle_w=power.idle_w)
     return power, budget
 
 
