@@ -69,9 +69,15 @@ def finite(value):
     return value
 
 
+def strict_json(payload, **options) -> str:
+    """``payload`` as strict JSON: a missing figure (NaN, an infinity) is null, never ``NaN``, which
+    ``jq``, browsers and strict parsers refuse. ``options`` go to ``json.dumps`` (``indent``, ``default``)."""
+    return json.dumps(finite(payload), allow_nan=False, **options)
+
+
 def print_json(payload) -> None:
     """Exactly one JSON document on stdout (NaN as null), so ``--json > out.json`` stays parseable."""
-    sys.stdout.write(json.dumps(finite(payload), allow_nan=False) + "\n")
+    sys.stdout.write(strict_json(payload) + "\n")
     sys.stdout.flush()
 
 
