@@ -44,7 +44,6 @@ Progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -55,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import locate
 from pcs_ray.metrics import summarize
@@ -352,7 +352,7 @@ def main() -> None:
         out["philly"] = run_philly(args.pcr, args.trace, args.gpus)
     if args.what in ("pcs", "all"):
         out["pcs"] = run_pcs(0)
-    print(json.dumps(out, indent=1, default=str))
+    print(strict_json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

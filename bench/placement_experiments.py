@@ -44,6 +44,7 @@ import time
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
@@ -310,7 +311,7 @@ def main() -> None:
         report["mixed"] = mixed(args.seeds, MIXED_PLACEMENTS)
     report["overhead_s"] = OVERHEAD
     report["wall_s"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(report, indent=1))
+    print(strict_json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.metrics import summarize  # noqa: E402
 from pcs_ray.data import data_dir, pcs_config  # noqa: E402
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy  # noqa: E402
@@ -141,7 +142,7 @@ def bench_ratios(reference: set[str]) -> list[dict]:
             })
         row["load_average_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]  # before, after
         runs.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)  # each VC as soon as it is measured
+        print(strict_json.dumps(row), file=sys.stderr, flush=True)  # each VC as soon as it is measured
     return runs
 
 
@@ -190,7 +191,7 @@ def main() -> None:
     sections = set(args.sections.split(","))
     out = {"machine_cores": os.cpu_count()}
     if "6214e9-child" in sections:
-        print(json.dumps({"trace_6214e9_with_predictions": bench_6214e9_child()}))
+        print(strict_json.dumps({"trace_6214e9_with_predictions": bench_6214e9_child()}))
         return
     if "ratios" in sections:
         out["prediction_cost_ratios"] = bench_ratios(set(filter(None, args.reference.split(','))))
@@ -202,7 +203,7 @@ def main() -> None:
         out["trace_6214e9_with_predictions"] = bench_6214e9()
     out["load_average_1min_at_end"] = os.getloadavg()[0]  # other work on the machine skews wall times
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
