@@ -25,7 +25,7 @@ from pcs_ray.simulator import simulate
 from workloads.generator import generate_workload
 
 GPUS = 8
-BUDGET_W = 1300.0  # about four GPUs at TDP, seven at measured power: first runs cost more room
+BUDGET_W = 1300.0  # with idle GPUs at 60 W: three GPUs at TDP, about six at measured power: first runs cost more room
 PLACEMENTS = (None, "packed-sticky", "random-nonsticky", "pm-first", "lowest-energy", "vahrm")
 SPEC = ClusterSpec.homogeneous(GPUS, 4)
 POWER = load_power_profile("longhorn").sample(SPEC, 1)
