@@ -394,3 +394,16 @@ def test_power_fit_on_a_csv(tmp_path, capsys):
     assert run(["power", "fit", "--data", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "line 3" in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_energy_unit_option(capsys):
+    base = ["simulate", "--num-apps", "8", "--gpus", "8", "--gpus-per-node", "4", "--no-predict", "--json"]
+    assert run([*base, "-p", "vahrm", "--energy-unit", "kWh"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["energy_unit"] == "kWh"
+    assert run([*base, "-p", "vahrm"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["energy_unit"] == "J"  # the default
+    for args, fragment in ((["-p", "vahrm", "--energy-unit", "Wh"], "--energy-unit must be one of J, kWh"),
+                           (["-p", "fifo", "--energy-unit", "J"], "applies to the vahrm policy")):
+        assert run([*base, *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err

@@ -171,6 +171,10 @@ def simulate_cmd(
     pcr: Annotated[float | None, typer.Option(
         "--pcr", metavar="X", help="Power budget as a fraction of the GPUs' summed TDP (the VAHRM paper's PCR).",
         show_default=False)] = None,
+    energy_unit: Annotated[str | None, typer.Option(
+        "--energy-unit", metavar="J|kWh", help="vahrm: the unit of predicted energy E in its priority "
+        "beta E + (1 - beta) W (W in seconds); the paper gives none, and only J lets its beta weigh both terms  "
+        "[default: J]", show_default=False)] = None,
     tenants: Annotated[str | None, typer.Option(
         "--tenants", metavar="TRACE=QUOTA,...|FILE", help="Traces as tenants of one cluster of their summed quotas "
         "(or a tenants file naming traces): runs static, shared and flat side by side, one --policy inside each "
