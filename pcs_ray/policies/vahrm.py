@@ -359,21 +359,30 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
         priority = self.beta * np.asarray(energies) + (1.0 - self.beta) * wait
         table = self._table(capacity) if free_mask is not None else None
         started: set[str] = set()
+        # the free GPUs, and per class in increasing predicted power (ties by id), until the next start
+        ranked: dict[str | None, np.ndarray] = {}
 
         def admit(job: JobState, n: int) -> bool:
             """Steps 5-8 for a job that fits by count."""
-            workload = self._workload(job)
+            workload, cls = self._workload(job), job.spec.job_class
             first = workload not in profiled
             gpus = None
             if table is not None:
-                ids = np.flatnonzero(free_mask)
+                ids = ranked.get(None)
+                if ids is None:
+                    ids = ranked[None] = np.flatnonzero(free_mask)
+                per_gpu = table.get(cls)
                 if first:
                     gpus = np.sort(self._rng.choice(ids, size=n, replace=False))
+                    w = n * self.tdp_w
+                elif per_gpu is None:
+                    gpus, w = ids[:n], n * self.gpu_watts(job)
                 else:
-                    per_gpu = table.get(job.spec.job_class)
-                    gpus = ids[:n] if per_gpu is None else ids[np.lexsort((ids, per_gpu[ids]))[:n]]
-                per_gpu = table.get(job.spec.job_class)
-                w = n * self.tdp_w if first or per_gpu is None else float(per_gpu[gpus].sum())
+                    order = ranked.get(cls)
+                    if order is None:
+                        order = ranked[cls] = ids[np.lexsort((ids, per_gpu[ids]))]
+                    gpus = order[:n]
+                    w = float(per_gpu[gpus].sum())
             else:
                 w = n * self.gpu_watts(job)
             if not ledger.fits(w, n):
@@ -383,6 +392,7 @@ class VAHRMPolicy(_PowerAware, SchedulingPolicy):
             if gpus is not None:
                 free_mask[gpus] = False
                 alloc.gpus[job.spec.job_id] = tuple(int(g) for g in gpus)
+                ranked.clear()
             started.add(workload)
             return True
 
