@@ -30,7 +30,7 @@
   with and without the Longhorn variability profile; each run's utilisation,
   the share of its busy GPU-time with every GPU busy (placement has no choice
   then), and the power spread and prediction quality per class.
-* ``decision``: VAHRM's allocate + lowest-power placement with 2,000 queued
+* ``decision``: VAHRM's allocate (Steps 1-9 on per-GPU predictions) + its placement with 2,000 queued
   jobs on 2,160 GPUs (540 nodes x 4, the paper's system), 95 % busy, per
   decision (a later decision on the same queue; the first one, which also
   computes every job's predicted energy once, is reported beside it).
@@ -266,8 +266,9 @@ def run_decision(queued: int = 2000, repeats: int = 30) -> dict:
     classes = ["A", "B", "C", "D"]
     times_alloc, times_total, cold, cpu, cpu_total = [], [], [], [], []
     for r in range(repeats):
-        policy = build_policy("vahrm", power={c: float(np.mean(v)) for c, v in power.predicted.items()})
-        placement = create_placement("lowest-power", decided, seed=r)
+        policy = build_policy("vahrm", power={c: float(np.mean(v)) for c, v in power.predicted.items()},
+                              gpu_power=power.predicted, idle_w=power.idle_w, seed=r)
+        placement = create_placement(policy.placement, decided, seed=r)
         jobs, used = [], 0
         # the cluster nearly full: running jobs hold all but ~5 % of the GPUs
         jid = 0

@@ -173,7 +173,8 @@ class _PowerAware:
         mask, or None where a running job's GPUs are unknown."""
         capacity = snap.capacity
         table = self._table(capacity)
-        free = np.ones(capacity, dtype=bool) if table is not None else None
+        located = table is not None
+        held: dict[str, list[int]] = {}  # class -> the GPUs its running jobs hold (in Python: a job has few)
         busy_w, busy, running = 0.0, 0, 0
         for job in snap.jobs:
             n = job.alloc
@@ -183,13 +184,20 @@ class _PowerAware:
             busy += n
             running += 1
             gpus = job.gpus
-            if free is not None and len(gpus) == n:
-                free[list(gpus)] = False
-                per_gpu = table.get(job.spec.job_class)
-                busy_w += float(per_gpu[list(gpus)].sum()) if per_gpu is not None else n * self.gpu_watts(job)
+            if located and len(gpus) == n:
+                held.setdefault(job.spec.job_class, []).extend(gpus)
             else:
-                free = None
+                located = False
                 busy_w += n * self.gpu_watts(job)
+        free = np.ones(capacity, dtype=bool) if located else None
+        for cls, gpus in held.items():
+            per_gpu = table.get(cls)
+            if per_gpu is not None:
+                busy_w += float(per_gpu[gpus].sum())
+            else:
+                busy_w += len(gpus) * self.power.get(cls, self.tdp_w)
+            if free is not None:
+                free[gpus] = False
         ledger = PowerLedger(self.budget_w, self.idle_w, busy_w, max(capacity - busy, 0), running)
         return ledger, free
 
