@@ -125,7 +125,7 @@ def bench_ratios(reference: set[str]) -> list[dict]:
             "wall_s_without_predictions": round(without, 3), "wall_s_with_predictions": round(with_, 3),
             "cpu_s_without_predictions": round(without_cpu, 3), "cpu_s_with_predictions": round(with_cpu, 3),
             "ratio_wall": round(with_ / without, 2), "ratio_cpu": round(with_cpu / without_cpu, 2),
-            "target_ratio": target, "met": with_cpu / without_cpu <= target,  # judged on CPU time: wall follows the load
+            "target_ratio_cpu": target,  # beside ratio_cpu: CPU time, as wall time follows the load
             "forward_plays": result.predictions, "events": result.events,
             **forecast_value_budget(result, without_cpu, with_cpu, target),
         }
