@@ -69,7 +69,8 @@ slowest GPU's score, times **--locality-penalty** when spread over nodes, times 
 Energy: **--power** samples a power profile onto the GPUs (true and model-predicted watts per class; a GPU
 with a variability score takes the measured GPU nearest its speed). Placements decide on the predicted
 watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
-admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
+admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP
+and idle GPUs at the profile's idle draw; vahrm costs the very GPUs it then takes.
 
 **--run-variability longhorn** makes runs vary over time as well: per application (ResNet-50 for
 class A, BERT for B, PageRank for C and D), each simulated GPU is one of Longhorn's V100s (drawn with
