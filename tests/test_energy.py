@@ -407,3 +407,13 @@ def test_simulate_energy_unit_option(capsys):
         assert run([*base, *args]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err
+
+
+def test_a_job_above_the_budget_starts_only_on_an_idle_system():
+    # 4 GPUs at TDP (1,200 W) never fit a 1,000 W budget: alone it starts, else Step 6 would hold it forever;
+    # beside a running job it waits
+    big = state(rigid(1, 4, 10.0, model="new"))
+    assert decide("vahrm", [big], 8, budget_w=1000.0) == {1: 4}
+    running = state(rigid(9, 1, 10.0), alloc=1)
+    assert decide("vahrm", [running, state(rigid(1, 4, 10.0, model="new"))], 8, budget_w=1000.0) == {9: 1}
+    assert decide("vu-fcfs", [running, state(rigid(1, 4, 10.0, model="new"))], 8, budget_w=1000.0) == {9: 1}
