@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.data import data_dir, locate, names
 from pcs_ray.metrics import summarize
 from pcs_ray.policies import build_policy
@@ -119,7 +120,7 @@ def philly(vcs: list[str], predict_max_jobs: int) -> dict:
             for metric in ("avg_pred_err_pct", "p99_pred_err_pct"):
                 entry[metric] = {col: {"ours": ours[col][metric], "fig7": fig7[vc][metric][col]} for col in FIG7}
         out[vc] = entry
-        log(json.dumps({vc: entry}))  # a long run stopped later keeps what it finished
+        log(strict_json.dumps({vc: entry}))  # a long run stopped later keeps what it finished
     return out
 
 
@@ -141,7 +142,7 @@ def main() -> None:
     if not args.skip_themis1:
         out["themis1"] = themis1()
     out["philly"] = philly(vcs, args.predict_max_jobs)
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pcs_ray import strict_json
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TARGETS_S = {"idle": 0.5, "busy": 1.0}
@@ -177,7 +179,7 @@ def main() -> None:
         finally:
             if args.up:
                 cli(base, "down", "--state-dir", str(state), timeout=300)
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ time inflates them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -32,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.cluster import ClusterSpec  # noqa: E402
 from pcs_ray.coordinator import Coordinator, Journal, StartRun  # noqa: E402
 from pcs_ray.policies import build_policy  # noqa: E402
@@ -217,7 +217,7 @@ def main() -> None:
                 **{f"wall_{q}": stp_on[f"{q}_ms"] / stp_off[f"{q}_ms"] for q in ("p50", "p99")},
                 **{f"cpu_{q}": stp_on["cpu"][f"{q}_ms"] / stp_off["cpu"][f"{q}_ms"] for q in ("p50", "p99")},
             }
-    print(json.dumps({
+    print(strict_json.dumps({
         "benchmark": "coordinator_latency", **results, "load_average_1min_at_end": os.getloadavg()[0],
         "load_average_1min_after_each_run": load,
         "note": "wall-clock on a shared 2-core machine; concurrent work inflates the tail",

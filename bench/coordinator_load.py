@@ -39,6 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.commands import local_cluster as lc  # noqa: E402
 
 
@@ -199,7 +200,7 @@ def main() -> None:
         if (state / lc.STATE_FILE).exists():
             out["down_left"] = lc.down(state)["left"]
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out))
+    print(strict_json.dumps(out))
 
 
 if __name__ == "__main__":

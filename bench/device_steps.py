@@ -15,7 +15,6 @@ machine is full.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -24,6 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pcs_ray import strict_json  # noqa: E402
 
 # workload -> (the demo's batch, a doubled batch to separate fixed from per-sample cost), num_samples as in the demo
 CASES = {
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
                                "max_over_alone": max(c["over_alone"] for c in contended),
                                "median_over_alone": statistics.median(c["over_alone"] for c in contended)}
     report["load_average_after"] = os.getloadavg()
-    print(json.dumps(report, indent=2))
+    print(strict_json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.commands import local_cluster as lc  # noqa: E402
 
 
@@ -386,12 +387,12 @@ def main() -> None:
             if args.only != "coordinator":
                 print("killing a runner", file=sys.stderr, flush=True)
                 out["runner"] = runner_fault(env, client, state, args)
-                print(json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
+                print(strict_json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
                 out["worker_node"] = node_fault(env, client, state, args)
-                print(json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
+                print(strict_json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
             print("killing the coordinator (last: it switches the policy to SRSF)", file=sys.stderr, flush=True)
             out.update(coordinator_faults(client, args))
-            print(json.dumps({k: v for k, v in out.items() if k.startswith("coordinator")}), file=sys.stderr, flush=True)
+            print(strict_json.dumps({k: v for k, v in out.items() if k.startswith("coordinator")}), file=sys.stderr, flush=True)
         finally:
             import ray
 
@@ -402,7 +403,7 @@ def main() -> None:
                 out["down_left_processes"] = sum(len(v) for v in result["left"].values())
                 out["after_down_alive"] = sum(len(lc.session_pids(n.leader)) for n in record.nodes)
             shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out))
+    print(strict_json.dumps(out))
 
 
 if __name__ == "__main__":

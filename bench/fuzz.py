@@ -13,13 +13,14 @@ every fuzzed submission still answers ``status``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from pcs_ray import strict_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +85,7 @@ def main() -> None:
         out["coordinator_jobs_accepted"] = len(status["jobs"])
         out["total_cases"] = sum(s["cases"] for s in out["surfaces"].values())
         out["total_tracebacks"] = sum(s["tracebacks"] for s in out["surfaces"].values())
-    print(json.dumps(out))
+    print(strict_json.dumps(out))
 
 
 def _without_cluster(fz, command: str) -> None:

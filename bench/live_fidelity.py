@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pcs_ray import strict_json  # noqa: E402
 
 LONE = "submit_s,name,workload,steps,gpus,min_gpus,class\n0,lone-tinycnn,tiny_cnn,300,2,2,A\n"
 USER_CODE = Path(__file__).resolve().parent.parent / "examples" / "user-code"
@@ -204,7 +205,7 @@ def main() -> None:
                 result["jobs_behind"] = [{k: j.get(k) for k in ("name", "workload", "overruns", "late_steps")}
                                          for j in jobs if j.get("overruns") or j.get("late_steps")]
             out[name] = result
-    print(json.dumps(out))
+    print(strict_json.dumps(out))
 
 
 if __name__ == "__main__":

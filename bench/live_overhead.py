@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -44,6 +43,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pcs_ray import strict_json  # noqa: E402
 
 NODES = {"node0": 4, "node1": 4}
 
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
             ray.shutdown()
     report["wall_s"] = time.time() - began
     report["load_average"] = os.getloadavg()  # at the end: 1, 5 and 15 minute averages over the measurement
-    print(json.dumps(report, indent=2))
+    print(strict_json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,13 @@ Progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray.data import data_dir, resolve
 from pcs_ray.metrics import summarize
@@ -216,7 +216,7 @@ def main() -> None:
         out["philly"] = philly(args.philly, args.philly_jobs)
     if args.what in ("sia", "all"):
         out["sia"] = sia()
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ Timings are wall-clock on a shared machine; other work running at the same time 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.job import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
@@ -215,7 +215,7 @@ def main() -> None:
     report["vf2_matching_for_comparison"] = row
     report["wall_s"] = round(time.perf_counter() - started, 1)
     report["note"] = "wall-clock on a shared 2-core machine; concurrent work by others adds noise"
-    print(json.dumps(report, indent=1))
+    print(strict_json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

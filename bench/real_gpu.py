@@ -67,6 +67,7 @@ from pathlib import Path
 
 import torch
 
+from pcs_ray import strict_json
 import pcs_ray.train as train
 
 
@@ -122,7 +123,7 @@ def loop(config):
     folder = Path(config["probe_dir"])
     folder.mkdir(parents=True, exist_ok=True)
     seen = _seen()
-    (folder / f"{ctx.job_id}-{ctx.attempt}-{ctx.world_rank}.json").write_text(json.dumps(seen))
+    (folder / f"{ctx.job_id}-{ctx.attempt}-{ctx.world_rank}.json").write_text(strict_json.dumps(seen))
     spec = importlib.util.spec_from_file_location("pcs_ray_check_train_mlp", Path(__file__).with_name("train_mlp.py"))
     mlp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mlp)
@@ -256,7 +257,7 @@ def energy_problems(label: str, view: dict | None) -> list[str]:
                                                              "emulated": view.get("emulated")},
                             "finished", view.get("total_steps"), want_cuda=True)
     if not energy or energy.get("source") != "nvml" or not (energy.get("joules") or 0) > 0:
-        problems.append(f"{label} job {view.get('id')} energy is {json.dumps(energy)}, want source 'nvml' and joules > 0")
+        problems.append(f"{label} job {view.get('id')} energy is {strict_json.dumps(energy)}, want source 'nvml' and joules > 0")
     return problems
 
 
@@ -905,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     rc, summary = summarise(checks, seconds, where, args.cpu)
     result["checks"] = [asdict(c) for c in checks]
     result["wall_s"] = round(seconds, 1)
-    text = json.dumps(result, indent=1, default=str)
+    text = strict_json.dumps(result, indent=1, default=str)
     if args.out:
         args.out.write_text(text)
     print(text)

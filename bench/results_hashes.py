@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pcs_ray import strict_json
 from pcs_ray.data import data_dir
 
 HERE = Path(__file__).resolve().parent
@@ -105,8 +106,8 @@ def main() -> None:
         want = json.loads(args.check.read_text())["hashes"]
         mismatches = sorted(k for k in set(want) | set(hashes) if want.get(k) != hashes.get(k))
     if args.write:
-        args.write.write_text(json.dumps({"hashes": hashes}, indent=1, sort_keys=True) + "\n")
-    print(json.dumps({"runs": len(hashes), "hashes": hashes, "mismatches": mismatches}, indent=1, sort_keys=True))
+        args.write.write_text(strict_json.dumps({"hashes": hashes}, indent=1, sort_keys=True) + "\n")
+    print(strict_json.dumps({"runs": len(hashes), "hashes": hashes, "mismatches": mismatches}, indent=1, sort_keys=True))
     sys.exit(1 if mismatches else 0)
 
 

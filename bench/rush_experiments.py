@@ -30,13 +30,13 @@ Usage: ``python bench/rush_experiments.py [--seeds 5] [--trace workload-1]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from collections import Counter
 import sys
 import time
 
+from pcs_ray import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import data_dir
 from pcs_ray.longhorn import CLASS_APPS
@@ -151,7 +151,7 @@ def main() -> None:
         "makespan_ratio": round(easy_filter["makespan"] / base["makespan"], 4),
         "avg_jct_ratio": round(easy_filter["avg_jct"] / base["avg_jct"], 4),
     }
-    print(json.dumps({
+    print(strict_json.dumps({
         "setup": {"traces": [f"sia-philly/{t}" for t in traces], "jobs": [len(j) for j in traces.values()],
                   "gpus": 64, "gpus_per_node": 4,
                   "seeds": args.seeds, "skip_thresholds": list(THRESHOLDS), "retry_s": 60.0,

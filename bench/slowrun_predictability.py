@@ -32,11 +32,11 @@ Usage: ``python bench/slowrun_predictability.py [--apps resnet,bert,pagerank]``;
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 
 import numpy as np
 
+from pcs_ray import strict_json
 from pcs_ray.slowruns import SlowRunError, build_dataset, fit, load_records
 
 WINDOWS_H = (1, 3, 6, 12, 24)
@@ -141,7 +141,7 @@ def main() -> None:
             continue
         alone[app] = {k: one[k] for k in ("chosen", "cv_f1", "grouped_cv_f1", "test_f1", "chosen_test_f1",
                                           "chosen_by_app", "baseline", "features")}
-    print(json.dumps({
+    print(strict_json.dumps({
         "apps": list(apps), "runs": len(ds.runs), "slow": int(ds.y.sum()),
         "per_app": {app: analyse(ds, app, result.test) for app in apps},
         "model": {k: report[k] for k in ("chosen", "cv_f1", "grouped_cv_f1", "test_f1", "chosen_test_f1",

@@ -32,7 +32,6 @@ The machine is shared with other jobs: wall times are pessimistic.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.policies import BUNDLED  # noqa: E402
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.front import (  # noqa: E402
@@ -105,12 +105,12 @@ def main() -> None:
         watched.append({"generation": r.generation, "search_simulations": search_sims,
                         "wall_s": round(time.perf_counter() - started, 1), "front_size": len(test),
                         "dominated": {k: v is not None for k, v in dominance_report(test, published_now).items()}})
-        print(json.dumps(watched[-1]), file=sys.stderr, flush=True)
+        print(strict_json.dumps(watched[-1]), file=sys.stderr, flush=True)
 
     def on_generation(r) -> bool:
         reports.append({"generation": r.generation, "evaluations": r.evaluations, "simulations": r.simulations,
                         "front_size": r.front_size, "train_hv": round(r.hypervolume, 5), "wall_s": round(r.wall_s, 1)})
-        print(json.dumps(reports[-1]), file=sys.stderr, flush=True)
+        print(strict_json.dumps(reports[-1]), file=sys.stderr, flush=True)
         if args.watch and r.generation % args.watch == 0:
             watch(r)
         # Remaining work if we stop now: the front on the test samples, plus one more generation if we go
@@ -187,12 +187,12 @@ def main() -> None:
         result["watch_test_simulations"] = test_sims
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "front.json").write_text(json.dumps(front_json(points, objectives, refs, {}), indent=1))
+        (args.out / "front.json").write_text(strict_json.dumps(front_json(points, objectives, refs, {}), indent=1))
         plot_front(args.out / "front.png", points, objectives, refs, title=f"themis1 {args.objectives}")
     search.close()
     if not args.serial:
         ray.shutdown()
-    print(json.dumps(result, indent=1))
+    print(strict_json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

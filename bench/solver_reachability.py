@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import math
 import sys
 import time
@@ -32,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pcs_ray import strict_json  # noqa: E402
 from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
@@ -115,7 +115,7 @@ def main() -> None:
         out["configs"][f"pcs-{kind}"] = entry
     out["wall_s"] = round(time.perf_counter() - started, 1)
     search.close()
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Usage: python bench/solver_speed.py [--generations 5] [--population 20] [--seria
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
+from pcs_ray import strict_json  # noqa: E402
 from solver.workload import WorkloadSource  # noqa: E402
 
 
@@ -79,7 +79,7 @@ def main() -> None:
     search.close()
     if not args.serial:
         ray.shutdown()
-    print(json.dumps(result, indent=1))
+    print(strict_json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

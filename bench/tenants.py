@@ -16,9 +16,9 @@ shared with static: each tenant's JCT ratio and prediction error difference (poi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from pcs_ray import strict_json
 from pcs_ray.commands.simulate_tenants import tenant_workloads
 from pcs_ray.policies import build_policy
 from pcs_ray.tenant_setups import run_setups
@@ -67,7 +67,7 @@ def main() -> None:
     out["checks"] = checks(out["setups"])
     out["workload"] = {"traces": list(args.traces), "quota": args.quota, "policy": args.policy,
                        "predict": args.predict, "jobs": {k: len(v) for k, v in workloads.items()}}
-    print(json.dumps(out, indent=1))
+    print(strict_json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

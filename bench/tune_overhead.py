@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pcs_ray import strict_json  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -246,7 +247,7 @@ def main() -> int:
             pbt = run_tune(args, work, "pause", pauses=max(1, preemptions))
     finally:
         ray.shutdown()
-    print(json.dumps({
+    print(strict_json.dumps({
         "trials": args.trials, "gpus": args.gpus, "iterations": args.iterations,
         "iteration_time_estimate_s": args.iteration_time, "tune_fifo": fifo, "pcs_ray": pcs,
         "tune_pause_resume": pbt,

@@ -16,7 +16,6 @@ it alone) with one logical GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 LOOP = '''
 import torch
+from pcs_ray import strict_json
 import pcs_ray.train as train
 
 def loop(config):
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
             handle = launch(make(k))
             outcome = handle.outcome(timeout=300)
             if outcome.status != "finished":
-                print(json.dumps({"error": f"{kind} run {k} {outcome.status}: {outcome.error}"}))
+                print(strict_json.dumps({"error": f"{kind} run {k} {outcome.status}: {outcome.error}"}))
                 return 1
             t = outcome.timings
             if k == 0:
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     out["user_runner_kinds"] = kinds
     out["target_user_first_report_median_s"] = 2.0
     out["user_over_builtin_cold_median"] = round(out["user_first_report"]["median_s"] / out["builtin_cold_first_step"]["median_s"], 3)
-    print(json.dumps(out, indent=2))
+    print(strict_json.dumps(out, indent=2))
     return 0
 
 

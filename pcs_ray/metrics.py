@@ -1,4 +1,4 @@
-"""Summary metrics of a simulation, as PCS reports them (DESIGN.md §3)."""
+"""Summary metrics of a simulation, as the PCS artifact reports them (its summaries in ``pcs_ray/data/pcs/reference``)."""
 
 from __future__ import annotations
 

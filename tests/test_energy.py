@@ -221,25 +221,100 @@ def test_lowest_power_and_lowest_energy_placements():
     assert place("lowest-power", cluster, 2, cls="B") == [0, 1]  # no power data for B: by id
 
 
-def test_vahrm_placement_draws_random_gpus_for_a_workloads_first_run_only():
-    # VAHRM has no profile of a workload before its first run: random free GPUs then (paper Step 5), the
-    # lowest-energy ones from the second run of that workload on.
-    cluster = powered_cluster([200, 150, 190, 210, 120, 300, 130, 250], scores=[1, 1, 1, 1, 1.6, 1, 1, 1])
+WATTS = [200, 150, 190, 210, 120, 300, 130, 250]
+SCORES = [1, 1, 1, 1, 1.6, 1, 1, 1]
+
+
+def vahrm_round(policy, placement, jobs, capacity=8, now=0.0):
+    """One decision as the engine makes it: the policy's counts, then the placement."""
+    snap = Snapshot(now, capacity, tuple(jobs))
+    alloc = policy.allocate(snap)
+    validate_allocation(snap, alloc, policy.name)
+    started = [j for j in jobs if not j.alloc and alloc.get(j.spec.job_id)]
+    for j in started:
+        j.alloc, j.start_time = alloc[j.spec.job_id], now
+    placement.place(snap, started, alloc)
+    return alloc
+
+
+def test_vahrm_places_profiled_jobs_by_predicted_power_alone_and_first_runs_at_random():
+    # Step 5: a profiled job gets the lowest predicted power (GPU 4 draws least, though it runs 1.6x slower);
+    # a workload's first run gets random GPUs. The placement takes what the policy chose.
+    cluster = powered_cluster(WATTS, scores=SCORES)
     firsts = set()
     for seed in range(12):
-        p = create_placement("vahrm", cluster, seed=seed)
-        runs = []
-        for jid, model in ((1, "resnet"), (2, "resnet"), (3, "bert")):
-            j = state(JobSpec(jid, 0.0, 10.0, 2, linear_speedup(2), min_gpus=2, job_class="A", model=model))
-            j.alloc = 2
-            p.place(Snapshot(0.0, 8, (j,)), [j])
-            runs.append(sorted(j.gpus))
-            p.release(j)
-        firsts.add(tuple(runs[0]))
-        assert runs[1] == [1, 6]  # resnet's second run: lowest energy, as lowest-energy places it
-        assert p.explain(3)["source"] == "first-run" and p.explain(2)["source"] == "lowest-power"
-    assert len(firsts) > 3  # first runs are drawn, seeded per placement
-    assert build_policy("vahrm").placement == "vahrm"
+        policy = build_policy("vahrm", gpu_power={"A": WATTS}, seed=seed)
+        placement = create_placement("vahrm", cluster, seed=0)
+        first = state(JobSpec(1, 0.0, 10.0, 2, linear_speedup(2), min_gpus=2, job_class="A", model="resnet"))
+        alloc = vahrm_round(policy, placement, [first])
+        assert sorted(first.gpus) == sorted(alloc.gpus[1])
+        firsts.add(tuple(sorted(first.gpus)))
+        placement.release(first)
+        second = state(JobSpec(2, 0.0, 10.0, 2, linear_speedup(2), min_gpus=2, job_class="A", model="resnet"))
+        vahrm_round(policy, placement, [second])
+        assert sorted(second.gpus) == [4, 6]
+        assert placement.explain(2)["source"] == "policy"
+    assert len(firsts) > 3  # first runs are drawn, seeded per policy
+
+
+def test_vahrm_costs_and_places_a_second_new_workload_job_in_one_round_alike():
+    # One first-run memory: two jobs of a new workload started in one decision are both first runs, costed
+    # at TDP and placed at random, and the placement takes the GPUs the policy costed.
+    seconds = set()
+    for seed in range(8):
+        policy = build_policy("vahrm", gpu_power={"A": WATTS}, seed=seed)
+        placement = create_placement("vahrm", powered_cluster(WATTS, scores=SCORES))
+        jobs = [state(rigid(1, 2, 10.0, model="new")), state(rigid(2, 2, 9.0, model="new"))]
+        assert [policy.gpu_watts(j) for j in jobs] == [300.0, 300.0]
+        alloc = vahrm_round(policy, placement, jobs)
+        assert sorted(alloc.gpus) == [1, 2] and all(tuple(sorted(j.gpus)) == alloc.gpus[j.spec.job_id] for j in jobs)
+        seconds.add(alloc.gpus[2])
+        assert policy.gpu_watts(jobs[0]) == pytest.approx(np.mean(WATTS))  # profiled from the next decision on
+    assert len(seconds) > 2
+    # with a budget (idle GPUs at 60 W) that holds one 2-GPU first run at TDP, the second waits
+    policy = build_policy("vahrm", gpu_power={"A": WATTS}, budget_w=8 * 60 - 2 * 60 + 600 + 100)
+    jobs = [state(rigid(1, 2, 10.0, model="new")), state(rigid(2, 2, 9.0, model="new"))]
+    assert {k: v for k, v in vahrm_round(policy, create_placement("vahrm", powered_cluster(WATTS)), jobs).items()
+            if v} == {1: 2}
+
+
+def test_vahrm_budget_counts_the_chosen_gpus_and_idle_draw():
+    # Step 6 on the chosen GPUs: a profiled 2-GPU job on GPUs 4 and 6 draws 250 W, with six idle GPUs at 60 W:
+    # 610 W in all. A 609 W budget refuses it while another job runs; 610 W admits it.
+    watts = {"A": WATTS}
+    running = state(rigid(9, 1, 100.0, model="m"), alloc=1)
+    running.gpus = (1,)  # 150 W
+    for budget, admitted in ((150 + 250 + 5 * 60 - 1, False), (150 + 250 + 5 * 60, True)):
+        job = state(rigid(1, 2, 10.0, model="m"))
+        alloc = build_policy("vahrm", gpu_power=watts, budget_w=budget).allocate(Snapshot(0.0, 8, (running, job)))
+        assert bool(alloc.get(1)) is admitted
+        if admitted:
+            assert alloc.gpus[1] == (4, 6)
+
+
+def test_cva_gives_cpu_standins_the_lowest_power_gpus_and_others_random_ones():
+    cluster = powered_cluster(WATTS)
+    assert place("cva", cluster, 2, cls="A") == [4, 6]
+    drawn = {tuple(place_seeded("cva", cluster, 2, "B", seed)) for seed in range(8)}
+    assert len(drawn) > 2
+    assert build_policy("cva-fcfs").placement == build_policy("cva-fcfs-b").placement == "cva"
+
+
+def place_seeded(name, cluster, n, cls, seed):
+    p = create_placement(name, cluster, seed=seed)
+    j = state(JobSpec(1, 0.0, 10.0, n, linear_speedup(n), min_gpus=n, job_class=cls))
+    j.alloc = n
+    p.place(Snapshot(0.0, cluster.num_gpus, (j,)), [j])
+    return sorted(j.gpus)
+
+
+def test_vahrm_energy_unit_is_an_option():
+    job = state(rigid(1, 2, 3600.0))
+    joules = build_policy("vahrm").energy(job, 2)
+    assert joules == pytest.approx(2 * 300.0 * 3600.0)
+    assert build_policy("vahrm", energy_unit="kWh").energy(job, 2) == pytest.approx(joules / 3.6e6)
+    with pytest.raises(ValueError, match="energy_unit"):
+        build_policy("vahrm", energy_unit="Wh")
 
 
 def test_energy_score_is_mean_power_over_median():
@@ -319,3 +394,26 @@ def test_power_fit_on_a_csv(tmp_path, capsys):
     assert run(["power", "fit", "--data", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "line 3" in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_energy_unit_option(capsys):
+    base = ["simulate", "--num-apps", "8", "--gpus", "8", "--gpus-per-node", "4", "--no-predict", "--json"]
+    assert run([*base, "-p", "vahrm", "--energy-unit", "kWh"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["energy_unit"] == "kWh"
+    assert run([*base, "-p", "vahrm"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["energy_unit"] == "J"  # the default
+    for args, fragment in ((["-p", "vahrm", "--energy-unit", "Wh"], "--energy-unit must be one of J, kWh"),
+                           (["-p", "fifo", "--energy-unit", "J"], "applies to the vahrm policy")):
+        assert run([*base, *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err
+
+
+def test_a_job_above_the_budget_starts_only_on_an_idle_system():
+    # 4 GPUs at TDP (1,200 W) never fit a 1,000 W budget: alone it starts, else Step 6 would hold it forever;
+    # beside a running job it waits
+    big = state(rigid(1, 4, 10.0, model="new"))
+    assert decide("vahrm", [big], 8, budget_w=1000.0) == {1: 4}
+    running = state(rigid(9, 1, 10.0), alloc=1)
+    assert decide("vahrm", [running, state(rigid(1, 4, 10.0, model="new"))], 8, budget_w=1000.0) == {9: 1}
+    assert decide("vu-fcfs", [running, state(rigid(1, 4, 10.0, model="new"))], 8, budget_w=1000.0) == {9: 1}

@@ -25,7 +25,7 @@ from pcs_ray.simulator import simulate
 from workloads.generator import generate_workload
 
 GPUS = 8
-BUDGET_W = 1300.0  # about four GPUs at TDP, seven at measured power: first runs cost more room
+BUDGET_W = 1300.0  # with idle GPUs at 60 W: three GPUs at TDP, about six at measured power: first runs cost more room
 PLACEMENTS = (None, "packed-sticky", "random-nonsticky", "pm-first", "lowest-energy", "vahrm")
 SPEC = ClusterSpec.homogeneous(GPUS, 4)
 POWER = load_power_profile("longhorn").sample(SPEC, 1)
@@ -52,7 +52,8 @@ def policy(name: str) -> SchedulingPolicy:
     cls = POLICIES.get(name)
     if cls is not None and "budget_w" in inspect.signature(cls.__init__).parameters:
         predicted = {c: float(v.mean()) for c, v in POWER.predicted.items()}
-        return build_policy(name, power=predicted, tdp_w=POWER.tdp_w, budget_w=BUDGET_W)
+        return build_policy(name, power=predicted, tdp_w=POWER.tdp_w, budget_w=BUDGET_W, gpu_power=POWER.predicted,
+                            idle_w=POWER.idle_w)
     if name == "tenants":
         return build_policy(name, tenants=TENANTS)
     return build_policy(name)

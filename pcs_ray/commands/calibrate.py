@@ -10,7 +10,6 @@ restarted or new coordinator on the same state folder, starts from it.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.contract import TERMINAL
+from pcs_ray.commands.views import print_json
 
 CALIBRATION_STEPS = 6  # enough for a start-up and a few step times; short on every emulated device
 
@@ -173,7 +173,7 @@ def calibrate_cmd(
     speeds = client.status()["speeds"]
     unfinished = [v["name"] for v in views if v["state"] != "finished"]
     if as_json:
-        print(json.dumps({"runs": len(views), "unfinished": unfinished, "speeds": speeds}))
+        print_json({"runs": len(views), "unfinished": unfinished, "speeds": speeds})
     else:
         Console().print(speeds_table(speeds))
     if unfinished:

@@ -15,6 +15,7 @@ import typer
 
 from pcs_ray.commands.format import clock
 from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client
+from pcs_ray.commands.views import strict_json
 
 CONFIG_HELP = """
 The scheduling policy of the running coordinator: show it, or swap it without a restart.
@@ -32,7 +33,7 @@ def show_cmd(
 ) -> None:
     """Print the policy in force (with its parameters), the placement, and where and when the policy came from."""
     reply = coordinator_client(address).config()
-    print(json.dumps(reply) if as_json else describe(reply))
+    print(strict_json(reply) if as_json else describe(reply))
 
 
 def set_cmd(
@@ -64,7 +65,7 @@ def set_cmd(
                               f"no configuration to {wfq_file})")
     choice = choose_policy(policy, wfq_file)  # checked before connecting
     reply = coordinator_client(address).set_config(choice.policy, choice.wfq)
-    print(json.dumps(reply) if as_json else describe(reply))
+    print(strict_json(reply) if as_json else describe(reply))
 
 
 def describe(config: dict) -> str:

@@ -13,7 +13,6 @@ timeline (``demo_plot``).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,7 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from pcs_ray.commands.views import stdout_console
+from pcs_ray.commands.views import stdout_console, strict_json
 
 DEADLINE_S = 280.0  # stop waiting (and report what finished) well inside five minutes
 
@@ -46,7 +45,7 @@ def run_demo(out: str | Path, num_jobs: int = 8, seed: int = 1, live: bool = Tru
         status, submitted, _ = run_live(client, demo_jobs(num_jobs), calibrate=True, deadline_s=deadline_s,
                                         live=live, err=err, title="pcs-ray demo")
         report = build_report(status, submitted, cluster, notes, wall_s=time.time() - began)
-    (out / "demo-report.json").write_text(json.dumps(report, indent=2))
+    (out / "demo-report.json").write_text(strict_json(report, indent=2))
     plot_report(report, out / "demo-timeline.png")
     stdout_console().print(result_table(report))  # pipes: no truncated names
     return report

@@ -10,7 +10,6 @@ no scheduler code, so they start fast; ``start``, ``stop`` and
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +20,7 @@ from rich.console import Console
 from pcs_ray.commands.format import clock, explanation_table, status_table, when
 from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address
 from pcs_ray.contract import JobStatus
+from pcs_ray.commands.views import print_json
 
 __all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address"]  # shared with the other command groups
 
@@ -46,14 +46,14 @@ def submit_cmd(
     now = time.time()
     reply = {"id": handle.id, "predicted_completion": handle.predicted_completion, "bound": handle.bound}
     if as_json and not wait:
-        print(json.dumps(reply))
+        print_json(reply)
     elif not as_json:
         print(f"job {handle.id} submitted: predicted completion {when(handle.predicted_completion, now)}, "
               f"bound {clock(handle.bound)}")
     if wait:
         final = client.wait(handle.id)
         if as_json:
-            print(json.dumps({**reply, "final": final}))
+            print_json({**reply, "final": final})
         else:
             err = ""
             if final["finish"] and handle.predicted_completion:
@@ -79,14 +79,14 @@ def status_cmd(
     if explain is not None:
         why = client.predict(explain)["placement"]
         if as_json:
-            print(json.dumps(why))
+            print_json(why)
         elif why is None:
             print(f"job {explain} has not been placed")
         else:
             Console().print(explanation_table(why))
         return
     if as_json:
-        print(json.dumps(client.status()))
+        print_json(client.status())
         return
     console = Console()
     if not watch:
@@ -109,7 +109,7 @@ def predict_cmd(
     cluster event), and which of the forecast's inputs are still estimates rather than measurements."""
     reply = coordinator_client(address).predict(job_id)
     if as_json:
-        print(json.dumps(reply))
+        print_json(reply)
     else:
         line = (f"job {job_id} ({reply['state']}): predicted completion {when(reply['predicted_completion'], time.time())}, "
                 f"bound {clock(reply['bound'])}")

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from executors.emulation import RAY_WORKER_ENV
+from pcs_ray import strict_json
 from pcs_ray.api.advert import remove_advert
 from pcs_ray.auth import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source
 from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
@@ -274,7 +275,7 @@ def save(record: ClusterRecord, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(asdict(record), f, indent=1)
+        f.write(strict_json.dumps(asdict(record), indent=1))
     os.replace(tmp, path)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +10,7 @@ import typer
 from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
-from pcs_ray.commands.views import finite, print_json, stdout_console
+from pcs_ray.commands.views import print_json, stdout_console, strict_json
 
 POWER_HELP = "Train and evaluate per-GPU power models (VAHRM's TSMVA) on measured power records."
 
@@ -61,7 +60,7 @@ def fit_cmd(
     payload = {"data": str(data), "records": len(rec), "devices": len(devices), "apps": apps,
                "model": "TSMVA(RF+RF)", "evaluation": report, "paper_mape": PAPER_MAPE,
                "fleet_power_w": baseline, "device_power_w": table}
-    out.write_text(json.dumps(finite(payload), indent=1) + "\n")
+    out.write_text(strict_json(payload, indent=1) + "\n")
     summary = {"data": str(data), "records": len(rec), "devices": len(devices), "out": str(out),
                "mape": {split: {m: v["mean"] for m, v in res.items() if isinstance(v, dict) and "mean" in v}
                         for split, res in report.items()},

@@ -14,7 +14,6 @@ submission were from what happened.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
@@ -26,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
-from pcs_ray.commands.views import stdout_console
+from pcs_ray.commands.views import print_json, stdout_console, strict_json
 
 DEADLINE_S = 900.0
 
@@ -170,7 +169,7 @@ def replay(trace: str, *, live: bool, address: str | None, calibrate: bool, dead
     overruns = sum(j.get("overruns") or 0 for j in report["jobs"])
     late = sum(j.get("late_steps") or 0 for j in report["jobs"])
     result = summary(report, sim, overruns, time.time() - began, late)
-    (folder / "replay-report.json").write_text(json.dumps({**result, "live_report": report}, indent=2))
+    (folder / "replay-report.json").write_text(strict_json({**result, "live_report": report}, indent=2))
     return result
 
 
@@ -209,7 +208,7 @@ def replay_cmd(
     result = replay(trace, live=live, address=address, calibrate=calibrate, deadline_s=deadline, seed=seed,
                     show_live=show_live, out=out)
     if as_json:
-        print(json.dumps(result))
+        print_json(result)
     elif live:
         stdout_console().print(side_by_side(result))
     else:

@@ -13,7 +13,6 @@ The timeline and predicted-vs-actual panels are the demo's (``demo_plot``).
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 import typer
 
 from pcs_ray.commands.live import JSON_OUT
+from pcs_ray.commands.views import strict_json
 
 
 def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[dict, list[str]]:
@@ -158,7 +158,7 @@ def report_cmd(
                        for j in status["jobs"] if j["skips"]]  # RUSH's skipped starts, per job
     folder = out or state_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    (folder / "report.json").write_text(strict_json(report, indent=1, default=str))
     plot_report(report, folder / "timeline.png")
     _plot_cdf(report, folder / "jct-cdf.png")
     result = {"jobs": len(report["jobs"]), "finished": report["summary"]["finished"],
@@ -166,7 +166,7 @@ def report_cmd(
               "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"]),
               "skips": sum(s["skips"] for s in report["skips"]), "jobs_skipped": len(report["skips"]),
               "energy_j": report["summary"]["energy_j"], "energy_sources": report["summary"]["energy_sources"]}
-    print(json.dumps(result) if as_json else
+    print(strict_json(result) if as_json else
           f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
           f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png"
           + (f"; {result['skips']} skipped start(s) of {result['jobs_skipped']} job(s) (RUSH): " + "; ".join(

@@ -69,7 +69,8 @@ slowest GPU's score, times **--locality-penalty** when spread over nodes, times 
 Energy: **--power** samples a power profile onto the GPUs (true and model-predicted watts per class; a GPU
 with a variability score takes the measured GPU nearest its speed). Placements decide on the predicted
 watts (`lowest-power`, `lowest-energy`, `energy`); vahrm and the *-fcfs policies predict with them and
-admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP.
+admit jobs under **--power-budget-kw** or **--pcr** (x the summed TDP), counting a workload's first run at TDP
+and idle GPUs at the profile's idle draw; vahrm costs the very GPUs it then takes.
 
 **--run-variability longhorn** makes runs vary over time as well: per application (ResNet-50 for
 class A, BERT for B, PageRank for C and D), each simulated GPU is one of Longhorn's V100s (drawn with
@@ -171,6 +172,10 @@ def simulate_cmd(
     pcr: Annotated[float | None, typer.Option(
         "--pcr", metavar="X", help="Power budget as a fraction of the GPUs' summed TDP (the VAHRM paper's PCR).",
         show_default=False)] = None,
+    energy_unit: Annotated[str | None, typer.Option(
+        "--energy-unit", metavar="J|kWh", help="vahrm: the unit of predicted energy E in its priority "
+        "beta E + (1 - beta) W (W in seconds); the paper gives none, and only J lets its beta weigh both terms  "
+        "[default: J]", show_default=False)] = None,
     tenants: Annotated[str | None, typer.Option(
         "--tenants", metavar="TRACE=QUOTA,...|FILE", help="Traces as tenants of one cluster of their summed quotas "
         "(or a tenants file naming traces): runs static, shared and flat side by side, one --policy inside each "

@@ -58,6 +58,7 @@ class SimulateOptions:
     power: str | None = None
     power_budget_kw: float | None = None
     pcr: float | None = None
+    energy_unit: str | None = None
 
     def checked(self) -> "SimulateOptions":
         """These options with defaults filled in; ``UsageError`` for combinations or values that cannot work."""
@@ -113,6 +114,10 @@ class SimulateOptions:
             raise UsageError(f"--power-budget-kw must be a number of kW > 0, got {opts.power_budget_kw}")
         if opts.pcr is not None and not (opts.pcr > 0 and math.isfinite(opts.pcr)):
             raise UsageError(f"--pcr must be a fraction of the summed TDP > 0, got {opts.pcr}")
+        from pcs_ray.policies.vahrm import ENERGY_UNITS
+
+        if opts.energy_unit is not None and opts.energy_unit not in ENERGY_UNITS:
+            raise UsageError(f"--energy-unit must be one of {', '.join(ENERGY_UNITS)}, got {opts.energy_unit!r}")
         if (opts.power_budget_kw is not None or opts.pcr is not None) and opts.power is None:
             raise UsageError("--power-budget-kw and --pcr need --power (a power profile)")
         if opts.workers > 1 and opts.power is not None:

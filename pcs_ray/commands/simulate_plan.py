@@ -63,7 +63,9 @@ def _power(opts: SimulateOptions, spec: ClusterSpec, setup: PlacementSetup | Non
     class_w = {c: float(v.mean()) for c, v in power.predicted.items()}
     for run in runs:
         if {"power", "budget_w"} <= set(policy_params(run.label)):
-            run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget)
+            unit = {"energy_unit": opts.energy_unit} if opts.energy_unit and "energy_unit" in policy_params(run.label) else {}
+            run.policy = build_policy(run.label, power=class_w, tdp_w=power.tdp_w, budget_w=budget,
+                                      gpu_power=power.predicted, idle_w=power.idle_w, **unit)
     return power, budget
 
 
@@ -119,6 +121,14 @@ def make_plan(opts: SimulateOptions) -> Plan:
         for run in runs:
             if isinstance(run.policy, RushPolicy):
                 run.policy = RushPolicy(skip_threshold=opts.skip_threshold, retry=run.policy.retry)
+    if opts.energy_unit is not None:
+        from pcs_ray.policies import build_policy
+
+        vahrm = [run for run in runs if run.label == "vahrm"]
+        if not vahrm:
+            raise UsageError("--energy-unit applies to the vahrm policy (--policy vahrm)")
+        for run in vahrm:
+            run.policy = build_policy("vahrm", energy_unit=opts.energy_unit)
     spec, setup = _cluster(opts, paired=any(paper_placement(run.policy) for run in runs))
     capacity = spec.num_gpus
     power, budget = _power(opts, spec, setup, runs) if opts.power is not None else (None, None)

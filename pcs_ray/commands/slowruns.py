@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,7 @@ import typer
 from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
-from pcs_ray.commands.views import print_json, stdout_console
+from pcs_ray.commands.views import print_json, stdout_console, strict_json
 
 SLOW_RUNS_HELP = """
 Predict, before a run starts, whether it will be slow (RUSH): more than 1.5 standard deviations
@@ -58,7 +57,7 @@ def fit_cmd(
     result = fit(build_dataset(load_records(data)), data=data, train=train, folds=folds, seed=seed)
     report = result.to_json()
     if out is not None:
-        out.write_text(json.dumps(report, indent=1) + "\n")
+        out.write_text(strict_json(report, indent=1) + "\n")
     if as_json:
         print_json(report)
         return

@@ -6,7 +6,6 @@ scheduler's packages; the calls users poll live in :mod:`.live`.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +15,7 @@ import typer
 from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
+from pcs_ray.commands.views import print_json
 
 
 def start_cmd(
@@ -126,6 +126,6 @@ def node_resources_cmd(
     node = local_node(node_name, cluster_spec)
     args = ray_start_args(node, head=head, address=address)
     if as_json:
-        print(json.dumps({"args": args, "node": node.to_dict()}))
+        print_json({"args": args, "node": node.to_dict()})
     else:
         print(format_args(args))

@@ -7,7 +7,6 @@ nothing else.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +15,7 @@ import typer
 
 from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT
 from pcs_ray.placement import PLACEMENTS
+from pcs_ray.commands.views import print_json
 
 STATE_DIR = typer.Option("--state-dir", help="Where the cluster's state file, logs, the coordinator's journal and "
                          "checkpoints live.")
@@ -95,7 +95,7 @@ def up_cmd(
         lc.down(state)
         raise
     if as_json:
-        print(json.dumps(record.summary()))
+        print_json(record.summary())
         return
     print(f"Ray cluster up: {len(record.nodes)} node(s), {sum(n.gpus for n in record.nodes)} GPU(s), coordinator on "
           f"{record.nodes[0].name}\n  address    {record.address}\n  api        {record.api or 'off (no token found)'}\n"
@@ -112,7 +112,7 @@ def down_cmd(
 
     result = lc.down(state_dir.expanduser().resolve())
     if as_json:
-        print(json.dumps(result))
+        print_json(result)
         return
     count = sum(len(p) for p in result["stopped"].values())
     print(f"stopped {count} process(es) of {len(result['stopped'])} node(s)" +

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import csv
-import json
-import math
 import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from pcs_ray.strict_json import dumps
 
 # One row per job and policy; the writer below is the only place that knows the columns. The last
 # three say why a placement chose the job's GPUs (blank without --placement): the GPUs of its latest
@@ -58,20 +58,14 @@ def write_per_job(path: Path, runs: list[tuple[str, object, object]]) -> None:
                 out.writerow(per_job_row(label, record, why))
 
 
-def finite(value):
-    """JSON-safe: NaN and infinities become null, recursively."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
+def strict_json(payload, **options) -> str:
+    """``payload`` as strict JSON: a missing figure is null, never ``NaN`` (``pcs_ray.strict_json``)."""
+    return dumps(payload, **options)
 
 
 def print_json(payload) -> None:
     """Exactly one JSON document on stdout (NaN as null), so ``--json > out.json`` stays parseable."""
-    sys.stdout.write(json.dumps(finite(payload), allow_nan=False) + "\n")
+    sys.stdout.write(strict_json(payload) + "\n")
     sys.stdout.flush()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.base import Placement
 from pcs_ray.placement.combined import COMBINED
-from pcs_ray.placement.energy import ENERGY, LOWEST_ENERGY, LOWEST_POWER, VAHRM
+from pcs_ray.placement.energy import CVA, ENERGY, LOWEST_ENERGY, LOWEST_POWER, VAHRM
 from pcs_ray.placement.framework import Configuration, PlacementError, Unplaceable
 from pcs_ray.placement.plugin import Reason
 from pcs_ray.placement.mapa import MAPA_BASELINE, MAPA_GREEDY, MAPA_PRESERVE, MAPA_TOPO
@@ -28,7 +28,7 @@ from pcs_ray.topology import TopoMatrix, TopologyError, hardware_graph, parse_to
 PLACEMENTS: dict[str, Configuration] = {
     c.name: c for c in (
         PACKED_STICKY, PACKED_NONSTICKY, RANDOM_STICKY, RANDOM_NONSTICKY, PM_FIRST, PAL,
-        MAPA_BASELINE, MAPA_TOPO, MAPA_GREEDY, MAPA_PRESERVE, COMBINED, LOWEST_POWER, LOWEST_ENERGY, VAHRM, ENERGY,
+        MAPA_BASELINE, MAPA_TOPO, MAPA_GREEDY, MAPA_PRESERVE, COMBINED, LOWEST_POWER, LOWEST_ENERGY, VAHRM, CVA, ENERGY,
         with_slow_run_filter(PACKED_STICKY), with_slow_run_filter(COMBINED), COMBINED.sized(), ENERGY.sized(),
     )
 }

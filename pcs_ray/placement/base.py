@@ -98,6 +98,7 @@ class Placement:
         self._all = (1 << self.num_gpus) - 1
         self.rng = np.random.default_rng(seed)
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
+        self.planned: Mapping[int, tuple[int, ...]] = {}  # this round's GPUs chosen by the policy, by job id
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
         # Shared with forks (static facts): (free GPUs' bits, n, home, declared job fields) -> (gpus, decision
@@ -167,10 +168,14 @@ class Placement:
 
         ``changed`` are the jobs whose count changed this round (always returned).
         ``alloc`` is the policy's allocation in priority order; without it the
-        counts are the jobs' ``alloc`` and the order is ``snap.jobs``'.
+        counts are the jobs' ``alloc`` and the order is ``snap.jobs``'. An
+        allocation with a ``gpus`` map (job id -> GPU ids, e.g.
+        ``pcs_ray.policies.vahrm.PlannedAllocation``) names GPUs the policy chose.
         Jobs returned that are not in ``changed`` kept their count but moved.
         """
         changed = list(changed)
+        # GPUs the policy chose itself (VAHRM's Step 5), which a configuration may follow (``Context.planned``)
+        self.planned = getattr(alloc, "gpus", None) or {}
         if alloc is None:
             running = [j for j in snap.jobs if j.alloc > 0]
             counts = {j.spec.job_id: j.alloc for j in running}
@@ -300,7 +305,8 @@ class Placement:
 
     def _decide(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]):
         """``select``'s GPUs with the decision behind them (kept as the job's explanation, outside forks)."""
-        ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory)
+        ctx = self.config.context(self.facts, job, n, free, home, self.rng, self.memory,
+                                  self.planned.get(job.spec.job_id))
         gpus, decision = self.config.decide(ctx)
         if self.decisions is not None:
             self.decisions[job.spec.job_id] = decision

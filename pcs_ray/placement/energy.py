@@ -13,14 +13,17 @@ of work relative to a median GPU. Without power data the factor is 1.
 Configurations:
 
 * ``lowest-power``: the ``n`` free GPUs with the lowest predicted power for
-  the job's class, anywhere (the VAHRM paper's rule, where GPUs of one model
-  run at one speed; sticky: HPC jobs stay);
+  the job's class, anywhere (the VAHRM paper's rule, §III-C Step 5; sticky:
+  HPC jobs stay);
 * ``lowest-energy``: the same by predicted power x binned score, i.e. the most
   power-efficient GPUs (energy per unit of work) where speed varies too, as
-  it does on Longhorn (VAHRM's and CGVA's placement here);
-* ``vahrm``: ``lowest-energy``, except that a workload's first run (no job
-  of its model placed here before) gets random free GPUs: VAHRM has no
-  profile of it yet and draws nodes at random (paper §III-C, Step 5);
+  it does on Longhorn (CGVA's placement here);
+* ``vahrm``: the GPUs the ``vahrm`` policy chose in its Step 5 (lowest
+  predicted power; random for a workload's first run, which VAHRM has no
+  profile of yet), handed over with its allocation; ``lowest-power`` where
+  the policy chose none;
+* ``cva``: lowest predicted power for the jobs that stand for the paper's CPU
+  jobs (``CPU_STANDINS``), random free GPUs for the others (CVA, Table V);
 * ``energy``: the combined placement with the energy score, over candidates
   that also include the lowest-power and lowest power x score GPU sets of the
   cluster and of each node.
@@ -57,29 +60,61 @@ class LowestPower(Source):
     ``per_work``: the lowest predicted power x binned score, i.e. energy per unit of work."""
 
     name = "lowest-power"
-    stateful = True  # with first_run_random: the workloads already run (memory) and a random draw
 
-    def __init__(self, *, per_work: bool = False, first_run_random: bool = False) -> None:
-        self.per_work, self.first_run_random = per_work, first_run_random
+    def __init__(self, *, per_work: bool = False) -> None:
+        self.per_work = per_work
 
     def prepare(self, facts) -> None:
         if self.per_work:
             facts.need("binned")
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
-        ids = np.flatnonzero(ctx.free)
-        if self.first_run_random:
-            seen = ctx.memory.setdefault("workloads_run", set())
-            workload = ctx.spec.model or ctx.spec.job_class
-            if workload not in seen:
-                seen.add(workload)
-                gpus = np.sort(ctx.rng.choice(ids, size=ctx.n, replace=False))
-                yield Candidates("first-run", _ACROSS, gpus=gpus[None, :], across=True)
-                return
         key = ctx.facts.power_ratio(ctx.spec.job_class)
         if self.per_work:
             key = key * ctx.class_scores
-        yield Candidates(self.name, _ACROSS, gpus=_lowest(ctx, key, ids)[None, :], across=True)
+        yield Candidates(self.name, _ACROSS, gpus=_lowest(ctx, key, np.flatnonzero(ctx.free))[None, :], across=True)
+
+
+class PolicyChoice(Source):
+    """The GPUs the policy chose (VAHRM's Step 5: lowest predicted power, random for a workload's first
+    run, ``VAHRMPolicy``), so that the GPUs it costed against the budget are the GPUs the job gets and
+    the policy's memory alone says what a first run is; without a choice, the lowest-power GPUs."""
+
+    name = "policy"
+    stateful = True  # what the policy chose is not in the decision's cache key
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        chosen = ctx.planned
+        if chosen is not None and len(chosen) == ctx.n and ctx.free[list(chosen)].all():
+            yield Candidates(self.name, _ACROSS, gpus=np.asarray(chosen, dtype=np.int64)[None, :], across=True)
+            return
+        yield from _BY_POWER.candidates(ctx)
+
+
+#: The job classes that stand for the VAHRM paper's CPU jobs in its GPU-only mixes (``workloads.energy``):
+#: class A, ResNet-50, the variability-sensitive class.
+CPU_STANDINS = frozenset({"A"})
+
+
+class CPUVariationAware(Source):
+    """CVA (paper Table V, after its ref. [19]): power-efficient GPUs (lowest predicted power) for the jobs
+    that stand for CPU jobs (``CPU_STANDINS``), random free GPUs for the others."""
+
+    name = "cva"
+    stateful = True  # a random draw
+
+    def __init__(self, efficient_classes: frozenset[str] = CPU_STANDINS) -> None:
+        self.efficient_classes = efficient_classes
+
+    def candidates(self, ctx: Context) -> Iterator[Candidates]:
+        if ctx.spec.job_class in self.efficient_classes:
+            yield from _BY_POWER.candidates(ctx)
+            return
+        gpus = np.sort(ctx.rng.choice(np.flatnonzero(ctx.free), size=ctx.n, replace=False))
+        yield Candidates("random", _ACROSS, gpus=gpus[None, :], across=True)
+
+
+_BY_POWER = LowestPower()
 
 
 class EnergyCandidates(Source):
@@ -130,15 +165,22 @@ LOWEST_POWER = Configuration(
 
 LOWEST_ENERGY = Configuration(
     name="lowest-energy",
-    help="the free GPUs with the lowest predicted power x binned score (energy per unit of work), anywhere (vahrm, cgva-*); sticky",
+    help="the free GPUs with the lowest predicted power x binned score (energy per unit of work), anywhere (cgva-*); sticky",
     sources=(LowestPower(per_work=True),),
     sticky=True,
 )
 
 VAHRM = Configuration(
     name="vahrm",
-    help="lowest-energy, but a workload's first run gets random free GPUs (VAHRM has no profile of it yet); sticky",
-    sources=(LowestPower(per_work=True, first_run_random=True),),
+    help="the GPUs the vahrm policy chose: lowest predicted power, random for a workload's first run (else lowest-power); sticky",
+    sources=(PolicyChoice(),),
+    sticky=True,
+)
+
+CVA = Configuration(
+    name="cva",
+    help="lowest predicted power for class A (the VAHRM mixes' stand-in for CPU jobs), random free GPUs for the rest (cva-*); sticky",
+    sources=(CPUVariationAware(),),
     sticky=True,
 )
 
@@ -155,4 +197,5 @@ ENERGY = Configuration(
     about={"base": COMBINED.name},
 )
 
-__all__ = ["ENERGY", "LOWEST_ENERGY", "LOWEST_POWER", "VAHRM", "Energy", "EnergyCandidates", "LowestPower"]
+__all__ = ["CPU_STANDINS", "CVA", "ENERGY", "LOWEST_ENERGY", "LOWEST_POWER", "VAHRM", "CPUVariationAware", "Energy",
+           "EnergyCandidates", "LowestPower", "PolicyChoice"]

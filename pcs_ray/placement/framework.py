@@ -136,8 +136,9 @@ class Configuration:
         return tuple(seen.values())
 
     def context(self, facts: ClusterFacts, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...],
-                rng: np.random.Generator | None = None, memory: dict | None = None) -> Context:
-        return Context(self, facts, job, n, free, home, rng, memory)
+                rng: np.random.Generator | None = None, memory: dict | None = None,
+                planned: tuple[int, ...] | None = None) -> Context:
+        return Context(self, facts, job, n, free, home, rng, memory, planned)
 
     def decide(self, ctx: Context) -> tuple[np.ndarray, Decision]:
         """The winning GPU set for ``ctx``'s job and what to keep about it.

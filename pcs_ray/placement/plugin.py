@@ -115,11 +115,14 @@ class Context:
     """
 
     def __init__(self, config, facts: ClusterFacts, job: JobState, n: int, free: np.ndarray,
-                 home: tuple[int, ...], rng: np.random.Generator | None = None, memory: dict | None = None) -> None:
+                 home: tuple[int, ...], rng: np.random.Generator | None = None, memory: dict | None = None,
+                 planned: tuple[int, ...] | None = None) -> None:
         self.config, self.facts, self.job, self.spec, self.n, self.free, self.home = config, facts, job, job.spec, n, free, home
         self.rng = rng  # the placement's seeded generator (random choices stay reproducible)
         #: what the placement remembers between decisions for its plugins (e.g. the workloads already run)
         self.memory = {} if memory is None else memory
+        #: the GPUs the policy chose for this job, if it chose any (``Placement.place``'s ``alloc.gpus``)
+        self.planned = planned
         self.rejections: dict[str, int] = {}
         #: the best total so far (``None`` before the first candidate): sources may stop early with it
         self.best_total: float | None = None

@@ -74,12 +74,12 @@ ABOUT: dict[str, str] = {
     "fcfs-easy": "arrival order with EASY backfilling on requested run times; rigid, never preempts",
     "vu-fcfs": "VAHRM paper's variation-unaware FCFS: arrival order, no backfilling, never preempts (with packed GPUs)",
     "vu-fcfs-b": "vu-fcfs with EASY backfilling",
-    "cva-fcfs": "VAHRM paper's CPU-variation-aware FCFS; with GPU jobs only, random GPUs",
+    "cva-fcfs": "VAHRM paper's CPU-variation-aware FCFS: lowest-power GPUs for class A (its CPU jobs' stand-in), random for the rest",
     "cva-fcfs-b": "cva-fcfs with EASY backfilling",
     "cgva-fcfs": "VAHRM paper's CPU-and-GPU-variation-aware FCFS: the most power-efficient free GPUs",
     "cgva-fcfs-b": "cgva-fcfs with EASY backfilling",
-    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the most power-efficient GPUs, "
-             "under a power budget",
+    "vahrm": "VAHRM: most predicted energy first, aged by waiting time, on the lowest-power GPUs (random for a "
+             "workload's first run), under a power budget counting idle draw",
     "rush": "fcfs-easy whose start function skips a job predicted to run slow, up to a skip threshold (RUSH)",
     "tenants": "tenant quotas with borrowing of idle quota by weight, and a minimum runtime before preemption, "
                "around an inner policy that divides each tenant's GPUs (default pcs-bal)",
