@@ -1,6 +1,6 @@
 """Readers for the job traces the experiments replay.
 
-Three CSV formats (DESIGN.md §3): PCS/Philly, PCS testbed and Sia-Philly as
+Three CSV formats: PCS/Philly, PCS testbed and Sia-Philly as
 used by PAL. Each reader returns ``JobSpec``s sorted by (submit_time, job_id)
 and rejects bad input with a one-line ``file:line:`` ``WorkloadError``,
 because a silently skipped row changes every metric downstream.
@@ -24,7 +24,7 @@ PCS_COLUMNS = ("app_id", "submit_time", "service", "num_jobs", "sleep_time", "mo
 TESTBED_COLUMNS = PCS_COLUMNS[:5]
 SIA_COLUMNS = ("job_id", "num_gpus", "submit_time", "duration", "model")
 
-# Sia-Philly: seconds per iteration, keyed by lower-case model name (DESIGN.md §3).
+# Sia-Philly: seconds per iteration, keyed by lower-case model name (see pcs_ray/data/PROVENANCE.md).
 SIA_ITERATION_TIME = {
     "resnet50": 0.1754,
     "vgg19": 0.3006,

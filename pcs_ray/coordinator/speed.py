@@ -1,6 +1,6 @@
 """How fast jobs run and what a (re)start costs: priors at submission, refined by what runners measure.
 
-Predictions are only as good as this model (DESIGN §10): everything the live
+Predictions are only as good as this model: everything the live
 system pays must be in it, and every forecast charges it. It keeps
 
 * **step times per workload shape and GPU count**: seconds per step on ``n``
