@@ -3,11 +3,12 @@
 Every change goes through ``_record``: the event is appended to the journal
 and committed, then applied by ``_apply``. Replaying the journal through the
 same ``_apply`` rebuilds the state after a restart, so the live path and the
-recovery path cannot drift. What an event does to the jobs is the journal's
-one interpreter (:class:`.ledger.Ledger`, which ``pcs-ray report`` replays
-too); this state adds what it does to the model, the measurements and the policy. The state is the jobs (:mod:`.jobs`), what was
+recovery path cannot drift. The state is the jobs (:mod:`.jobs`), what was
 measured (:mod:`.speed`), the cluster model kept in step with them
-(:mod:`.model`) and the policy in force.
+(:mod:`.model`) and the policy in force. What an event does to the jobs is
+the journal's one interpreter (:class:`.ledger.Ledger`, which ``pcs-ray
+report`` replays too); this state adds what it does to the model, the
+measurements and the policy.
 
 The policy in force: the one the coordinator was started with, unless a
 ``pcs-ray config set`` came later (a ``config`` event from source ``set``,
