@@ -24,7 +24,6 @@ the policy's ``round_s``.
 
 from __future__ import annotations
 
-import copy
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.state import Snapshot
@@ -75,12 +74,7 @@ class StrictPriority(SchedulingPolicy):
         return self.inner.order(snap)
 
     def fork(self) -> "StrictPriority":
-        inner = self.inner.fork()
-        if inner is self.inner:
-            return self
-        other = copy.copy(self)
-        other.inner = inner
-        return other
+        return self.fork_around(self.inner)
 
     def make_index(self, jobs):
         return self.inner.make_index(jobs)

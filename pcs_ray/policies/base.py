@@ -11,6 +11,8 @@ never change what the live schedule decides next.
 
 from __future__ import annotations
 
+import copy
+
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import ClassVar
@@ -54,6 +56,16 @@ class SchedulingPolicy(ABC):
         a policy whose decisions change its own state returns a copy holding that state, so that
         what a play decides stays in the play."""
         return self
+
+    def fork_around(self, inner: "SchedulingPolicy") -> "SchedulingPolicy":
+        """``fork`` for a policy that wraps ``inner`` and keeps no state of its own: itself while the inner
+        policy is pure, else a shallow copy around the inner policy's fork (held as ``self.inner``)."""
+        forked = inner.fork()
+        if forked is inner:
+            return self
+        other = copy.copy(self)
+        other.inner = forked
+        return other
 
     def order(self, snap: Snapshot) -> Iterable[JobState] | None:
         """The active jobs in priority order, for a policy that is a priority order filled greedily

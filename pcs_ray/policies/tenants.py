@@ -27,11 +27,11 @@ minimum runtime the inner policy decides alone, exactly as without this layer.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.policies.reasons import WaitCode, WaitReason, gpus_plural, waiting_for_gpus
+from pcs_ray.policies.water_fill import water_fill
 from pcs_ray.state import JobState, Snapshot
 from pcs_ray.tenancy import MinRuntime, Tenant, TenantsFile
 
@@ -40,37 +40,8 @@ _GUEST = Tenant(quota=0)
 
 
 def weighted_fill(amount: int, wants: Sequence[int], weights: Sequence[float]) -> list[int]:
-    """Split ``amount`` GPUs by weight, none above its want (weighted water-filling, whole GPUs).
-
-    Those that want less than their weighted portion get what they want and
-    drop out; the rest get the floor of their portion, and single GPUs left go
-    to the lowest ``(got + 1) / weight``, ties to the earlier position.
-    """
-    got = [0] * len(wants)
-    open_ = [i for i, w in enumerate(wants) if w > 0]
-    left = amount
-    while open_ and left > 0:
-        wsum = sum(weights[i] for i in open_)
-        full = [i for i in open_ if wants[i] <= left * weights[i] / wsum]
-        if not full:
-            break
-        for i in full:
-            got[i] = wants[i]
-            left -= wants[i]
-        open_ = [i for i in open_ if i not in full]
-    if open_ and left > 0:
-        wsum = sum(weights[i] for i in open_)
-        for i in open_:
-            got[i] = int(left * weights[i] / wsum + 1e-9)
-        left -= sum(got[i] for i in open_)
-        while left > 0:
-            best = min((i for i in open_ if got[i] < wants[i]), key=lambda i: ((got[i] + 1) / weights[i], i),
-                       default=None)
-            if best is None:
-                break
-            got[best] += 1
-            left -= 1
-    return got
+    """Split ``amount`` GPUs by weight, none above its want (WFQ's water-filling, ties to the earlier position)."""
+    return water_fill(amount, wants, weights)[0]
 
 
 def tenant_shares(capacity: int, tenants: Sequence[Tenant], demand: Sequence[int], floors: Sequence[int]) -> list[int]:
@@ -313,12 +284,7 @@ class TenantPolicy(SchedulingPolicy):
                                                     snap.seen_total, snap.seen_events), job)
 
     def fork(self) -> "TenantPolicy":
-        inner = self.inner.fork()
-        if inner is self.inner:
-            return self
-        other = copy.copy(self)
-        other.inner = inner
-        return other
+        return self.fork_around(self.inner)
 
     def describe(self) -> dict:
         return {"policy": self.name, "inner": self.inner.describe(),

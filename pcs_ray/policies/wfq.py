@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
 from pcs_ray.policies.reasons import WaitCode, WaitReason
+from pcs_ray.policies.water_fill import water_fill
 from pcs_ray.state import JobState, Snapshot
 from pcs_ray.contract import ConfigError  # one class for every unusable configuration, live or simulated
 
@@ -255,39 +256,11 @@ class WFQPolicy(SchedulingPolicy):
         return self.water_fill(queues, usable, capacity)[0]
 
     def water_fill(self, queues, usable, capacity) -> tuple[list[int], list[int], int, float, int]:
-        """``shares`` and how it ended: the queues left below their quota, the GPUs they split,
-        their summed weight and how many single GPUs went out by (share + 1) / weight."""
-        weights = self.weights
-        shares = [0] * len(queues)
-        open_q = [i for i, q in enumerate(queues) if q and usable[i] > 0]
-        left = capacity
-        while open_q:
-            wsum = sum(weights[i] for i in open_q)
-            full = [i for i in open_q if usable[i] <= left * weights[i] / wsum]
-            if not full:
-                break
-            for i in full:
-                shares[i] = usable[i]
-                left -= usable[i]
-            open_q = [i for i in open_q if i not in full]
-        spare, singles = left, 0
-        if open_q and left > 0:
-            wsum = sum(weights[i] for i in open_q)
-            for i in open_q:
-                shares[i] = int(left * weights[i] / wsum + 1e-9)
-            left -= sum(shares[i] for i in open_q)
-            while left > 0:
-                best = min(
-                    (i for i in open_q if shares[i] < usable[i]),
-                    key=lambda i: ((shares[i] + 1) / weights[i], queues[i][0].spec.submit_time, queues[i][0].spec.job_id),
-                    default=None,
-                )
-                if best is None:
-                    break
-                shares[best] += 1
-                left -= 1
-                singles += 1
-        return shares, open_q, spare, (wsum if open_q else 0.0), singles
+        """``shares`` and how it ended (see :func:`~pcs_ray.policies.water_fill.water_fill`); single GPUs
+        left go to the queue whose head came first."""
+        wants = [usable[i] if q else 0 for i, q in enumerate(queues)]
+        return water_fill(capacity, wants, self.weights,
+                          rank=lambda i: (queues[i][0].spec.submit_time, queues[i][0].spec.job_id))
 
     def allocate(self, snap: Snapshot) -> Allocation:
         index = self._index(snap)
