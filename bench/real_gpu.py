@@ -88,11 +88,10 @@ def _seen():
         if None not in ids:
             out["pci_bus_id"] = "%08X:%02X:%02X.0" % tuple(ids)
             try:
-                import pynvml
+                from pcs_ray.nvml import NVMLDevices
 
-                pynvml.nvmlInit()
-                got = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByPciBusId(out["pci_bus_id"]))
-                out["nvml_uuid_of_pci_bus_id"] = got.decode() if isinstance(got, bytes) else got
+                with NVMLDevices.start() as devices:
+                    out["nvml_uuid_of_pci_bus_id"] = devices.uuid_at_pci_bus(out["pci_bus_id"])
             except Exception as exc:
                 out["nvml_error"] = f"{type(exc).__name__}: {exc}"
     checkpoint = train.get_checkpoint()

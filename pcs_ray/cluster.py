@@ -34,6 +34,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
+
 Score = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -303,27 +305,13 @@ def _topology_file(node: NodeSpec, position: int, base: Path, source: str) -> st
 
 
 def _nvml_cluster() -> ClusterSpec | None:
-    """One node of the local GPUs as NVML sees them, or ``None`` without NVML or GPUs."""
+    """One node of the local GPUs as NVML sees them (:class:`~pcs_ray.nvml.NVMLDevices`), or ``None`` without
+    NVML or GPUs."""
     try:
-        import pynvml
-    except ImportError:
+        with NVMLDevices.start() as devices:
+            gpus = [GPUSpec(index=i, uuid=devices.uuid(i)) for i in range(devices.count)]
+    except NVMLUnavailable:
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-            gpus.append(GPUSpec(index=i, uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
-    except pynvml.NVMLError:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
     if not gpus:
         return None
     return ClusterSpec(nodes=[NodeSpec(name=socket.gethostname() or "localhost", gpus=gpus)])

@@ -1,9 +1,9 @@
 """What GPUs a node has, and how a Ray cluster tells the coordinator about them.
 
-On a node with NVIDIA GPUs, NVML gives each GPU's UUID, power limit and
-clocks, and the GPU-to-GPU link matrix (NVLink counts, else the PCIe
-distance) in the same :class:`TopoMatrix` that ``nvidia-smi topo -m`` files
-parse into. Without NVML (no driver, no GPU) the node comes from a declared
+On a node with NVIDIA GPUs, NVML (read by :mod:`pcs_ray.nvml`) gives each
+GPU's UUID, power limit and clocks, and the GPU-to-GPU link matrix (NVLink
+counts, else the PCIe distance) in the same :class:`TopoMatrix` that
+``nvidia-smi topo -m`` files parse into. Without NVML (no driver, no GPU) the node comes from a declared
 cluster spec. ``pcs-ray node-resources`` turns a node into the
 ``ray start`` arguments that register one custom resource per GPU, and
 :func:`cluster_from_ray_nodes` reads those back into a ``ClusterSpec``.
@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec, ClusterSpecError, GPUSpec, NodeSpec, load_cluster_spec, sim_uuid
+from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
 from pcs_ray.topology import TopoMatrix
 from pcs_ray.resources import gpu_resource
 
-# NVML's common-ancestor levels -> nvidia-smi topo -m codes.
-_PCIE_LEVEL = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 _RESOURCE_RE = re.compile(r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]*)_gpu(?P<index>\d+)$")
 
 
@@ -59,85 +58,18 @@ class NodeInventory:
         }
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _optional(call, *args):
-    try:
-        return call(*args)
-    except Exception:  # a query this GPU or driver does not support
-        return None
-
-
 def nvml_inventory(node_name: str | None = None, nvml=None) -> NodeInventory | None:
-    """The local GPUs via NVML, or ``None`` where NVML or GPUs are missing. ``nvml``: a pynvml stand-in for tests."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return None
+    """The local GPUs via NVML (:class:`~pcs_ray.nvml.NVMLDevices`), or ``None`` where NVML or GPUs are
+    missing. ``nvml``: a pynvml stand-in for tests."""
     try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:
+        with NVMLDevices.start(nvml) as devices:
+            if not devices.count:
+                return None
+            gpus = [GPUInfo(index=i, **devices.facts(i)) for i in range(devices.count)]
+            topology = devices.topology()
+    except NVMLUnavailable:
         return None
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        if count == 0:
-            return None
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        gpus = []
-        for i, h in enumerate(handles):
-            power = _optional(nvml.nvmlDeviceGetPowerManagementLimit, h)
-            gpus.append(GPUInfo(
-                index=i, uuid=_text(nvml.nvmlDeviceGetUUID(h)), name=_text(_optional(nvml.nvmlDeviceGetName, h) or ""),
-                power_limit_w=None if power is None else power / 1000.0,
-                max_sm_clock_mhz=_optional(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM),
-                max_mem_clock_mhz=_optional(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_MEM),
-                sm_clock_mhz=_optional(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
-            ))
-        topology = nvml_topology(nvml, handles)
-    except nvml.NVMLError:
-        return None
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
     return NodeInventory(node_name or default_node_name(), gpus, topology, "nvml")
-
-
-def nvml_topology(nvml, handles: list) -> TopoMatrix:
-    """The link matrix: ``NV#`` for # active NVLinks between two GPUs, else their PCIe distance."""
-    n = len(handles)
-    bus = {}
-    for i, h in enumerate(handles):
-        pci = _optional(nvml.nvmlDeviceGetPciInfo, h)
-        if pci is not None:
-            bus[_text(pci.busId).lower()] = i
-    nvlinks = [[0] * n for _ in range(n)]
-    for i, h in enumerate(handles):
-        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-            state = _optional(nvml.nvmlDeviceGetNvLinkState, h, link)
-            if state is None:
-                break  # no (more) NVLinks on this GPU
-            if state != nvml.NVML_FEATURE_ENABLED:
-                continue
-            remote = _optional(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-            j = bus.get(_text(remote.busId).lower()) if remote is not None else None
-            if j is not None and j != i:
-                nvlinks[i][j] += 1
-    links = [["X"] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            k = min(nvlinks[i][j], nvlinks[j][i]) or max(nvlinks[i][j], nvlinks[j][i])
-            if k:
-                code = f"NV{k}"
-            else:
-                level = _optional(nvml.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
-                code = _PCIE_LEVEL.get(level, "SYS")
-            links[i][j] = links[j][i] = code
-    return TopoMatrix([f"GPU{i}" for i in range(n)], links)
 
 
 def default_node_name() -> str:

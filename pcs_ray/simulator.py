@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pcs_ray.forecast.chain import PlayChain
 from pcs_ray.forecast.queue_play import QueuePlay, plays_itself, queue_play
 from pcs_ray.job import JobSpec
+from pcs_ray.moves import charged_stall, finish_time, service_left
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
 from pcs_ray.semantics import round_boundary
 from pcs_ray.state import JobState, Snapshot
@@ -187,7 +188,7 @@ class Engine:
         job.anchor = self.now
         job.stall_until = stall_until
         if job.alloc:
-            end = max(self.now, stall_until) + job.remaining / job.rate()
+            end = finish_time(self.now, stall_until, job.remaining, job.rate())
             self.eta[job_id] = end
             heapq.heappush(self.eta_heap, (end, job_id))
             if len(self.eta_heap) > 4 * len(self.eta) + 64:  # drop stale entries now and then
@@ -280,8 +281,7 @@ class Engine:
         dt = now - job.anchor
         if dt > 0 and job.alloc:
             job.attained += job.alloc * dt
-            end = self.eta[job.spec.job_id]
-            job.remaining = max(0.0, job.rate() * (end - (now if now > job.stall_until else job.stall_until)))
+            job.remaining = service_left(job.rate(), self.eta[job.spec.job_id], now, job.stall_until)
         job.anchor = now
 
     def settle_all(self) -> None:
@@ -340,14 +340,11 @@ class Engine:
                 self.settle(job)
             if job.alloc and not n:
                 job.preemptions += 1
-            if n and job.start_time is None:
-                job.start_time = now
-                if job.start_cost:
-                    job.stall_until = now + job.start_cost  # start-up before its first step
-            elif n:
-                cost = overhead if job.move_cost is None else job.move_cost
-                if cost:
-                    job.stall_until = now + cost  # checkpoint + restore before it moves again
+            if n:
+                started = job.start_time is not None
+                job.stall_until = charged_stall(now, job.stall_until, started, job.start_cost, job.move_cost, overhead)
+                if not started:
+                    job.start_time = now
             self.busy += n - job.alloc
             job.alloc = n
             job.since = now
@@ -363,14 +360,11 @@ class Engine:
             changed = self.placement.place(self.snapshot(), changed, alloc)
             for job in changed:
                 if job.alloc and job.spec.job_id not in counted:
-                    cost = overhead if job.move_cost is None else job.move_cost
-                    if cost:
-                        job.stall_until = now + cost
+                    job.stall_until = charged_stall(now, job.stall_until, True, job.start_cost, job.move_cost, overhead)
         for job in changed:
             jid = job.spec.job_id
             if job.alloc:
-                stall = job.stall_until
-                end = eta[jid] = (now if now > stall else stall) + job.remaining / job.rate()
+                end = eta[jid] = finish_time(now, job.stall_until, job.remaining, job.rate())
                 heapq.heappush(heap, (end, jid))
             else:
                 eta.pop(jid, None)

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
+from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
+
 #: clock-event reason bits (NVML ``nvmlClocksEventReason*``), by name
 REASONS = {
     0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
@@ -59,80 +61,39 @@ class GPUSample:
         return asdict(self)
 
 
-def _load_nvml():
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    return pynvml
-
-
 class NVMLSampler:
-    """Samples this node's GPUs through NVML; ``nvml`` is the module (injectable for tests)."""
+    """Samples this node's GPUs through NVML (:class:`~pcs_ray.nvml.NVMLDevices`); ``nvml``: a stand-in for
+    ``pynvml`` (tests)."""
 
     def __init__(self, nvml=None, clock: Callable[[], float] = time.time) -> None:
-        self.nvml = _load_nvml() if nvml is None else nvml
         self.clock = clock
         self.available = False
         self.reason: str | None = None
-        self._handles: list = []
-        if self.nvml is None:
-            self.reason = "nvidia-ml-py is not installed"
-            return
+        self.devices: NVMLDevices | None = None
         try:
-            self.nvml.nvmlInit()
-            count = self.nvml.nvmlDeviceGetCount()
-            self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self.devices = NVMLDevices.start(nvml)
             self.available = True
-        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no telemetry, not a crash
-            self.reason = f"NVML unavailable: {type(e).__name__}"
+        except NVMLUnavailable as e:  # no library, no driver: no telemetry, not a crash
+            self.reason = str(e)
 
     @property
     def gpu_count(self) -> int:
-        return len(self._handles)
+        return self.devices.count if self.devices is not None else 0
 
     def close(self) -> None:
-        if self.available:
-            try:
-                self.nvml.nvmlShutdown()
-            except Exception:
-                pass
-            self.available = False
-
-    def _read(self, fn: str, *args):
-        try:
-            return getattr(self.nvml, fn)(*args)
-        except Exception:  # NotSupported, NoPermission, a function the driver lacks: that field is unknown
-            return None
+        if self.devices is not None:
+            self.devices.close()
+        self.available = False
 
     def sample(self, indices: Iterable[int] | None = None) -> list[GPUSample]:
         """One sample per GPU (all, or ``indices``); empty without NVML."""
         if not self.available:
             return []
-        nv = self.nvml
         out = []
-        wanted = range(len(self._handles)) if indices is None else indices
-        for i in wanted:
-            h = self._handles[i]
-            uuid = self._read("nvmlDeviceGetUUID", h)
-            power = self._read("nvmlDeviceGetPowerUsage", h)  # mW
-            util = self._read("nvmlDeviceGetUtilizationRates", h)
-            reasons = self._read("nvmlDeviceGetCurrentClocksEventReasons", h)
-            if reasons is None:
-                reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-            sm = self._read("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM)
-            mem = self._read("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM)
-            temp = self._read("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
-            energy = self._read("nvmlDeviceGetTotalEnergyConsumption", h)
-            out.append(GPUSample(
-                index=i, uuid=uuid.decode() if isinstance(uuid, bytes) else uuid, ts=self.clock(),
-                power_w=None if power is None else power / 1000.0,
-                energy_mj=None if energy is None else float(energy),
-                sm_clock_mhz=None if sm is None else float(sm), mem_clock_mhz=None if mem is None else float(mem),
-                temperature_c=None if temp is None else float(temp),
-                utilization_pct=None if util is None else float(util.gpu),
-                clock_events=reason_names(reasons),
-            ))
+        for i in range(self.devices.count) if indices is None else indices:
+            read = self.devices.reading(i)
+            mask = read.pop("clock_event_mask")
+            out.append(GPUSample(index=i, ts=self.clock(), clock_events=reason_names(mask), **read))
         return out
 
 

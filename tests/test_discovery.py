@@ -110,14 +110,53 @@ class TopoNVML(FakeNVML):
         return self.LEVEL[self.matrix.links[a][b]]
 
 
-# Point-to-point NVLink and PCIe machines; on NVSwitch machines (dgx2, dgx-a100, hgx-h100) a link's remote
-# end is a switch, which this fake does not model.
-@pytest.mark.parametrize("name", ["dgx1-v100", "dgx1-p100", "summit-node", "pcie-8gpu", "a100-pcie-4gpu-bridged"])
+class SwitchNVML(TopoNVML):
+    """A fake pynvml of an NVSwitch machine: each GPU has as many NVLinks as the ``NV#`` of its row, and every
+    one ends at a switch (NVML gives the switch's PCI bus, on no GPU, and says its remote end is a switch).
+    ``peers(a, b)``: whether two GPUs reach each other over NVLink (``nvmlDeviceGetP2PStatus``)."""
+
+    SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+
+    def __init__(self, matrix, peers=lambda a, b: True):
+        super().__init__(matrix)
+        self.own = {i: max(int(code[2:]) for code in row if code.startswith("NV")) for i, row in enumerate(matrix.links)}
+        self.peers = peers
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= self.own[h]:
+            raise self.NVMLError("not supported")
+        return self.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        return SimpleNamespace(busId=f"00000000:8{link % 6}:00.0".encode())  # one of six switches
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        return self.SWITCH
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        return 0 if index == 2 and self.peers(a, b) else 4  # NVML_P2P_STATUS_OK, else not supported
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 40  # NODE
+
+
+@pytest.mark.parametrize("name", ["dgx1-v100", "dgx1-p100", "summit-node", "pcie-8gpu", "a100-pcie-4gpu-bridged",
+                                  "dgx2", "dgx-a100", "hgx-h100"])
 def test_nvml_matrix_matches_the_topo_file_format(name):
-    """NVML read as ``nvidia-smi topo -m`` would show it gives the file's matrix, code for code."""
+    """NVML read as ``nvidia-smi topo -m`` would show it gives the file's matrix, code for code: point-to-point
+    NVLink and PCIe machines, and NVSwitch machines, whose links all end at switches."""
     parsed = parse_topo((data_dir() / "topology" / f"{name}.topo").read_text())
-    built = nvml_inventory("x", TopoNVML(parsed)).topology
+    fake = SwitchNVML(parsed) if name in ("dgx2", "dgx-a100", "hgx-h100") else TopoNVML(parsed)
+    built = nvml_inventory("x", fake).topology
     assert built.gpus == parsed.gpus and built.links == parsed.links
+
+
+def test_gpus_on_switches_that_do_not_reach_each_other_are_linked_by_pcie():
+    """Two NVSwitch fabrics in one node: a pair across them is no NVLink pair, whatever their switch links."""
+    parsed = parse_topo((data_dir() / "topology" / "dgx-a100.topo").read_text())
+    links = nvml_inventory("x", SwitchNVML(parsed, peers=lambda a, b: (a < 4) == (b < 4))).topology.links
+    assert {links[0][j] for j in range(1, 4)} == {links[4][j] for j in range(5, 8)} == {"NV12"}
+    assert {links[i][j] for i in range(4) for j in range(4, 8)} == {"NODE"}
 
 
 def test_no_nvml_falls_back_to_the_declared_spec(tmp_path):

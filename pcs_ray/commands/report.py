@@ -26,10 +26,12 @@ from pcs_ray.commands.live import JSON_OUT
 
 
 def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[dict, list[str]]:
-    """A ``status``-shaped dict (absolute times) and the GPU names, rebuilt from the journal's events."""
+    """A ``status``-shaped dict (absolute times) and the GPU names, from the journal replayed through the
+    coordinator's own interpreter (``Ledger``) and views. ``policy``: the one the latest start journaled."""
     from pcs_ray.cluster import load_cluster_spec
+    from pcs_ray.coordinator import views
     from pcs_ray.coordinator.journal import Journal
-    from pcs_ray.telemetry import energy_view
+    from pcs_ray.coordinator.ledger import Ledger
 
     source = state_dir / "journal.sqlite"
     if not source.is_file():
@@ -41,90 +43,31 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
         spec = load_cluster_spec(spec_path)
         names = [f"{n.name}:{g.index}" for n in spec.nodes for g in n.gpus]
         power = [dict(g.power) for n in spec.nodes for g in n.gpus]
+    ledger, last = Ledger(), 0.0
     with tempfile.TemporaryDirectory(prefix="pcs-ray-report-") as tmp:
         for suffix in ("", "-wal"):
             if Path(str(source) + suffix).exists():
                 shutil.copy(str(source) + suffix, Path(tmp) / ("journal.sqlite" + suffix))
         journal = Journal(Path(tmp) / "journal.sqlite")
-        events = list(journal.events())
+        for ev in journal.events():
+            ledger.apply(ev.t, ev.kind, ev.job_id, ev.data)
+            last = ev.t
         journal.close()
-    epoch, policy, jobs, top = 0.0, {}, {}, -1
+    if not names:
+        top = max((g for job in ledger.jobs.values() for seg in job.segments for g in seg["gpus"]), default=-1)
+        names = [f"gpu{g}" for g in range(top + 1)]
 
     def name(g: int) -> str:
         return names[g] if 0 <= g < len(names) else f"gpu{g}"
 
-    for ev in events:
-        t, jid, d = ev.t, ev.job_id, ev.data
-        if ev.kind == "init":
-            epoch, policy = d.get("epoch", 0.0), d.get("policy") or {}
-            continue
-        if jid is None:
-            continue
-        if ev.kind == "submit":
-            spec = d.get("spec", {})
-            jobs[jid] = {"id": jid, "name": spec.get("name") or f"{spec.get('workload')}-{jid}",
-                         "workload": spec.get("workload"), "class": spec.get("class", "A"), "state": "queued",
-                         "demand": [spec.get("min_gpus") or spec.get("gpus", 1), spec.get("gpus", 1)],
-                         "steps": 0, "total_steps": spec.get("steps"), "submit": epoch + t, "finish": None,
-                         "first_predicted": None, "preemptions": 0, "attempts": 0, "emulated": False, "segments": [],
-                         "skips": 0, "skip_reason": None,
-                         "_measured": {}, "_modelled": 0.0, "_unmodelled": False}
-            continue
-        job = jobs.get(jid)
-        if job is None:
-            continue
-        segs = job["segments"]
-        if segs and segs[-1]["end"] is None and ev.kind in ("start", "requeue", "lost", "finished", "failed", "cancelled"):
-            _model_segment(job, segs[-1], epoch + t, power)
-        if ev.kind == "telemetry":
-            key = f"{d['attempt']}:{d['gpu']}"
-            old = job["_measured"].get(key)
-            if old is None or (d["reading"].get("energy_j") or 0.0) >= (old.get("energy_j") or 0.0):
-                job["_measured"][key] = d["reading"]
-        elif ev.kind == "predicted" and job["first_predicted"] is None:
-            job["first_predicted"] = epoch + d["completion"]
-        elif ev.kind == "start":
-            if segs and segs[-1]["end"] is None:
-                segs[-1]["end"] = epoch + t
-            gpus = [int(g) for g in d.get("gpus", [])]
-            top = max([top, *gpus])
-            segs.append({"start": epoch + t, "end": None, "gpus": [name(g) for g in gpus], "kind": d.get("kind", "start"),
-                         "_ids": gpus})
-            job["state"], job["attempts"] = "running", d.get("attempt", job["attempts"] + 1)
-        elif ev.kind == "progress":
-            job["steps"] = d.get("step", job["steps"])
-        elif ev.kind == "skip":
-            job["skips"], job["skip_reason"] = d.get("count", job["skips"] + 1), d.get("reason")
-        elif ev.kind in ("requeue", "lost", "finished", "failed", "cancelled"):
-            if segs and segs[-1]["end"] is None:
-                segs[-1]["end"] = epoch + t
-            job["preemptions"] += bool(d.get("preempted"))
-            job["steps"] = d.get("step", job["steps"])
-            job["state"] = "queued" if ev.kind in ("requeue", "lost") else ev.kind
-            if ev.kind in ("finished", "failed", "cancelled"):
-                job["finish"] = epoch + t
-    last = epoch + (events[-1].t if events else 0.0)
-    for job in jobs.values():
-        if job["segments"] and job["segments"][-1]["end"] is None:  # still running: modelled up to the journal's end
-            _model_segment(job, job["segments"][-1], last, power)
-        modelled = None if job.pop("_unmodelled") or not job["segments"] else job["_modelled"]
-        job["energy"] = energy_view(job.pop("_measured"), modelled)
-        job.pop("_modelled")
-        for s in job["segments"]:
-            s.pop("_ids", None)
-    if not names:
-        names = [f"gpu{g}" for g in range(top + 1)]
-    status = {"policy": policy, "restart_overhead": 0.0, "jobs": list(jobs.values())}
+    def watts(job_class: str, g: int) -> float | None:
+        return power[g].get(job_class) if 0 <= g < len(power) else None
+
+    epoch = ledger.epoch or 0.0
+    # A run still open is modelled up to the journal's last event.
+    status = views.status(epoch + last, epoch, ledger.started_with or {}, len(names), 0.0, ledger.jobs.values(), name,
+                          watts if power else None)
     return status, names
-
-
-def _model_segment(job: dict, seg: dict, end: float, power: list[dict]) -> None:
-    """Adds a closed run's modelled energy (predicted W of its GPUs for the job's class x its length)."""
-    watts = [power[g].get(job["class"]) if 0 <= g < len(power) else None for g in seg["_ids"]]
-    if any(w is None for w in watts):
-        job["_unmodelled"] = True
-        return
-    job["_modelled"] += sum(watts) * max(0.0, end - seg["start"])
 
 
 def report_cmd(

@@ -63,6 +63,7 @@ class _Suspect:
     outcome: tuple  # status, step, step_time, error
     since: float
     probes: list | None  # one tiny task pinned to each node of the run; None: a node is already gone
+    emulated: bool = False  # the run said it emulated a GPU
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -168,15 +169,14 @@ class CoordinatorService(CoordinatorHost):
             if jid is None:
                 continue
             run = self.runs.pop(jid)
-            fatal, note, metrics = False, None, None
+            fatal, note, metrics, emulated = False, None, None, False
             try:
                 outcome = ray.get(ref, timeout=0)
                 status, step, step_time, error = outcome.status, outcome.step, outcome.step_time_s, outcome.error
                 fatal = bool(getattr(outcome, "fatal", False))
                 note = next((n for n in outcome.notes if n.startswith("returned early")), None)
                 metrics = getattr(outcome, "metrics", None)
-                if outcome.emulated:
-                    self.core.jobs[jid].emulated = True
+                emulated = bool(outcome.emulated)
                 self.count_overruns(jid, run.attempt, getattr(outcome, "overruns", 0))
                 if getattr(outcome, "late_steps", 0):
                     self.late_steps[jid] = self.late_steps.get(jid, 0) + int(outcome.late_steps)
@@ -185,10 +185,11 @@ class CoordinatorService(CoordinatorHost):
             if status == "failed" and run.kill_at is None and not fatal and _a_death(error):
                 # Not a training error: a crash, or its node died and Ray has not said so yet. A node loss
                 # must not count as the job's failure (nor send it back to the dead node), so wait to know.
-                self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run))
+                self.suspects[jid] = _Suspect(run, (status, step, step_time, error), time.monotonic(), _probe(run),
+                                              emulated)
                 continue
             changed |= self.core.record_run_end(jid, run.attempt, status, step, step_time, error, fatal=fatal, note=note,
-                                                metrics=metrics)
+                                                metrics=metrics, emulated=emulated)
         return changed
 
     def _settle_suspects(self) -> bool:
@@ -203,7 +204,7 @@ class CoordinatorService(CoordinatorHost):
                     answered = False
             if answered or time.monotonic() - sus.since > NODE_DEATH_WAIT_S:
                 del self.suspects[jid]
-                changed |= self.core.record_run_end(jid, sus.run.attempt, *sus.outcome)
+                changed |= self.core.record_run_end(jid, sus.run.attempt, *sus.outcome, emulated=sus.emulated)
         return changed
 
     def _loop(self) -> None:
@@ -267,10 +268,7 @@ class CoordinatorService(CoordinatorHost):
         """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""
         reply = super().submit(spec, submission_id)
         with self.lock:
-            job = self.core.jobs.get(reply.id)
-            if job is not None and job.first_predicted is not None:
-                # Not replayed into state (no _record): a note for offline reports, ignored on recovery.
-                self.core.journal.append(self.core.now(), "predicted", reply.id, {"completion": job.first_predicted})
+            self.core.note_prediction(reply.id)
         return reply
 
     def _lose_nodes(self, lost: set[str]) -> None:

@@ -127,6 +127,12 @@ class Coordinator(CoordinatorState):
         if runner != "cold" and job is not None and job.attempt == attempt and job.state.holds_gpus:
             self._record("runner", jid, attempt=attempt, runner=runner)
 
+    def note_prediction(self, jid: int) -> None:
+        """Journal the job's forecast at submission, for ``pcs-ray report`` and for a restart to keep it."""
+        job = self.jobs.get(jid)
+        if job is not None and job.first_predicted is not None:
+            self._record("predicted", jid, completion=job.first_predicted)
+
     def progress(self, jid: int, step: int, step_time: float | None, emulated: bool = False) -> None:
         """A runner's report; journaled at most every ``progress_journal_every`` seconds per job."""
         job = self.jobs.get(jid)
@@ -163,15 +169,17 @@ class Coordinator(CoordinatorState):
     def run_ended(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
         error: str | None = None, *, fatal: bool = False, note: str | None = None, metrics: dict | None = None,
+        emulated: bool = False,
     ) -> list[Action]:
         """A run ended: finished its budget, stopped on request (``preempted``), or failed (or was killed)."""
         changed = self.record_run_end(jid, attempt, status, step, step_time, error, fatal=fatal, note=note,
-                                      metrics=metrics)
+                                      metrics=metrics, emulated=emulated)
         return self.decide() if changed else []
 
     def record_run_end(
         self, jid: int, attempt: int, status: str, step: int, step_time: float | None = None,
         error: str | None = None, *, fatal: bool = False, note: str | None = None, metrics: dict | None = None,
+        emulated: bool = False,
     ) -> bool:
         """:meth:`run_ended` without the decision, for a host that collected several ends at once and
         decides once for all of them (one decision instead of one per end, the lock held that much less).
@@ -181,29 +189,31 @@ class Coordinator(CoordinatorState):
         ends behind the steps it reported (killed after the grace period, or lost) redoes them from its
         checkpoint: they are counted as ``lost_steps``. ``note``: how a finished run ended, when not at
         its budget (user code that returned early). ``metrics``: what the run last reported (user code);
-        a finished job keeps them and its newest checkpoint's folder for ``Trainer.fit``."""
+        a finished job keeps them and its newest checkpoint's folder for ``Trainer.fit``. ``emulated``: the
+        run emulated a GPU (its end's event says so)."""
         job = self.jobs.get(jid)
         if job is None or job.attempt != attempt or not job.state.holds_gpus:
             return False
         if step_time and job.gpus:
-            self._apply_progress(job, self.now(), step, step_time, job.emulated)
+            self._apply_progress(job, self.now(), step, step_time, emulated or job.emulated)
+        ran = {"emulated": True} if emulated else {}
         if status == "finished":
             extra = {"note": note} if note else {}
             if job.spec.user_code:
                 found = store.newest(self.checkpoint_root / str(jid))
                 extra.update(metrics=metrics or {}, checkpoint=str(found[0]) if found else None)
-            self._record("finished", jid, step=step, **extra)
+            self._record("finished", jid, step=step, **extra, **ran)
             self._write_history(job)
         elif job.cancel_requested:
-            self._record("cancelled", jid, step=step)
+            self._record("cancelled", jid, step=step, **ran)
         elif status == "failed" and (fatal or job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures):
-            self._record("failed", jid, step=step, error=error)
+            self._record("failed", jid, step=step, error=error, **ran)
         else:
             unexpected = status == "failed" and job.state == JobStatus.RUNNING
             lost = max(0, job.steps - step)
             self._record(
                 "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING, failed=unexpected, error=error,
-                **({"lost_steps": lost} if lost else {}),
+                **({"lost_steps": lost} if lost else {}), **ran,
             )
         self.save_speeds()
         return True

@@ -5,7 +5,10 @@ and committed, then applied by ``_apply``. Replaying the journal through the
 same ``_apply`` rebuilds the state after a restart, so the live path and the
 recovery path cannot drift. The state is the jobs (:mod:`.jobs`), what was
 measured (:mod:`.speed`), the cluster model kept in step with them
-(:mod:`.model`) and the policy in force.
+(:mod:`.model`) and the policy in force. What an event does to the jobs is
+the journal's one interpreter (:class:`.ledger.Ledger`, which ``pcs-ray
+report`` replays too); this state adds what it does to the model, the
+measurements and the policy.
 
 The policy in force: the one the coordinator was started with, unless a
 ``pcs-ray config set`` came later (a ``config`` event from source ``set``,
@@ -21,12 +24,12 @@ import json
 from collections.abc import Callable
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.contract import TERMINAL, ConfigError, JobStatus
+from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
+from pcs_ray.coordinator.ledger import Ledger
 from pcs_ray.coordinator.model import ClusterModel, job_spec
 from pcs_ray.coordinator.speed import SpeedModel
-from pcs_ray.jobfile import JobFile
 from pcs_ray.policies.base import SchedulingPolicy
 
 #: Builds a policy from its name and WFQ configuration (``coordinator.config.coordinator_policy``).
@@ -38,27 +41,22 @@ def described(policy: SchedulingPolicy) -> dict:
     return json.loads(json.dumps(policy.describe()))
 
 
-class CoordinatorState:
+class CoordinatorState(Ledger):
     """Jobs, measurements, the model and the policy; see the module docstring."""
 
     def __init__(self, cluster: ClusterSpec, policy: SchedulingPolicy, journal: Journal, *, placement,
                  speed: SpeedModel, clock: Callable[[], float], policies: PolicyFactory | None,
                  keep_runs: bool = False) -> None:
+        super().__init__()
         self.cluster = cluster
         self.policy = policy  # in force
         self.journal = journal
         self.clock = clock
         self.speed = speed
         self.model = ClusterModel(cluster, policy, placement)
-        self.jobs: dict[int, LiveJob] = {}
-        self.active: dict[int, LiveJob] = {}  # not terminal, submission order
-        self.by_submission: dict[str, int] = {}
-        self.next_id = 1
-        self.epoch: float | None = None
         self.config_source, self.config_since = "start", 0.0  # where the policy in force came from, and when
         self._policies = policies
         self._start_policy = policy
-        self._started_with: dict | None = None  # the policy the last start journaled
         self._dirty: set[int] = set()  # jobs whose modelled remaining work must be re-synced
         self._predictions_stale = True
         self.changes = 0  # events since start: a forecast begun before the latest one is not the newest
@@ -68,7 +66,7 @@ class CoordinatorState:
         self._replay(keep_runs)
         if self.epoch is None:
             self._record("init", None, epoch=self.clock(), policy=described(policy))
-        elif described(policy) != self._started_with:
+        elif described(policy) != self.started_with:
             self._record("config", None, source="start", policy=described(policy))
 
     # -- time ------------------------------------------------------------------
@@ -128,81 +126,40 @@ class CoordinatorState:
 
     # -- events ------------------------------------------------------------------
     def _apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
-        if kind == "init":
-            self.epoch, self._started_with = data["epoch"], data.get("policy")
-            return
-        if kind == "measured":
-            self.speed.learned(data["workload"], data["t1"])
-            return
-        if kind == "config":
-            self._apply_config(t, data)
-        elif kind == "submit":
-            spec = JobFile.model_validate(data["spec"])
-            job = LiveJob(jid, spec, t, t1=data["t1"], submission_id=data.get("submission_id"))
-            self.jobs[jid] = self.active[jid] = job
-            if job.submission_id:
-                self.by_submission[job.submission_id] = jid
-            self.next_id = max(self.next_id, jid + 1)
-            self.model.admit(job_spec(job, self.speed))
-            self._dirty.add(jid)
-        else:
-            self._apply_to_job(t, kind, self.jobs[jid], data)
-        self._predictions_stale = True
-        self.changes += 1
+        self.apply(t, kind, jid, data)
+        if kind not in ("init", "measured", "predicted"):  # these change no job's prospects
+            self._predictions_stale = True
+            self.changes += 1
 
-    def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
-        jid = job.job_id
-        if kind == "start":
-            job.launched(t, data["attempt"], tuple(data["gpus"]), data["slowdown"], data["kind"])
-        elif kind == "runner":
-            if job.attempt == data["attempt"]:
-                job.runner = data["runner"]
-        elif kind == "stop":
-            job.stopping(data["reason"], t)
-        elif kind == "skip":  # RUSH held the start back: the count survives a restart
-            job.skips, job.skip_reason = data["count"], data["reason"]
-            self.model.restore_skips(jid, data["count"])
-        elif kind == "progress":
-            self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
-        elif kind == "telemetry":
-            job.note_reading(data["attempt"], data["gpu"], data["reading"])
-        elif kind == "cancel":
-            job.cancel_requested = True
-            self.model.remove(jid)
-            if job.state == JobStatus.QUEUED:
-                self._terminate(job, JobStatus.CANCELLED, t)
-        elif kind in ("requeue", "lost"):
-            if kind == "requeue":
-                job.steps = data["step"]
-                job.lost_steps += data.get("lost_steps", 0)
-                if data.get("preempted"):
-                    job.preemptions += 1
-                    if job.stop_at is not None:
-                        self.speed.observe_stop(job, t - job.stop_at)
-                if data.get("failed"):
-                    job.failures += 1
-                    job.error = data.get("error")
-            job.requeued(t)
-            self._dirty.add(jid)
-        elif kind == "demand":
-            job.spec = job.spec.model_copy(update=data["update"])
-            if jid in self.model:
-                self.model.readmit(job_spec(job, self.speed))
-            self._dirty.add(jid)
-        elif kind in TERMINAL:
-            if "step" in data:
-                job.steps = data["step"]
-            job.error = data.get("error", job.error)
-            job.note = data.get("note", job.note)
-            job.metrics = data.get("metrics", job.metrics)
-            job.checkpoint = data.get("checkpoint", job.checkpoint)
-            self._terminate(job, JobStatus(kind), t)
+    def _admitted(self, job: LiveJob) -> None:
+        self.model.admit(job_spec(job, self.speed))
+        self._dirty.add(job.job_id)
 
-    def _apply_config(self, t: float, data: dict) -> None:
+    def _withdrawn(self, job: LiveJob) -> None:
+        self.model.remove(job.job_id)
+
+    def _skipped(self, job: LiveJob) -> None:
+        self.model.restore_skips(job.job_id, job.skips)
+
+    def _stop_took(self, job: LiveJob, seconds: float) -> None:
+        self.speed.observe_stop(job, seconds)
+
+    def _requeued(self, job: LiveJob) -> None:
+        self._dirty.add(job.job_id)
+
+    def _resized(self, job: LiveJob) -> None:
+        if job.job_id in self.model:
+            self.model.readmit(job_spec(job, self.speed))
+        self._dirty.add(job.job_id)
+
+    def _measured(self, workload: str, t1: float) -> None:
+        self.speed.learned(workload, t1)
+
+    def _configured(self, t: float, data: dict) -> None:
         if data["source"] == "set":
             policy = self._build_policy(data["name"], data.get("wfq"))
         else:  # the latest start's policy is the one this coordinator was started with
-            policy, self._started_with = self._start_policy, data["policy"]
+            policy = self._start_policy
         self.policy = policy
         self.model.set_policy(policy)
         self.config_source, self.config_since = data["source"], t
@@ -211,13 +168,7 @@ class CoordinatorState:
         first = job.reported_at is None and job.started_at is not None
         if step_time and first:
             self.speed.observe_start_up(job, t, step, step_time)
-        job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
+        super()._apply_progress(job, t, step, step_time, emulated)
         if step_time and job.gpus:
-            job.step_time = step_time
             self.speed.observe_step_time(job, step_time, first_of_run=first)
         self._dirty.add(job.job_id)
-
-    def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
-        job.ended(state, t)
-        self.active.pop(job.job_id, None)
-        self.model.remove(job.job_id)

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Callable
 
 from pcs_ray.forecast.decision import Decision, Front
+from pcs_ray.moves import charged_stall, finish_time, service_left
 from pcs_ray.placement.base import Placement
 from pcs_ray.policies.base import top_up
 from pcs_ray.state import JobState
@@ -35,8 +36,8 @@ class QueuePlay:
     a job over, every job ahead of that one got its full cap, and gets it again with as many GPUs:
     the pass resumes at the job passed over, with the GPUs it had there plus those freed ahead of it.
     A round that tops up across queues is followed by a full one. Every job whose count changes
-    goes through the very arithmetic of ``Engine._apply`` and ``Engine.settle``, so finish times
-    are identical to the fork's. The engine is only read, when the play starts.
+    is settled and charged by the engine's own rule (``pcs_ray.moves``), so finish times are
+    identical to the fork's. The engine is only read, when the play starts.
 
     A play is stepped event by event and can be copied between an event's completions and its
     decision (``branch``), which is how successive arrivals share their common past (``PlayChain``).
@@ -347,24 +348,17 @@ class QueuePlay:
             if had == n:
                 continue
             job = jobs[jid]
-            spec, slowdown = job.spec, job.slowdown
+            speedup, slowdown = job.spec.speedup, job.slowdown
             remaining, stall = rem[jid], stl[jid]
             if anc[jid] != now:  # Engine.settle
                 if now - anc[jid] > 0 and had:
-                    remaining = max(0.0, spec.speedup[had] / slowdown * (eta[jid] - (now if now > stall else stall)))
+                    remaining = service_left(speedup[had] / slowdown, eta[jid], now, stall)
                 anc[jid] = now
-            if n and not sta[jid]:
-                sta[jid] = True
-                cost = job.start_cost
-                if cost:
-                    stall = stl[jid] = now + cost
-            elif n:
-                cost = overhead if job.move_cost is None else job.move_cost
-                if cost:
-                    stall = stl[jid] = now + cost
             busy += n - had
             if n:
-                end = eta[jid] = (now if now > stall else stall) + remaining / (spec.speedup[n] / slowdown)
+                stall = stl[jid] = charged_stall(now, stall, sta[jid], job.start_cost, job.move_cost, overhead)
+                sta[jid] = True
+                end = eta[jid] = finish_time(now, stall, remaining, speedup[n] / slowdown)
                 heapq.heappush(heap, (end, jid))
             else:
                 eta.pop(jid, None)
@@ -384,21 +378,15 @@ class QueuePlay:
             had = cnt[jid]
             if had == n:
                 continue
-            spec = jobs[jid].spec
+            job = jobs[jid]
             remaining, stall = rem[jid], stl[jid]
             if anc[jid] != now:  # Engine.settle
                 if now - anc[jid] > 0 and had:
-                    remaining = max(0.0, spec.speedup[had] / sd[jid] * (eta[jid] - (now if now > stall else stall)))
+                    remaining = service_left(job.spec.speedup[had] / sd[jid], eta[jid], now, stall)
                 anc[jid] = now
-            if n and not sta[jid]:
+            if n:
+                stl[jid] = charged_stall(now, stall, sta[jid], job.start_cost, job.move_cost, overhead)
                 sta[jid] = True
-                cost = jobs[jid].start_cost
-                if cost:
-                    stl[jid] = now + cost
-            elif n:
-                cost = overhead if jobs[jid].move_cost is None else jobs[jid].move_cost
-                if cost:
-                    stl[jid] = now + cost
             busy += n - had
             rem[jid], cnt[jid] = remaining, n
             changed.append((jid, n))
@@ -416,8 +404,7 @@ class QueuePlay:
             sd[jid] = place.slowdown(job, place.take(job, counts[jid], home.get(jid, ())))
         for jid, n in changed:
             if n:
-                stall = stl[jid]
-                end = eta[jid] = (now if now > stall else stall) + rem[jid] / (jobs[jid].spec.speedup[n] / sd[jid])
+                end = eta[jid] = finish_time(now, stl[jid], rem[jid], jobs[jid].spec.speedup[n] / sd[jid])
                 heapq.heappush(heap, (end, jid))
             else:
                 sd[jid] = 1.0

@@ -1,0 +1,135 @@
+"""The journal's interpreter: what each journaled event does to the jobs.
+
+The live state (:mod:`.state`) applies every event through it as it journals it, and replays a
+journal through it after a restart; ``pcs-ray report`` replays a journal through it alone. What an
+event does beyond the jobs (the cluster model, the speed measurements, the policy in force) the live
+state adds in the hooks, which do nothing here.
+"""
+
+from __future__ import annotations
+
+from pcs_ray.contract import TERMINAL, JobStatus
+from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.jobfile import JobFile
+
+
+class Ledger:
+    """The jobs as the journal's events leave them, and the journal's epoch (``time.time()`` at its start)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, LiveJob] = {}
+        self.active: dict[int, LiveJob] = {}  # not terminal, submission order
+        self.by_submission: dict[str, int] = {}
+        self.next_id = 1
+        self.epoch: float | None = None
+        self.started_with: dict | None = None  # the parameters of the policy the latest start journaled
+
+    def apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
+        """One event's effect (``t``: seconds since the epoch)."""
+        if kind == "init":
+            self.epoch, self.started_with = data["epoch"], data.get("policy")
+        elif kind == "measured":
+            self._measured(data["workload"], data["t1"])
+        elif kind == "config":
+            if data["source"] == "start":
+                self.started_with = data["policy"]
+            self._configured(t, data)
+        elif kind == "submit":
+            job = LiveJob(jid, JobFile.model_validate(data["spec"]), t, t1=data["t1"],
+                          submission_id=data.get("submission_id"))
+            self.jobs[jid] = self.active[jid] = job
+            if job.submission_id:
+                self.by_submission[job.submission_id] = jid
+            self.next_id = max(self.next_id, jid + 1)
+            self._admitted(job)
+        else:
+            self._apply_to_job(t, kind, self.jobs[jid], data)
+
+    def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
+        if kind == "start":
+            job.launched(t, data["attempt"], tuple(data["gpus"]), data["slowdown"], data["kind"])
+        elif kind == "runner":
+            if job.attempt == data["attempt"]:
+                job.runner = data["runner"]
+        elif kind == "stop":
+            job.stopping(data["reason"], t)
+        elif kind == "skip":  # RUSH held the start back: the count survives a restart
+            job.skips, job.skip_reason = data["count"], data["reason"]
+            self._skipped(job)
+        elif kind == "progress":
+            self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
+        elif kind == "telemetry":
+            job.note_reading(data["attempt"], data["gpu"], data["reading"])
+        elif kind == "predicted":  # the forecast made at submission
+            if job.first_predicted is None:
+                job.first_predicted = data["completion"]
+        elif kind == "cancel":
+            job.cancel_requested = True
+            self._withdrawn(job)
+            if job.state == JobStatus.QUEUED:
+                self._terminate(job, JobStatus.CANCELLED, t)
+        elif kind in ("requeue", "lost"):
+            job.emulated = job.emulated or data.get("emulated", False)
+            if kind == "requeue":
+                job.steps = data["step"]
+                job.lost_steps += data.get("lost_steps", 0)
+                if data.get("preempted"):
+                    job.preemptions += 1
+                    if job.stop_at is not None:
+                        self._stop_took(job, t - job.stop_at)
+                if data.get("failed"):
+                    job.failures += 1
+                    job.error = data.get("error")
+            job.requeued(t)
+            self._requeued(job)
+        elif kind == "demand":
+            job.spec = job.spec.model_copy(update=data["update"])
+            self._resized(job)
+        elif kind in TERMINAL:
+            job.emulated = job.emulated or data.get("emulated", False)
+            if "step" in data:
+                job.steps = data["step"]
+            job.error = data.get("error", job.error)
+            job.note = data.get("note", job.note)
+            job.metrics = data.get("metrics", job.metrics)
+            job.checkpoint = data.get("checkpoint", job.checkpoint)
+            self._terminate(job, JobStatus(kind), t)
+
+    def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
+        """A runner's report: the step it reached and, where measured, its time per step."""
+        job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
+        if step_time and job.gpus:
+            job.step_time = step_time
+
+    def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
+        job.ended(state, t)
+        self.active.pop(job.job_id, None)
+        self._withdrawn(job)
+
+    # -- hooks: what the live state does beyond the jobs -------------------------------------
+    def _admitted(self, job: LiveJob) -> None:
+        """A job was submitted."""
+
+    def _withdrawn(self, job: LiveJob) -> None:
+        """A job no longer competes for GPUs (cancelled, or ended)."""
+
+    def _skipped(self, job: LiveJob) -> None:
+        """A job's start was held back once more (its ``skips`` count)."""
+
+    def _stop_took(self, job: LiveJob, seconds: float) -> None:
+        """A requested stop took ``seconds`` until the run ended."""
+
+    def _requeued(self, job: LiveJob) -> None:
+        """A job's run ended without finishing it: it waits in the queue again."""
+
+    def _resized(self, job: LiveJob) -> None:
+        """A job's demand (``spec``) changed."""
+
+    def _measured(self, workload: str, t1: float) -> None:
+        """An older coordinator's measured time per step of ``workload`` on one GPU."""
+
+    def _configured(self, t: float, data: dict) -> None:
+        """The policy changed (``data``: the ``config`` event's)."""
+
+
+__all__ = ["Ledger"]
