@@ -97,3 +97,16 @@ def test_the_host_check_sees_a_direct_write(tmp_path):
     module.write_text("def f(self, jid):\n    self.core.jobs[jid].emulated = True\n"
                       "    self.core.journal.append(0.0, 'predicted', jid, {})\n")
     assert core_writes(module) == ["host.py:2 self.core.jobs[jid].emulated", "host.py:3 self.core.journal"]
+
+
+def test_a_record_the_report_cannot_read_is_a_one_line_error(tmp_path, capsys):
+    from pcs_ray.cli import run
+
+    clock = Clock()
+    core = core_on(tmp_path / "journal.sqlite", clock)
+    core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 0.1})
+    core.journal.append(core.now(), "progress", 99, {"step": 1, "step_time": None})  # a job the journal never had
+    core.journal.close()
+    assert run(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "record 4 (progress) cannot be read" in err and err.count("\n") == 1

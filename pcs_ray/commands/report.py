@@ -49,10 +49,14 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
             if Path(str(source) + suffix).exists():
                 shutil.copy(str(source) + suffix, Path(tmp) / ("journal.sqlite" + suffix))
         journal = Journal(Path(tmp) / "journal.sqlite")
-        for ev in journal.events():
-            ledger.apply(ev.t, ev.kind, ev.job_id, ev.data)
-            last = ev.t
-        journal.close()
+        try:
+            for ev in journal.events():
+                ledger.apply(ev.t, ev.kind, ev.job_id, ev.data)
+                last = ev.t
+        except (KeyError, TypeError, AttributeError) as e:  # a record this version cannot read
+            raise ValueError(f"{source}: record {ev.seq} ({ev.kind}) cannot be read: {type(e).__name__} {e}") from None
+        finally:
+            journal.close()
     if not names:
         top = max((g for job in ledger.jobs.values() for seg in job.segments for g in seg["gpus"]), default=-1)
         names = [f"gpu{g}" for g in range(top + 1)]

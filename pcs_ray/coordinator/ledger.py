@@ -44,7 +44,7 @@ class Ledger:
                 self.by_submission[job.submission_id] = jid
             self.next_id = max(self.next_id, jid + 1)
             self._admitted(job)
-        else:
+        elif jid is not None:  # an event of no job and a kind this version does not know changes nothing
             self._apply_to_job(t, kind, self.jobs[jid], data)
 
     def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
