@@ -280,7 +280,7 @@ class Coordinator(CoordinatorState):
             raise ConfigError(str(e)) from None
         orphans: dict[str, list[int]] = {}
         for jid, job in self.active.items():
-            if job.spec.tenant and job.spec.tenant not in tenants.tenants:
+            if job.spec.tenant and not job.cancel_requested and job.spec.tenant not in tenants.tenants:
                 orphans.setdefault(job.spec.tenant, []).append(jid)
         if orphans:
             named = "; ".join(f"{t!r} (job{'s' if len(j) > 1 else ''} {', '.join(map(str, j))})"
