@@ -200,6 +200,7 @@ def test_the_cli_applies_shows_and_refuses_in_one_line(api, monkeypatch, capsys,
     code, out, _ = cli(capsys, "submit", job, "--json")
     jid = json.loads(out)["id"]
     assert host.core.jobs[jid].spec.tenant == "a" and host.core.jobs[jid].spec.user == "alice"
+    assert [(j["tenant"], j["user"]) for j in json.loads(cli(capsys, "status", "--json")[1])["jobs"]] == [("a", "alice")]
     assert json.loads(cli(capsys, "tenants", "show", "--json")[1])["usage"]["a"]["jobs"] == 1
 
     as_caller(monkeypatch, BOB)
