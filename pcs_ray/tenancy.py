@@ -80,12 +80,6 @@ class MinRuntime(BaseModel):
         asked = spec.min_runtime_s
         return self.default_s if asked is None else min(asked, self.bound)
 
-    def check(self, spec: JobSpec) -> None:
-        """Refuse a job that asks for more than the operator allows."""
-        if spec.min_runtime_s is not None and spec.min_runtime_s > self.bound:
-            raise TenantsError(f"job {spec.name or spec.job_id}: min_runtime_s {spec.min_runtime_s:g} is past the "
-                               f"operator's bound of {self.bound:g} s")
-
 
 class TenantsFile(BaseModel):
     """What a tenants file holds (see the module's note)."""

@@ -1,7 +1,7 @@
 """The coordinator's core: events in, journal first, actions out. No Ray.
 
 Each call (a submission, a cancel, a runner's report or end, a timer, an
-external executor's demand, the operator's policy swap) validates its input,
+external executor's demand, the operator's policy swap or tenants file) validates its input,
 journals what happened (:mod:`.state`), and lets :meth:`Coordinator.decide`
 sync the cluster model, run the policy and placement, and return the diff
 (:mod:`.decisions`) as :class:`~pcs_ray.contract.StartRun` /
