@@ -246,3 +246,10 @@ def test_a_bad_tenants_file_is_one_line_and_changes_nothing(api, monkeypatch, ca
     code, _, err = cli(capsys, "tenants", "apply", path)
     assert code == 2 and err.startswith("error: ") and message in err and "\n" not in err
     assert len(host.core.journal) == before and host.core.tenants is None
+
+
+def test_tenants_help_says_who_may_do_what(capsys):
+    assert run(["tenants"]) == 0
+    out = capsys.readouterr().out
+    assert "$PCS_RAY_TENANT" in out and "operators" in out and "guests" in out
+    assert run(["tenants", "apply", "--help"]) == 0 and "journaled" in capsys.readouterr().out
