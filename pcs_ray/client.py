@@ -13,7 +13,10 @@ arrive as the typed errors it raised (:class:`~pcs_ray.contract.UnknownJobError`
 :class:`~pcs_ray.contract.JobSpecError`, :class:`~pcs_ray.contract.ConfigError`,
 all :class:`~pcs_ray.contract.CoordinatorError`). Every submission carries a
 fresh id, so a call retried after the coordinator restarted never creates a
-second job.
+second job. Every call that changes something carries who makes it
+(:class:`~pcs_ray.identity.Caller`: ``$PCS_RAY_USER`` or the OS login, and
+``$PCS_RAY_TENANT``); once a tenants file is in force the coordinator refuses
+what that caller may not do (:class:`~pcs_ray.contract.PermissionDeniedError`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
+from pcs_ray.identity import Caller
 
 if TYPE_CHECKING:
     from pcs_ray.jobfile import JobFile
@@ -101,6 +105,19 @@ def connect(address: str | None = None, namespace: str | None = None) -> None:
             print("\n".join(noise), file=sys.stderr)
 
 
+def actor_call(actor, method: str, *args):
+    """Call the coordinator actor's ``method`` and wait; its refusal is raised as the typed error it raised."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        return ray.get(getattr(actor, method).remote(*args))
+    except RayTaskError as e:
+        if isinstance(e.cause, CoordinatorError):
+            raise e.cause from None  # the coordinator's refusal, as it raised it
+        raise
+
+
 def _on_ray() -> bool:
     """Whether this process already joined a Ray cluster (without importing Ray to ask)."""
     ray = sys.modules.get("ray")
@@ -114,10 +131,12 @@ class Client:
     state folder's advert for that cluster, see :mod:`pcs_ray.api.advert`), without joining Ray. A process
     already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
     actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it (used
-    even on the cluster: the caller chose it).
+    even on the cluster: the caller chose it). ``identity``: who calls (default :meth:`Caller.from_env`).
     """
 
-    def __init__(self, address: str | None = None, coordinator=None, api: str | None = None) -> None:
+    def __init__(self, address: str | None = None, coordinator=None, api: str | None = None,
+                 identity: Caller | None = None) -> None:
+        self.identity = identity if identity is not None else Caller.from_env()
         self.actor = self.http = None
         if coordinator is None and (api is not None or not _on_ray()):
             from pcs_ray.api.advert import find_api
@@ -138,18 +157,15 @@ class Client:
     def _call(self, method: str, *args):
         if self.http is not None:
             return self.http.call(method, *args)
-        import ray
-        from ray.exceptions import RayTaskError
+        return actor_call(self.actor, method, *args)
 
-        try:
-            return ray.get(getattr(self.actor, method).remote(*args))
-        except RayTaskError as e:
-            if isinstance(e.cause, CoordinatorError):
-                raise e.cause from None  # the coordinator's refusal, as it raised it
-            raise
+    def _caller(self, caller: dict | None) -> dict:
+        return caller if caller is not None else self.identity.to_wire()
 
-    def submit(self, spec: str | Path | dict | JobFile, submission_id: str | None = None) -> JobHandle:
-        """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction."""
+    def submit(self, spec: str | Path | dict | JobFile, submission_id: str | None = None,
+               caller: dict | None = None) -> JobHandle:
+        """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction.
+        Without its own ``user`` or ``tenant`` the job takes the caller's."""
         from pcs_ray.jobfile import JobFile, load_job, parse_job  # pydantic: only where a spec is read
 
         if isinstance(spec, (str, Path)):
@@ -158,7 +174,7 @@ class Client:
             raw = spec.to_dict()
         else:
             raw = parse_job(spec).to_dict()  # shape errors here; cluster and workload checks at the coordinator
-        reply = self._call("submit", raw, submission_id or uuid.uuid4().hex)
+        reply = self._call("submit", raw, submission_id or uuid.uuid4().hex, self._caller(caller))
         return JobHandle(reply.id, reply.predicted_completion, reply.bound, self)
 
     def status(self) -> dict:
@@ -174,8 +190,8 @@ class Client:
     def predict(self, job_id: int) -> dict:
         return self._call("predict", int(job_id))
 
-    def cancel(self, job_id: int) -> dict:
-        return self._call("cancel", int(job_id))
+    def cancel(self, job_id: int, caller: dict | None = None) -> dict:
+        return self._call("cancel", int(job_id), self._caller(caller))
 
     def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
         """What a user run's ranks printed (``CoordinatorAPI.logs``)."""
@@ -206,9 +222,17 @@ class Client:
         """The policy configuration in force."""
         return self._call("config")
 
-    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+    def set_config(self, policy: str, wfq: dict | None = None, caller: dict | None = None) -> dict:
         """Swap the running coordinator's policy (``pcs`` with a WFQ configuration, or a policy's name)."""
-        return self._call("set_config", policy, wfq)
+        return self._call("set_config", policy, wfq, self._caller(caller))
+
+    def tenants(self) -> dict:
+        """The tenants file in force and each tenant's jobs and GPUs."""
+        return self._call("tenants")
+
+    def set_tenants(self, tenants: dict, caller: dict | None = None) -> dict:
+        """Apply a tenants file (a mapping as ``pcs_ray.tenancy`` reads it) to the running coordinator."""
+        return self._call("set_tenants", dict(tenants), self._caller(caller))
 
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:
         """Block until the job is finished, cancelled or failed; returns its final status."""

@@ -63,6 +63,10 @@ class ConfigError(CoordinatorError):
     """A policy configuration the coordinator cannot use (unknown policy, bad WFQ configuration)."""
 
 
+class PermissionDeniedError(CoordinatorError):
+    """A call the tenants file in force does not allow this caller (another tenant's job, an operator's command)."""
+
+
 # -- the coordinator's calls -----------------------------------------------------
 @dataclass(frozen=True)
 class Submitted:
@@ -81,8 +85,9 @@ class CoordinatorAPI(Protocol):
     refusals raise :class:`CoordinatorError` subclasses.
     """
 
-    def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
-        """Validate, journal and admit a job; a repeated ``submission_id`` answers for the first job."""
+    def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None) -> Submitted:
+        """Validate, journal and admit a job; a repeated ``submission_id`` answers for the first job.
+        ``caller`` (``{user, tenant}``, see ``pcs_ray.identity``) fills in a spec's missing ``user`` and ``tenant``."""
 
     def status(self) -> dict:
         """Every job (state, GPUs, progress, predictions) and the policy in force."""
@@ -90,8 +95,9 @@ class CoordinatorAPI(Protocol):
     def predict(self, job_id: int) -> dict:
         """A job's current predicted completion and bound."""
 
-    def cancel(self, job_id: int) -> dict:
-        """Cancel a job (a running one stops at its next step); returns its view."""
+    def cancel(self, job_id: int, caller: dict | None = None) -> dict:
+        """Cancel a job (a running one stops at its next step); returns its view. With tenants in force,
+        only the job's tenant, its submitter or an operator may (``pcs_ray.ownership``)."""
 
     def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
         """What a user run's ranks printed: one attempt (default the newest), each rank's text from
@@ -117,9 +123,17 @@ class CoordinatorAPI(Protocol):
     def config(self) -> dict:
         """The policy configuration in force: the policy's parameters, where it came from, since when."""
 
-    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+    def set_config(self, policy: str, wfq: dict | None = None, caller: dict | None = None) -> dict:
         """Swap the scheduling policy (``pcs`` with a WFQ configuration, or another policy's name):
-        journaled, used from the next decision on, kept across restarts; returns :meth:`config`."""
+        journaled, used from the next decision on, kept across restarts; returns :meth:`config`.
+        Only an operator may, once a tenants file names operators."""
+
+    def tenants(self) -> dict:
+        """The tenants file in force (``None`` when none was applied), since when, and each tenant's jobs and GPUs."""
+
+    def set_tenants(self, tenants: dict, caller: dict | None = None) -> dict:
+        """Apply a tenants file (as ``pcs_ray.tenancy`` reads it): journaled like :meth:`set_config`; from the
+        next decision on the ``tenants`` policy wraps the policy in force. Returns :meth:`tenants`."""
 
 
 # -- actions ---------------------------------------------------------------------

@@ -80,12 +80,6 @@ class MinRuntime(BaseModel):
         asked = spec.min_runtime_s
         return self.default_s if asked is None else min(asked, self.bound)
 
-    def check(self, spec: JobSpec) -> None:
-        """Refuse a job that asks for more than the operator allows."""
-        if spec.min_runtime_s is not None and spec.min_runtime_s > self.bound:
-            raise TenantsError(f"job {spec.name or spec.job_id}: min_runtime_s {spec.min_runtime_s:g} is past the "
-                               f"operator's bound of {self.bound:g} s")
-
 
 class TenantsFile(BaseModel):
     """What a tenants file holds (see the module's note)."""
@@ -120,10 +114,18 @@ class TenantsFile(BaseModel):
 
     def check_job(self, spec: JobSpec) -> None:
         """A job must name a declared tenant (when there are tenants) and ask for a min runtime within bounds."""
-        if self.tenants and spec.tenant not in self.tenants:
-            raise TenantsError(f"job {spec.name or spec.job_id}: unknown tenant {spec.tenant!r}; "
+        self.check_request(spec.name or spec.job_id, spec.tenant, spec.min_runtime_s)
+
+    def check_request(self, label, tenant: str | None, min_runtime_s: float | None) -> None:
+        """:meth:`check_job` on a job's fields (``label``: how the message names the job)."""
+        if self.tenants and not tenant:
+            raise TenantsError(f"job {label} names no tenant (set tenant: in the job file, or $PCS_RAY_TENANT); "
                                f"tenants: {', '.join(self.tenants)}")
-        self.min_runtime.check(spec)
+        if self.tenants and tenant not in self.tenants:
+            raise TenantsError(f"job {label}: unknown tenant {tenant!r}; tenants: {', '.join(self.tenants)}")
+        bound = self.min_runtime.bound
+        if min_runtime_s is not None and min_runtime_s > bound:
+            raise TenantsError(f"job {label}: min_runtime_s {min_runtime_s:g} is past the operator's bound of {bound:g} s")
 
 
 def tenants_from_dict(raw: Any, source: str = "tenants") -> TenantsFile:

@@ -202,3 +202,18 @@ def test_the_operators_policy_is_started_swapped_and_kept_and_errors_stay_typed(
     assert run(["cancel", "999"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: no job with id 999"
+
+    # Ownership through the actor: the caller crosses Ray, and the refusals come back typed.
+    from pcs_ray.client import actor_call
+    from pcs_ray.contract import PermissionDeniedError
+    from pcs_ray.identity import Caller
+
+    root, bob = Client(coordinator=actor, identity=Caller("root", "a")), Client(coordinator=actor, identity=Caller("bob", "b"))
+    assert root.set_tenants({"tenants": {"a": {"quota": 1}}, "operators": ["root"]})["tenants"]["operators"] == ["root"]
+    owned = root.submit({**external, "steps": 10})
+    assert (client.job(owned.id)["tenant"], client.job(owned.id)["user"]) == ("a", "root")
+    with pytest.raises(PermissionDeniedError, match=f"job {owned.id} belongs to tenant 'a'"):
+        bob.cancel(owned.id)
+    with pytest.raises(PermissionDeniedError, match="stop is for operators"):
+        actor_call(actor, "drain", 1.0, Caller("bob", "b").to_wire())
+    assert root.cancel(owned.id)

@@ -74,6 +74,15 @@ def coordinator(tmp_path_factory):
     return LocalCoordinator(core)
 
 
+@pytest.fixture(scope="module")
+def tenants_coordinator(tmp_path_factory):
+    """A coordinator of its own: applied tenants files change what the others' cases may submit."""
+    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"),
+                       Journal(tmp_path_factory.mktemp("fuzz-tenants") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
+                       workloads=registered_workloads())
+    return LocalCoordinator(core)
+
+
 def _tmp_file(text: str, suffix: str) -> Path:
     fd, name = tempfile.mkstemp(suffix=suffix, prefix="pcsray-fuzz-")
     with os.fdopen(fd, "w") as f:
@@ -217,8 +226,8 @@ CLI_VALUES = ["0", "1", "3", "-1", "1e9", "nan", "abc", "", "fifo", "pcs-bal", "
               "dgx1-v100", "pal", "packed-sticky", "demo", "/nonexistent", "x" * 30, "127.0.0.1:1", "1,2", "jct,pred"]
 #: Every command and subcommand, fuzzed with its own options and real values (no --help: the command runs).
 CLI_COMMANDS = ["simulate", "up", "down", "start", "submit", "status", "predict", "cancel", "stop", "node-resources",
-                "calibrate", "replay", "report", "demo", "solve", "data", "config show", "config set", "power fit",
-                "slow-runs fit"]
+                "logs", "calibrate", "replay", "report", "demo", "solve", "data", "config show", "config set",
+                "tenants show", "tenants apply", "power fit", "slow-runs fit"]
 SCRATCH_STATE = "/nonexistent-pcs-ray-fuzz"  # up and down never see a real state folder (they start and stop clusters)
 
 
@@ -328,6 +337,39 @@ def test_fuzz_joblists(text):
     check_joblist(text)
 
 
+def test_the_cli_fuzz_knows_every_command():
+    """A command added to the CLI is fuzzed too: every command and subcommand is in ``CLI_COMMANDS``."""
+    import typer
+
+    from pcs_ray.cli import app
+
+    def leaves(cmd, words):
+        subs = getattr(cmd, "commands", None)
+        return [leaf for name, sub in subs.items() for leaf in leaves(sub, words + [name])] if subs else [" ".join(words)]
+
+    assert sorted(leaves(typer.main.get_command(app), [])) == sorted(CLI_COMMANDS)
+
+
+@FUZZ
+@given(raw=st.one_of(values, st.fixed_dictionaries({}, optional={
+    "tenants": st.one_of(values, st.dictionaries(st.text(max_size=4), st.one_of(values, st.fixed_dictionaries(
+        {"quota": st.one_of(st.integers(-2, 20), values)}, optional={"weight": values, "borrow_limit": values})),
+        max_size=3)),
+    "min_runtime_s": values, "max_min_runtime_s": values, "reclaim_young_runs": values, "operators": values})))
+def test_fuzz_tenants_files(raw, tenants_coordinator):
+    """A tenants file applied to a coordinator: applied, or one typed line that changes nothing."""
+    from pcs_ray.identity import Caller
+
+    coordinator = tenants_coordinator
+    CASES["tenants"] += 1
+    before = len(coordinator.core.journal)
+    try:
+        coordinator.set_tenants(raw, Caller("fuzz").to_wire())
+    except CoordinatorError as e:
+        assert "\n" not in str(e) and len(coordinator.core.journal) == before
+    coordinator.status()
+
+
 @pytest.mark.slow  # twenty commands, each run in this process ten times or more
 @pytest.mark.parametrize("command", CLI_COMMANDS)
 def test_fuzz_cli_arguments(command, no_cluster):
@@ -379,12 +421,14 @@ def _args_for(call: str):
                                 st.one_of(st.integers(-2, 10**12), values)),
         "set_config": st.tuples(st.sampled_from(["fifo", "pcs", "pcs-bal", "srtf", "nope", ""]),
                                 st.one_of(wfq_configs, values)),
+        "set_tenants": st.tuples(st.one_of(values, st.fixed_dictionaries({"tenants": values}, optional={
+            "operators": values})), st.one_of(st.none(), st.fixed_dictionaries({"user": values}), values)),
     }.get(call, st.tuples())
     return st.one_of(shaped.map(list), st.lists(values, max_size=5))
 
 
 HTTP_CALLS = ["submit", "status", "predict", "cancel", "logs", "report_progress", "assignment", "external_ended",
-              "set_demand", "config", "set_config", "ping"]
+              "set_demand", "config", "set_config", "tenants", "set_tenants", "ping"]
 header_text = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=40)
 
 

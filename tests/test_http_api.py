@@ -281,7 +281,7 @@ def test_the_cli_talks_http_and_imports_neither_ray_nor_torch(api, tmp_path):
     jid = json.loads(sub.stdout)["id"]
     assert jid in host.core.jobs and "IMPORTED -" in sub.stderr
     for argv in (["status", "--json"], ["predict", str(jid), "--json"], ["status"], ["predict", str(jid)],
-                 ["config", "show"], ["cancel", str(jid)]):
+                 ["config", "show"], ["tenants", "show"], ["cancel", str(jid)]):
         out = _cli(server, *argv, tmp_home=tmp_path)
         assert out.returncode == 0, (argv, out.stderr)
         assert "IMPORTED -" in out.stderr, (argv, out.stderr)

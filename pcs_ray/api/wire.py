@@ -12,19 +12,23 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pcs_ray.contract import ConfigError, CoordinatorError, JobSpecError, Submitted, UnknownJobError
+from pcs_ray.contract import (ConfigError, CoordinatorError, JobSpecError, PermissionDeniedError, Submitted,
+                              UnknownJobError)
 
 PREFIX = "/v1/"
 #: The CoordinatorAPI calls, plus ``ping`` (who answers, since when).
 CALLS = ("submit", "status", "predict", "cancel", "logs", "report_progress", "assignment", "external_ended", "set_demand",
-         "config", "set_config", "ping")
-READ_ONLY = frozenset({"status", "predict", "assignment", "config", "ping"})
+         "config", "set_config", "tenants", "set_tenants", "ping")
+READ_ONLY = frozenset({"status", "predict", "assignment", "config", "tenants", "ping"})
 MAX_BODY = 1 << 20  # a job spec or a WFQ configuration is a few KiB
-ERRORS = {cls.__name__: cls for cls in (CoordinatorError, JobSpecError, UnknownJobError, ConfigError)}
+ERRORS = {cls.__name__: cls for cls in (CoordinatorError, JobSpecError, UnknownJobError, ConfigError,
+                                        PermissionDeniedError)}
 UNAUTHORIZED = "Unauthorized"
 
 
 def status_of(error: CoordinatorError) -> int:
+    if isinstance(error, PermissionDeniedError):
+        return 403
     return 404 if isinstance(error, UnknownJobError) else 400
 
 

@@ -93,15 +93,18 @@ def stop_cmd(
     address: Annotated[str | None, ADDRESS] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for runners to checkpoint.")] = 60.0,
 ) -> None:
-    """Checkpoint every running job and stop the coordinator; `pcs-ray start` resumes from the journal."""
+    """Checkpoint every running job and stop the coordinator; `pcs-ray start` resumes from the journal.
+
+    Once a tenants file names operators, only they may (`pcs-ray tenants --help`)."""
     import ray
 
     from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
-    from pcs_ray.client import connect
+    from pcs_ray.client import actor_call, connect
+    from pcs_ray.identity import Caller
 
     connect(cluster_address(address), NAMESPACE)
     actor = get_coordinator()
-    killed = ray.get(actor.drain.remote(timeout))
+    killed = actor_call(actor, "drain", timeout, Caller.from_env().to_wire())
     ray.get(actor.close_api.remote())  # the advert goes too: clients know at once that it stopped
     ray.kill(actor, no_restart=True)
     print("coordinator stopped" + (f" ({killed} runner(s) killed after {timeout:.0f} s)" if killed else ""))

@@ -264,9 +264,9 @@ class CoordinatorService(CoordinatorHost):
                 log.exception("coordinator forecasts")
             last_refresh = time.monotonic()
 
-    def submit(self, spec: dict, submission_id: str | None = None):
+    def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None):
         """As the host's, and the prediction made at submission goes into the journal (``pcs-ray report``)."""
-        reply = super().submit(spec, submission_id)
+        reply = super().submit(spec, submission_id, caller)
         with self.lock:
             self.core.note_prediction(reply.id)
         return reply
@@ -309,8 +309,10 @@ class CoordinatorService(CoordinatorHost):
         self._resume()
 
     # -- the actor's own calls (predictions they read are at most REFRESH_EVERY_S old) ------
-    def drain(self, timeout_s: float = 60.0) -> int:
-        """Stop every runner at a checkpoint (for ``pcs-ray stop``); returns how many were still running."""
+    def drain(self, timeout_s: float = 60.0, caller: dict | None = None) -> int:
+        """Stop every runner at a checkpoint (for ``pcs-ray stop``, an operator's once a tenants file names
+        operators); returns how many were still running."""
+        self.check_stop(caller)
         with self.lock:
             self.draining = True
             for run in self.runs.values():

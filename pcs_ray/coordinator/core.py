@@ -1,7 +1,7 @@
 """The coordinator's core: events in, journal first, actions out. No Ray.
 
 Each call (a submission, a cancel, a runner's report or end, a timer, an
-external executor's demand, the operator's policy swap) validates its input,
+external executor's demand, the operator's policy swap or tenants file) validates its input,
 journals what happened (:mod:`.state`), and lets :meth:`Coordinator.decide`
 sync the cluster model, run the policy and placement, and return the diff
 (:mod:`.decisions`) as :class:`~pcs_ray.contract.StartRun` /
@@ -22,7 +22,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.contract import Action, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun, UnknownJobError
+from pcs_ray.contract import (Action, ConfigError, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun,
+                              UnknownJobError)
 import pcs_ray.coordinator.external as external
 import pcs_ray.coordinator.views as views
 from pcs_ray.coordinator.decisions import Start, diff, run_request
@@ -30,10 +31,13 @@ from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.coordinator.state import CoordinatorState, PolicyFactory
+from pcs_ray.identity import Caller
 from pcs_ray.jobfile import JobFile, parse_job
+from pcs_ray.ownership import check_cancel, check_operator
 import pcs_ray.train.store as store
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
+from pcs_ray.tenancy import TenantsError, tenants_from_dict
 from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
@@ -86,7 +90,8 @@ class Coordinator(CoordinatorState):
 
     # -- events --------------------------------------------------------------------
     def submit(
-        self, raw: dict | JobFile, submission_id: str | None = None, *, refresh: bool = True
+        self, raw: dict | JobFile, submission_id: str | None = None, *, refresh: bool = True,
+        caller: Caller | None = None,
     ) -> tuple[int, list[Action]]:
         """Validate, journal and admit a job; return its id and the actions it causes.
 
@@ -94,12 +99,22 @@ class Coordinator(CoordinatorState):
         ``refresh=False`` leaves the forward play to the caller (a batch of submissions). Otherwise
         the job's own forecast is made at once, by a play that stops at its finish
         (:meth:`forecast`); the other jobs' forecasts wait for the next :meth:`refresh_predictions`.
+        A spec without a ``user`` or ``tenant`` takes the ``caller``'s; with tenants in force, its tenant
+        must be declared and its ``min_runtime_s`` within the operator's bound.
         """
         if submission_id and submission_id in self.by_submission:
             return self.by_submission[submission_id], []
         spec = raw if isinstance(raw, JobFile) else parse_job(
             raw, "job spec", capacity=self.cluster.num_gpus, workloads=self.workloads
         )
+        if caller is not None:
+            spec = spec.model_copy(update={"user": spec.user or caller.user or None,
+                                           "tenant": spec.tenant or caller.tenant})
+        if self.tenants is not None:
+            try:
+                self.tenants.check_request(spec.name or "spec", spec.tenant, spec.min_runtime_s)
+            except TenantsError as e:
+                raise JobSpecError(str(e)) from None
         if spec.fewest_gpus > self.cluster.num_gpus:
             raise JobSpecError(f"job spec: gpus: the job needs {spec.fewest_gpus} GPUs; the cluster has {self.cluster.num_gpus}")
         jid = self.next_id
@@ -110,8 +125,11 @@ class Coordinator(CoordinatorState):
             self.forecast(jid)
         return jid, actions
 
-    def cancel(self, jid: int) -> list[Action]:
+    def cancel(self, jid: int, caller: Caller | None = None) -> list[Action]:
+        """``caller``: who asks (None: the coordinator's own process, never refused)."""
         job = self._job(jid)
+        if caller is not None:
+            check_cancel(self.tenants, caller, jid, job.spec.tenant, job.spec.user)
         if job.done or job.cancel_requested:
             return []
         self._record("cancel", jid)
@@ -237,11 +255,45 @@ class Coordinator(CoordinatorState):
         self.refresh_predictions(force=True)
         return actions
 
-    def set_policy(self, name: str, wfq: dict | None = None) -> list[Action]:
+    def set_policy(self, name: str, wfq: dict | None = None, caller: Caller | None = None) -> list[Action]:
         """The operator swaps the policy (``pcs-ray config set``): journaled, so a restart keeps it;
         decisions use it at once, and every prediction and bound is refreshed."""
+        if caller is not None:
+            check_operator(self.tenants, caller, "config set")
         self._build_policy(name, wfq)  # a configuration that cannot be built is refused before it is journaled
         self._record("config", None, source="set", name=name, wfq=wfq)
+        return self._policy_changed()
+
+    def set_tenants(self, raw: dict, caller: Caller | None = None) -> list[Action]:
+        """The operator applies a tenants file (``pcs-ray tenants apply``): checked against the cluster and
+        the active jobs, journaled, and from then on the tenants policy wraps the policy in force.
+
+        Active jobs that name a tenant the file does not declare refuse the apply (a tenant renamed or
+        dropped while it still has jobs is a mistake); jobs that name none run as guests, on GPUs no
+        tenant uses."""
+        if caller is not None:
+            check_operator(self.tenants, caller, "tenants apply")
+        try:
+            tenants = tenants_from_dict(raw, "tenants file")
+            tenants.check_capacity(self.cluster.num_gpus)
+        except TenantsError as e:
+            raise ConfigError(str(e)) from None
+        orphans: dict[str, list[int]] = {}
+        for jid, job in self.active.items():
+            if job.spec.tenant and not job.cancel_requested and job.spec.tenant not in tenants.tenants:
+                orphans.setdefault(job.spec.tenant, []).append(jid)
+        if orphans:
+            named = "; ".join(f"{t!r} (job{'s' if len(j) > 1 else ''} {', '.join(map(str, j))})"
+                              for t, j in orphans.items())
+            raise ConfigError(f"tenants file: active jobs name tenants it does not declare: {named}; "
+                              f"declare them or cancel those jobs first")
+        if caller is not None and tenants.operators and caller.user not in tenants.operators:
+            raise ConfigError(f"tenants file: its operators ({', '.join(tenants.operators)}) leave out "
+                              f"{caller.user or 'you'}, who could then not change it again")
+        self._record("tenants", None, tenants=tenants.model_dump(mode="json"))
+        return self._policy_changed()
+
+    def _policy_changed(self) -> list[Action]:
         actions = self.decide()
         self.refresh_predictions(force=True)
         for jid, job in self.active.items():
@@ -413,6 +465,17 @@ class Coordinator(CoordinatorState):
         if not 0 <= gid < self.cluster.num_gpus:  # a segment on a node lost since
             return None
         return self.cluster.gpu(gid).power.get(job_class)
+
+    def tenants_view(self) -> dict:
+        """The tenants file in force (None: none), since when, and per tenant its active and waiting jobs and GPUs."""
+        usage: dict[str, dict] = {}
+        for job in self.active.values():
+            row = usage.setdefault(job.spec.tenant or "", {"jobs": 0, "waiting": 0, "gpus": 0})
+            row["jobs"] += 1
+            row["waiting"] += job.state == JobStatus.QUEUED
+            row["gpus"] += len(job.gpus) if job.state.holds_gpus else 0
+        return {"tenants": None if self.tenants is None else self.tenants.model_dump(mode="json"),
+                "since": self.wall(self.tenants_since), "usage": usage}
 
     def config(self) -> dict:
         """The policy in force (its parameters), the placement, and where and when the policy came from."""

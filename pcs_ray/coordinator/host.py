@@ -19,6 +19,8 @@ from pcs_ray.contract import Action, Submitted
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.logs import read_logs
+from pcs_ray.identity import Caller
+from pcs_ray.ownership import check_operator
 
 
 class CoordinatorHost(ABC):
@@ -44,11 +46,12 @@ class CoordinatorHost(ABC):
             self._execute(self.core.decide())
             self.core.refresh_predictions()
 
-    def submit(self, spec: dict, submission_id: str | None = None) -> Submitted:
+    def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None) -> Submitted:
+        who = Caller.from_wire(caller)
         asked = time.perf_counter()
         with self.lock:
             got = time.perf_counter()
-            jid, actions = self.core.submit(spec, submission_id)  # forecasts the new job (Coordinator.forecast)
+            jid, actions = self.core.submit(spec, submission_id, caller=who)  # forecasts the new job (Coordinator.forecast)
             self._execute(actions)
             reply = self.core.predict(jid)
             self.submit_s.append((got - asked, time.perf_counter() - got))
@@ -100,9 +103,10 @@ class CoordinatorHost(ABC):
         with self.lock:
             return self.core.predict(int(job_id))
 
-    def cancel(self, job_id: int) -> dict:
+    def cancel(self, job_id: int, caller: dict | None = None) -> dict:
+        who = Caller.from_wire(caller)
         with self.lock:
-            self._execute(self.core.cancel(int(job_id)))
+            self._execute(self.core.cancel(int(job_id), who))
             return self.core.job_view(int(job_id))
 
     def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
@@ -148,10 +152,26 @@ class CoordinatorHost(ABC):
         with self.lock:
             return self.core.config()
 
-    def set_config(self, policy: str, wfq: dict | None = None) -> dict:
+    def set_config(self, policy: str, wfq: dict | None = None, caller: dict | None = None) -> dict:
+        who = Caller.from_wire(caller)
         with self.lock:
-            self._execute(self.core.set_policy(policy, wfq))
+            self._execute(self.core.set_policy(policy, wfq, who))
             return self.core.config()
+
+    def tenants(self) -> dict:
+        with self.lock:
+            return self.core.tenants_view()
+
+    def set_tenants(self, tenants: dict, caller: dict | None = None) -> dict:
+        who = Caller.from_wire(caller)
+        with self.lock:
+            self._execute(self.core.set_tenants(tenants, who))
+            return self.core.tenants_view()
+
+    def check_stop(self, caller: dict | None = None) -> None:
+        """Refuse ``pcs-ray stop`` from anyone but an operator, once a tenants file names operators."""
+        with self.lock:
+            check_operator(self.core.tenants, Caller.from_wire(caller), "stop")
 
 
 def _percentiles_ms(ms: np.ndarray) -> dict:

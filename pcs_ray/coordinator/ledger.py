@@ -34,6 +34,8 @@ class Ledger:
             if data["source"] == "start":
                 self.started_with = data["policy"]
             self._configured(t, data)
+        elif kind == "tenants":
+            self._tenants_set(t, data)
         elif kind == "submit":
             job = LiveJob(jid, JobFile.model_validate(data["spec"]), t, t1=data["t1"],
                           submission_id=data.get("submission_id"))
@@ -130,6 +132,9 @@ class Ledger:
 
     def _configured(self, t: float, data: dict) -> None:
         """The policy changed (``data``: the ``config`` event's)."""
+
+    def _tenants_set(self, t: float, data: dict) -> None:
+        """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenancy`` reads it)."""
 
 
 __all__ = ["Ledger"]

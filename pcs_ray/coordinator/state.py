@@ -15,7 +15,8 @@ The policy in force: the one the coordinator was started with, unless a
 rebuilt on replay through ``policies``). A start with a different policy
 than the last start journals a ``config`` event from source ``start``, which
 takes over; restarting with the same one (a Ray actor restart) keeps what
-was set.
+was set. Once a tenants file is applied (``pcs-ray tenants apply``, a
+``tenants`` event), the ``tenants`` policy wraps that policy (:meth:`_install`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pcs_ray.coordinator.ledger import Ledger
 from pcs_ray.coordinator.model import ClusterModel, job_spec
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.policies.base import SchedulingPolicy
+from pcs_ray.policies.tenants import TenantPolicy
+from pcs_ray.tenancy import TenantsFile, tenants_from_dict
 
 #: Builds a policy from its name and WFQ configuration (``coordinator.config.coordinator_policy``).
 PolicyFactory = Callable[[str, dict | None], SchedulingPolicy]
@@ -50,6 +53,9 @@ class CoordinatorState(Ledger):
         super().__init__()
         self.cluster = cluster
         self.policy = policy  # in force
+        self.base_policy = policy  # what the tenants policy wraps, once a tenants file is applied
+        self.tenants: TenantsFile | None = None  # the tenants file in force (None: none applied)
+        self.tenants_since: float | None = None
         self.journal = journal
         self.clock = clock
         self.speed = speed
@@ -160,9 +166,24 @@ class CoordinatorState(Ledger):
             policy = self._build_policy(data["name"], data.get("wfq"))
         else:  # the latest start's policy is the one this coordinator was started with
             policy = self._start_policy
+        self.base_policy = policy
+        self._install()
+        self.config_source, self.config_since = data["source"], t
+
+    def _tenants_set(self, t: float, data: dict) -> None:
+        self.tenants = tenants_from_dict(data["tenants"], "journaled tenants")
+        self.tenants_since = t
+        self._install()
+
+    def _install(self) -> None:
+        """The policy in force: the base policy, wrapped by the tenants policy when a tenants file is in force
+        (a base that is itself a tenants policy gives up its own tenants for the file's)."""
+        policy = self.base_policy
+        if self.tenants is not None:
+            inner = policy.inner if isinstance(policy, TenantPolicy) else policy
+            policy = TenantPolicy(inner, self.tenants)
         self.policy = policy
         self.model.set_policy(policy)
-        self.config_source, self.config_since = data["source"], t
 
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
         first = job.reported_at is None and job.started_at is not None

@@ -46,7 +46,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
     return {
         "id": job.job_id, "name": job.spec.name or f"{job.spec.workload}-{job.job_id}",
         "workload": job.spec.workload, "class": job.spec.job_class, "state": job.state.value,
-        "gpus": [gpu_name(g) for g in job.gpus],
+        "tenant": job.spec.tenant, "user": job.spec.user, "gpus": [gpu_name(g) for g in job.gpus],
         "demand": [job.spec.fewest_gpus, job.spec.gpus], "steps": job.steps, "total_steps": job.spec.steps,
         "step_time": job.step_time, "emulated": job.emulated, "submit": w(job.submit),
         "start": w(job.first_start), "finish": w(job.finish), "predicted_completion": w(job.predicted),

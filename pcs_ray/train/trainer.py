@@ -68,16 +68,22 @@ def entrypoint_of(function: Callable, working_dir: str | Path | None) -> tuple[s
 
 
 class Trainer:
-    """A training function, its config and its GPU demand, as one pcs-ray job (see the module doc)."""
+    """A training function, its config and its GPU demand, as one pcs-ray job (see the module doc).
+
+    ``tenant``: the tenant whose quota it runs on (default: the client's, ``$PCS_RAY_TENANT``); the job's user is
+    the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s``: as in a job file.
+    """
 
     def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int, gpus: int = 1,
                  min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
                  step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
-                 runtime_env: dict | None = None, scaling: Any = None, client: Any = None) -> None:
+                 runtime_env: dict | None = None, scaling: Any = None, client: Any = None,
+                 tenant: str | None = None, min_runtime_s: float | None = None) -> None:
         self.train_loop, self.working_dir = train_loop, working_dir
         self.fields = {"steps": steps, "gpus": gpus, "min_gpus": min_gpus, "name": name, "step_time": step_time,
                        "class": job_class, "checkpoint_every": checkpoint_every, "config": dict(config or {}),
-                       "runtime_env": runtime_env, "scaling": scaling}
+                       "runtime_env": runtime_env, "scaling": scaling, "tenant": tenant,
+                       "min_runtime_s": min_runtime_s}
         self._client = client
         self.handle: JobHandle | None = None
 
