@@ -15,7 +15,8 @@ from pcs_ray.cli import app, run
 from test_observability import Clock, _core
 
 #: ``--json`` commands that need a running cluster or coordinator (their no-cluster errors are tested elsewhere)
-NEED_A_CLUSTER = {"up", "down", "submit", "status", "predict", "calibrate", "replay", "config show", "config set"}
+NEED_A_CLUSTER = {"up", "down", "submit", "status", "predict", "calibrate", "replay", "config show", "config set", "tenants show",
+                  "tenants apply"}
 
 
 def strict(text: str):

@@ -9,7 +9,6 @@ nothing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ import typer
 
 from pcs_ray.commands.format import clock
 from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client
+from pcs_ray.commands.views import strict_json
 
 TENANTS_HELP = """
 The tenants of the running coordinator: show them, or apply a tenants file without a restart.
@@ -40,7 +40,7 @@ def show_cmd(
     """Print the tenants file in force (quotas, weights, limits, minimum runtime, operators) and each tenant's
     active jobs and GPUs."""
     reply = coordinator_client(address).tenants()
-    print(json.dumps(reply) if as_json else describe(reply))
+    print(strict_json(reply) if as_json else describe(reply))
 
 
 def apply_cmd(
@@ -59,7 +59,7 @@ def apply_cmd(
 
     checked = load_tenants(tenants_file)  # a bad file fails before connecting
     reply = coordinator_client(address).set_tenants(checked.model_dump(mode="json"))
-    print(json.dumps(reply) if as_json else describe(reply))
+    print(strict_json(reply) if as_json else describe(reply))
 
 
 def describe(reply: dict) -> str:
