@@ -119,6 +119,10 @@ def predict_cmd(
             sources = reply.get("estimated_from") or {}
             named = [f"{name} ({sources[name]})" if name in sources else name for name in reply["estimates"]]
             line += f" (still estimated: {', '.join(named)})"
+        if reply.get("basis") == "branch":
+            line += f"; at submission: branched from a refresh {reply['refresh_age_s']:.1f} s old"
+        elif reply.get("basis") == "fresh":
+            line += "; at submission: a fresh play"
         print(line)
 
 

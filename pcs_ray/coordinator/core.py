@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.contract import Action, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun, UnknownJobError
+from pcs_ray.contract import Action, ConfigError, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun, UnknownJobError
 import pcs_ray.coordinator.external as external
 import pcs_ray.coordinator.views as views
 from pcs_ray.coordinator.decisions import Start, diff, run_request
@@ -32,12 +32,15 @@ from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.coordinator.state import CoordinatorState, PolicyFactory
 from pcs_ray.jobfile import JobFile, parse_job
 import pcs_ray.train.store as store
+from pcs_ray.forecast import BranchPoints
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
 from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
 TELEMETRY_JOURNAL_EVERY_S = 60.0
+#: A submission's forecast branches from the latest refresh play only while its state is at most this old
+BRANCH_MAX_AGE_S = 10.0
 
 
 class Coordinator(CoordinatorState):
@@ -47,7 +50,9 @@ class Coordinator(CoordinatorState):
     reachable from every node). ``clock`` is injectable for tests.
     ``policies`` builds a policy from its name and WFQ configuration: without
     it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
-    a restart, the host says which runs still train (:meth:`settle_runs`).
+    a restart, the host says which runs still train (:meth:`settle_runs`). ``branch_max_age_s``: a
+    submission's forecast branches from the latest refresh play while that play's state is at most
+    this old (seconds; 0: every forecast is a fresh play), see :meth:`forecast`.
     """
 
     def __init__(
@@ -68,7 +73,15 @@ class Coordinator(CoordinatorState):
         progress_journal_every: float = 5.0,
         policies: PolicyFactory | None = None,
         keep_runs: bool = False,
+        branch_max_age_s: float = BRANCH_MAX_AGE_S,
     ) -> None:
+        if not branch_max_age_s >= 0:
+            raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
+        self.branch_max_age_s = branch_max_age_s
+        # The refresh play in flight and the latest one done, each with the policy it played:
+        # a submission's forecast branches from the latest (see forecast).
+        self._refreshing: tuple[BranchPoints, SchedulingPolicy] | None = None
+        self._branches: tuple[BranchPoints, SchedulingPolicy] | None = None
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
         self.history_path = history_path
@@ -232,6 +245,7 @@ class Coordinator(CoordinatorState):
         decisions use it at once, and every prediction and bound is refreshed."""
         self._build_policy(name, wfq)  # a configuration that cannot be built is refused before it is journaled
         self._record("config", None, source="set", name=name, wfq=wfq)
+        self._branches = None  # plays of the old policy
         actions = self.decide()
         self.refresh_predictions(force=True)
         for jid, job in self.active.items():
@@ -291,27 +305,45 @@ class Coordinator(CoordinatorState):
         self._predictions_stale = False
 
     def forecast(self, jid: int) -> None:
-        """Forecast ``jid`` now, from a play of the current state that stops at its finish: the same
-        number the whole play gives, at the cost of the events before it (a submission is answered
-        without replaying the whole queue). Jobs that finish first get theirs too; the rest stay
-        stale for the next :meth:`refresh_predictions`."""
+        """Forecast ``jid``, just submitted, by a play that stops at its finish; jobs that finish first
+        get theirs too, the rest stay stale for the next refresh.
+
+        The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job, where
+        that play's state is at most ``branch_max_age_s`` old, was played with the policy in force, and
+        leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
+        job's branch point to its finish are played. Otherwise it is a play of the current state (the
+        number the whole play gives, at the cost of the events before the job's finish). The job
+        records which (``forecast_basis``) and the refresh's age."""
         if not self._predictions_stale:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        for other, t in self.model.predict(until=jid).items():
+        finish, age, job = None, None, self.jobs[jid]
+        if self._branches is not None and self._branches[1] is self.policy:
+            points = self._branches[0]
+            age = self.now() - points.started
+            if age < self.branch_max_age_s:
+                finish = self.model.branched_predict(points, jid)
+        if finish is None or jid not in finish:
+            finish, age = self.model.predict(until=jid), None
+        job.forecast_basis, job.refresh_age = ("fresh", None) if age is None else ("branch", age)
+        for other, t in finish.items():
             if self._set_forecast(other, t):
                 self._forecast_at[other] = self.changes
 
     def begin_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
         """Under the caller's lock: a forward play of the current state that runs without it
         (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
-        hand its result to :meth:`end_refresh`. None when nothing is stale or only a play under
+        hand its result to :meth:`end_refresh`, which also keeps where submissions' forecasts
+        can branch from it (:meth:`forecast`). None when nothing is stale or only a play under
         the lock can do it (then :meth:`refresh_predictions`)."""
         if not self._predictions_stale or not self.active:
             return None
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        play = self.model.detached_predict()
-        return None if play is None else (self.changes, play)
+        points = self.model.detached_predict()
+        if points is None:
+            return None
+        self._refreshing = (points, self.policy)
+        return self.changes, points.run
 
     def end_refresh(self, began: int, finish: dict[int, float]) -> None:
         """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_refresh`).
@@ -323,6 +355,9 @@ class Coordinator(CoordinatorState):
         self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
         if self.changes == began:
             self._predictions_stale = False
+        refreshed, self._refreshing = self._refreshing, None
+        if refreshed is not None and refreshed[0].done and refreshed[1] is self.policy:
+            self._branches = refreshed
 
     def _set_forecast(self, jid: int, t: float) -> bool:
         """An active job's predicted finish (its first one is kept as the prediction at submission)."""

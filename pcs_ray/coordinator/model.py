@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel
+from pcs_ray.forecast import BranchPoints
 from pcs_ray.job import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
@@ -151,9 +152,20 @@ class ClusterModel:
         """
         return self.engine.predict(placement=self.placement_matters, until=until)
 
-    def detached_predict(self):
-        """``predict`` as a call that can run while the model moves on (``Engine.detached_play``), or None."""
-        return self.engine.detached_play(placement=self.placement_matters)
+    def detached_predict(self) -> BranchPoints | None:
+        """``predict`` as a play that can run while the model moves on (``Engine.detached_play``) and
+        keeps where a later submission's forecast can branch from it (``BranchPoints.run``), or None."""
+        play = self.engine.detached_play(placement=self.placement_matters)
+        return None if play is None else BranchPoints(play)
+
+    def branched_predict(self, points: BranchPoints, job_id: int) -> dict[int, float] | None:
+        """``predict(until=job_id)`` for a job just admitted, played from ``points`` (an earlier whole
+        play) instead of the whole current state; None where the job holds GPUs now or the play
+        cannot take it (``BranchPoints.branch``)."""
+        job = self.engine.job(job_id)
+        if job is None or job.alloc:
+            return None
+        return points.branch(job, self.engine.now)
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))
