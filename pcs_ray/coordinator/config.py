@@ -47,7 +47,7 @@ class CoordinatorConfig:
     progress_journal_every: float = 5.0
     api_host: str = "127.0.0.1"  # the interface the HTTP API listens on (loopback: this node only)
     api_port: int = 0  # 0: the port it had before a restart when free, else any
-    forecast_refresh_max_age_s: float = BRANCH_MAX_AGE_S  # a submission's forecast branches from a refresh at most this old
+    forecast_refresh_max_age_s: float = BRANCH_MAX_AGE_S  # a submission's forecast branches from a refresh younger than this
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

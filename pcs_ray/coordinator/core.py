@@ -39,7 +39,7 @@ from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
 TELEMETRY_JOURNAL_EVERY_S = 60.0
-#: A submission's forecast branches from the latest refresh play only while its state is at most this old
+#: A submission's forecast branches from the latest refresh play only while its state is younger than this (seconds)
 BRANCH_MAX_AGE_S = 10.0
 
 
@@ -51,8 +51,8 @@ class Coordinator(CoordinatorState):
     ``policies`` builds a policy from its name and WFQ configuration: without
     it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
     a restart, the host says which runs still train (:meth:`settle_runs`). ``branch_max_age_s``: a
-    submission's forecast branches from the latest refresh play while that play's state is at most
-    this old (seconds; 0: every forecast is a fresh play), see :meth:`forecast`.
+    submission's forecast branches from the latest refresh play while that play's state is younger
+    than this (seconds; 0: every forecast is a fresh play), see :meth:`forecast`.
     """
 
     def __init__(
@@ -309,7 +309,7 @@ class Coordinator(CoordinatorState):
         get theirs too, the rest stay stale for the next refresh.
 
         The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job, where
-        that play's state is at most ``branch_max_age_s`` old, was played with the policy in force, and
+        that play's state is less than ``branch_max_age_s`` old, was played with the policy in force, and
         leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
         job's branch point to its finish are played. Otherwise it is a play of the current state (the
         number the whole play gives, at the cost of the events before the job's finish). The job
@@ -323,6 +323,8 @@ class Coordinator(CoordinatorState):
             age = self.now() - points.started
             if age < self.branch_max_age_s:
                 finish = self.model.branched_predict(points, jid)
+            else:
+                self._branches = None  # too old for any later submission too: its copies are let go
         if finish is None or jid not in finish:
             finish, age = self.model.predict(until=jid), None
         job.forecast_basis, job.refresh_age = ("fresh", None) if age is None else ("branch", age)
