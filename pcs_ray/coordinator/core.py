@@ -78,10 +78,10 @@ class Coordinator(CoordinatorState):
         if not branch_max_age_s >= 0:
             raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
         self.branch_max_age_s = branch_max_age_s
-        # The refresh play in flight and the latest one done, each with the policy it played:
-        # a submission's forecast branches from the latest (see forecast).
-        self._refreshing: tuple[BranchPoints, SchedulingPolicy] | None = None
-        self._branches: tuple[BranchPoints, SchedulingPolicy] | None = None
+        # The refresh play in flight and the latest one done, each with the policy it played and the
+        # first job id it does not hold: a submission's forecast branches from the latest (see forecast).
+        self._refreshing: tuple[BranchPoints, SchedulingPolicy, int] | None = None
+        self._branches: tuple[BranchPoints, SchedulingPolicy, int] | None = None
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
         self.history_path = history_path
@@ -308,7 +308,8 @@ class Coordinator(CoordinatorState):
         """Forecast ``jid``, just submitted, by a play that stops at its finish; jobs that finish first
         get theirs too, the rest stay stale for the next refresh.
 
-        The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job, where
+        The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job and
+        those of its queue submitted since that still wait, where
         that play's state is less than ``branch_max_age_s`` old, was played with the policy in force, and
         leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
         job's branch point to its finish are played. Otherwise it is a play of the current state (the
@@ -319,10 +320,10 @@ class Coordinator(CoordinatorState):
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         finish, age, job = None, None, self.jobs[jid]
         if self._branches is not None and self._branches[1] is self.policy:
-            points = self._branches[0]
+            points, _, since_id = self._branches
             age = self.now() - points.started
             if age < self.branch_max_age_s:
-                finish = self.model.branched_predict(points, jid)
+                finish = self.model.branched_predict(points, jid, since_id)
             else:
                 self._branches = None  # too old for any later submission too: its copies are let go
         if finish is None or jid not in finish:
@@ -344,7 +345,7 @@ class Coordinator(CoordinatorState):
         points = self.model.detached_predict()
         if points is None:
             return None
-        self._refreshing = (points, self.policy)
+        self._refreshing = (points, self.policy, self.next_id)
         return self.changes, points.run
 
     def end_refresh(self, began: int, finish: dict[int, float]) -> None:

@@ -158,14 +158,17 @@ class ClusterModel:
         play = self.engine.detached_play(placement=self.placement_matters)
         return None if play is None else BranchPoints(play)
 
-    def branched_predict(self, points: BranchPoints, job_id: int) -> dict[int, float] | None:
+    def branched_predict(self, points: BranchPoints, job_id: int, since_id: int) -> dict[int, float] | None:
         """``predict(until=job_id)`` for a job just admitted, played from ``points`` (an earlier whole
-        play) instead of the whole current state; None where the job holds GPUs now or the play
-        cannot take it (``BranchPoints.branch``)."""
-        job = self.engine.job(job_id)
+        play) instead of the whole current state, with the jobs admitted since that play (ids from
+        ``since_id`` on) that still wait; None where the job holds GPUs now or the play cannot take it
+        (``BranchPoints.branch``)."""
+        engine = self.engine
+        job = engine.job(job_id)
         if job is None or job.alloc:
             return None
-        return points.branch(job, self.engine.now)
+        earlier = [(j.spec.submit_time, j) for j in map(engine.job, range(since_id, job_id)) if j is not None and not j.alloc]
+        return points.branch(job, engine.now, earlier)
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

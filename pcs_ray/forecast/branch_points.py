@@ -10,7 +10,7 @@ decision before t was quiet for q.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pcs_ray.forecast.queue_play import QueuePlay
 from pcs_ray.state import JobState
@@ -55,25 +55,35 @@ class BranchPoints:
         self._play, self.done = None, True
         return play.finish
 
-    def branch(self, job: JobState, now: float) -> dict[int, float] | None:
-        """Finishes of the play with ``job`` (admitted at ``now``, holding nothing), up to its own, as
-        they are from its branch point on; None where the play's state at ``now`` would not leave the
-        job waiting. A branch point before ``now`` is stepped on to ``now`` first (on a copy)."""
-        q = self.policy.queue_of(job)
+    def branch(self, job: JobState, now: float, earlier: Sequence[tuple[float, JobState]] = ()) -> dict[int, float] | None:
+        """Finishes, from ``now`` on, of the play with ``job`` (admitted at ``now``, holding nothing) up to
+        its own. ``earlier``: (arrival, job) of the jobs admitted since the play started that still wait;
+        those of ``job``'s queue join it too, each at its arrival. None where the play's state at an
+        arrival would not leave that job waiting. The branch point is stepped on to the arrivals (on a
+        copy), each joining at the first decision, at or after it, that it would change."""
+        policy = self.policy
+        q = policy.queue_of(job)
         since, point, jid = self.quiet_from[q], self.points[q], job.spec.job_id
-        if not self.done or jid in self._known or since is None or point is None or now < since:
+        arrivals = sorted(((t, e) for t, e in earlier if policy.queue_of(e) == q), key=lambda a: a[0])
+        arrivals.append((now, job))
+        if not self.done or since is None or point is None or arrivals[0][0] < since:
             return None
-        if now <= point.now:
-            return point.branch(job, now).run(until=jid)
-        trunk, quiet = point.copy(), False  # the point's own decision is one the job would have changed
+        if any(e.spec.job_id in self._known for _, e in arrivals):
+            return None
+        trunk, quiet, i = point.copy(only_alive=False), True, 0  # decisions before the point were quiet
         while trunk.pending or trunk.completions():
             decision = trunk.decide()
-            if trunk.now < now:
-                quiet = trunk.quiet(decision, q)
-            elif not quiet:
-                return None
-            elif not trunk.quiet(decision, q):
-                return trunk.branch(job, now).run(until=jid)
+            if arrivals[i][0] <= trunk.now:
+                if not quiet:
+                    return None  # the state the job arrived in would not have left it waiting
+                if not trunk.quiet(decision, q):
+                    while i < len(arrivals) and arrivals[i][0] <= trunk.now:
+                        trunk.admit(arrivals[i][1])
+                        i += 1
+                    if i == len(arrivals):
+                        return {j: t for j, t in trunk.run(until=jid).items() if t >= now}
+                    continue  # decided again, with them
+            quiet = trunk.quiet(decision, q)
             trunk.commit(decision)
         return None
 

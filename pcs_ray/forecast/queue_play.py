@@ -145,24 +145,28 @@ class QueuePlay:
         at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
         other.log = self.log[at:]
         other.finish = {jid: t for t, jid in other.log}
+        other.admit(job)
+        return other
+
+    def admit(self, job: JobState) -> None:
+        """``job`` (just admitted, holding nothing) joins the tail of its queue, before this event's decision."""
         policy, spec = self.policy, job.spec
         q = policy.queue_of(job)
         jid = spec.job_id
-        f = other.front[q]
-        if f is not None and f.passed is None and other.after[q] is None and f.job.spec.job_id not in other.qalloc[q]:
-            other.after[q] = job  # the last job served finished here and had no one behind it until now
-            other.after_at[q] = len(other.queues[q])
-        other.jobs[jid] = job
-        other.queues[q].append(job)
-        other.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
-        other.usable[q] += spec.max_gpus
-        other.demand += spec.max_gpus
-        other.left_jobs += 1
-        other.rem[jid], other.cnt[jid], other.anc[jid] = job.remaining, 0, job.anchor
-        other.stl[jid], other.sta[jid] = job.stall_until, job.start_time is not None
-        if other.sd is not None:
-            other.sd[jid] = job.slowdown
-        return other
+        f = self.front[q]
+        if f is not None and f.passed is None and self.after[q] is None and f.job.spec.job_id not in self.qalloc[q]:
+            self.after[q] = job  # the last job served finished here and had no one behind it until now
+            self.after_at[q] = len(self.queues[q])
+        self.jobs[jid] = job
+        self.queues[q].append(job)
+        self.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        self.usable[q] += spec.max_gpus
+        self.demand += spec.max_gpus
+        self.left_jobs += 1
+        self.rem[jid], self.cnt[jid], self.anc[jid] = job.remaining, 0, job.anchor
+        self.stl[jid], self.sta[jid] = job.stall_until, job.start_time is not None
+        if self.sd is not None:
+            self.sd[jid] = job.slowdown
 
     def completions(self) -> bool:
         """Take the next event's completions; False once the play is over."""
