@@ -12,7 +12,12 @@ Packed-Sticky placement on 32 nodes x 8 GPUs, runners replaced by nothing
   time and in this process's CPU time.
 
 Each sample is taken with ~1,000 jobs queued behind 256 busy GPUs (a job is
-submitted after each completion to keep the queue full). Prints JSON.
+submitted after each completion to keep the queue full). Between samples the
+whole queue's forecast is refreshed as the actor's loop does it (at most once
+a second, by a play a submission's forecast can branch from), 1.5 s of the
+coordinator's clock before the next submission; it is timed apart.
+``--compare``: each submission's forecast is also played fresh from the same
+state, and the relative differences of the predicted JCTs are printed. Prints JSON.
 Timings are wall-clock on a shared machine: other work running at the same
 time inflates them.
 """
@@ -124,7 +129,7 @@ def run(cluster: ClusterSpec, args) -> dict:
             core.progress(jid, step=1, step_time=job.t1)
 
         # How many jobs each submission's forecast had to play to their finish before its own: the
-        # play stops at the new job's finish, so this is the work a forecast cannot skip.
+        # play stops at the new job's finish (a branched one plays from its branch point).
         played: list[int] = []
         predict = core.model.predict
 
@@ -135,11 +140,32 @@ def run(cluster: ClusterSpec, args) -> dict:
             return finish
 
         core.model.predict = counted
+        branched_predict = core.model.branched_predict
+
+        def counted_branch(points, job_id):
+            finish = branched_predict(points, job_id)
+            if finish is not None:
+                played.append(len(finish))
+            return finish
+
+        core.model.branched_predict = counted_branch
+        forecast_ms: list[float] = []  # the submission's forecast alone (Coordinator.forecast), inside submit
+        forecast = core.forecast
+
+        def timed_forecast(jid):
+            t0 = time.perf_counter()
+            forecast(jid)
+            forecast_ms.append(1000 * (time.perf_counter() - t0))
+
+        core.forecast = timed_forecast
 
         decision_ms: list[float] = []
         prediction_ms: list[float] = []
         prediction_cpu_ms: list[float] = []  # this process's CPU time: what other work on the machine cannot inflate
+        refresh_ms: list[float] = []
         queue_sizes: list[int] = []
+        bases: list[str] = []
+        gaps: list[float] = []  # (branched - fresh) / fresh predicted JCT, for --compare
         for _ in range(args.samples):
             clock.t += 1.0
             live = [(j, a) for j, a in running if core.jobs[j].state == "running" and core.jobs[j].attempt == a]
@@ -159,7 +185,15 @@ def run(cluster: ClusterSpec, args) -> dict:
             prediction_ms.append(1000 * (time.perf_counter() - t0))
             prediction_cpu_ms.append(1000 * (time.process_time() - c0))
             assert reply["predicted_completion"] is not None
+            bases.append(reply.get("basis") or "fresh")
+            if args.compare:
+                job = core.jobs[new_id]
+                fresh = predict(until=new_id)[new_id]  # the same state, played whole
+                gaps.append((job.first_predicted - fresh) / (fresh - job.submit))
             note(actions)
+            t0 = time.perf_counter()
+            refresh(core)
+            refresh_ms.append(1000 * (time.perf_counter() - t0))
             queue_sizes.append(sum(1 for j in core.active.values() if j.state == "queued"))
         core.journal.close()
 
@@ -177,7 +211,31 @@ def run(cluster: ClusterSpec, args) -> dict:
         "submit_to_prediction": {**prediction, "target_p99_ms": TARGET_PREDICTION_P99_MS,
                                  "met": prediction["p99_ms"] <= TARGET_PREDICTION_P99_MS,
                                  "cpu": summary(prediction_cpu_ms),
-                                 "jobs_played_per_forecast": {"p50": pct(played, 50), "max": max(played, default=0)}},
+                                 "jobs_played_per_forecast": {"p50": pct(played, 50), "max": max(played, default=0)},
+                                 "basis": {b: bases.count(b) for b in sorted(set(bases))},
+                                 "forecast_alone": summary(forecast_ms)},
+        "refresh_between_samples": summary(refresh_ms),
+        **({"branched_vs_fresh": gap_summary(gaps, bases)} if args.compare else {}),
+    }
+
+
+def refresh(core: Coordinator) -> None:
+    """The whole queue's forecast, as the actor's loop makes it (a detached play, else under the lock)."""
+    began = core.begin_refresh()
+    if began is None:
+        core.refresh_predictions()
+    else:
+        core.end_refresh(began[0], began[1]())
+
+
+def gap_summary(gaps: list[float], bases: list[str]) -> dict:
+    """Relative differences of the predicted JCT, branched against fresh (only branched forecasts can differ)."""
+    branched = [abs(g) for g, b in zip(gaps, bases) if b == "branch"]
+    return {
+        "metric": "(branched - fresh) / fresh, predicted JCT of the submitted job, same state",
+        "n": len(gaps), "branched": len(branched), "identical": sum(g == 0.0 for g in gaps),
+        "abs_p50": pct(branched, 50), "abs_p90": pct(branched, 90), "abs_p99": pct(branched, 99),
+        "abs_max": max(branched, default=float("nan")), "signed_mean": float(np.mean(gaps)) if gaps else float("nan"),
     }
 
 
@@ -189,6 +247,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--policy", default="pcs-bal")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--compare", action="store_true",
+                    help="also play each submission's forecast fresh and print the branched-vs-fresh differences")
     ap.add_argument("--scenario", choices=["uniform", "variable", "both"], default="both")
     ap.add_argument("--cache", choices=["on", "off", "both"], default="both",
                     help="reuse placement decisions whose inputs come back (Placement cache); both: off, then on, "

@@ -146,7 +146,7 @@ def main() -> None:
         pid = ray.get(actor.ping.remote())["pid"]
         client = Client(coordinator=actor)
         rng = random.Random(args.seed)
-        lat = []
+        lat, handles = [], []
         began = time.perf_counter()
         for i in range(args.jobs):
             if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
@@ -157,7 +157,7 @@ def main() -> None:
                     "min_gpus": max(1, gpus // 2), "step_time": 0.05, "checkpoint_every": 100,
                     "class": rng.choice("ABCD"), "name": f"load-{i}"}
             t = time.perf_counter()
-            client.submit(spec)
+            handles.append(client.submit(spec))
             lat.append(time.perf_counter() - t)
             if args.training_first and i + 1 == args.training_first:
                 waited = time.perf_counter()
@@ -167,6 +167,10 @@ def main() -> None:
                 print(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms", file=sys.stderr, flush=True)
         wall = time.perf_counter() - began
         submitted = len(lat)
+        # How the window's forecasts were played (Coordinator.forecast): a sample of its jobs, in order.
+        window_ids = [h.id for h in handles[args.window:]][::10] if submitted > args.window else []
+        bases = [client.predict(jid) for jid in window_ids]
+        ages = [b["refresh_age_s"] for b in bases if b.get("basis") == "branch"]
         status_lat = []
         for _ in range(30):
             t = time.perf_counter()
@@ -193,6 +197,10 @@ def main() -> None:
             submit_inside=ray.get(actor.submit_latency.remote()),
             **({f"submit_inside_after_{args.window}": ray.get(actor.submit_latency.remote(args.window))}
                if submitted > args.window else {}),
+            window_forecast_basis={"sampled": len(bases),
+                                   **{b: sum(1 for r in bases if r.get("basis") == b) for b in ("branch", "fresh")},
+                                   "refresh_age_s_p50": float(np.percentile(ages, 50)) if ages else None,
+                                   "refresh_age_s_max": max(ages, default=None)},
             coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
         )
         ray.shutdown()

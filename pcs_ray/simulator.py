@@ -393,17 +393,14 @@ class Engine:
             return None
         return self.policy.fork().queue_form()  # the play's own policy state, as a fork's
 
-    def detached_play(self, *, placement: bool = True) -> Callable[..., dict[int, float]] | None:
-        """``predict`` as a call that needs nothing of this engine once made: the queue play copies
-        the state it starts from (a sticky placement is forked), so a live caller can run it without
-        holding its lock while the engine moves on (``between=``: see ``QueuePlay.run``). None where
+    def detached_play(self, *, placement: bool = True) -> QueuePlay | None:
+        """``predict`` as a play that needs nothing of this engine once made: the queue play copies
+        the state it starts from (a sticky placement is forked), so a live caller can step or run it
+        without holding its lock while the engine moves on (``QueuePlay.run``, ``between=``). None where
         only a fork of the engine can play (its policy object would then run in two threads at once)."""
         placing = self.placement if placement else None
         form = self._queue_form(placing)
-        if form is None:
-            return None
-        play = QueuePlay.start(self, form, placement=placing)
-        return None if play is None else play.run
+        return None if form is None else QueuePlay.start(self, form, placement=placing)
 
     def play_forward(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction).

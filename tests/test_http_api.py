@@ -143,6 +143,7 @@ def test_read_calls_answer_get_with_query_arguments(api):
     jid = host.submit({"workload": "tiny_cnn", "steps": 5}).id
     status, reply = request(server, "GET", f"/v1/predict?job_id={jid}")
     assert status == 200 and reply["result"]["id"] == jid
+    assert (reply["result"]["basis"], reply["result"]["refresh_age_s"]) == ("fresh", None)  # no refresh play yet
     assert request(server, "GET", "/v1/ping")[1]["result"]["jobs"] == len(host.core.jobs)
     assert set(CALLS) >= {"submit", "status", "predict", "cancel", "config", "set_config"}
 

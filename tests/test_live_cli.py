@@ -125,3 +125,22 @@ def test_status_explain_prints_the_placement_breakdown(capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out) == why
     assert run(["status", "--explain", "4"]) == 0
     assert "has not been placed" in capsys.readouterr().out
+
+
+def test_predict_says_how_the_submissions_forecast_was_played(capsys, monkeypatch):
+    from pcs_ray.commands import live
+
+    replies = {1: {"basis": "branch", "refresh_age_s": 1.25}, 2: {"basis": "fresh", "refresh_age_s": None},
+               3: {"basis": None, "refresh_age_s": None}}
+
+    class FakeClient:
+        def predict(self, jid):
+            return {"id": jid, "state": "queued", "predicted_completion": None, "bound": None, **replies[jid]}
+
+    monkeypatch.setattr(live, "coordinator_client", lambda address: FakeClient())
+    said = {}
+    for jid in replies:
+        assert run(["predict", str(jid)]) == 0
+        said[jid] = capsys.readouterr().out
+    assert "branched from a refresh 1.2 s old" in said[1]
+    assert "a fresh play" in said[2] and "at submission" not in said[3]

@@ -121,6 +121,10 @@ def predict_cmd(
             line += f" (still estimated: {', '.join(named)})"
         if reply.get("waiting"):
             line += f"; waiting: {reply['waiting']['code']}: {reply['waiting']['text']}"
+        if reply.get("basis") == "branch":
+            line += f"; at submission: branched from a refresh {reply['refresh_age_s']:.1f} s old"
+        elif reply.get("basis") == "fresh":
+            line += "; at submission: a fresh play"
         print(line)
 
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from pcs_ray import policies
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.contract import ConfigError
-from pcs_ray.coordinator.core import Coordinator
+from pcs_ray.coordinator.core import BRANCH_MAX_AGE_S, Coordinator
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
@@ -47,6 +47,7 @@ class CoordinatorConfig:
     progress_journal_every: float = 5.0
     api_host: str = "127.0.0.1"  # the interface the HTTP API listens on (loopback: this node only)
     api_port: int = 0  # 0: the port it had before a restart when free, else any
+    forecast_refresh_max_age_s: float = BRANCH_MAX_AGE_S  # a submission's forecast branches from a refresh younger than this
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -139,6 +140,7 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
         progress_journal_every=config.progress_journal_every, policies=coordinator_policy, keep_runs=keep_runs,
+        branch_max_age_s=config.forecast_refresh_max_age_s,
     )
 
 

@@ -35,6 +35,7 @@ from pcs_ray.identity import Caller
 from pcs_ray.jobfile import JobFile, parse_job
 from pcs_ray.ownership import check_cancel, check_operator
 import pcs_ray.train.store as store
+from pcs_ray.forecast import BranchPoints
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.resources import gpu_resource
 from pcs_ray.tenancy import TenantsError, tenants_from_dict
@@ -42,6 +43,8 @@ from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
 TELEMETRY_JOURNAL_EVERY_S = 60.0
+#: A submission's forecast branches from the latest refresh play only while its state is younger than this (seconds)
+BRANCH_MAX_AGE_S = 10.0
 
 
 class Coordinator(CoordinatorState):
@@ -51,7 +54,9 @@ class Coordinator(CoordinatorState):
     reachable from every node). ``clock`` is injectable for tests.
     ``policies`` builds a policy from its name and WFQ configuration: without
     it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
-    a restart, the host says which runs still train (:meth:`settle_runs`).
+    a restart, the host says which runs still train (:meth:`settle_runs`). ``branch_max_age_s``: a
+    submission's forecast branches from the latest refresh play while that play's state is younger
+    than this (seconds; 0: every forecast is a fresh play), see :meth:`forecast`.
     """
 
     def __init__(
@@ -72,7 +77,15 @@ class Coordinator(CoordinatorState):
         progress_journal_every: float = 5.0,
         policies: PolicyFactory | None = None,
         keep_runs: bool = False,
+        branch_max_age_s: float = BRANCH_MAX_AGE_S,
     ) -> None:
+        if not branch_max_age_s >= 0:
+            raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
+        self.branch_max_age_s = branch_max_age_s
+        # The refresh play in flight and the latest one done, each with the policy it played and the
+        # first job id it does not hold: a submission's forecast branches from the latest (see forecast).
+        self._refreshing: tuple[BranchPoints, SchedulingPolicy, int] | None = None
+        self._branches: tuple[BranchPoints, SchedulingPolicy, int] | None = None
         self.checkpoint_root = Path(checkpoint_root)
         self.workloads = workloads
         self.history_path = history_path
@@ -294,6 +307,7 @@ class Coordinator(CoordinatorState):
         return self._policy_changed()
 
     def _policy_changed(self) -> list[Action]:
+        self._branches = None  # plays of the old policy
         actions = self.decide()
         self.refresh_predictions(force=True)
         for jid, job in self.active.items():
@@ -353,27 +367,48 @@ class Coordinator(CoordinatorState):
         self._predictions_stale = False
 
     def forecast(self, jid: int) -> None:
-        """Forecast ``jid`` now, from a play of the current state that stops at its finish: the same
-        number the whole play gives, at the cost of the events before it (a submission is answered
-        without replaying the whole queue). Jobs that finish first get theirs too; the rest stay
-        stale for the next :meth:`refresh_predictions`."""
+        """Forecast ``jid``, just submitted, by a play that stops at its finish; jobs that finish first
+        get theirs too, the rest stay stale for the next refresh.
+
+        The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job and
+        those of its queue submitted since that still wait, where
+        that play's state is less than ``branch_max_age_s`` old, was played with the policy in force, and
+        leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
+        job's branch point to its finish are played. Otherwise it is a play of the current state (the
+        number the whole play gives, at the cost of the events before the job's finish). The job
+        records which (``forecast_basis``) and the refresh's age."""
         if not self._predictions_stale:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        for other, t in self.model.predict(until=jid).items():
+        finish, age, job = None, None, self.jobs[jid]
+        if self._branches is not None and self._branches[1] is self.policy:
+            points, _, since_id = self._branches
+            age = self.now() - points.started
+            if age < self.branch_max_age_s:
+                finish = self.model.branched_predict(points, jid, since_id)
+            else:
+                self._branches = None  # too old for any later submission too: its copies are let go
+        if finish is None or jid not in finish:
+            finish, age = self.model.predict(until=jid), None
+        job.forecast_basis, job.refresh_age = ("fresh", None) if age is None else ("branch", age)
+        for other, t in finish.items():
             if self._set_forecast(other, t):
                 self._forecast_at[other] = self.changes
 
     def begin_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
         """Under the caller's lock: a forward play of the current state that runs without it
         (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
-        hand its result to :meth:`end_refresh`. None when nothing is stale or only a play under
+        hand its result to :meth:`end_refresh`, which also keeps where submissions' forecasts
+        can branch from it (:meth:`forecast`). None when nothing is stale or only a play under
         the lock can do it (then :meth:`refresh_predictions`)."""
         if not self._predictions_stale or not self.active:
             return None
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        play = self.model.detached_predict()
-        return None if play is None else (self.changes, play)
+        points = self.model.detached_predict()
+        if points is None:
+            return None
+        self._refreshing = (points, self.policy, self.next_id)
+        return self.changes, points.run
 
     def end_refresh(self, began: int, finish: dict[int, float]) -> None:
         """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_refresh`).
@@ -385,6 +420,9 @@ class Coordinator(CoordinatorState):
         self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
         if self.changes == began:
             self._predictions_stale = False
+        refreshed, self._refreshing = self._refreshing, None
+        if refreshed is not None and refreshed[0].done and refreshed[1] is self.policy:
+            self._branches = refreshed
 
     def _set_forecast(self, jid: int, t: float) -> bool:
         """An active job's predicted finish (its first one is kept as the prediction at submission)."""

@@ -40,6 +40,8 @@ class LiveJob:
     preemptions: int = 0
     predicted: float | None = None
     first_predicted: float | None = None
+    forecast_basis: str | None = None  # how first_predicted was played: "branch" (from a refresh play) or "fresh"
+    refresh_age: float | None = None  # for "branch": seconds between the refresh play's state and the submission
     bound: float | None = None
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel
+from pcs_ray.forecast import BranchPoints
 from pcs_ray.job import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
@@ -152,9 +153,23 @@ class ClusterModel:
         """
         return self.engine.predict(placement=self.placement_matters, until=until)
 
-    def detached_predict(self):
-        """``predict`` as a call that can run while the model moves on (``Engine.detached_play``), or None."""
-        return self.engine.detached_play(placement=self.placement_matters)
+    def detached_predict(self) -> BranchPoints | None:
+        """``predict`` as a play that can run while the model moves on (``Engine.detached_play``) and
+        keeps where a later submission's forecast can branch from it (``BranchPoints.run``), or None."""
+        play = self.engine.detached_play(placement=self.placement_matters)
+        return None if play is None else BranchPoints(play)
+
+    def branched_predict(self, points: BranchPoints, job_id: int, since_id: int) -> dict[int, float] | None:
+        """``predict(until=job_id)`` for a job just admitted, played from ``points`` (an earlier whole
+        play) instead of the whole current state, with the jobs admitted since that play (ids from
+        ``since_id`` on) that still wait; None where the job holds GPUs now or the play cannot take it
+        (``BranchPoints.branch``)."""
+        engine = self.engine
+        job = engine.job(job_id)
+        if job is None or job.alloc:
+            return None
+        earlier = [(j.spec.submit_time, j) for j in map(engine.job, range(since_id, job_id)) if j is not None and not j.alloc]
+        return points.branch(job, engine.now, earlier)
 
     def why_waiting(self) -> dict[int, dict]:
         """Why each job the model gives no GPUs has none (``SchedulingPolicy.why_waiting``), as dicts."""

@@ -65,14 +65,16 @@ def prediction(job: LiveJob, epoch: float, placement: dict | None = None, uncert
     """The job's predicted completion (its finish once done), worst-case bound and first prediction,
     its range (p10, p90), which of its inputs are still estimates and what each comes from
     (``estimated_from``: ``SpeedModel.estimated``), and why its latest placement
-    chose its GPUs (``Placement.explain``; null if never placed)."""
+    chose its GPUs (``Placement.explain``; null if never placed). ``basis``: how the prediction at
+    submission was played, ``branch`` (from the latest refresh play, ``refresh_age_s`` old, plus the
+    job) or ``fresh`` (the whole current state); null for a job submitted before a restart."""
     return {
         "id": job.job_id, "state": job.state.value,
         "predicted_completion": wall(epoch, job.finish if job.done else job.predicted),
         "bound": wall(epoch, job.bound), "first_predicted": wall(epoch, job.first_predicted),
         "range": (uncertainty or {}).get("range"), "estimates": (uncertainty or {}).get("estimates", []),
         "estimated_from": (uncertainty or {}).get("estimated_from", {}),
-        "placement": placement,
+        "placement": placement, "basis": job.forecast_basis, "refresh_age_s": job.refresh_age,
     }
 
 

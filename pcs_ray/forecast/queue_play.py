@@ -107,42 +107,67 @@ class QueuePlay:
         self.pending = False  # completions taken, their decision not yet made
         return self
 
-    def branch(self, job: JobState, since: float) -> "QueuePlay":
-        """A copy, before this event's decision, with ``job`` (just admitted, holding nothing)
-        at the tail of its queue; it keeps the finishes from ``since`` on."""
+    def copy(self, only_alive: bool = True) -> "QueuePlay":
+        """An independent copy, its finishes empty; a sticky placement is forked with it. ``only_alive``:
+        the per-job numbers of jobs already finished (never read again) are left behind, so a copy
+        made late in a long play holds the jobs still in it, not every job it started with."""
         other = QueuePlay.__new__(QueuePlay)
         other.__dict__.update(self.__dict__)
-        other.jobs = dict(self.jobs)
+        if only_alive:
+            jobs = other.jobs = {job.spec.job_id: job for queue in self.queues for job in queue}
+            other.rem, other.cnt, other.anc = _only(self.rem, jobs), _only(self.cnt, jobs), _only(self.anc, jobs)
+            other.stl, other.sta = _only(self.stl, jobs), _only(self.sta, jobs)
+            other.sd = None if self.sd is None else _only(self.sd, jobs)
+            other.eta = dict(self.eta)  # running jobs only
+            other.heap = [(t, j) for j, t in other.eta.items()]
+            heapq.heapify(other.heap)
+        else:
+            other.jobs = dict(self.jobs)
+            other.rem, other.cnt, other.anc = dict(self.rem), dict(self.cnt), dict(self.anc)
+            other.stl, other.sta = dict(self.stl), dict(self.sta)
+            other.sd = None if self.sd is None else dict(self.sd)
+            other.eta, other.heap = dict(self.eta), list(self.heap)
         other.queues = [list(q) for q in self.queues]
         other.entries = [list(e) for e in self.entries]
         other.usable = list(self.usable)
-        other.eta, other.heap = dict(self.eta), list(self.heap)
         other.qalloc = [dict(a) for a in self.qalloc]
-        other.rem, other.cnt, other.anc = dict(self.rem), dict(self.cnt), dict(self.anc)
-        other.stl, other.sta = dict(self.stl), dict(self.sta)
         other.total, other.front, other.stopped = list(self.total), list(self.front), list(self.stopped)
         other.freed, other.after, other.dirty = list(self.freed), list(self.after), set(self.dirty)
         other.freed_after = list(self.freed_after)
         other.after_at = list(self.after_at)
+        other.place = None if self.place is None else self.place.fork()
+        other.log, other.finish = [], {}
+        return other
+
+    def branch(self, job: JobState, since: float) -> "QueuePlay":
+        """A copy, before this event's decision, with ``job`` (just admitted, holding nothing)
+        at the tail of its queue; it keeps the finishes from ``since`` on."""
+        other = self.copy(only_alive=2 * self.left_jobs < len(self.jobs))
         at = bisect.bisect_left(self.log, since, key=lambda e: e[0])
         other.log = self.log[at:]
         other.finish = {jid: t for t, jid in other.log}
+        other.admit(job)
+        return other
+
+    def admit(self, job: JobState) -> None:
+        """``job`` (just admitted, holding nothing) joins the tail of its queue, before this event's decision."""
         policy, spec = self.policy, job.spec
         q = policy.queue_of(job)
         jid = spec.job_id
-        f = other.front[q]
-        if f is not None and f.passed is None and other.after[q] is None and f.job.spec.job_id not in other.qalloc[q]:
-            other.after[q] = job  # the last job served finished here and had no one behind it until now
-            other.after_at[q] = len(other.queues[q])
-        other.jobs[jid] = job
-        other.queues[q].append(job)
-        other.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
-        other.usable[q] += spec.max_gpus
-        other.demand += spec.max_gpus
-        other.left_jobs += 1
-        other.rem[jid], other.cnt[jid], other.anc[jid] = job.remaining, 0, job.anchor
-        other.stl[jid], other.sta[jid] = job.stall_until, job.start_time is not None
-        return other
+        f = self.front[q]
+        if f is not None and f.passed is None and self.after[q] is None and f.job.spec.job_id not in self.qalloc[q]:
+            self.after[q] = job  # the last job served finished here and had no one behind it until now
+            self.after_at[q] = len(self.queues[q])
+        self.jobs[jid] = job
+        self.queues[q].append(job)
+        self.entries[q].append((jid, job.cap(policy.config.zeta_min), spec.min_gpus, spec.rigid))
+        self.usable[q] += spec.max_gpus
+        self.demand += spec.max_gpus
+        self.left_jobs += 1
+        self.rem[jid], self.cnt[jid], self.anc[jid] = job.remaining, 0, job.anchor
+        self.stl[jid], self.sta[jid] = job.stall_until, job.start_time is not None
+        if self.sd is not None:
+            self.sd[jid] = job.slowdown
 
     def completions(self) -> bool:
         """Take the next event's completions; False once the play is over."""
@@ -451,6 +476,10 @@ def _position(queue: list, job, hint: int) -> int:
     """``queue.index(job)``, looked for first at ``hint``: a queue holds hundreds of jobs, and a play
     asks where its resume points are at every event."""
     return hint if hint < len(queue) and queue[hint] is job else queue.index(job)
+
+
+def _only(numbers: dict, jobs: dict) -> dict:
+    return {jid: numbers[jid] for jid in jobs}
 
 
 def queue_play(engine: Engine, policy, until: int | None = None, placement=None) -> dict[int, float] | None:

@@ -1,0 +1,182 @@
+"""A submission's forecast branched from the latest refresh play: the very number a fresh play gives
+when nothing moved since the refresh (and, for the simulator's own engine, wherever the engine's
+rules let the branch point be stepped to the arrival); a fresh play where the refresh is unusable;
+branch points that hold only the jobs still in their play."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator.config import coordinator_policy
+from pcs_ray.forecast import BranchPoints
+from pcs_ray.job import JobSpec
+from pcs_ray.placement import create_placement
+from pcs_ray.policies import build_policy
+from pcs_ray.simulator import Engine
+from tests.test_submit_forecast import Clock, job, variable, whole_play
+
+
+def make(cluster: ClusterSpec, policy: str, **kw) -> tuple[Coordinator, Clock]:
+    clock = Clock()
+    core = Coordinator(cluster, build_policy(policy), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
+                       placement=create_placement("packed-sticky", cluster), clock=clock, workloads=("tiny",),
+                       policies=coordinator_policy, **kw)
+    return core, clock
+
+
+def refresh(core: Coordinator) -> None:
+    """What the actor's loop does at most once a second: a play outside the lock, then its results."""
+    began, play = core.begin_refresh()
+    core.end_refresh(began, play())
+
+
+@pytest.mark.parametrize("cluster, policy", [
+    (ClusterSpec.homogeneous(16, 4), "pcs-bal"), (variable(), "pcs-bal"), (variable(), "fifo"),
+    (ClusterSpec.homogeneous(16, 4), "pcs-jct"),
+], ids=["uniform-pcs-bal", "placed-pcs-bal", "placed-fifo", "uniform-pcs-jct"])
+def test_a_branched_forecast_is_the_fresh_plays_number_when_nothing_moved_since_the_refresh(cluster, policy):
+    core, clock = make(cluster, policy)
+    rng = random.Random(policy)
+    bases = []
+    for _ in range(25):
+        for _ in range(rng.randrange(1, 4)):
+            clock.t += rng.uniform(0.0, 20.0)
+            core.submit(job(rng), refresh=False)
+        clock.t += 1.0
+        refresh(core)
+        for _ in range(3):  # the same clock as the refresh: the state is the refresh's plus the jobs since
+            jid, _ = core.submit(job(rng))
+            got = core.jobs[jid]
+            bases.append(got.forecast_basis)
+            assert got.predicted == whole_play(core)[jid]
+            assert (got.refresh_age == 0.0) if got.forecast_basis == "branch" else got.refresh_age is None
+    assert bases.count("branch") >= 15, bases  # waiting jobs branch; those that start at once are played fresh
+
+
+def test_a_forecast_is_played_fresh_without_a_usable_refresh():
+    core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=5.0)
+    rng = random.Random(2)
+    for _ in range(30):
+        clock.t += 1.0
+        core.submit(job(rng), refresh=False)
+    first, _ = core.submit(job(rng))
+    assert core.jobs[first].forecast_basis == "fresh"  # no refresh yet
+    refresh(core)
+    jid, _ = core.submit(job(rng))
+    assert core.jobs[jid].forecast_basis == "branch"
+
+    refresh(core)
+    clock.t += 5.0  # as old as the bound allows: no longer usable
+    late, _ = core.submit(job(rng))
+    assert core.jobs[late].forecast_basis == "fresh" and core.jobs[late].predicted == whole_play(core)[late]
+
+    refresh(core)
+    core.set_policy("pcs-jct")  # a configuration change: the refresh played the old policy
+    swapped, _ = core.submit(job(rng))
+    assert core.jobs[swapped].forecast_basis == "fresh"
+    assert core.jobs[swapped].predicted == whole_play(core)[swapped]
+
+    began, play = core.begin_refresh()
+    core.set_policy("pcs-bal")  # changed while the refresh played: its branch points are not kept
+    core.end_refresh(began, play())
+    again, _ = core.submit(job(rng))
+    assert core.jobs[again].forecast_basis == "fresh"
+
+    never, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=0.0)
+    for _ in range(30):
+        never.submit(job(rng), refresh=False)
+    refresh(never)
+    jid, _ = never.submit(job(rng))
+    assert never.jobs[jid].forecast_basis == "fresh"
+
+
+def test_a_policy_without_queues_forecasts_fresh():
+    core, clock = make(variable(), "themis")  # lease reviews: no queue play, no branch points
+    rng = random.Random(4)
+    for _ in range(20):
+        clock.t += 10.0
+        core.submit(job(rng))
+    assert core.begin_refresh() is None
+    core.refresh_predictions()
+    jid, _ = core.submit(job(rng))
+    assert core.jobs[jid].forecast_basis == "fresh"
+
+
+def test_the_prediction_view_says_how_the_submissions_forecast_was_played():
+    core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal")
+    rng = random.Random(6)
+    for _ in range(30):
+        core.submit(job(rng), refresh=False)
+    refresh(core)
+    clock.t += 0.5
+    jid, _ = core.submit(job(rng))
+    view = core.predict(jid)
+    assert (view["basis"], view["refresh_age_s"]) == ("branch", 0.5)
+
+
+def spec(jid: int, rng: random.Random, t: float) -> JobSpec:
+    gpus = rng.choice([1, 1, 2, 4])
+    return JobSpec(job_id=jid, submit_time=t, service=10 ** rng.uniform(2.0, 6.0), max_gpus=gpus,
+                   min_gpus=rng.choice([1, gpus]), speedup=tuple(float(n) ** 0.8 for n in range(gpus + 1)))
+
+
+def step_to(engine: Engine, t: float) -> None:
+    """The engine's own loop up to ``t`` (what ``simulate`` does between arrivals)."""
+    while engine.active and engine.next_event() <= t:
+        at = engine.next_event()
+        done = engine.advance(at)
+        if done:
+            engine.remove(done)
+        engine.reallocate()
+    engine.advance(t)
+
+
+def test_a_branch_stepped_to_a_later_arrival_is_the_engines_own_forecast():
+    """The simulator's engine is exact: where a branch point lies before the arrival and is stepped
+    to it, the branched forecast is still the number the engine's own play gives at that arrival."""
+    stepped = 0
+    for policy in ("pcs-bal", "pcs-jct", "fifo"):
+        rng = random.Random(policy)
+        engine = Engine(16, build_policy(policy), overhead=2.0)
+        for jid in range(120):
+            engine.admit(spec(jid, rng, 0.0))
+        engine.reallocate()
+        points = BranchPoints(engine.detached_play())
+        whole = points.run()
+        assert whole == engine.predict()
+        end, branched = max(whole.values()), 0
+        for k in range(150):
+            t = rng.uniform(0.0, end)
+            later = engine.fork()
+            step_to(later, t)
+            new = later.admit(spec(1000 + k, rng, t))
+            later.reallocate()
+            finish = None if new.alloc else points.branch(new, t)
+            if finish is None:
+                continue
+            branched += 1
+            stepped += points.points[points.policy.queue_of(new)].now < t
+            assert finish[new.spec.job_id] == later.predict(until=new.spec.job_id)[new.spec.job_id]
+        assert branched >= 10, (policy, branched)
+    assert stepped >= 5
+
+
+def test_branch_points_hold_only_the_jobs_still_in_their_play():
+    rng = random.Random(9)
+    engine = Engine(8, build_policy("pcs-bal"))
+    for jid in range(300):
+        engine.admit(spec(jid, rng, 0.0))
+    engine.reallocate()
+    points = BranchPoints(engine.detached_play())
+    points.run()
+    kept = [p for p in points.points if p is not None]
+    assert kept and len(kept) <= len(engine.policy.queue_form().weights)
+    for point in kept:
+        alive = {j.spec.job_id for queue in point.queues for j in queue}
+        assert set(point.jobs) == alive == set(point.rem) == set(point.cnt) == set(point.anc) == set(point.stl)
+        assert set(point.eta) <= alive and point.log == [] and point.finish == {}
+    assert points.held() < 300 * len(kept)  # the latest points come after most jobs finished
