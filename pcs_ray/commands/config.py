@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from pcs_ray.commands.format import clock
-from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client
+from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client, register_group
 from pcs_ray.commands.views import strict_json
 
 CONFIG_HELP = """
@@ -80,15 +80,5 @@ def describe(config: dict) -> str:
     return "\n".join(lines)
 
 
-def _group(ctx: typer.Context) -> None:
-    if ctx.invoked_subcommand is None:  # `pcs-ray config` alone: its help, not an error
-        print(ctx.get_help())
-        raise typer.Exit(0)
-
-
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(name="config", help=CONFIG_HELP, rich_markup_mode="markdown")
-    group.callback(invoke_without_command=True)(_group)
-    group.command("show")(show_cmd)
-    group.command("set")(set_cmd)
-    app.add_typer(group, name="config")
+    register_group(app, "config", CONFIG_HELP, show=show_cmd, set=set_cmd)

@@ -154,3 +154,18 @@ def register(app: typer.Typer) -> None:
         app.command(name)(command)
     app.command("stop")(start.stop_cmd)
     app.command("node-resources")(start.node_resources_cmd)
+
+
+def register_group(app: typer.Typer, name: str, help_text: str, **commands) -> None:
+    """A command group (``pcs-ray config``, ``pcs-ray tenants``) whose bare name prints its help, not an error."""
+    group = typer.Typer(name=name, help=help_text, rich_markup_mode="markdown")
+
+    @group.callback(invoke_without_command=True)
+    def bare(ctx: typer.Context) -> None:
+        if ctx.invoked_subcommand is None:
+            print(ctx.get_help())
+            raise typer.Exit(0)
+
+    for verb, command in commands.items():
+        group.command(verb)(command)
+    app.add_typer(group, name=name)

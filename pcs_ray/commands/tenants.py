@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from pcs_ray.commands.format import clock
-from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client
+from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client, register_group
 from pcs_ray.commands.views import strict_json
 
 TENANTS_HELP = """
@@ -84,15 +84,5 @@ def describe(reply: dict) -> str:
     return "\n".join(lines)
 
 
-def _group(ctx: typer.Context) -> None:
-    if ctx.invoked_subcommand is None:  # `pcs-ray tenants` alone: its help, not an error
-        print(ctx.get_help())
-        raise typer.Exit(0)
-
-
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(name="tenants", help=TENANTS_HELP, rich_markup_mode="markdown")
-    group.callback(invoke_without_command=True)(_group)
-    group.command("show")(show_cmd)
-    group.command("apply")(apply_cmd)
-    app.add_typer(group, name="tenants")
+    register_group(app, "tenants", TENANTS_HELP, show=show_cmd, apply=apply_cmd)
