@@ -52,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pcs_ray import strict_json  # noqa: E402 - after the path: the bench runs from a checkout
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_LOOP = REPO / "examples" / "user-code" / "train_mlp.py"
 DEFAULT_WORKLOADS = "tiny_cnn,resnet18,mobilenet_v2,vgg11,transformer"

@@ -20,8 +20,9 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from pcs_ray import strict_json
 
 LOOP = '''
 import torch

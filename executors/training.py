@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -40,9 +39,7 @@ from torch.utils.data import default_collate
 
 from executors.progress import ProgressReporter, TelemetryReporter, telemetry_reporter  # noqa: F401  (re-exported)
 from pcs_ray.contract import RunOutcome, RunRequest
-from executors.emulation import StepBudget
 from executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
-from workloads.device_model import emulated_step_s
 from workloads.models import get_workload
 
 log = logging.getLogger(__name__)

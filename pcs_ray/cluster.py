@@ -25,7 +25,6 @@ simulations, or from the local machine via NVML (:func:`discover_cluster`)::
 from __future__ import annotations
 
 import json
-import math
 import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path

@@ -293,7 +293,6 @@ def test_cli_workload_option_conflicts(capsys, tmp_path):
 
 
 def test_reference_configurations_never_enter_the_front():
-    from pcs_ray.data import pcs_config
 
     search = Search(small_problem())
     published = WFQConfig.load(pcs_config("themis1", "pred"))

@@ -3,7 +3,6 @@ DDP over gloo, a stop at a checkpoint and a resume on another world size, a grac
 
 from __future__ import annotations
 
-import textwrap
 import time
 from pathlib import Path
 

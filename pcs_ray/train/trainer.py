@@ -18,7 +18,6 @@ driver script itself, a closure) by value, with cloudpickle, as Ray does. So
 from __future__ import annotations
 
 import base64
-import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
