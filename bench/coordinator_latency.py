@@ -121,7 +121,7 @@ def run(cluster: ClusterSpec, args) -> dict:
             clock.t += 0.01
             _, actions = core.submit(random_job(rng), refresh=False)
             note(actions)
-        core.refresh_predictions()
+        core.play_refresh()
         fill_s = time.perf_counter() - t_fill
         # Every busy GPU reports progress once, as runners do.
         for jid, _ in running:
@@ -131,33 +131,33 @@ def run(cluster: ClusterSpec, args) -> dict:
         # How many jobs each submission's forecast had to play to their finish before its own: the
         # play stops at the new job's finish (a branched one plays from its branch point).
         played: list[int] = []
-        predict = core.model.predict
+        play_ahead = core.model.play_ahead
 
         def counted(until=None):
-            finish = predict(until=until)
+            finish = play_ahead(until=until)
             if until is not None:
                 played.append(len(finish))
             return finish
 
-        core.model.predict = counted
-        branched_predict = core.model.branched_predict
+        core.model.play_ahead = counted
+        play_branch = core.model.play_branch
 
-        def counted_branch(points, job_id):
-            finish = branched_predict(points, job_id)
+        def counted_branch(*args):
+            finish = play_branch(*args)
             if finish is not None:
                 played.append(len(finish))
             return finish
 
-        core.model.branched_predict = counted_branch
-        forecast_ms: list[float] = []  # the submission's forecast alone (Coordinator.forecast), inside submit
-        forecast = core.forecast
+        core.model.play_branch = counted_branch
+        forecast_ms: list[float] = []  # the submission's forecast alone (Coordinator.play_submission), inside submit
+        forecast = core.play_submission
 
         def timed_forecast(jid):
             t0 = time.perf_counter()
             forecast(jid)
             forecast_ms.append(1000 * (time.perf_counter() - t0))
 
-        core.forecast = timed_forecast
+        core.play_submission = timed_forecast
 
         decision_ms: list[float] = []
         prediction_ms: list[float] = []
@@ -181,14 +181,14 @@ def run(cluster: ClusterSpec, args) -> dict:
             clock.t += 0.5
             t0, c0 = time.perf_counter(), time.process_time()
             new_id, actions = core.submit(random_job(rng))
-            reply = core.predict(new_id)
+            reply = core.prediction(new_id)
             prediction_ms.append(1000 * (time.perf_counter() - t0))
             prediction_cpu_ms.append(1000 * (time.process_time() - c0))
             assert reply["predicted_completion"] is not None
             bases.append(reply.get("basis") or "fresh")
             if args.compare:
                 job = core.jobs[new_id]
-                fresh = predict(until=new_id)[new_id]  # the same state, played whole
+                fresh = play_ahead(until=new_id)[new_id]  # the same state, played whole
                 gaps.append((job.first_predicted - fresh) / (fresh - job.submit))
             note(actions)
             t0 = time.perf_counter()
@@ -221,11 +221,11 @@ def run(cluster: ClusterSpec, args) -> dict:
 
 def refresh(core: Coordinator) -> None:
     """The whole queue's forecast, as the actor's loop makes it (a detached play, else under the lock)."""
-    began = core.begin_refresh()
+    began = core.begin_play_refresh()
     if began is None:
-        core.refresh_predictions()
+        core.play_refresh()
     else:
-        core.end_refresh(began[0], began[1]())
+        core.end_play_refresh(began[0], began[1]())
 
 
 def gap_summary(gaps: list[float], bases: list[str]) -> dict:

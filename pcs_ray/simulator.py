@@ -369,7 +369,7 @@ class Engine:
             else:
                 eta.pop(jid, None)
 
-    def predict(self, *, placement: bool = True, until: int | None = None) -> dict[int, float]:
+    def play_ahead(self, *, placement: bool = True, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives; this engine is left untouched.
 
         For a policy with a queue form (FIFO, WFQ) and no placement in the play, the incremental
@@ -393,8 +393,8 @@ class Engine:
             return None
         return self.policy.fork().queue_form()  # the play's own policy state, as a fork's
 
-    def detached_play(self, *, placement: bool = True) -> QueuePlay | None:
-        """``predict`` as a play that needs nothing of this engine once made: the queue play copies
+    def play_detached(self, *, placement: bool = True) -> QueuePlay | None:
+        """``play_ahead`` as a play that needs nothing of this engine once made: the queue play copies
         the state it starts from (a sticky placement is forked), so a live caller can step or run it
         without holding its lock while the engine moves on (``QueuePlay.run``, ``between=``). None where
         only a fork of the engine can play (its policy object would then run in two threads at once)."""
@@ -565,7 +565,7 @@ def _replay(
                     chain.play(engine, job, not done and engine.prev_alloc == before, forecasts)
                 elif k % plays[1] == plays[0]:
                     if forecast is None:
-                        forecast = engine.predict()
+                        forecast = engine.play_ahead()
                     forecasts.append(forecast)
         if progress is not None and (done or arrived):
             progress(finished, total)

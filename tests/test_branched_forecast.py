@@ -30,8 +30,8 @@ def make(cluster: ClusterSpec, policy: str, **kw) -> tuple[Coordinator, Clock]:
 
 def refresh(core: Coordinator) -> None:
     """What the actor's loop does at most once a second: a play outside the lock, then its results."""
-    began, play = core.begin_refresh()
-    core.end_refresh(began, play())
+    began, play = core.begin_play_refresh()
+    core.end_play_refresh(began, play())
 
 
 @pytest.mark.parametrize("cluster, policy", [
@@ -80,9 +80,9 @@ def test_a_forecast_is_played_fresh_without_a_usable_refresh():
     assert core.jobs[swapped].forecast_basis == "fresh"
     assert core.jobs[swapped].predicted == whole_play(core)[swapped]
 
-    began, play = core.begin_refresh()
+    began, play = core.begin_play_refresh()
     core.set_policy("pcs-bal")  # changed while the refresh played: its branch points are not kept
-    core.end_refresh(began, play())
+    core.end_play_refresh(began, play())
     again, _ = core.submit(job(rng))
     assert core.jobs[again].forecast_basis == "fresh"
 
@@ -100,8 +100,8 @@ def test_a_policy_without_queues_forecasts_fresh():
     for _ in range(20):
         clock.t += 10.0
         core.submit(job(rng))
-    assert core.begin_refresh() is None
-    core.refresh_predictions()
+    assert core.begin_play_refresh() is None
+    core.play_refresh()
     jid, _ = core.submit(job(rng))
     assert core.jobs[jid].forecast_basis == "fresh"
 
@@ -114,7 +114,7 @@ def test_the_prediction_view_says_how_the_submissions_forecast_was_played():
     refresh(core)
     clock.t += 0.5
     jid, _ = core.submit(job(rng))
-    view = core.predict(jid)
+    view = core.prediction(jid)
     assert (view["basis"], view["refresh_age_s"]) == ("branch", 0.5)
 
 
@@ -145,9 +145,9 @@ def test_a_branch_stepped_to_a_later_arrival_is_the_engines_own_forecast():
         for jid in range(120):
             engine.admit(spec(jid, rng, 0.0))
         engine.reallocate()
-        points = BranchPoints(engine.detached_play())
+        points = BranchPoints(engine.play_detached())
         whole = points.run()
-        assert whole == engine.predict()
+        assert whole == engine.play_ahead()
         end, branched = max(whole.values()), 0
         for k in range(150):
             t = rng.uniform(0.0, end)
@@ -160,7 +160,7 @@ def test_a_branch_stepped_to_a_later_arrival_is_the_engines_own_forecast():
                 continue
             branched += 1
             stepped += points.points[points.policy.queue_of(new)].now < t
-            assert finish[new.spec.job_id] == later.predict(until=new.spec.job_id)[new.spec.job_id]
+            assert finish[new.spec.job_id] == later.play_ahead(until=new.spec.job_id)[new.spec.job_id]
         assert branched >= 10, (policy, branched)
     assert stepped >= 5
 
@@ -171,7 +171,7 @@ def test_branch_points_hold_only_the_jobs_still_in_their_play():
     for jid in range(300):
         engine.admit(spec(jid, rng, 0.0))
     engine.reallocate()
-    points = BranchPoints(engine.detached_play())
+    points = BranchPoints(engine.play_detached())
     points.run()
     kept = [p for p in points.points if p is not None]
     assert kept and len(kept) <= len(engine.policy.queue_form().weights)

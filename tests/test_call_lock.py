@@ -86,7 +86,7 @@ def test_a_detached_play_that_pauses_between_events_forecasts_the_same():
     for _ in range(40):
         clock.t += rng.uniform(0.0, 30.0)
         core.submit(job(rng))
-    began, play = core.begin_refresh()
+    began, play = core.begin_play_refresh()
     calls = []
     finish = play(between=lambda: calls.append(1))
     assert finish == whole_play(core)

@@ -142,22 +142,22 @@ def test_a_shapes_step_time_is_the_mean_of_its_measurements_not_the_latest_ones(
 def test_predictions_use_measured_speed_and_refresh():
     core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
     j, _ = core.submit(job(steps=100, step_time=1.0))
-    assert core.predict(j)["predicted_completion"] == pytest.approx(1000 + 100)
+    assert core.prediction(j)["predicted_completion"] == pytest.approx(1000 + 100)
     clock.t += 10
     core.progress(j, step=10, step_time=0.5)  # twice as fast as estimated
-    core.refresh_predictions()
-    assert core.predict(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
+    core.play_refresh()
+    assert core.prediction(j)["predicted_completion"] == pytest.approx(1010 + 90 * 0.5)
     # The first report came 10 s after the start with 10 steps of 0.5 s done: 5 s of start-up.
     assert core.speed.cost("tiny", "start") == pytest.approx(5.0)
     # A job of the same shape runs at the measured pace whatever its own guess, and pays the measured start.
     k, _ = core.submit(job(steps=10, step_time=2.0))  # FIFO: runs after j
-    assert core.predict(k)["predicted_completion"] == pytest.approx(1010 + 45 + 5 + 10 * 0.5)
+    assert core.prediction(k)["predicted_completion"] == pytest.approx(1010 + 45 + 5 + 10 * 0.5)
     # Another shape of an unknown workload has only its guess, scaled as guesses turned out (EMA).
     assert core.speed.estimate_ratio == pytest.approx(0.7 + 0.3 * 0.5)
     m, _ = core.submit(job(steps=10, step_time=2.0, params={"batch_size": 64}))
-    assert core.predict(m)["predicted_completion"] == pytest.approx(1010 + 45 + 10 + 5 + 20 * 0.85)
+    assert core.prediction(m)["predicted_completion"] == pytest.approx(1010 + 45 + 10 + 5 + 20 * 0.85)
     # FIFO's bound serves the queue one job at a time, plus k's own start-up.
-    assert core.predict(k)["bound"] == pytest.approx(1010 + 45 + 10 * 0.5 + 5.0)
+    assert core.prediction(k)["bound"] == pytest.approx(1010 + 45 + 10 * 0.5 + 5.0)
 
 
 def test_forecasts_charge_start_and_every_move_they_play():
@@ -166,18 +166,18 @@ def test_forecasts_charge_start_and_every_move_they_play():
     long_id, _ = core.submit(job(steps=100, step_time=1.0))
     clock.t += 12
     core.progress(long_id, step=10, step_time=1.0)  # 2 s of start-up measured
-    core.refresh_predictions(force=True)
-    assert core.predict(long_id)["predicted_completion"] == pytest.approx(1012 + 90)
+    core.play_refresh(force=True)
+    assert core.prediction(long_id)["predicted_completion"] == pytest.approx(1012 + 90)
     short_id, actions = core.submit(job(steps=5, step_time=1.0))
     assert actions == [StopRun(long_id, 1, "preempt")]
     clock.t += 1
     core.run_ended(long_id, 1, "preempted", step=11, step_time=1.0)  # the stop took 1 s
-    core.refresh_predictions(force=True)
+    core.play_refresh(force=True)
     # The short job pays its start (2 s); the long one a stop (1 s) and a resume (the start's 2 s, no resume
     # measured yet) when it gets its GPU back.
     short_end = 1013 + 2 + 5
-    assert core.predict(short_id)["predicted_completion"] == pytest.approx(short_end)
-    assert core.predict(long_id)["predicted_completion"] == pytest.approx(short_end + 1 + 2 + 89)
+    assert core.prediction(short_id)["predicted_completion"] == pytest.approx(short_end)
+    assert core.prediction(long_id)["predicted_completion"] == pytest.approx(short_end + 1 + 2 + 89)
 
 
 def test_warm_and_cold_starts_are_learned_apart_and_forecasts_charge_the_pools_mix(tmp_path):
@@ -216,7 +216,7 @@ def test_a_submissions_forecast_charges_the_pools_mix_before_its_runners_are_kno
     at_submission = core.jobs[jid].predicted
     assert at_submission == pytest.approx(core.now() + 0.5 + 100 * 1.0)
     core.runner_kind(jid, 1, "warm")  # the host launched it on warm runners
-    core.refresh_predictions(force=True)
+    core.play_refresh(force=True)
     assert core.jobs[jid].predicted == pytest.approx(at_submission)
 
 
@@ -263,7 +263,7 @@ def test_learned_speeds_persist_for_a_new_coordinator(tmp_path):
     assert speeds.is_file() and oct(speeds.stat().st_mode & 0o777) == "0o600"
     fresh, _ = make(gpus=1, per_node=1, speeds_path=speeds, clock=Clock(5000.0))  # a new journal
     k, _ = fresh.submit(job(steps=20, step_time=1.0))
-    view = fresh.predict(k)
+    view = fresh.prediction(k)
     assert view["predicted_completion"] == pytest.approx(5000 + 3.0 + 20 * 0.25)
     assert "step_time" not in view["estimates"] and "start_stop_costs" in view["estimates"]
     lo, hi = view["range"]
@@ -273,7 +273,7 @@ def test_learned_speeds_persist_for_a_new_coordinator(tmp_path):
 def test_an_unmeasured_prediction_says_so_and_carries_a_wide_range():
     core, _ = make(gpus=1, per_node=1)
     j, _ = core.submit(job(steps=100, step_time=1.0))
-    view = core.predict(j)
+    view = core.prediction(j)
     assert {"step_time", "start_stop_costs"} <= set(view["estimates"])
     lo, hi = view["range"]
     assert lo < view["predicted_completion"] < hi
@@ -283,9 +283,9 @@ def test_a_late_runner_never_makes_the_model_finish_it():
     core, clock = make(gpus=1, per_node=1, restart_overhead=0.0)
     j, _ = core.submit(job(steps=10, step_time=1.0))
     clock.t += 100  # far past its modelled end, no report
-    core.refresh_predictions(force=True)
+    core.play_refresh(force=True)
     assert core.jobs[j].state == "running"
-    assert core.predict(j)["predicted_completion"] > clock.t
+    assert core.prediction(j)["predicted_completion"] > clock.t
 
 
 def test_journal_replay_rebuilds_state_and_requeues_lost_runners(tmp_path):
@@ -330,13 +330,13 @@ def test_history_is_written_for_finished_jobs(tmp_path):
 def test_a_prediction_says_why_placement_chose_the_gpus():
     core, _ = make(placement=create_placement("pal", ClusterSpec.homogeneous(8, 4), locality_penalty=1.5))
     jid, actions = core.submit(job(gpus=2))
-    why = core.predict(jid)["placement"]
+    why = core.prediction(jid)["placement"]
     assert why["placement"] == "pal" and why["job_id"] == jid
     assert why["gpus"] == [f"{s.node}:{s.index}" for s in actions[0].request.gpus]
     assert {s["plugin"] for s in why["scores"]} >= {"variability", "locality"}
     assert all(0.0 <= s["share"] <= 1.0 for s in why["scores"])
     queued, _ = core.submit(job(gpus=8))
-    assert core.predict(queued)["placement"] is None  # never placed: nothing to explain
+    assert core.prediction(queued)["placement"] is None  # never placed: nothing to explain
 
 
 def test_ends_collected_together_are_recorded_first_and_decided_once():

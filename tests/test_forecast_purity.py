@@ -159,7 +159,7 @@ def coordinator_actions(name: str, forecasts: bool) -> list[tuple]:
                                        refresh=forecasts)
             note(actions)
         if forecasts:
-            core.refresh_predictions()
+            core.play_refresh()
     return log
 
 

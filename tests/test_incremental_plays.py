@@ -91,13 +91,13 @@ def test_incremental_play_leaves_the_engine_untouched_and_falls_back_when_it_mus
         arrive(engine, spec)
     assert len(engine.active) > 20
     before = ({j: (s.remaining, s.alloc, s.anchor) for j, s in engine.active.items()}, dict(engine.eta), engine.busy)
-    fast = engine.predict()
+    fast = engine.play_ahead()
     assert ({j: (s.remaining, s.alloc, s.anchor) for j, s in engine.active.items()}, dict(engine.eta), engine.busy) == before
     assert fast == engine.fork().play_forward()
     # A job whose held count disagrees with the last decision: only the full fork knows what to do.
     jid = next(iter(engine.running))
     engine.prev_alloc = {**engine.prev_alloc, jid: engine.prev_alloc[jid] + 1}
-    assert engine.predict() == engine.fork().play_forward()
+    assert engine.play_ahead() == engine.fork().play_forward()
 
 
 def test_live_model_predictions_equal_the_full_fork():
@@ -113,7 +113,7 @@ def test_live_model_predictions_equal_the_full_fork():
         for k, jid in enumerate(engine.running_ids()[:3]):  # runners report: a little behind, one restarting
             job = engine.job(jid)
             engine.set_remaining(jid, job.remaining * 1.01, spec.submit_time + 5.0 * k)
-        assert engine.predict(placement=False) == engine.fork(placement=False).play_forward()
+        assert engine.play_ahead(placement=False) == engine.fork(placement=False).play_forward()
 
 
 def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
@@ -197,11 +197,11 @@ def test_a_play_until_a_job_finishes_gives_the_whole_plays_numbers():
         arrive(engine, spec)
     for placement in (True, False):
         whole = engine.fork(placement=placement).play_forward()
-        assert engine.predict(placement=placement) == whole
+        assert engine.play_ahead(placement=placement) == whole
         ids = sorted(whole, key=whole.get)
         assert len(ids) > 40
         for jid in (ids[0], ids[len(ids) // 2], ids[-1], max(whole)):
-            part = engine.predict(placement=placement, until=jid)
+            part = engine.play_ahead(placement=placement, until=jid)
             assert part[jid] == whole[jid] and all(whole[j] == t for j, t in part.items())
             assert {j for j in whole if whole[j] < whole[jid]} <= set(part)
             assert engine.fork(placement=placement).play_forward(until=jid) == part or not placement

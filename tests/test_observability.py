@@ -32,7 +32,7 @@ def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_p
     core = _core(tmp_path / "journal.sqlite", clock)
     small, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 0.1})
     big, _ = core.submit({"workload": "tiny", "steps": 100_000, "gpus": 4, "step_time": 1.0})
-    core.refresh_predictions(force=True)
+    core.play_refresh(force=True)
     r = readings(core)
     assert r.jobs["running"] + r.jobs["queued"] + r.jobs["stopping"] == 2
     assert r.gpus_allocated + r.gpus_idle == 4 and r.gpus_allocated == sum(len(j.gpus) for j in core.active.values())

@@ -163,7 +163,7 @@ def test_a_restarted_coordinator_forecasts_a_new_user_job_the_same(tmp_path):
     core.run_ended(two, 1, "finished", step=50)
     fresh = user("a.py:f", steps=100, gpus=4, min_gpus=4)
     k, _ = core.submit(fresh)
-    before = core.predict(k)
+    before = core.prediction(k)
     assert before["estimated_from"].get("step_time") == "other GPU counts"
     assert "scaling" not in before["estimates"]  # measured on 1 and 2 GPUs
     core.journal.close()
@@ -187,7 +187,7 @@ def test_a_queued_user_job_is_planned_with_the_scaling_learned_while_it_waited()
     for step in (2, 5):
         core.progress(one, step=step, step_time=1.0)
         core.progress(two, step=step, step_time=0.8)
-    core.predict(waiting)
+    core.prediction(waiting)
     assert core.model.engine.job(waiting).spec.speedup == pytest.approx(
         (0, 1, 1.25, 1 / (0.6 + 0.4 / 3), 1 / (0.6 + 0.4 / 4)))
 

@@ -55,16 +55,16 @@ def test_a_submissions_forecast_is_the_whole_plays_and_the_rest_follow_outside_t
             jid, _ = core.submit(job(rng))
             assert core.jobs[jid].predicted == whole_play(core)[jid]
         assert core._predictions_stale  # the other jobs wait for a refresh
-        began, play = core.begin_refresh()  # a queue play, detached from the model
+        began, play = core.begin_play_refresh()  # a queue play, detached from the model
         clock.t += 1.0
         late, _ = core.submit(job(rng))  # the model moves on while the play runs
         newer = {jid: core.jobs[jid].predicted for jid in core._forecast_at}  # the late job and all finishing first
         old = play()
-        core.end_refresh(began, old)
+        core.end_play_refresh(began, old)
         assert {jid: core.jobs[jid].predicted for jid in newer} == newer and core._predictions_stale
         assert late in newer and late not in old and len(newer) > 1
-        began, play = core.begin_refresh()
-        core.end_refresh(began, play())
+        began, play = core.begin_play_refresh()
+        core.end_play_refresh(began, play())
         whole = whole_play(core)
         assert not core._predictions_stale
         assert {jid: j.predicted for jid, j in core.active.items()} == whole and len(whole) > 30
@@ -77,6 +77,6 @@ def test_a_refresh_that_needs_the_model_runs_under_the_lock():
     for _ in range(20):
         clock.t += 10.0
         core.submit(job(rng))
-    assert core.begin_refresh() is None
-    core.refresh_predictions()
-    assert not core._predictions_stale and core.begin_refresh() is None
+    assert core.begin_play_refresh() is None
+    core.play_refresh()
+    assert not core._predictions_stale and core.begin_play_refresh() is None

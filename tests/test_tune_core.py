@@ -33,7 +33,7 @@ def test_external_job_gets_gpus_without_a_runner_and_acknowledges_a_preemption()
     assert actions == []  # nothing to launch: the sweep polls its assignment
     a = core.assignment(sid)
     assert a["state"] == "running" and a["attempt"] == 1 and a["gpus"] == ["node0_gpu0", "node0_gpu1"]
-    assert core.predict(sid)["predicted_completion"] is not None
+    assert core.prediction(sid)["predicted_completion"] is not None
 
     clock.t += 5
     core.progress(sid, 4, 0.05)

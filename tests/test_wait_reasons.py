@@ -96,5 +96,5 @@ def test_status_shows_every_queued_jobs_reason(tmp_path):
     out = io.StringIO()
     Console(file=out, width=400).print(status_table(status))
     assert "why waiting" in out.getvalue() and "queue: waiting #2 in WFQ queue" in out.getvalue()
-    assert core.predict(queued[0]["id"])["waiting"]["code"] == "queue"
-    assert core.predict(next(j["id"] for j in status["jobs"] if j["state"] != "queued"))["waiting"] is None
+    assert core.prediction(queued[0]["id"])["waiting"]["code"] == "queue"
+    assert core.prediction(next(j["id"] for j in status["jobs"] if j["state"] != "queued"))["waiting"] is None

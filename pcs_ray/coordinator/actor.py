@@ -242,9 +242,9 @@ class CoordinatorService(CoordinatorHost):
                     # start at most every REFRESH_EVERY_S after the last one ended, not after every event.
                     due = now - last_refresh >= REFRESH_EVERY_S
                     if due:
-                        play = self.core.begin_refresh()
+                        play = self.core.begin_play_refresh()
                         if play is None:
-                            self.core.refresh_predictions()
+                            self.core.play_refresh()
                 except Exception:  # keep deciding: one bad event must not stop the cluster
                     log.exception("coordinator loop")
             if not due:
@@ -257,7 +257,7 @@ class CoordinatorService(CoordinatorHost):
                 finish = play[1](between=self.lock.yielder(REFRESH_YIELD_S)) if play is not None else None
                 with self.lock:
                     if finish is not None:
-                        self.core.end_refresh(play[0], finish)
+                        self.core.end_play_refresh(play[0], finish)
                     if self.metrics is not None:
                         self.metrics.publish(readings(self.core))
             except Exception:

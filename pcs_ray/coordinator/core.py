@@ -56,7 +56,7 @@ class Coordinator(CoordinatorState):
     it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
     a restart, the host says which runs still train (:meth:`settle_runs`). ``branch_max_age_s``: a
     submission's forecast branches from the latest refresh play while that play's state is younger
-    than this (seconds; 0: every forecast is a fresh play), see :meth:`forecast`.
+    than this (seconds; 0: every forecast is a fresh play), see :meth:`play_submission`.
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class Coordinator(CoordinatorState):
         A repeated ``submission_id`` (a client retrying) returns the first job, not a new one.
         ``refresh=False`` leaves the forward play to the caller (a batch of submissions). Otherwise
         the job's own forecast is made at once, by a play that stops at its finish
-        (:meth:`forecast`); the other jobs' forecasts wait for the next :meth:`refresh_predictions`.
+        (:meth:`play_submission`); the other jobs' forecasts wait for the next :meth:`play_refresh`.
         A spec without a ``user`` or ``tenant`` takes the ``caller``'s; with tenants in force, its tenant
         must be declared and its ``min_runtime_s`` within the operator's bound.
         """
@@ -135,7 +135,7 @@ class Coordinator(CoordinatorState):
         actions = self.decide()
         self.jobs[jid].bound = self._bound(jid)
         if refresh:
-            self.forecast(jid)
+            self.play_submission(jid)
         return jid, actions
 
     def cancel(self, jid: int, caller: Caller | None = None) -> list[Action]:
@@ -265,7 +265,7 @@ class Coordinator(CoordinatorState):
             return []
         self._record("demand", jid, update=update)
         actions = self.decide()
-        self.refresh_predictions(force=True)
+        self.play_refresh(force=True)
         return actions
 
     def set_policy(self, name: str, wfq: dict | None = None, caller: Caller | None = None) -> list[Action]:
@@ -309,7 +309,7 @@ class Coordinator(CoordinatorState):
     def _policy_changed(self) -> list[Action]:
         self._branches = None  # plays of the old policy
         actions = self.decide()
-        self.refresh_predictions(force=True)
+        self.play_refresh(force=True)
         for jid, job in self.active.items():
             job.bound = self._bound(jid)
         return actions
@@ -356,21 +356,21 @@ class Coordinator(CoordinatorState):
         return run_request(job, slots, self.checkpoint_root / str(job.job_id))
 
     # -- predictions -------------------------------------------------------------------
-    def refresh_predictions(self, force: bool = False) -> None:
+    def play_refresh(self, force: bool = False) -> None:
         """Play the current state forward (same policy and placement, no arrivals)."""
         if not (force or self._predictions_stale) or not self.active:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        for jid, t in self.model.predict().items():
+        for jid, t in self.model.play_ahead().items():
             self._set_forecast(jid, t)
         self._forecast_at.clear()
         self._predictions_stale = False
 
-    def forecast(self, jid: int) -> None:
+    def play_submission(self, jid: int) -> None:
         """Forecast ``jid``, just submitted, by a play that stops at its finish; jobs that finish first
         get theirs too, the rest stay stale for the next refresh.
 
-        The play branches from the latest refresh play (:meth:`begin_refresh`), plus the new job and
+        The play branches from the latest refresh play (:meth:`begin_play_refresh`), plus the new job and
         those of its queue submitted since that still wait, where
         that play's state is less than ``branch_max_age_s`` old, was played with the policy in force, and
         leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
@@ -385,33 +385,33 @@ class Coordinator(CoordinatorState):
             points, _, since_id = self._branches
             age = self.now() - points.started
             if age < self.branch_max_age_s:
-                finish = self.model.branched_predict(points, jid, since_id)
+                finish = self.model.play_branch(points, jid, since_id)
             else:
                 self._branches = None  # too old for any later submission too: its copies are let go
         if finish is None or jid not in finish:
-            finish, age = self.model.predict(until=jid), None
+            finish, age = self.model.play_ahead(until=jid), None
         job.forecast_basis, job.refresh_age = ("fresh", None) if age is None else ("branch", age)
         for other, t in finish.items():
             if self._set_forecast(other, t):
                 self._forecast_at[other] = self.changes
 
-    def begin_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
+    def begin_play_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
         """Under the caller's lock: a forward play of the current state that runs without it
-        (``ClusterModel.detached_predict``), so that calls are not held up for a whole play;
-        hand its result to :meth:`end_refresh`, which also keeps where submissions' forecasts
-        can branch from it (:meth:`forecast`). None when nothing is stale or only a play under
-        the lock can do it (then :meth:`refresh_predictions`)."""
+        (``ClusterModel.play_detached``), so that calls are not held up for a whole play;
+        hand its result to :meth:`end_play_refresh`, which also keeps where submissions' forecasts
+        can branch from it (:meth:`play_submission`). None when nothing is stale or only a play under
+        the lock can do it (then :meth:`play_refresh`)."""
         if not self._predictions_stale or not self.active:
             return None
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        points = self.model.detached_predict()
+        points = self.model.play_detached()
         if points is None:
             return None
         self._refreshing = (points, self.policy, self.next_id)
         return self.changes, points.run
 
-    def end_refresh(self, began: int, finish: dict[int, float]) -> None:
-        """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_refresh`).
+    def end_play_refresh(self, began: int, finish: dict[int, float]) -> None:
+        """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_play_refresh`).
         A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
         nothing happened since the play began."""
         for jid, t in finish.items():
@@ -444,7 +444,7 @@ class Coordinator(CoordinatorState):
             bound += self.speed.cost(job.spec.workload, "start" if job.first_start is None else "resume")
         return bound
 
-    def predict(self, jid: int) -> dict:
+    def prediction(self, jid: int) -> dict:
         """The job's current prediction and bound (absolute seconds); cheap: no forward play."""
         job = self._job(jid)
         if not job.done:

@@ -44,7 +44,7 @@ class CoordinatorHost(ABC):
         """Decide once on the state the journal rebuilt: jobs whose runners were lost start again."""
         with self.lock:
             self._execute(self.core.decide())
-            self.core.refresh_predictions()
+            self.core.play_refresh()
 
     def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None) -> Submitted:
         who = Caller.from_wire(caller)
@@ -53,7 +53,7 @@ class CoordinatorHost(ABC):
             got = time.perf_counter()
             jid, actions = self.core.submit(spec, submission_id, caller=who)  # forecasts the new job (Coordinator.forecast)
             self._execute(actions)
-            reply = self.core.predict(jid)
+            reply = self.core.prediction(jid)
             self.submit_s.append((got - asked, time.perf_counter() - got))
             return Submitted(jid, reply["predicted_completion"], reply["bound"])
 
@@ -101,7 +101,7 @@ class CoordinatorHost(ABC):
 
     def predict(self, job_id: int) -> dict:
         with self.lock:
-            return self.core.predict(int(job_id))
+            return self.core.prediction(int(job_id))
 
     def cancel(self, job_id: int, caller: dict | None = None) -> dict:
         who = Caller.from_wire(caller)
@@ -139,7 +139,7 @@ class CoordinatorHost(ABC):
                        step_time_s: float | None = None) -> dict:
         with self.lock:
             self._execute(self.core.run_ended(int(job_id), int(attempt), status, int(step), step_time_s))
-            self.core.refresh_predictions()
+            self.core.play_refresh()
             return self.core.assignment(int(job_id))
 
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:

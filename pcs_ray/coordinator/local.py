@@ -26,10 +26,10 @@ class LocalCoordinator(CoordinatorHost):
 
     def predict(self, job_id: int) -> dict:
         with self.lock:
-            self.core.refresh_predictions()  # no background loop here refreshes them
+            self.core.play_refresh()  # no background loop here refreshes them
             return super().predict(job_id)
 
     def status(self) -> dict:
         with self.lock:
-            self.core.refresh_predictions()  # a submission forecasts only its own job
+            self.core.play_refresh()  # a submission forecasts only its own job
             return super().status()

@@ -145,22 +145,22 @@ class ClusterModel:
     def review_time(self) -> float | None:
         return self.engine.review_time()
 
-    def predict(self, until: int | None = None) -> dict[int, float]:
+    def play_ahead(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (a forward play on a fork).
 
         Where every GPU set runs every job at the same rate, counts decide alone (placement is left out).
         ``until``: the play stops once that job's finish is known (``Engine.play_forward``).
         """
-        return self.engine.predict(placement=self.placement_matters, until=until)
+        return self.engine.play_ahead(placement=self.placement_matters, until=until)
 
-    def detached_predict(self) -> BranchPoints | None:
-        """``predict`` as a play that can run while the model moves on (``Engine.detached_play``) and
+    def play_detached(self) -> BranchPoints | None:
+        """``play_ahead`` as a play that can run while the model moves on (``Engine.play_detached``) and
         keeps where a later submission's forecast can branch from it (``BranchPoints.run``), or None."""
-        play = self.engine.detached_play(placement=self.placement_matters)
+        play = self.engine.play_detached(placement=self.placement_matters)
         return None if play is None else BranchPoints(play)
 
-    def branched_predict(self, points: BranchPoints, job_id: int, since_id: int) -> dict[int, float] | None:
-        """``predict(until=job_id)`` for a job just admitted, played from ``points`` (an earlier whole
+    def play_branch(self, points: BranchPoints, job_id: int, since_id: int) -> dict[int, float] | None:
+        """``play_ahead(until=job_id)`` for a job just admitted, played from ``points`` (an earlier whole
         play) instead of the whole current state, with the jobs admitted since that play (ids from
         ``since_id`` on) that still wait; None where the job holds GPUs now or the play cannot take it
         (``BranchPoints.branch``)."""

@@ -2,7 +2,7 @@
 fork, bit for bit, recomputing only the queues an event touches.
 
 The engine is read once, when a play starts; the play then keeps its own copy of every number it changes,
-so a play can run beside the live engine (``Engine.detached_play``) and never alters it.
+so a play can run beside the live engine (``Engine.play_detached``) and never alters it.
 """
 
 from __future__ import annotations
