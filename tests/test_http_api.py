@@ -17,7 +17,7 @@ from api_helpers import TOKEN, local_host, served
 
 from pcs_ray.api.advert import API_ENV, find_api, read_advert, remove_advert, write_advert
 from pcs_ray.api.transport import HttpTransport
-from pcs_ray.api.wire import CALLS, MAX_BODY
+from pcs_ray.api.wire import CALLS, MAX_BODY, encode
 from pcs_ray.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,6 +254,24 @@ def test_a_restarted_coordinator_takes_its_old_port_and_rewrites_the_advert(tmp_
         second.close()
     assert read_advert(tmp_path) is None
 
+
+
+def test_replies_are_strict_json_with_a_missing_figure_as_null():
+    """jq and browsers refuse NaN and Infinity: the API writes them as null, also inside dataclasses and numpy."""
+    import dataclasses
+
+    import numpy as np
+
+    @dataclasses.dataclass
+    class Reply:
+        bound: float
+        eta: object
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    body = encode({"result": [float("nan"), Reply(float("inf"), np.float64("-inf")), np.float32(1.5), True, 3]})
+    assert json.loads(body, parse_constant=refuse) == {"result": [None, {"bound": None, "eta": None}, 1.5, True, 3]}
 
 # -- the CLI over HTTP -----------------------------------------------------------------------------
 PROBE = """
