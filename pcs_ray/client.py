@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pcs_ray.api.advert import API_ENV
 from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
 from pcs_ray.identity import Caller
@@ -130,15 +131,15 @@ class Client:
     Outside the cluster it speaks HTTP to the coordinator's API when one is advertised (``$PCS_RAY_API``, or the
     state folder's advert for that cluster, see :mod:`pcs_ray.api.advert`), without joining Ray. A process
     already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
-    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it (used
-    even on the cluster: the caller chose it). ``identity``: who calls (default :meth:`Caller.from_env`).
+    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it; it and
+    ``$PCS_RAY_API`` are used even on the cluster: the caller chose them. ``identity``: who calls (default :meth:`Caller.from_env`).
     """
 
     def __init__(self, address: str | None = None, coordinator=None, api: str | None = None,
                  identity: Caller | None = None) -> None:
         self.identity = identity if identity is not None else Caller.from_env()
         self.actor = self.http = None
-        if coordinator is None and (api is not None or not _on_ray()):
+        if coordinator is None and (api is not None or os.environ.get(API_ENV, "").strip() or not _on_ray()):
             from pcs_ray.api.advert import find_api
 
             url = api or find_api(address)
