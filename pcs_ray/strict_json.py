@@ -8,15 +8,19 @@ import json
 import math
 
 
-def finite(value):
-    """JSON-safe: NaN and infinities become None, recursively (tuples become lists)."""
+def finite(value, plain=None):
+    """JSON-safe: NaN and infinities become None, recursively (tuples become lists). ``plain``, if given,
+    turns any other non-JSON value (a dataclass, a numpy scalar) into JSON types first, so that what it
+    holds is made finite too."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
+        return {k: finite(v, plain) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
+        return [finite(v, plain) for v in value]
+    if plain is None or value is None or isinstance(value, (str, int)):
+        return value
+    return finite(plain(value), plain)
 
 
 def dumps(payload, **options) -> str:

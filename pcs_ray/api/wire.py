@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
+from pcs_ray.strict_json import finite
 from pcs_ray.contract import (ConfigError, CoordinatorError, JobSpecError, PermissionDeniedError, Submitted,
                               UnknownJobError)
 
@@ -44,22 +44,9 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _strict(value):
-    """``value`` in JSON's types, a non-finite float as None (a missing figure), as every JSON we write."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if value is None or isinstance(value, (str, int)):
-        return value
-    return _strict(_plain(value))
-
-
 def encode(obj) -> bytes:
     """Strict JSON (``jq`` and browsers read it): a non-finite float is ``null``."""
-    return json.dumps(_strict(obj), allow_nan=False).encode()
+    return json.dumps(finite(obj, plain=_plain), allow_nan=False).encode()
 
 
 def error_body(kind: str, message: str) -> bytes:
