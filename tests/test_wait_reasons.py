@@ -98,3 +98,40 @@ def test_status_shows_every_queued_jobs_reason(tmp_path):
     assert "why waiting" in out.getvalue() and "queue: waiting #2 in WFQ queue" in out.getvalue()
     assert core.prediction(queued[0]["id"])["waiting"]["code"] == "queue"
     assert core.prediction(next(j["id"] for j in status["jobs"] if j["state"] != "queued"))["waiting"] is None
+
+
+def test_a_job_waiting_for_a_preempted_run_names_it_and_so_does_the_stopping_run(tmp_path):
+    """Between a preemption's decision and its runner's acknowledgement, the job that takes the GPUs is
+    queued with GPUs planned: it waits for the hand-over (not for the policy), and the run stops for it."""
+    import io
+
+    from rich.console import Console
+
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.commands.format import status_table
+    from pcs_ray.coordinator import Coordinator, Journal
+
+    now = [1000.0]
+    core = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("srsf"), Journal(":memory:"),
+                       checkpoint_root=str(tmp_path), clock=lambda: now[0], workloads=("tiny",))
+    long_id, _ = core.submit({"workload": "tiny", "steps": 10_000, "gpus": 4, "step_time": 0.1, "tenant": "vision"})
+    now[0] += 10
+    short_id, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 4, "step_time": 0.1, "tenant": "speech"})
+    status = core.status()
+    why = {j["id"]: j["waiting"] for j in status["jobs"]}
+    assert why[short_id]["code"] == WaitCode.HAND_OVER and f"waiting for job {long_id} to stop" in why[short_id]["text"]
+    assert why[long_id]["code"] == WaitCode.STOPPING and why[long_id]["text"].startswith("preempt:")
+    assert f"job {short_id} takes its GPUs" in why[long_id]["text"]
+    assert core.prediction(short_id)["waiting"]["code"] == WaitCode.HAND_OVER
+    wide = io.StringIO()
+    Console(file=wide, width=160).print(status_table(status))
+    assert "tenant" in wide.getvalue() and "speech" in wide.getvalue() and "bound" in wide.getvalue()
+    out = io.StringIO()
+    Console(file=out, width=80).print(status_table(status))  # a terminal's width: columns go, reasons stay whole
+    text = out.getvalue()
+    assert "bound" not in text and "…" not in text
+    assert f"job {short_id} waits: hand-over: planned on" in text and f"job {long_id} waits: stopping: preempt" in text
+    now[0] += 1
+    core.run_ended(long_id, 1, "preempted", step=120, step_time=0.1)
+    why = {j["id"]: j["waiting"] for j in core.status()["jobs"]}
+    assert why[short_id] is None and why[long_id]["code"] in (WaitCode.GPUS, WaitCode.QUEUE)

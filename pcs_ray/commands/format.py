@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from pcs_ray.contract import TERMINAL, JobStatus
 
@@ -27,41 +30,105 @@ def last_line(text: str | None) -> str:
     return lines[-1] if lines else "-"
 
 
-def status_table(status: dict, title: str = "pcs-ray jobs") -> Table:
-    """The live table: job, state, GPUs, progress, predicted finish, why a failed job failed, how often
-    and why a job's start was skipped (RUSH), and why a queued job waits (its reason code and text)."""
-    now = status["now"]
-    failed = any(job["state"] == JobStatus.FAILED for job in status["jobs"])
-    skipped = any(job.get("skips") for job in status["jobs"])
-    waits = any(job.get("waiting") for job in status["jobs"])
-    table = Table(title=title, title_justify="left")
-    columns = ["id", "job", "class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
-    for col in columns + (["skips"] if skipped else []) + (["why waiting"] if waits else []) + (["error"] if failed else []):
-        table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
-    for job in status["jobs"]:
+def gpu_list(names: list[str]) -> str:
+    """GPU names, runs on one node folded: ``node0:0-3,node1:1``."""
+    out: list[str] = []
+    for name in names:
+        node, _, idx = name.rpartition(":")
+        prev = out[-1] if out else ""
+        pnode, _, pidx = prev.rpartition(":")
+        lo, _, hi = pidx.partition("-")
+        if node and pnode == node and idx.isdigit() and (hi or lo).isdigit() and int(idx) == int(hi or lo) + 1:
+            out[-1] = f"{node}:{lo}-{idx}"
+        else:
+            out.append(name)
+    return ",".join(out) or "-"
+
+
+# Columns a narrow terminal loses first (the reasons and errors stay whole under the table)
+DROPPABLE = ("class", "bound", "step s", "preempt", "skips", "error", "tenant")
+
+
+class StatusTable:
+    """The live table: job, its tenant (where tenants are declared), state, GPUs, progress, predicted finish,
+    why a failed job failed, how often and why a job's start was skipped (RUSH), and why a queued or
+    stopping job waits: its code in the table, its line of text under it. Where the terminal is too narrow
+    for every column, the ones in ``DROPPABLE`` go first, so what is left stays readable."""
+
+    def __init__(self, status: dict, title: str = "pcs-ray jobs") -> None:
+        self.status, self.title = status, title
+
+    def columns(self) -> list[str]:
+        jobs = self.status["jobs"]
+        return (["id", "job"] + (["tenant"] if any(j.get("tenant") for j in jobs) else [])
+                + ["class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
+                + (["skips"] if any(j.get("skips") for j in jobs) else [])
+                + (["why waiting"] if any(j.get("waiting") for j in jobs) else [])
+                + (["error"] if any(j["state"] == JobStatus.FAILED for j in jobs) else []))
+
+    def cells(self, job: dict) -> dict[str, str]:
+        now = self.status["now"]
         done = job["state"] in TERMINAL
         pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else 0.0
-        step = "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else "")
-        finish = clock(job["finish"]) if done else when(job["predicted_completion"], now)
-        row = [
-            str(job["id"]), job["name"], job["class"], job["state"], ",".join(job["gpus"]) or "-",
-            f"{job['steps']}/{job['total_steps']} {pct:3.0f}%", step, finish,
-            "-" if done else clock(job["bound"]), str(job["preemptions"]),
-        ]
-        if skipped:
-            row.append(f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "")
-        if waits:
-            why = job.get("waiting")
-            row.append(f"{why['code']}: {why['text']}" if why else "")
-        if failed:
-            row.append(last_line(job["error"]) if job["state"] == JobStatus.FAILED else "")
-        table.add_row(*row)
-    overruns = sum(job.get("emulation_overruns") or 0 for job in status["jobs"])
-    table.caption = "* emulated device (logical GPUs): each step takes the device model's time"
-    if overruns:
-        table.caption += (f"; {overruns} step(s) left their run over a step behind its emulated device "
-                          "(the machine is too small for what it emulates)")
-    return table
+        why = job.get("waiting")
+        return {
+            "id": str(job["id"]), "job": job["name"], "tenant": job.get("tenant") or "-", "class": job["class"],
+            "state": job["state"], "GPUs": gpu_list(job["gpus"]),
+            "progress": f"{job['steps']}/{job['total_steps']} {pct:3.0f}%",
+            "step s": "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else ""),
+            "predicted finish": clock(job["finish"]) if done else when(job["predicted_completion"], now),
+            "bound": "-" if done else clock(job["bound"]), "preempt": str(job["preemptions"]),
+            "skips": f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "",
+            "why waiting": why["code"] if why else "",
+            "error": last_line(job["error"]) if job["state"] == JobStatus.FAILED else "",
+        }
+
+    def table(self, columns: list[str]) -> Table:
+        table = Table(title=self.title, title_justify="left")
+        for col in columns:
+            table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
+        for job in self.status["jobs"]:
+            cells = self.cells(job)
+            table.add_row(*(cells[col] for col in columns))
+        overruns = sum(job.get("emulation_overruns") or 0 for job in self.status["jobs"])
+        table.caption = "* emulated device (logical GPUs): each step takes the device model's time"
+        if overruns:
+            table.caption += (f"; {overruns} step(s) left their run over a step behind its emulated device "
+                              "(the machine is too small for what it emulates)")
+        return table
+
+    def notes(self, dropped: list[str]) -> list[str]:
+        """Lines under the table: every waiting job's reason, and errors and skips whose column was dropped."""
+        lines = []
+        for job in self.status["jobs"]:
+            if job.get("waiting"):
+                lines.append(f"job {job['id']} waits: {job['waiting']['code']}: {job['waiting']['text']}")
+            if "error" in dropped and job["state"] == JobStatus.FAILED:
+                lines.append(f"job {job['id']} failed: {last_line(job['error'])}")
+            if "skips" in dropped and job.get("skips"):
+                lines.append(f"job {job['id']} skipped {job['skips']} time(s): {job['skip_reason']}")
+        return lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions):
+        columns = self.columns()
+        dropped: list[str] = []
+        table = self.table(columns)
+        natural = options.update_width(1 << 16)  # each column's unwrapped width
+        for col in DROPPABLE:
+            if Measurement.get(console, natural, table).maximum <= options.max_width:
+                break
+            if col in columns:
+                columns.remove(col)
+                dropped.append(col)
+                table = self.table(columns)
+        yield table
+        lines = self.notes(dropped)
+        if lines:
+            yield Text("\n".join(lines))
+
+
+def status_table(status: dict, title: str = "pcs-ray jobs") -> StatusTable:
+    return StatusTable(status, title)
 
 
 def explanation_table(why: dict) -> Table:

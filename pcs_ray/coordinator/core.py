@@ -26,7 +26,7 @@ from pcs_ray.contract import (Action, ConfigError, GPUSlot, JobSpecError, JobSta
                               UnknownJobError)
 import pcs_ray.coordinator.external as external
 import pcs_ray.coordinator.views as views
-from pcs_ray.coordinator.decisions import Start, diff, run_request
+from pcs_ray.coordinator.decisions import Start, diff, hand_overs, run_request
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.coordinator.speed import SpeedModel
@@ -452,8 +452,19 @@ class Coordinator(CoordinatorState):
             bound = self._bound(jid)
             job.bound = bound if bound is not None else job.bound
         view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
-        view["waiting"] = self.model.why_waiting().get(jid) if job.state == JobStatus.QUEUED else None
+        view["waiting"] = self.waiting().get(jid)
         return view
+
+    def waiting(self) -> dict[int, dict]:
+        """Why each queued or stopping job has no GPUs to run on: the policy's reason where it gives the job
+        none, else the runs it waits for (``decisions.hand_overs``)."""
+        reasons = {jid: why.to_dict() for jid, why in
+                   hand_overs(self.active.values(), self.model.plan(), self.gpu_name).items()}
+        for jid, why in self.model.why_waiting().items():
+            job = self.active.get(jid)
+            if job is not None and job.state == JobStatus.QUEUED:
+                reasons[jid] = why
+        return reasons
 
     def _uncertainty(self, job: LiveJob) -> dict:
         """Which inputs of the job's forecast are still estimates, and its range (p10-p90 of the spread
@@ -493,9 +504,9 @@ class Coordinator(CoordinatorState):
         view = views.status(self.clock(), self.epoch, self.policy.describe(), self.cluster.num_gpus,
                             self.speed.restart_overhead, self.jobs.values(), self.gpu_name, self.gpu_watts)
         view["speeds"] = self.speed.to_dict()  # what forecasts use: step times per shape and count, costs
-        waiting = self.model.why_waiting()
+        waiting = self.waiting()
         for job in view["jobs"]:
-            job["waiting"] = waiting.get(job["id"]) if job["state"] == JobStatus.QUEUED else None
+            job["waiting"] = waiting.get(job["id"])
         return view
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from pcs_ray.contract import GPUSlot, JobStatus, RunRequest
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.model import ClusterModel
+from pcs_ray.policies.reasons import WaitCode, WaitReason
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,35 @@ def diff(jobs: Iterable[LiveJob], model: ClusterModel) -> tuple[list[Stop], list
         held.update(want)
         starts.append(Start(job, want, start_kind(job, want)))
     return stops, starts
+
+
+def hand_overs(jobs: Iterable[LiveJob], plan: dict[int, tuple[int, ...]], gpu_name) -> dict[int, WaitReason]:
+    """Why jobs the policy has decided on still wait for the runs that carry the decision out: a queued job
+    planned on GPUs that other runs still hold (``hand-over``), and a run checkpointing before it gives its
+    GPUs up (``stopping``), each naming the other jobs."""
+    jobs = list(jobs)
+    holder = {g: job for job in jobs for g in job.gpus}
+    takers: dict[int, list[int]] = {}
+    for jid, gpus in plan.items():
+        for g in gpus:
+            takers.setdefault(g, []).append(jid)
+    out: dict[int, WaitReason] = {}
+    for job in jobs:
+        if job.state == JobStatus.QUEUED:
+            want = plan.get(job.job_id, ())
+            held = sorted({holder[g].job_id for g in want if g in holder and holder[g] is not job})
+            if held:
+                names = ", ".join(gpu_name(g) for g in want)
+                out[job.job_id] = WaitReason(WaitCode.HAND_OVER, f"planned on {names}; waiting for job"
+                                                                 f"{'s' if len(held) > 1 else ''} "
+                                                                 f"{', '.join(map(str, held))} to stop and hand them over")
+        elif job.state == JobStatus.STOPPING:
+            why = "cancelled" if job.cancel_requested else job.stop_reason or "stopped"
+            to = sorted({t for g in job.gpus for t in takers.get(g, ()) if t != job.job_id})
+            after = f"; job{'s' if len(to) > 1 else ''} {', '.join(map(str, to))} take{'' if len(to) > 1 else 's'} its GPUs" if to else ""
+            out[job.job_id] = WaitReason(WaitCode.STOPPING, f"{why}: its run is checkpointing before it gives up "
+                                                            f"{', '.join(gpu_name(g) for g in job.gpus)}{after}")
+    return out
 
 
 def stop_reason(have: tuple[int, ...], want: tuple[int, ...]) -> str:

@@ -6,7 +6,7 @@ Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 * ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled so far)
 * ``pcs_ray_wfq_queue_length{queue}``: active apps in each WFQ queue (``waiting`` tag: those without GPUs)
 * ``pcs_ray_gpus{state}``: GPUs allocated and idle
-* ``pcs_ray_waiting_jobs{reason}``: queued jobs by why they wait (``pcs_ray.policies.reasons.WaitCode``)
+* ``pcs_ray_waiting_jobs{reason}``: queued and stopping jobs by why they wait (``pcs_ray.policies.reasons.WaitCode``)
 * ``pcs_ray_tenant_jobs{tenant,waiting}`` and ``pcs_ray_tenant_gpus{tenant}``: each tenant's active jobs
   (``waiting``: those without GPUs) and the GPUs its jobs hold ("" for jobs without a tenant)
 * ``pcs_ray_preemptions_total``: preemptions so far
@@ -62,9 +62,8 @@ def readings(core) -> Readings:
         q[1] += not job.gpus
     allocated = sum(len(job.gpus) for job in core.active.values())
     reasons = {code.value: 0 for code in WaitCode}
-    for jid, why in core.model.why_waiting().items():
-        if jid in core.active and core.active[jid].state == JobStatus.QUEUED:
-            reasons[why["code"]] += 1
+    for why in core.waiting().values():
+        reasons[why["code"]] += 1
     tenants: dict[str, list[int]] = {}
     for job in core.active.values():
         t = tenants.setdefault(job.spec.tenant or "", [0, 0, 0])
@@ -86,7 +85,7 @@ class RayMetrics:
         self.queue = Gauge("pcs_ray_wfq_queue_length", "active apps per WFQ queue", tag_keys=("queue", "waiting"))
         self.gpus = Gauge("pcs_ray_gpus", "GPUs allocated and idle", tag_keys=("state",))
         self.preemptions = Counter("pcs_ray_preemptions_total", "preemptions so far")
-        self.waiting = Gauge("pcs_ray_waiting_jobs", "queued jobs by why they wait", tag_keys=("reason",))
+        self.waiting = Gauge("pcs_ray_waiting_jobs", "queued and stopping jobs by why they wait", tag_keys=("reason",))
         self.tenant_jobs = Gauge("pcs_ray_tenant_jobs", "active jobs per tenant", tag_keys=("tenant", "waiting"))
         self.tenant_gpus = Gauge("pcs_ray_tenant_gpus", "GPUs held per tenant", tag_keys=("tenant",))
         self._tenants: set[str] = set()

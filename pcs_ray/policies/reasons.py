@@ -1,5 +1,8 @@
 """Why a job has no GPUs: a typed code and one line of text (``SchedulingPolicy.why_waiting``).
 
+The policy's codes say why it gives a job no GPUs; the live coordinator adds two of its own for the
+moments between a decision and the runs that carry it out (``hand-over``, ``stopping``).
+
 Codes are stable strings (views, metrics tags and tests match on them); the
 text is for people and may change.
 """
@@ -20,6 +23,8 @@ class WaitCode(StrEnum):
     POWER = "power-budget"  # starting it would break the power budget
     RUSH_SKIP = "rush-skip"  # predicted to run slow on the free GPUs, skipped
     MIN_RUNTIME = "min-runtime"  # the GPUs it needs are held by runs younger than their minimum runtime
+    HAND_OVER = "hand-over"  # GPUs are planned for it; the runs on them are still stopping (live only)
+    STOPPING = "stopping"  # its run is checkpointing before it gives up its GPUs (live only)
 
 
 @dataclass(frozen=True)
