@@ -77,7 +77,7 @@ def hand_overs(jobs: Iterable[LiveJob], plan: dict[int, tuple[int, ...]], gpu_na
                 names = ", ".join(gpu_name(g) for g in want)
                 out[job.job_id] = WaitReason(WaitCode.HAND_OVER, f"planned on {names}; waiting for job"
                                                                  f"{'s' if len(held) > 1 else ''} "
-                                                                 f"{', '.join(map(str, held))} to stop and hand them over")
+                                                                 f"{', '.join(map(str, held))} to stop and hand {'it' if len(want) == 1 else 'them'} over")
         elif job.state == JobStatus.STOPPING:
             why = "cancelled" if job.cancel_requested else job.stop_reason or "stopped"
             to = sorted({t for g in job.gpus for t in takers.get(g, ()) if t != job.job_id})
