@@ -133,10 +133,11 @@ class Client:
     already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
     actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it; it and
     ``$PCS_RAY_API`` are used even on the cluster: the caller chose them. ``identity``: who calls (default :meth:`Caller.from_env`).
+    ``on_wait``: told (one line) when an HTTP call waits for an API that does not answer yet.
     """
 
     def __init__(self, address: str | None = None, coordinator=None, api: str | None = None,
-                 identity: Caller | None = None) -> None:
+                 identity: Caller | None = None, on_wait=None) -> None:
         self.identity = identity if identity is not None else Caller.from_env()
         self.actor = self.http = None
         if coordinator is None and (api is not None or os.environ.get(API_ENV, "").strip() or not _on_ray()):
@@ -146,7 +147,7 @@ class Client:
             if url is not None:
                 from pcs_ray.api.transport import HttpTransport
 
-                self.http = HttpTransport(url, rediscover=None if api else lambda: find_api(address))
+                self.http = HttpTransport(url, rediscover=None if api else lambda: find_api(address), on_wait=on_wait)
                 return
         if coordinator is None:
             from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator

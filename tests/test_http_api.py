@@ -228,6 +228,10 @@ def test_a_stopped_coordinator_is_reported_at_once(tmp_path, monkeypatch):
     with pytest.raises(ConnectionError, match="cannot reach") as gone:
         HttpTransport(url, retry_s=0.3).call("status")
     assert "\n" not in str(gone.value)
+    heard: list[str] = []
+    with pytest.raises(ConnectionError, match="cannot reach"):
+        HttpTransport(url, retry_s=1.0, on_wait=heard.append).call("status")
+    assert len(heard) == 1 and "does not answer" in heard[0] and "up to 1 s" in heard[0]  # said once, not per retry
 
 
 def test_a_restarted_coordinator_takes_its_old_port_and_rewrites_the_advert(tmp_path, monkeypatch):

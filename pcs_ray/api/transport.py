@@ -3,6 +3,8 @@
 A call that cannot reach the server (refused, reset: the coordinator is
 restarting) asks ``rediscover`` for the URL again and retries until
 ``retry_s`` has passed; submissions carry an id, so a retried one lands once.
+``on_wait`` hears, once per call, that it is waiting (a command says so on stderr
+rather than hang silently).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ class HttpTransport:
     """One coordinator API endpoint; :meth:`call` answers as the in-process call does, or raises its typed error."""
 
     def __init__(self, url: str, token: str | None = None, retry_s: float = 60.0, timeout_s: float = 120.0,
-                 rediscover=None) -> None:
+                 rediscover=None, on_wait=None) -> None:
         self.token = read_token() if token is None else token
         self.retry_s = retry_s
         self.timeout_s = timeout_s
         self.rediscover = rediscover  # () -> URL or None (the coordinator is gone for good)
+        self.on_wait = on_wait  # (message) -> None: told once per call that the API does not answer yet
         self._conn: http.client.HTTPConnection | None = None
         self._set_url(url)
 
@@ -48,6 +51,7 @@ class HttpTransport:
     def call(self, method: str, *args):
         deadline = time.monotonic() + self.retry_s
         delay = 0.0  # a kept-alive connection the server closed: retry at once
+        told = False
         while True:
             try:
                 return self._once(method, args)
@@ -56,6 +60,10 @@ class HttpTransport:
                 if time.monotonic() + delay > deadline:
                     raise ConnectionError(f"cannot reach the pcs-ray coordinator's API at {self.url} "
                                           f"({type(e).__name__}); is it running? (`pcs-ray start`, or set $PCS_RAY_API)") from None
+                if delay and not told and self.on_wait is not None:  # not a kept-alive connection's one retry
+                    told = True
+                    self.on_wait(f"the coordinator's API at {self.url} does not answer ({type(e).__name__}); "
+                                 f"retrying for up to {self.retry_s:.0f} s (it may be restarting)")
                 time.sleep(delay)
                 delay = min(max(2 * delay, 0.1), 2.0)
                 if self.rediscover is not None:

@@ -18,17 +18,11 @@ import typer
 from rich.console import Console
 
 from pcs_ray.commands.format import clock, explanation_table, status_table, when
-from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address
+from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address, coordinator_client
 from pcs_ray.contract import JobStatus
 from pcs_ray.commands.views import print_json
 
-__all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address"]  # shared with the other command groups
-
-
-def coordinator_client(address: str | None):
-    from pcs_ray.client import Client
-
-    return Client(cluster_address(address))
+__all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address", "coordinator_client"]  # shared with the other command groups
 
 
 def submit_cmd(

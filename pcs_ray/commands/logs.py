@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import ADDRESS, cluster_address
+from pcs_ray.commands.target import ADDRESS, coordinator_client
 from pcs_ray.contract import TERMINAL
 
 FOLLOW_POLL_S = 1.0
@@ -40,9 +40,7 @@ def logs_cmd(
     Each run (attempt) of the job has its own logs, kept under the coordinator's state dir
     (`logs/<job>/attempt-<k>/rank-<r>.log`). With several ranks each line is prefixed `[rank r]`.
     """
-    from pcs_ray.client import Client
-
-    client = Client(cluster_address(address))
+    client = coordinator_client(address)
     reply = client.logs(job_id, attempt)
     if reply["attempt"] is None:
         job = client.job(job_id)

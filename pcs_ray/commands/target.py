@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -26,3 +27,10 @@ def cluster_address(address: str | None) -> str | None:
         return json.loads((Path("~/.pcs-ray/cluster.json").expanduser()).read_text())["address"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def coordinator_client(address: str | None):
+    """A client of the coordinator at ``address`` that says on stderr when it waits for an API that does not answer."""
+    from pcs_ray.client import Client
+
+    return Client(cluster_address(address), on_wait=lambda line: print(line, file=sys.stderr, flush=True))
