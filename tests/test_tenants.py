@@ -295,3 +295,38 @@ def test_the_live_coordinator_lends_and_reclaims_by_tenant(tmp_path):
     b, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 2, "step_time": 0.1, "tenant": "b"})
     plan = core.model.plan()
     assert len(plan[a]) == 2 and len(plan[b]) == 2
+
+
+# -- the worst-case bound --------------------------------------------------------------------------
+
+
+def tenant_stream(seed: int, load: float) -> list[JobSpec]:
+    """A themis1-like stream of 1-8 GPU jobs, each in one of three tenants (one of them a guest)."""
+    jobs = generate_workload("themis1", 120, 16, load=load, seed=seed)
+    out = []
+    for j in jobs:
+        m = 1 + j.job_id % 8
+        out.append(replace(j, max_gpus=m, min_gpus=1, speedup=linear_speedup(m), tenant="abc"[j.job_id % 3]))
+    return out
+
+
+@pytest.mark.parametrize("inner", ["pcs-bal", "fifo"])
+@pytest.mark.parametrize("file", [
+    pytest.param({"tenants": {"a": {"quota": 8}, "b": {"quota": 6}}}, id="quotas"),
+    pytest.param({"tenants": {"a": {"quota": 8}, "b": {"quota": 6, "borrow_limit": 2}}, "min_runtime_s": 400},
+                 id="quotas-min-runtime"),
+    pytest.param({"tenants": {"a": {"quota": 8}, "b": {"quota": 6}}, "min_runtime_s": 400,
+                  "reclaim_young_runs": False}, id="no-reclaim"),
+    pytest.param({"min_runtime_s": 400}, id="min-runtime-only"),
+])
+@pytest.mark.parametrize("seed,load", [(71, 0.9), (72, 1.4)])
+def test_the_tenant_bound_holds(inner, file, seed, load):
+    """Every job with a bound finishes by it; a guest (tenant c, no quota) gets none."""
+    result = simulate(tenant_stream(seed, load), 16, build_policy("tenants", inner=inner, tenants=file))
+    bounded = [r for r in result.records if r.bound is not None]
+    assert len(bounded) >= 40  # the check is not vacuous
+    late = [(r.job_id, r.finish, r.bound) for r in bounded if r.finish > r.bound + 1e-6 * max(1.0, r.bound)]
+    assert not late
+    if file.get("tenants"):
+        guests = {s.job_id for s in tenant_stream(seed, load) if s.tenant == "c"}
+        assert all(r.bound is None for r in result.records if r.job_id in guests)

@@ -278,10 +278,32 @@ class TenantPolicy(SchedulingPolicy):
         return out
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
-        if self.tenants.tenants or self.min_runtime.active:
-            return None  # borrowing and protections change what a queue is guaranteed
-        return self.inner.completion_bound(Snapshot(snap.now, snap.capacity, snap.jobs, None, snap.demand,
-                                                    snap.seen_total, snap.seen_events), job)
+        """The inner policy's bound for the job's tenant alone on its quota, plus one minimum runtime per
+        job of the tenant up to this one.
+
+        Quotas fit the cluster, so a tenant with demand holds at least its quota as far as its jobs can
+        use it, taken back from borrowers at once; the inner policy's bound assumes no more than a
+        cluster of that size. What can delay a share is a run younger than its minimum runtime, here or
+        in a borrowing tenant: it keeps its GPUs for at most the operator's bound, once for each job
+        that comes to the head of the tenant's queue (at most every job of the tenant ahead of it, and
+        itself). None where the tenant has no quota (a guest lives on what others leave) or the inner
+        policy gives no bound.
+        """
+        rule = self.min_runtime
+        if not self.tenants.tenants and not rule.active:
+            return self.inner.completion_bound(Snapshot(snap.now, snap.capacity, snap.jobs, None, snap.demand,
+                                                        snap.seen_total, snap.seen_events), job)
+        key = self.group_of(job)
+        quota = min(self.tenant(key, snap.capacity).quota, snap.capacity)
+        if quota <= 0:
+            return None
+        group = [j for j in snap.jobs if self.group_of(j) == key]
+        bound = self.inner.completion_bound(Snapshot(snap.now, quota, group, None, None, snap.seen_total,
+                                                     snap.seen_events), job)
+        if bound is None or not rule.active:
+            return bound
+        heads = next((i + 1 for i, j in enumerate(group) if j is job), len(group))
+        return bound + heads * rule.bound
 
     def fork(self) -> "TenantPolicy":
         return self.fork_around(self.inner)
