@@ -330,3 +330,28 @@ def test_the_tenant_bound_holds(inner, file, seed, load):
     if file.get("tenants"):
         guests = {s.job_id for s in tenant_stream(seed, load) if s.tenant == "c"}
         assert all(r.bound is None for r in result.records if r.job_id in guests)
+
+
+def test_reusing_an_inner_decision_changes_nothing():
+    """The tenant level reuses a tenant's last inner decision while its GPUs and jobs stay the same; a run
+    that decides afresh every time (an inner policy that does not say ``membership_only``) is identical."""
+    from pcs_ray.policies import WFQPolicy
+
+    calls = {True: 0, False: 0}
+
+    class Counted(WFQPolicy):
+        def allocate(self, snap):
+            calls[self.membership_only] += 1
+            return super().allocate(snap)
+
+    class Afresh(Counted):
+        membership_only = False
+
+    file = {"tenants": {"a": {"quota": 8}, "b": {"quota": 6}, "c": {"quota": 2}}}
+    jobs = tenant_stream(73, 1.2)
+    config = build_policy("pcs-bal").config
+    fresh = simulate(jobs, 16, build_policy("tenants", inner=Afresh(config), tenants=file), predict=True)
+    reused = simulate(jobs, 16, build_policy("tenants", inner=Counted(config), tenants=file), predict=True)
+    key = lambda r: (r.job_id, r.start, r.finish, r.first_pred, r.last_pred, r.preemptions)  # noqa: E731
+    assert [key(r) for r in fresh.records] == [key(r) for r in reused.records]
+    assert 0 < calls[True] < 0.8 * calls[False]  # a fifth of the inner decisions at least were reused

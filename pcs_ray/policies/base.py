@@ -34,6 +34,10 @@ class SchedulingPolicy(ABC):
     #: Whether ``allocate`` reads ``remaining``/``attained``. The engine brings
     #: progress up to date before each round only for policies that do.
     reads_progress: ClassVar[bool] = True
+    #: Whether ``allocate`` depends on nothing but the capacity and which jobs are active (their specs,
+    #: in arrival order): not on time, progress, GPUs held or state of its own. A policy around it
+    #: (``tenants``) then reuses a decision while those stay the same.
+    membership_only: ClassVar[bool] = False
     #: Round length in seconds when the policy decides only at multiples of it (Blox's rounds,
     #: ``pcs_ray.semantics``): arrivals wait for the next boundary and a finished job holds its
     #: GPUs until it. None: continuous time, a decision at every event.

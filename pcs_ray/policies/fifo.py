@@ -12,6 +12,7 @@ class FIFOPolicy(SchedulingPolicy):
 
     name = "fifo"
     reads_progress = False
+    membership_only = True
 
     def allocate(self, snap: Snapshot) -> Allocation:
         return greedy_fill(snap.jobs, snap.capacity)

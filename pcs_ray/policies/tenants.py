@@ -64,13 +64,15 @@ def tenant_shares(capacity: int, tenants: Sequence[Tenant], demand: Sequence[int
 class _TenantIndex:
     """Each tenant's active jobs in arrival order, with the inner policy's index of them."""
 
-    __slots__ = ("policy", "groups", "inner", "demand")
+    __slots__ = ("policy", "groups", "inner", "demand", "version", "decided")
 
     def __init__(self, policy: "TenantPolicy", jobs: Iterable[JobState]) -> None:
         self.policy = policy
         self.groups: dict[str, dict[int, JobState]] = {}
         self.inner: dict[str, object] = {}
         self.demand: dict[str, int] = {}  # summed max_gpus of each tenant's jobs
+        self.version: dict[str, int] = {}  # changes whenever the tenant's jobs do
+        self.decided: dict[str, tuple[int, int, dict[int, int]]] = {}  # tenant -> (GPUs, version, inner decision)
         for job in jobs:
             self.add(job)
 
@@ -81,7 +83,9 @@ class _TenantIndex:
             group = self.groups[key] = {}
             self.inner[key] = self.policy.inner.make_index(())
             self.demand[key] = 0
+            self.version[key] = 0
         group[job.spec.job_id] = job
+        self.version[key] += 1
         self.demand[key] += job.spec.max_gpus
         index = self.inner[key]
         if index is not None:
@@ -91,6 +95,7 @@ class _TenantIndex:
         key = self.policy.group_of(job)
         del self.groups[key][job.spec.job_id]
         self.demand[key] -= job.spec.max_gpus
+        self.version[key] += 1
         index = self.inner[key]
         if index is not None:
             index.remove(job)
@@ -193,10 +198,10 @@ class TenantPolicy(SchedulingPolicy):
                 if floors[i]:
                     free = [j for jid, j in group.items() if jid not in pinned]
                     inner_index, demand = None, sum(j.spec.max_gpus for j in free)
+                    part = self.inner.allocate(Snapshot(snap.now, room, free, inner_index, demand, snap.seen_total,
+                                                        snap.seen_events))
                 else:
-                    free, inner_index, demand = group.values(), index.inner[key], index.demand[key]
-                part = self.inner.allocate(Snapshot(snap.now, room, free, inner_index, demand, snap.seen_total,
-                                                    snap.seen_events))
+                    part = self._inner_decision(snap, index, key, room)
                 used = sum(part.values())
                 alloc.update(part)
                 if used < room:
@@ -207,6 +212,20 @@ class TenantPolicy(SchedulingPolicy):
         if pinned:
             self._grow_young(capacity - sum(alloc.values()), alloc, pinned, groups, tenants)
         return alloc, dict(zip(keys, shares)), pinned
+
+    def _inner_decision(self, snap: Snapshot, index: _TenantIndex, key: str, room: int) -> Allocation:
+        """The inner policy's division of ``room`` GPUs among the tenant's jobs; the last one again where
+        neither changed and the inner policy decides from them alone (``membership_only``)."""
+        version = index.version[key]
+        if self.inner.membership_only:
+            last = index.decided.get(key)
+            if last is not None and last[0] == room and last[1] == version:
+                return last[2]
+        part = self.inner.allocate(Snapshot(snap.now, room, index.groups[key].values(), index.inner[key],
+                                            index.demand[key], snap.seen_total, snap.seen_events))
+        if self.inner.membership_only:
+            index.decided[key] = (room, version, part)
+        return part
 
     @staticmethod
     def _grow_young(free: int, alloc: Allocation, pinned, groups, tenants) -> None:

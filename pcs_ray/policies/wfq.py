@@ -223,6 +223,7 @@ class WFQPolicy(SchedulingPolicy):
 
     name = "pcs"
     reads_progress = False
+    membership_only = True
 
     def __init__(self, config: WFQConfig | None = None) -> None:
         self.config = config or WFQConfig((math.inf,), (1.0,))
