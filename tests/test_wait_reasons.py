@@ -56,7 +56,7 @@ def test_a_tenant_at_its_quota_and_young_runs_are_named():
     why = policy.why_waiting(snap, alloc)
     assert alloc == {0: 8}
     assert why[2].code == WaitCode.TENANT_QUOTA and "tenant a holds 8 GPUs, its quota is 4" in why[2].text
-    assert why[1].code == WaitCode.MIN_RUNTIME and "job 0 until t=700" in why[1].text
+    assert why[1].code == WaitCode.MIN_RUNTIME and "job 0 for 500 s more" in why[1].text
 
 
 def test_the_power_budget_is_named():

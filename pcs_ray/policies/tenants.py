@@ -286,8 +286,8 @@ class TenantPolicy(SchedulingPolicy):
                     first = min(young, key=lambda j: j.since + rule.of(j.spec))
                     out[job.spec.job_id] = WaitReason(
                         WaitCode.MIN_RUNTIME, f"needs {gpus_plural(need)}, {free} free; runs younger than their minimum "
-                                              f"runtime hold the rest (job {first.spec.job_id} until "
-                                              f"t={first.since + rule.of(first.spec):g})")
+                                              f"runtime hold the rest (job {first.spec.job_id} for "
+                                              f"{first.since + rule.of(first.spec) - snap.now:.0f} s more)")
                 else:
                     if inner is None:
                         sub = Snapshot(snap.now, max(held, 0) + free, list(group.values()),
