@@ -117,8 +117,9 @@ def main() -> None:
         address = json.loads(up.stdout)["address"]
         import ray
 
-        from pcs_ray.client import Client, connect
-        from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator, start_coordinator
+        from pcs_ray.api.actor_ref import NAMESPACE
+        from pcs_ray.client import Client, connect, get_coordinator
+        from pcs_ray.coordinator.actor import start_coordinator
         from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
         from pcs_ray.discovery import cluster_from_ray_nodes
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -160,7 +160,7 @@ def coordinator_faults(client, args) -> dict:
     and no step of work may be lost: the runs go on on their warm runners and the new actor adopts them."""
     import ray
 
-    from pcs_ray.coordinator.actor import get_coordinator
+    from pcs_ray.client import get_coordinator
 
     job = Path(tempfile.mkdtemp(prefix="pcsray-bench-")) / "job.yaml"
     job.write_text(f"workload: tiny_cnn\nsteps: {args.steps}\ngpus: 1\ncheckpoint_every: {args.interval}\n")

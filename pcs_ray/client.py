@@ -125,6 +125,19 @@ def _on_ray() -> bool:
     return ray is not None and getattr(ray, "is_initialized", lambda: False)()
 
 
+def get_coordinator():
+    """The running coordinator's actor (this process is on its Ray cluster); a :class:`CoordinatorError`
+    (one line for the CLI) when there is none."""
+    import ray
+
+    from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
+
+    try:
+        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except ValueError:
+        raise CoordinatorError("no pcs-ray coordinator is running on this Ray cluster (start one with `pcs-ray start`)") from None
+
+
 class Client:
     """A connection to the coordinator of the Ray cluster at ``address`` (default: this process's).
 
@@ -150,7 +163,7 @@ class Client:
                 self.http = HttpTransport(url, rediscover=None if api else lambda: find_api(address), on_wait=on_wait)
                 return
         if coordinator is None:
-            from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
+            from pcs_ray.api.actor_ref import NAMESPACE
 
             connect(address, NAMESPACE)
             coordinator = get_coordinator()

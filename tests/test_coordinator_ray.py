@@ -147,7 +147,7 @@ def test_killing_the_coordinator_mid_run_and_mid_preemption_loses_no_step(coordi
 
 
 def _gone(ray) -> bool:
-    from pcs_ray.coordinator.actor import ACTOR_NAME, NAMESPACE
+    from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
 
     try:
         ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)

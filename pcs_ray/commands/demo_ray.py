@@ -20,7 +20,8 @@ import ray
 from executors.emulation import RAY_WORKER_ENV
 from pcs_ray.client import Client
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
+from pcs_ray.api.actor_ref import NAMESPACE
+from pcs_ray.coordinator.actor import start_coordinator
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 from pcs_ray.resources import node_gpu_resources
 

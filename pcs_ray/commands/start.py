@@ -40,7 +40,7 @@ def start_cmd(
     ~/.pcs-ray/wfq_config.json), else pcs-bal. A restart keeps a policy set
     with `pcs-ray config set` unless this command names a different one.
     """
-    from pcs_ray.coordinator.actor import NAMESPACE
+    from pcs_ray.api.actor_ref import NAMESPACE
 
     config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace,
                                                api_host=api_host, api_port=api_port)
@@ -59,7 +59,8 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
 
     from pcs_ray.client import connect
     from pcs_ray.cluster import load_cluster_spec
-    from pcs_ray.coordinator.actor import NAMESPACE, start_coordinator
+    from pcs_ray.api.actor_ref import NAMESPACE
+    from pcs_ray.coordinator.actor import start_coordinator
     from pcs_ray.coordinator.config import CoordinatorConfig, choose_policy, cluster_dict
     from pcs_ray.discovery import cluster_from_ray_nodes
     from pcs_ray.placement import create_placement
@@ -98,8 +99,8 @@ def stop_cmd(
     Once a tenants file names operators, only they may (`pcs-ray tenants --help`)."""
     import ray
 
-    from pcs_ray.coordinator.actor import NAMESPACE, get_coordinator
-    from pcs_ray.client import actor_call, connect
+    from pcs_ray.api.actor_ref import NAMESPACE
+    from pcs_ray.client import actor_call, connect, get_coordinator
     from pcs_ray.identity import Caller
 
     connect(cluster_address(address), NAMESPACE)

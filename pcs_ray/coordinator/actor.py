@@ -30,14 +30,13 @@ from dataclasses import dataclass, replace
 
 import ray
 
-from pcs_ray.contract import Action, CoordinatorError, JobStatus, StartRun, StopRun
+from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
+from pcs_ray.contract import Action, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.http_advert import serve_api
 from pcs_ray.coordinator.telemetry import RayMetrics, readings
 
-NAMESPACE = "pcs-ray"
-ACTOR_NAME = "coordinator"
 DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, warm_pool switches to the pool
 LOOP_WAIT_S = 0.2
 NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
@@ -438,11 +437,3 @@ def start_coordinator(config: CoordinatorConfig, *, pin_here: bool = True, strat
     actor = ray.remote(CoordinatorService).options(**options).remote(config.to_dict())
     ray.get(actor.ping.remote())
     return actor
-
-
-def get_coordinator():
-    """The running coordinator; a :class:`CoordinatorError` (one line for the CLI) when there is none."""
-    try:
-        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
-    except ValueError:
-        raise CoordinatorError("no pcs-ray coordinator is running on this Ray cluster (start one with `pcs-ray start`)") from None
