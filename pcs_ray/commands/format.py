@@ -83,12 +83,12 @@ class StatusTable:
             "error": last_line(job["error"]) if job["state"] == JobStatus.FAILED else "",
         }
 
-    def table(self, columns: list[str]) -> Table:
+    def table(self, columns: list[str], rows: list[dict[str, str]]) -> Table:
+        """The table of ``columns``; ``rows``: every job's :meth:`cells`."""
         table = Table(title=self.title, title_justify="left")
         for col in columns:
             table.add_column(col, justify="right" if col in ("id", "progress", "step s", "preempt") else "left")
-        for job in self.status["jobs"]:
-            cells = self.cells(job)
+        for cells in rows:
             table.add_row(*(cells[col] for col in columns))
         overruns = sum(job.get("emulation_overruns") or 0 for job in self.status["jobs"])
         table.caption = "* emulated device (logical GPUs): each step takes the device model's time"
@@ -111,8 +111,9 @@ class StatusTable:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions):
         columns = self.columns()
+        rows = [self.cells(job) for job in self.status["jobs"]]  # once, whatever columns are dropped
         dropped: list[str] = []
-        table = self.table(columns)
+        table = self.table(columns, rows)
         natural = options.update_width(1 << 16)  # each column's unwrapped width
         for col in DROPPABLE:
             if Measurement.get(console, natural, table).maximum <= options.max_width:
@@ -120,7 +121,7 @@ class StatusTable:
             if col in columns:
                 columns.remove(col)
                 dropped.append(col)
-                table = self.table(columns)
+                table = self.table(columns, rows)
         yield table
         lines = self.notes(dropped)
         if lines:

@@ -72,7 +72,7 @@ def hand_overs(jobs: Iterable[LiveJob], plan: dict[int, tuple[int, ...]], gpu_na
     for job in jobs:
         if job.state == JobStatus.QUEUED:
             want = plan.get(job.job_id, ())
-            held = sorted({holder[g].job_id for g in want if g in holder and holder[g] is not job})
+            held = sorted({holder[g].job_id for g in want if g in holder})  # a queued job holds none
             if held:
                 names = ", ".join(gpu_name(g) for g in want)
                 out[job.job_id] = WaitReason(WaitCode.HAND_OVER, f"planned on {names}; waiting for job"

@@ -316,12 +316,13 @@ class TenantPolicy(SchedulingPolicy):
         quota = min(self.tenant(key, snap.capacity).quota, snap.capacity)
         if quota <= 0:
             return None
-        group = [j for j in snap.jobs if self.group_of(j) == key]
-        bound = self.inner.completion_bound(Snapshot(snap.now, quota, group, None, None, snap.seen_total,
-                                                     snap.seen_events), job)
+        index = self._index(snap)
+        group = index.groups[key]
+        bound = self.inner.completion_bound(Snapshot(snap.now, quota, group.values(), index.inner[key],
+                                                     index.demand[key], snap.seen_total, snap.seen_events), job)
         if bound is None or not rule.active:
             return bound
-        heads = next((i + 1 for i, j in enumerate(group) if j is job), len(group))
+        heads = list(group).index(job.spec.job_id) + 1  # the group keeps arrival order
         return bound + heads * rule.bound
 
     def fork(self) -> "TenantPolicy":
