@@ -25,11 +25,11 @@ import time
 
 import numpy as np
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.data import data_dir, locate, names
-from pcs_ray.metrics import summarize
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_trace
 from tests.artifact_results import per_job_errors
 

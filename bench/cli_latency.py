@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 from pcs_ray.cluster import ClusterSpec  # noqa: E402
 from pcs_ray.coordinator import Coordinator, Journal, StartRun  # noqa: E402
 from pcs_ray.policies import build_policy  # noqa: E402

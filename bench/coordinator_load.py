@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 from pcs_ray.commands import local_cluster as lc  # noqa: E402
 
 
@@ -121,7 +121,7 @@ def main() -> None:
         from pcs_ray.client import Client, connect, get_coordinator
         from pcs_ray.coordinator.actor import start_coordinator
         from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
-        from pcs_ray.discovery import cluster_from_ray_nodes
+        from pcs_ray.cluster.discovery import cluster_from_ray_nodes
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         connect(address, NAMESPACE)

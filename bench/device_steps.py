@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 
 # workload -> (the demo's batch, a doubled batch to separate fixed from per-sample cost), num_samples as in the demo
 CASES = {

@@ -54,17 +54,17 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import locate
-from pcs_ray.metrics import summarize
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.placement import create_placement
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
 from pcs_ray.power.meter import EnergyMeter
-from pcs_ray.policies.vahrm import WEEK
+from pcs_ray.policies.power_aware import WEEK
 from pcs_ray.power.profile import load_power_profile
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.energy import MIXES, energy_mix
 from workloads.traces import read_trace
 
@@ -257,8 +257,8 @@ def full_share(result) -> float:
 
 
 def run_decision(queued: int = 2000, repeats: int = 30) -> dict:
-    from pcs_ray.job import JobSpec, linear_speedup
-    from pcs_ray.state import JobState, Snapshot
+    from pcs_ray.jobs.spec import JobSpec, linear_speedup
+    from pcs_ray.jobs.state import JobState, Snapshot
 
     spec, power = cluster(2160, 4, 0, variability=False)
     decided = power.onto(spec)

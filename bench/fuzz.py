@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 
 ROOT = Path(__file__).resolve().parent.parent
 

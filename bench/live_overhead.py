@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 
 NODES = {"node0": 4, "node1": 4}
 
@@ -60,7 +60,7 @@ def summary(values: list[float]) -> dict:
 def _start_ray(address: str | None, temp_dir: str) -> None:
     import ray
 
-    from pcs_ray.resources import node_gpu_resources
+    from pcs_ray.cluster.resources import node_gpu_resources
 
     if address:
         ray.init(address=address, log_to_driver=False)

@@ -44,19 +44,19 @@ import time
 
 import numpy as np
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement, read_topo
 from pcs_ray.placement.bandwidth import EffBWRegression
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.placement.stats import PlacementLog
 from pcs_ray.placement.configure import configure_placement
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.fifo import FIFOPolicy
-from pcs_ray.semantics import SEMANTICS, StrictPriority, with_semantics
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.semantics import SEMANTICS, StrictPriority, with_semantics
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_sia_philly
 
 DATA = data_dir()

@@ -38,16 +38,16 @@ import time
 
 import numpy as np
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray.data import data_dir, resolve
-from pcs_ray.metrics import summarize
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.placement import create_placement
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
 from pcs_ray.power.profile import load_power_profile
-from pcs_ray.semantics import with_semantics
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.semantics import with_semantics
+from pcs_ray.sim.run import simulate
 from workloads.generator import generate_workload
 from workloads.traces import read_sia_philly, read_trace
 

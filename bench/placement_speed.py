@@ -28,14 +28,14 @@ import time
 
 import numpy as np
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement, read_topo
 from pcs_ray.placement.bandwidth import default_regression, subset_table
-from pcs_ray.placement.profiles import apply_profile, load_profile
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.variability.profiles import apply_profile, load_profile
+from pcs_ray.jobs.state import JobState, Snapshot
 from workloads.traces import read_sia_philly
 
 DATA = data_dir()
@@ -163,7 +163,7 @@ def vf2_matching(topo_file: str, sizes=range(2, 6), trials: int = 10, seed: int 
     from networkx.algorithms import isomorphism
 
     from pcs_ray.placement.bandwidth import pattern_edges
-    from pcs_ray.topology import hardware_graph
+    from pcs_ray.cluster.topology import hardware_graph
 
     topo = read_topo(TOPO / topo_file)
     hw = hardware_graph(topo)

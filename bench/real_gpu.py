@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402 - after the path: the bench runs from a checkout
+from pcs_ray.api import strict_json  # noqa: E402 - after the path: the bench runs from a checkout
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_LOOP = REPO / "examples" / "user-code" / "train_mlp.py"
@@ -69,7 +69,7 @@ from pathlib import Path
 
 import torch
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 import pcs_ray.train as train
 
 
@@ -91,7 +91,7 @@ def _seen():
         if None not in ids:
             out["pci_bus_id"] = "%08X:%02X:%02X.0" % tuple(ids)
             try:
-                from pcs_ray.nvml import NVMLDevices
+                from pcs_ray.cluster.nvml import NVMLDevices
 
                 with NVMLDevices.start() as devices:
                     out["nvml_uuid_of_pci_bus_id"] = devices.uuid_at_pci_bus(out["pci_bus_id"])
@@ -270,7 +270,7 @@ def _start_ray(node_name: str, gpus: int, temp_dir: str):
     import ray
 
     from executors.emulation import RAY_WORKER_ENV
-    from pcs_ray.resources import node_gpu_resources
+    from pcs_ray.cluster.resources import node_gpu_resources
 
     os.environ.update(RAY_WORKER_ENV)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # this script's own private instance
@@ -874,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.monotonic()
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # before this process creates a cuBLAS handle
-    from pcs_ray.discovery import nvml_inventory
+    from pcs_ray.cluster.discovery import nvml_inventory
 
     inventory = nvml_inventory()
     result: dict = {"mode": "cpu-rehearsal" if args.cpu else ("full" if args.full else "quick"), "settings": settings,

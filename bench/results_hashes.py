@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.data import data_dir
 
 HERE = Path(__file__).resolve().parent

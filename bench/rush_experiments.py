@@ -36,17 +36,17 @@ from collections import Counter
 import sys
 import time
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import data_dir
-from pcs_ray.longhorn import CLASS_APPS
-from pcs_ray.metrics import summarize
+from pcs_ray.variability.longhorn import CLASS_APPS
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.stats import PlacementLog
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.rush import RushPolicy
-from pcs_ray.runvariability import ReplayedPlacement, longhorn_devices, longhorn_replay
-from pcs_ray.simulator import simulate
+from pcs_ray.variability.run_replay import ReplayedPlacement, longhorn_devices, longhorn_replay
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_sia_philly
 
 THRESHOLDS = (5, 20, 100)

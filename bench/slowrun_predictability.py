@@ -7,7 +7,7 @@ history of earlier runs (slowdowns per device, node and cabinet, the last
 run's temperature, power and clocks) and where and when the run starts.
 This script measures, per application, how slow runs are distributed (in
 time, per node and cabinet, as node-wide events) and how well each feature
-of ``pcs_ray.slowruns.build_dataset`` separates slow runs from the rest:
+of ``pcs_ray.variability.slow_runs.build_dataset`` separates slow runs from the rest:
 
 * ``events``: slow runs grouped by (node, start time). Longhorn runs are
   node-wide jobs (the GPUs of a node start together), so a slow event is
@@ -36,8 +36,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from pcs_ray import strict_json
-from pcs_ray.slowruns import SlowRunError, build_dataset, fit, load_records
+from pcs_ray.api import strict_json
+from pcs_ray.variability.slow_runs import SlowRunError, build_dataset, fit, load_records
 
 WINDOWS_H = (1, 3, 6, 12, 24)
 

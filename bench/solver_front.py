@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 from pcs_ray.policies import BUNDLED  # noqa: E402
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.front import (  # noqa: E402

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config  # noqa: E402
 from pcs_ray.policies import WFQConfig  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
 from solver.objectives import parse_objectives  # noqa: E402
 from solver.search import Problem, Search  # noqa: E402
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 from solver.workload import WorkloadSource  # noqa: E402
 
 

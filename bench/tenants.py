@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.commands.simulate_tenants import tenant_workloads
 from pcs_ray.policies import build_policy
-from pcs_ray.tenant_setups import run_setups
+from pcs_ray.sim.tenant_setups import run_setups
 
 #: Four bundled Philly VCs of different loads (on 64 GPUs: 0.19, 1.38, 0.92 and 0.28).
 DEFAULT_TRACES = ("philly/ed69ec", "philly/7f04ca", "philly/0e4a51", "philly/103959")

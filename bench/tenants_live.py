@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "name: burst\nworkload: tiny_cnn\nsteps: 400\ngpus: 1\ncheckpoint_every: 20\nparams: {num_samples: 256, seed: 1}\n"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pcs_ray import strict_json  # noqa: E402
+from pcs_ray.api import strict_json  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -225,7 +225,7 @@ def main() -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from pcs_ray.resources import node_gpu_resources
+    from pcs_ray.cluster.resources import node_gpu_resources
 
     if args.iteration_time is None:
         args.iteration_time = calibrate(args)

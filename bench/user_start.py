@@ -22,11 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 
 LOOP = '''
 import torch
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 import pcs_ray.train as train
 
 def loop(config):
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
 
     from executors.launch import launch
     from pcs_ray.contract import GPUSlot, RunRequest
-    from pcs_ray.resources import node_gpu_resources
+    from pcs_ray.cluster.resources import node_gpu_resources
 
     work = Path(tempfile.mkdtemp(prefix="pcs-ray-user-start-"))
     (work / "code").mkdir()

@@ -3,7 +3,7 @@
 ``launch(request)`` creates one :class:`executors.runner.Runner` actor per GPU
 (for the user's own code, one :class:`executors.user_run.UserRank` with the job's runtime_env)
 in ``request.gpus`` with ``num_gpus=0`` and the GPU's custom resource
-(``<node>_gpu<i>``, see ``pcs_ray.resources``). That resource exists only on
+(``<node>_gpu<i>``, see ``pcs_ray.cluster.resources``). That resource exists only on
 its own node, so it also pins the actor to the node (no separate node
 affinity is needed, and jobs spanning nodes work the same way). Several GPUs
 mean data-parallel training (torch DDP, one rank per GPU, rank 0 on the
@@ -25,7 +25,7 @@ import ray
 from pcs_ray.contract import RunOutcome, RunRequest
 from executors.handle import RunHandle, watch_ranks
 from executors.runner import RemoteRunner
-from pcs_ray.resources import gpu_resource
+from pcs_ray.cluster.resources import gpu_resource
 
 
 def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle:

@@ -6,7 +6,7 @@ seconds on a busy one, paid at every start, resume and migration. The pool
 keeps one :class:`WarmRunner` per GPU instead:
 
 - **pinned** to the Ray node that offers the GPU's per-GPU resource
-  (``<node>_gpu<i>``, see ``pcs_ray.resources``) and bound to that GPU for
+  (``<node>_gpu<i>``, see ``pcs_ray.cluster.resources``) and bound to that GPU for
   life (``CUDA_VISIBLE_DEVICES``). It holds none of the resource itself: Ray
   Tune trials (``executors.tune_scheduler``) request the whole unit, so a
   runner that kept even a share of it would block them forever. Which run
@@ -54,7 +54,7 @@ import ray
 from executors.launch import RunHandle, launch as cold_launch
 from executors.runner import failed_outcome, rendezvous_address, train_rank
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
-from pcs_ray.resources import gpu_resource
+from pcs_ray.cluster.resources import gpu_resource
 
 log = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ class ProgressReporter:
 
 @dataclass
 class TelemetryReporter:
-    """Fire-and-forget, throttled NVML readings of one rank's GPU (``pcs_ray.telemetry.RunMeter``)."""
+    """Fire-and-forget, throttled NVML readings of one rank's GPU (``pcs_ray.power.measured.RunMeter``)."""
 
     target: object
     job_id: str
@@ -98,7 +98,7 @@ def telemetry_reporter(request: RunRequest, rank: int, sampler=None,
         request.reporter.report_telemetry  # noqa: B018 - an older reporter lacks it
     except AttributeError:
         return None
-    from pcs_ray.telemetry import NVMLSampler, RunMeter
+    from pcs_ray.power.measured import NVMLSampler, RunMeter
 
     slot = request.gpus[rank]
     meter = RunMeter(sampler if sampler is not None else NVMLSampler(), slot.index)

@@ -39,7 +39,7 @@ import ray
 
 from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
-from pcs_ray.resources import gpu_resource
+from pcs_ray.cluster.resources import gpu_resource
 
 TRACEBACK_LINES = 12  # of the user's traceback kept in the outcome (the status view shows them)
 

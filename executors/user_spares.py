@@ -20,7 +20,7 @@ from collections import OrderedDict
 import ray
 
 from pcs_ray.contract import GPUSlot
-from pcs_ray.resources import gpu_resource
+from pcs_ray.cluster.resources import gpu_resource
 
 log = logging.getLogger(__name__)
 

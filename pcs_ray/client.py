@@ -14,7 +14,7 @@ arrive as the typed errors it raised (:class:`~pcs_ray.contract.UnknownJobError`
 all :class:`~pcs_ray.contract.CoordinatorError`). Every submission carries a
 fresh id, so a call retried after the coordinator restarted never creates a
 second job. Every call that changes something carries who makes it
-(:class:`~pcs_ray.identity.Caller`: ``$PCS_RAY_USER`` or the OS login, and
+(:class:`~pcs_ray.tenants.identity.Caller`: ``$PCS_RAY_USER`` or the OS login, and
 ``$PCS_RAY_TENANT``); once a tenants file is in force the coordinator refuses
 what that caller may not do (:class:`~pcs_ray.contract.PermissionDeniedError`).
 """
@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pcs_ray.api.advert import API_ENV
-from pcs_ray.auth import AUTH_MODE, prefer_token, refusal_message
+from pcs_ray.api.ray_token import AUTH_MODE, prefer_token, refusal_message
 from pcs_ray.contract import TERMINAL, CoordinatorError, Submitted, UnknownJobError
-from pcs_ray.identity import Caller
+from pcs_ray.tenants.identity import Caller
 
 if TYPE_CHECKING:
-    from pcs_ray.jobfile import JobFile
+    from pcs_ray.jobs.jobfile import JobFile
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _stderr_to(path: Path):
 def connect(address: str | None = None, namespace: str | None = None) -> None:
     """Join the Ray cluster at ``address`` (default ``$RAY_ADDRESS``, else the local one), with its token.
 
-    Token mode follows :mod:`pcs_ray.auth`; a refusal becomes one ``ConnectionError`` line that says what to set.
+    Token mode follows :mod:`pcs_ray.api.ray_token`; a refusal becomes one ``ConnectionError`` line that says what to set.
     """
     prefer_token()  # before Ray reads the mode; refreshed below if Ray was imported already
     import ray
@@ -181,7 +181,7 @@ class Client:
                caller: dict | None = None) -> JobHandle:
         """Submit a YAML path, a dict or a :class:`JobFile`; returns at once with a prediction.
         Without its own ``user`` or ``tenant`` the job takes the caller's."""
-        from pcs_ray.jobfile import JobFile, load_job, parse_job  # pydantic: only where a spec is read
+        from pcs_ray.jobs.jobfile import JobFile, load_job, parse_job  # pydantic: only where a spec is read
 
         if isinstance(spec, (str, Path)):
             raw = load_job(spec).to_dict()
@@ -246,7 +246,7 @@ class Client:
         return self._call("tenants")
 
     def set_tenants(self, tenants: dict, caller: dict | None = None) -> dict:
-        """Apply a tenants file (a mapping as ``pcs_ray.tenancy`` reads it) to the running coordinator."""
+        """Apply a tenants file (a mapping as ``pcs_ray.tenants.spec`` reads it) to the running coordinator."""
         return self._call("set_tenants", dict(tenants), self._caller(caller))
 
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:

@@ -87,7 +87,7 @@ class CoordinatorAPI(Protocol):
 
     def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None) -> Submitted:
         """Validate, journal and admit a job; a repeated ``submission_id`` answers for the first job.
-        ``caller`` (``{user, tenant}``, see ``pcs_ray.identity``) fills in a spec's missing ``user`` and ``tenant``."""
+        ``caller`` (``{user, tenant}``, see ``pcs_ray.tenants.identity``) fills in a spec's missing ``user`` and ``tenant``."""
 
     def status(self) -> dict:
         """Every job (state, GPUs, progress, predictions) and the policy in force."""
@@ -97,7 +97,7 @@ class CoordinatorAPI(Protocol):
 
     def cancel(self, job_id: int, caller: dict | None = None) -> dict:
         """Cancel a job (a running one stops at its next step); returns its view. With tenants in force,
-        only the job's tenant, its submitter or an operator may (``pcs_ray.ownership``)."""
+        only the job's tenant, its submitter or an operator may (``pcs_ray.tenants.ownership``)."""
 
     def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
         """What a user run's ranks printed: one attempt (default the newest), each rank's text from
@@ -132,7 +132,7 @@ class CoordinatorAPI(Protocol):
         """The tenants file in force (``None`` when none was applied), since when, and each tenant's jobs and GPUs."""
 
     def set_tenants(self, tenants: dict, caller: dict | None = None) -> dict:
-        """Apply a tenants file (as ``pcs_ray.tenancy`` reads it): journaled like :meth:`set_config`; from the
+        """Apply a tenants file (as ``pcs_ray.tenants.spec`` reads it): journaled like :meth:`set_config`; from the
         next decision on the ``tenants`` policy wraps the policy in force. Returns :meth:`tenants`."""
 
 
@@ -196,7 +196,7 @@ class RunRequest:
     reporter: Any = None
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
     # The user's own code (``workload`` is then its ``user:`` label): entrypoint or pickled function, working_dir,
-    # runtime_env and config, as the job file gave them (``pcs_ray.jobfile.JobFile``); None for a built-in workload.
+    # runtime_env and config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``); None for a built-in workload.
     code: dict | None = None
     log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
 

@@ -19,9 +19,9 @@ import json
 import math
 from collections.abc import Callable, Sequence
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from solver.cache import EvaluationCache, Key
 from solver.objectives import Objective, measure, parse_objectives
 

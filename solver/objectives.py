@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pcs_ray.metrics import pred_errors, unfairness
-from pcs_ray.simulator import SimResult
+from pcs_ray.sim.metrics import pred_errors, unfairness
+from pcs_ray.sim.engine import SimResult
 
 METRICS = {"jct": "JCT (s)", "pred_err": "prediction error (%)", "unfairness": "unfairness (%)"}
 ALIASES = {"pred": "pred_err", "pred_error": "pred_err", "prediction_error": "pred_err", "unfair": "unfairness",

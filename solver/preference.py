@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import WFQConfig
 from solver.front import FrontPoint
 from workloads.history import read_history

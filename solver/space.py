@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies.wfq import WFQConfig, thresholds_from_c2
 
 T_MIN = 1e-3

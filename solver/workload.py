@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from workloads.generator import generate_workload
 
 

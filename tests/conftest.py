@@ -4,7 +4,7 @@ Most tests need no Ray at all; those that do take the ``ray_local`` fixture (and
 are marked ``slow`` for it),
 which starts Ray once per session (again for a module that finds it gone) with logical GPUs laid out as two nodes of
 four (custom resources ``node0_gpu0`` … ``node1_gpu3``, see
-``pcs_ray.resources``), no dashboard and a small object store. Token
+``pcs_ray.cluster.resources``), no dashboard and a small object store. Token
 authentication is switched off for this private instance only.
 """
 
@@ -85,7 +85,7 @@ def ray_local(_ray_session, tmp_path_factory):
 
     _refresh_ray_config()
 
-    from pcs_ray.resources import node_gpu_resources
+    from pcs_ray.cluster.resources import node_gpu_resources
 
     if ray.is_initialized() and not _ours(ray):
         ray.shutdown()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pcs_ray import auth
+from pcs_ray.api import ray_token as auth
 from pcs_ray.commands import local_cluster as lc
 
 

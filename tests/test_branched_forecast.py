@@ -13,10 +13,10 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.forecast import BranchPoints
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import Engine
+from pcs_ray.sim.engine import Engine
 from tests.test_submit_forecast import Clock, job, variable, whole_play
 
 

@@ -326,7 +326,7 @@ def test_module_entry_point_success_and_error(bad_files):
 def test_bundled_profile_names_are_the_ones_the_loader_reads():
     """``pcs_ray.data`` describes the profiles (it sits below placement); the loader owns the files."""
     from pcs_ray import data
-    from pcs_ray.placement.profiles import PROFILES
+    from pcs_ray.variability.profiles import PROFILES
 
     assert list(data.PROFILES) == list(PROFILES)
 

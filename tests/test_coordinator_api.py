@@ -32,7 +32,7 @@ def test_terminal_states_are_defined_once_and_views_carry_plain_strings():
 
 def test_refusals_are_coordinator_errors_and_value_errors():
     from pcs_ray.contract import ConfigError, JobSpecError, UnknownJobError
-    from pcs_ray.jobfile import JobSpecError as FromJobfile
+    from pcs_ray.jobs.jobfile import JobSpecError as FromJobfile
 
     assert FromJobfile is JobSpecError  # one class, wherever it is imported from
     for error in (ConfigError, JobSpecError, UnknownJobError):

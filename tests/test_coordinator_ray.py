@@ -206,7 +206,7 @@ def test_the_operators_policy_is_started_swapped_and_kept_and_errors_stay_typed(
     # Ownership through the actor: the caller crosses Ray, and the refusals come back typed.
     from pcs_ray.client import actor_call
     from pcs_ray.contract import PermissionDeniedError
-    from pcs_ray.identity import Caller
+    from pcs_ray.tenants.identity import Caller
 
     root, bob = Client(coordinator=actor, identity=Caller("root", "a")), Client(coordinator=actor, identity=Caller("bob", "b"))
     assert root.set_tenants({"tenants": {"a": {"quota": 1}}, "operators": ["root"]})["tenants"]["operators"] == ["root"]

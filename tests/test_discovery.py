@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, ClusterSpecError
-from pcs_ray.discovery import cluster_from_ray_nodes, local_node, nvml_inventory, ray_start_args
-from pcs_ray.topology import parse_topo
+from pcs_ray.cluster.discovery import cluster_from_ray_nodes, local_node, nvml_inventory, ray_start_args
+from pcs_ray.cluster.topology import parse_topo
 from pcs_ray.data import data_dir
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.base import validate_allocation
 from pcs_ray.policies.easy import EasyBackfill
-from pcs_ray.simulator import simulate
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 def job(jid, n, runtime, *, submit=0.0, alloc=0, start=None, min_gpus=None):

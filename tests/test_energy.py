@@ -9,7 +9,7 @@ import pytest
 
 from pcs_ray.cli import run
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.base import validate_allocation
@@ -17,8 +17,8 @@ from pcs_ray.power.meter import EnergyMeter
 from pcs_ray.power.profile import GPUPower, PowerProfile, load_power_profile
 from pcs_ray.power.records import PowerDataError, Records, read_csv, write_rows
 from pcs_ray.power.tsmva import evaluate, split_gpus
-from pcs_ray.simulator import simulate
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 # -- records ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pcs_ray.cluster import load_cluster_spec
-from pcs_ray.jobfile import load_job
+from pcs_ray.jobs.jobfile import load_job
 from workloads.catalog import registered_workloads
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from pcs_ray.data import data_dir, locate
-from pcs_ray.metrics import summarize
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_trace
 from artifact_results import per_job_errors
 

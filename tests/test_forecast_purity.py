@@ -15,13 +15,13 @@ from dataclasses import replace
 import pytest
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement.configure import configure_placement
 from pcs_ray.policies import POLICIES, build_policy, policy_names
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.power.profile import load_power_profile
-from pcs_ray.semantics import ordered_policies, with_semantics
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.semantics import ordered_policies, with_semantics
+from pcs_ray.sim.run import simulate
 from workloads.generator import generate_workload
 
 GPUS = 8

@@ -33,7 +33,7 @@ from pcs_ray.cluster import ClusterSpec, ClusterSpecError, load_cluster_spec
 from pcs_ray.contract import CoordinatorError
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.jobfile import load_job, parse_job
+from pcs_ray.jobs.jobfile import load_job, parse_job
 from pcs_ray.policies import build_policy, wfq_config
 from workloads.catalog import registered_workloads
 from workloads.errors import WorkloadError
@@ -358,7 +358,7 @@ def test_the_cli_fuzz_knows_every_command():
     "min_runtime_s": values, "max_min_runtime_s": values, "reclaim_young_runs": values, "operators": values})))
 def test_fuzz_tenants_files(raw, tenants_coordinator):
     """A tenants file applied to a coordinator: applied, or one typed line that changes nothing."""
-    from pcs_ray.identity import Caller
+    from pcs_ray.tenants.identity import Caller
 
     coordinator = tenants_coordinator
     CASES["tenants"] += 1

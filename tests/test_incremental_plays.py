@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from pcs_ray.data import data_dir, pcs_config
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
-from pcs_ray.simulator import Engine, simulate
+from pcs_ray.sim.engine import Engine
+from pcs_ray.sim.run import simulate
 from workloads.generator import generate_workload
 from workloads.traces import read_pcs_trace, read_sia_philly
 

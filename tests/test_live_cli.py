@@ -55,7 +55,7 @@ def test_demo_cluster_uses_real_topology_and_variability(tmp_path):
     assert any("DGX-1" in n for n in notes) and any("PAL" in n for n in notes)
     scores = {cluster.score(g, "A") for g in cluster.gpu_ids()}
     assert len(scores) > 1  # GPUs differ
-    from pcs_ray.topology import read_topo
+    from pcs_ray.cluster.topology import read_topo
 
     assert read_topo(cluster.nodes[0].topology).links[0][3] == "NV2"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcs_ray.longhorn import APPS, LonghornError, load_runs
+from pcs_ray.variability.longhorn import APPS, LonghornError, load_runs
 
 HEADERS = {
     "resnet": "exp,job_id,ts,cabinet,node,cab-node,uuid,device,perf,mean_freq,freq,mean_memfreq,mean_temp,temp,mean_pwr,pwr",

@@ -1,4 +1,4 @@
-"""NVML has one reader (``pcs_ray.nvml``): no other module of the project imports ``pynvml``."""
+"""NVML has one reader (``pcs_ray.cluster.nvml``): no other module of the project imports ``pynvml``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-READER = ROOT / "pcs_ray" / "nvml.py"
+READER = ROOT / "pcs_ray" / "cluster" / "nvml.py"
 
 
 def pynvml_imports(path: Path) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
-from pcs_ray.coordinator.telemetry import readings
+from pcs_ray.coordinator.metrics_export import readings
 from pcs_ray.policies import build_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_p
 
 
 def test_the_grafana_dashboard_plots_every_metric_the_coordinator_exports():
-    import pcs_ray.coordinator.telemetry as telemetry
+    import pcs_ray.coordinator.metrics_export as telemetry
 
     dashboard = json.loads((ROOT / "grafana" / "pcs-ray-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))

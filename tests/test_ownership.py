@@ -18,7 +18,7 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError, JobSpecError, PermissionDeniedError
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core, cluster_dict
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.identity import TENANT_ENV, USER_ENV, Caller
+from pcs_ray.tenants.identity import TENANT_ENV, USER_ENV, Caller
 
 TENANTS = {"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}, "operators": ["root"]}
 ALICE, BOB, ROOT = Caller("alice", "a"), Caller("bob", "b"), Caller("root", None)

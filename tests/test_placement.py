@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement import PLACEMENTS, PlacementError, create_placement
 from pcs_ray.placement.pal import lv_traversal
-from pcs_ray.placement.profiles import ProfileError, apply_profile, bin_scores, load_profile
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.variability.profiles import ProfileError, apply_profile, bin_scores, load_profile
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 def spec_with_scores(scores: list[list[float]], cls: str = "A", penalty: float = 1.0) -> ClusterSpec:

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement import (
     PLACEMENTS, Reason, Unplaceable, create_placement, placement_help, register,
 )
 from pcs_ray.placement.plugin import Candidates, Context, Filter, Score
 from pcs_ray.placement.pal import PAL
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 def spec_with_scores(scores: list[list[float]], penalty: float = 1.0) -> ClusterSpec:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.bandwidth import CommModel, EffBWRegression, pattern_edges, subset_table
-from pcs_ray.topology import read_topo
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.cluster.topology import read_topo
+from pcs_ray.jobs.state import JobState, Snapshot
 
 DATA = data_dir()
 DGX1 = read_topo(DATA / "topology" / "dgx1-v100.topo")
@@ -148,9 +148,9 @@ def test_combined_trades_a_slow_gpu_against_a_slow_link():
 
 
 def test_combined_without_topology_is_pal():
-    from pcs_ray.placement.profiles import apply_profile, load_profile
+    from pcs_ray.variability.profiles import apply_profile, load_profile
     from pcs_ray.policies import build_policy
-    from pcs_ray.simulator import simulate
+    from pcs_ray.sim.run import simulate
     from workloads.traces import read_sia_philly
 
     jobs = read_sia_philly(DATA / "pal" / "sia-philly" / "workload-3.csv")

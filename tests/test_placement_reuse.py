@@ -14,8 +14,8 @@ from pcs_ray.placement import PLACEMENTS, Placement, create_placement
 from pcs_ray.placement.framework import Configuration
 from pcs_ray.placement.plugin import Score
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
-from pcs_ray.state import JobState
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState
 from tests.test_incremental_plays import classed, forecasts, philly, variable_cluster, vc_config, with_costs
 
 
@@ -61,7 +61,7 @@ def test_every_registered_placement_either_declares_its_inputs_or_is_never_cache
 
 
 def one_job(jid: int, **fields) -> JobState:
-    from pcs_ray.job import JobSpec, linear_speedup
+    from pcs_ray.jobs.spec import JobSpec, linear_speedup
 
     return JobState.new(JobSpec(job_id=jid, submit_time=0.0, service=100.0, max_gpus=2, speedup=linear_speedup(2), **fields))
 

@@ -9,12 +9,12 @@ import pytest
 
 from pcs_ray.cli import run
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_sia_philly
 
 DATA = data_dir()

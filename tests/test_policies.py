@@ -14,13 +14,13 @@ import random
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate_allocation
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 from workloads.demand import SubLinearDemand, speedup_table
 
 DATA = data_dir()
@@ -286,7 +286,7 @@ def test_engine_counts_contention_per_event_with_skipped_quanta():
     quanta at 10, 20, 30 count though the engine skips them. A: (1) + 1 (B) + 3 x 2 + 2 (C) over
     1 + 1 + 3 + 1 events = 10/6; B: (2) + 3 x 2 + 2 over 5 = 2; C: 3 over 1.
     """
-    from pcs_ray.simulator import Engine
+    from pcs_ray.sim.engine import Engine
 
     eng = Engine(4, build_policy("themis", quantum=10.0))
     specs = [JobSpec(i, 0.0 if i < 3 else 35.0, 1000.0, 1, linear_speedup(1)) for i in (1, 2, 3)]

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.demand import SubLinearDemand, speedup_table
 
 EXAMPLES = 60

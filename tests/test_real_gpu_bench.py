@@ -34,9 +34,9 @@ def _run(status="finished", step=10, start_step=0, emulated=False, error=None) -
 
 
 def test_without_a_gpu_every_check_fails_on_its_own_line_and_the_exit_is_1():
-    import pcs_ray.discovery
+    import pcs_ray.cluster.discovery
 
-    if pcs_ray.discovery.nvml_inventory() is not None:
+    if pcs_ray.cluster.discovery.nvml_inventory() is not None:
         pytest.skip("this machine has NVIDIA GPUs: the bench runs for real here")
     proc = subprocess.run([sys.executable, str(BENCH), "--workloads", "tiny_cnn,vgg11"], capture_output=True,
                           text=True, timeout=120)
@@ -176,7 +176,7 @@ def test_a_builtin_workload_stopped_and_resumed_on_cpu_is_bitwise_equal(bench, t
 
 
 def test_the_energy_jobs_pass_submission_checks(bench, tmp_path):
-    from pcs_ray.jobfile import load_job
+    from pcs_ray.jobs.jobfile import load_job
 
     workdir = bench.write_user_code(tmp_path / "user-code")
     files = bench.energy_job_files(tmp_path, workdir, tmp_path / "probes", 1000, 400, 0.005)
@@ -204,7 +204,7 @@ def test_a_check_the_budget_does_not_reach_fails_and_is_never_passed(bench, caps
 def test_the_uuid_compared_is_nvmls_for_the_index_the_job_was_pinned_to(bench):
     from test_discovery import FakeNVML
 
-    from pcs_ray.discovery import nvml_inventory
+    from pcs_ray.cluster.discovery import nvml_inventory
 
     inventory = nvml_inventory("box", FakeNVML(count=4))
     assert bench.pin_target(inventory, None) == (3, "GPU-fake-3")  # the last: CUDA's 0 in the run is not NVML's 0

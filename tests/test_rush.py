@@ -9,14 +9,14 @@ import pytest
 
 from pcs_ray import cli
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.longhorn import Run
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
+from pcs_ray.variability.longhorn import Run
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.rush import RushPolicy
-from pcs_ray.runvariability import DeviceRuns, ReplayedPlacement, RunReplay
-from pcs_ray.simulator import simulate
-from pcs_ray.slowruns import build_dataset, fit, read_csv
+from pcs_ray.variability.run_replay import DeviceRuns, ReplayedPlacement, RunReplay
+from pcs_ray.sim.run import simulate
+from pcs_ray.variability.slow_runs import build_dataset, fit, read_csv
 
 
 def invoke(capsys, *args):

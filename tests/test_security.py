@@ -11,7 +11,7 @@ import pytest
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import JobSpecError, StartRun
 from pcs_ray.coordinator import Coordinator, Journal
-from pcs_ray.jobfile import parse_job
+from pcs_ray.jobs.jobfile import parse_job
 from pcs_ray.policies import build_policy
 from workloads.catalog import registered_workloads
 

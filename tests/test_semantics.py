@@ -13,12 +13,12 @@ import pytest
 from pcs_ray import cli
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.data import data_dir
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement.configure import configure_placement
-from pcs_ray.placement.profiles import ProfileError, load_profile
+from pcs_ray.variability.profiles import ProfileError, load_profile
 from pcs_ray.policies import build_policy
-from pcs_ray.semantics import BLOX_ROUND_S, StrictPriority, round_boundary, with_semantics
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.semantics import BLOX_ROUND_S, StrictPriority, round_boundary, with_semantics
+from pcs_ray.sim.run import simulate
 from workloads.traces import read_sia_philly
 
 R = BLOX_ROUND_S

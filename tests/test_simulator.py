@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.metrics import summarize
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
-from pcs_ray.simulator import simulate
-from pcs_ray.state import JobState
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState
 from workloads.demand import SubLinearDemand, speedup_table
 from workloads.generator import generate_workload
 
@@ -158,7 +158,7 @@ def test_simulation_is_deterministic(name, kw):
 
 @pytest.mark.parametrize("name,start", [("pcs", "fork"), ("themis", "fork"), ("themis", "spawn")])
 def test_parallel_forward_plays_give_the_serial_result(name, start, monkeypatch):
-    import pcs_ray.simulator as sim
+    import pcs_ray.sim.run as sim
 
     monkeypatch.setattr(sim, "_start_method", lambda: start)
     jobs = mixed(themis1(seed=24, n=40))
@@ -381,7 +381,7 @@ def test_forward_play_processes_are_spawned_while_other_threads_run():
     """fork would copy another thread's locks mid-state (Ray, a progress bar)."""
     import threading
 
-    import pcs_ray.simulator as sim
+    import pcs_ray.sim.run as sim
 
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from solver.objectives import ObjectiveError, parse_objective, parse_objectives
 from solver.space import SearchSpace, SpaceError, config_key, max_running_c2
 

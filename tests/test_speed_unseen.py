@@ -15,7 +15,7 @@ from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel, fit_counts, spec_shape
-from pcs_ray.jobfile import JobFile
+from pcs_ray.jobs.jobfile import JobFile
 from pcs_ray.policies import build_policy
 
 
@@ -198,7 +198,7 @@ def test_the_example_job_files_declare_what_their_emulated_devices_run(name):
     # can hold, the declared figure must forecast the emulated device's step within its rounding.
     from pathlib import Path
 
-    from pcs_ray.jobfile import load_job
+    from pcs_ray.jobs.jobfile import load_job
     from workloads import device_model as dm
 
     spec = load_job(Path(__file__).resolve().parent.parent / "examples" / "jobs" / f"{name}.yaml")

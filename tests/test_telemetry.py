@@ -7,7 +7,7 @@ import types
 import pytest
 
 from pcs_ray.power.records import read_csv, write_rows
-from pcs_ray.telemetry import JobEnergy, ModelledTelemetry, NVMLSampler, record_rows
+from pcs_ray.power.measured import JobEnergy, ModelledTelemetry, NVMLSampler, record_rows
 
 
 class NVMLError(Exception):
@@ -123,7 +123,7 @@ def test_live_job_view_energy_is_modelled_from_the_cluster_power():
 
 
 def test_run_meter_reports_counter_growth_since_the_run_started():
-    from pcs_ray.telemetry import RunMeter
+    from pcs_ray.power.measured import RunMeter
 
     meter = RunMeter(NVMLSampler(fake_nvml([0.0, 2_000.0])), 1)  # GPU 1: +2 J per read
     assert meter.available
@@ -134,7 +134,7 @@ def test_run_meter_reports_counter_growth_since_the_run_started():
 
 
 def test_run_meter_integrates_power_where_the_energy_counter_is_missing():
-    from pcs_ray.telemetry import RunMeter
+    from pcs_ray.power.measured import RunMeter
 
     clock = iter([0.0, 10.0, 30.0])
     sampler = NVMLSampler(fake_nvml([0.0, 0.0], {"nvmlDeviceGetTotalEnergyConsumption"}), clock=lambda: next(clock))
@@ -144,7 +144,7 @@ def test_run_meter_integrates_power_where_the_energy_counter_is_missing():
 
 
 def test_run_meter_without_nvml_is_unavailable():
-    from pcs_ray.telemetry import RunMeter
+    from pcs_ray.power.measured import RunMeter
 
     class Broken:
         def nvmlInit(self):
@@ -301,7 +301,7 @@ def test_run_training_gives_telemetry_the_progress_resolver(tmp_path, monkeypatc
     import torch
 
     from executors import training
-    from pcs_ray import telemetry
+    from pcs_ray.power import measured as telemetry
     from pcs_ray.contract import GPUSlot, RunRequest
 
     monkeypatch.setattr(telemetry, "NVMLSampler", lambda: NVMLSampler(fake_nvml([250.0, 0.0])))

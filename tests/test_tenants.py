@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import build_policy
 from pcs_ray.policies.tenants import TenantPolicy, tenant_shares, weighted_fill
-from pcs_ray.simulator import Engine, simulate
-from pcs_ray.state import JobState, Snapshot
-from pcs_ray.tenancy import Tenant, TenantsError, TenantsFile, load_tenants, parse_quotas, tenants_from_dict
+from pcs_ray.sim.engine import Engine
+from pcs_ray.sim.run import simulate
+from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.tenants.spec import Tenant, TenantsError, TenantsFile, load_tenants, parse_quotas, tenants_from_dict
 from workloads.generator import generate_workload
 
 INF = math.inf
@@ -227,7 +228,7 @@ def test_quotas_on_the_command_line():
 
 
 def test_the_ledger_counts_borrowed_and_lent_gpu_seconds():
-    from pcs_ray.tenant_report import TenantLedger
+    from pcs_ray.sim.tenant_report import TenantLedger
 
     ledger = TenantLedger({"a": 4, "b": 4}, 8)
     ledger.observe(0.0, [running(spec(0, "a", gpus=8), alloc=8)])  # a borrows all of b's quota
@@ -237,7 +238,7 @@ def test_the_ledger_counts_borrowed_and_lent_gpu_seconds():
 
 
 def test_three_setups_side_by_side():
-    from pcs_ray.tenant_setups import run_setups
+    from pcs_ray.sim.tenant_setups import run_setups
 
     busy = generate_workload("themis1", 40, 8, load=2.0, seed=1)
     idle = [replace(s, submit_time=s.submit_time * 20) for s in generate_workload("themis1", 10, 8, load=0.5, seed=2)]

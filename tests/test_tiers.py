@@ -150,7 +150,7 @@ def test_the_checker_sees_an_upward_import(tmp_path):
 
 
 #: What the forecast package may build on: the state, the policy and placement interfaces, itself.
-FORECAST_GROUND = ("pcs_ray.forecast", "pcs_ray.state", "pcs_ray.job", "pcs_ray.moves", "pcs_ray.policies.base",
+FORECAST_GROUND = ("pcs_ray.forecast", "pcs_ray.jobs.state", "pcs_ray.jobs.spec", "pcs_ray.jobs.moves", "pcs_ray.policies.base",
                    "pcs_ray.placement.base")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pcs_ray.data import data_dir
-from pcs_ray.topology import TopologyError, hardware_graph, link_bandwidth, nvlinks, parse_topo, read_topo
+from pcs_ray.cluster.topology import TopologyError, hardware_graph, link_bandwidth, nvlinks, parse_topo, read_topo
 
 TOPO = data_dir() / "topology"
 FIXTURES = {  # file -> (GPUs, sockets)

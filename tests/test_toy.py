@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
-from pcs_ray.metrics import summarize
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
+from pcs_ray.sim.metrics import summarize
 from pcs_ray.data import data_dir
 from pcs_ray.policies import build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 
 DATA = data_dir() / "pcs" / "reference"
 

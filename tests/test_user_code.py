@@ -205,7 +205,7 @@ def test_logs_are_read_per_attempt_and_rank_from_the_offsets_given():
 def test_a_trainer_names_a_files_function_as_an_entrypoint_and_sends_others_by_value(monkeypatch):
     import sys
 
-    from pcs_ray.jobfile import parse_job
+    from pcs_ray.jobs.jobfile import parse_job
     from pcs_ray.train.trainer import Trainer
 
     monkeypatch.syspath_prepend(str(EXAMPLES))

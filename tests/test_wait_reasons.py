@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import build_policy, policy_names
 from pcs_ray.policies.reasons import WaitCode
 from pcs_ray.policies.rush import RushPolicy
-from pcs_ray.simulator import Engine
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.sim.engine import Engine
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 def spec(jid, *, gpus=4, rigid=True, service=1000.0, tenant="", submit=None):

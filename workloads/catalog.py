@@ -177,7 +177,7 @@ class WorkloadSpec:
 
 
 class Catalog(Mapping[str, WorkloadSpec]):
-    """The registered workloads by name; what ``pcs_ray.jobfile.parse_job(workloads=...)`` validates against."""
+    """The registered workloads by name; what ``pcs_ray.jobs.jobfile.parse_job(workloads=...)`` validates against."""
 
     def __init__(self, specs: list[WorkloadSpec]) -> None:
         self._specs = {s.name: s for s in specs}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 
 #: (share of ResNet jobs : share of the level's jobs), paper Table III's CPU:GPU ratios
 RATIOS = ((9, 1), (5, 5), (1, 9))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from workloads.errors import WorkloadError
 

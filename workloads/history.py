@@ -45,7 +45,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pcs_ray.job import JobSpec, linear_speedup
+from pcs_ray.jobs.spec import JobSpec, linear_speedup
 
 HISTORY_VERSION = 1
 HISTORY_FILE = "history.jsonl"  # its name in a coordinator's state folder

@@ -42,7 +42,7 @@ class ListedJob:
     params: dict = field(default_factory=dict)
 
     def spec(self, **extra) -> dict:
-        """The job spec (``pcs_ray.jobfile`` format) this row submits."""
+        """The job spec (``pcs_ray.jobs.jobfile`` format) this row submits."""
         return {"name": self.name, "workload": self.workload, "steps": self.steps, "gpus": self.gpus,
                 "min_gpus": self.min_gpus, "class": self.job_class, "params": dict(self.params), **extra}
 

@@ -15,7 +15,7 @@ import time
 from urllib.parse import urlsplit
 
 from pcs_ray.api.wire import PREFIX, UNAUTHORIZED, decode_result, encode, refusal
-from pcs_ray.auth import api_refusal, read_token
+from pcs_ray.api.ray_token import api_refusal, read_token
 from pcs_ray.contract import CoordinatorError
 
 _UNREACHABLE = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError,

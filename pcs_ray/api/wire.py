@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pcs_ray.strict_json import finite
+from pcs_ray.api.strict_json import finite
 from pcs_ray.contract import (ConfigError, CoordinatorError, JobSpecError, PermissionDeniedError, Submitted,
                               UnknownJobError)
 

@@ -24,6 +24,6 @@ def placement_list() -> str:
 
 
 def semantics_list() -> str:
-    from pcs_ray.semantics import SEMANTICS
+    from pcs_ray.sim.semantics import SEMANTICS
 
     return bullets(SEMANTICS.items())

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.data import resolve
-from pcs_ray.placement.profiles import load_profile
-from pcs_ray.topology import read_topo
+from pcs_ray.variability.profiles import load_profile
+from pcs_ray.cluster.topology import read_topo
 
 NODES, GPUS_PER_NODE = ("node0", "node1"), 4
 NOTES = ["topology: half a DGX-1 V100 per node", "variability: PAL 32-GPU profile (TACC)"]

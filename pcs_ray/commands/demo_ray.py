@@ -23,7 +23,7 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.api.actor_ref import NAMESPACE
 from pcs_ray.coordinator.actor import start_coordinator
 from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
-from pcs_ray.resources import node_gpu_resources
+from pcs_ray.cluster.resources import node_gpu_resources
 
 
 def _start_ray(cluster: ClusterSpec, temp_dir: str) -> None:

@@ -32,7 +32,7 @@ def submit_cmd(
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Submit a training job; prints its id, predicted completion and worst-case bound at once."""
-    from pcs_ray.jobfile import load_job
+    from pcs_ray.jobs.jobfile import load_job
 
     load_job(job_file)  # a bad file fails before connecting
     client = coordinator_client(address)

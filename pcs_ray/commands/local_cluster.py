@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from executors.emulation import RAY_WORKER_ENV
-from pcs_ray import strict_json
+from pcs_ray.api import strict_json
 from pcs_ray.api.advert import remove_advert
-from pcs_ray.auth import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source
+from pcs_ray.api.ray_token import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source
 from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
 
 STATE_FILE = "cluster.json"
@@ -154,7 +154,7 @@ def _ray_bin() -> str:
 
 
 def _node_args(name: str, spec: Path | None) -> tuple[list[str], int]:
-    from pcs_ray.discovery import local_node, ray_start_args
+    from pcs_ray.cluster.discovery import local_node, ray_start_args
 
     node = local_node(name, spec)
     return ray_start_args(node), len(node.gpus)

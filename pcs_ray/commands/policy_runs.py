@@ -8,7 +8,7 @@ from pathlib import Path
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.data import locate
 from pcs_ray.policies import BUNDLED, POLICIES, SchedulingPolicy, WFQConfig, build_policy
-from pcs_ray.semantics import ordered_policies, with_semantics
+from pcs_ray.sim.semantics import ordered_policies, with_semantics
 
 
 @dataclass

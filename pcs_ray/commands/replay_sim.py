@@ -11,11 +11,11 @@ from __future__ import annotations
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel
-from pcs_ray.jobfile import parse_job
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.jobfile import parse_job
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy, build_policy
-from pcs_ray.simulator import simulate
+from pcs_ray.sim.run import simulate
 from workloads.joblist import ListedJob
 
 

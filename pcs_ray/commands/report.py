@@ -31,7 +31,7 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator import views
     from pcs_ray.coordinator.journal import Journal
-    from pcs_ray.coordinator.ledger import Ledger
+    from pcs_ray.coordinator.journal_interpreter import Ledger
 
     source = state_dir / "journal.sqlite"
     if not source.is_file():

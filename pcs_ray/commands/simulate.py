@@ -21,7 +21,7 @@ SUMMARY = "Replay a workload through one or more scheduling policies and compare
 def simulate_help() -> str:
     """The full help, listing every registered policy and placement."""
     from pcs_ray.commands.catalog import placement_list, policy_list, semantics_list
-    from pcs_ray.semantics import ordered_policies
+    from pcs_ray.sim.semantics import ordered_policies
 
     return f"""
 {SUMMARY}

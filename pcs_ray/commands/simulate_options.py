@@ -21,7 +21,7 @@ class Speedup(str, Enum):
 
 
 class Semantics(str, Enum):
-    """How decisions become a schedule (``pcs_ray.semantics``)."""
+    """How decisions become a schedule (``pcs_ray.sim.semantics``)."""
 
     continuous = "continuous"
     blox = "blox"
@@ -100,7 +100,7 @@ class SimulateOptions:
         if opts.skip_threshold is not None and opts.skip_threshold < 0:
             raise UsageError(f"--skip-threshold must be >= 0, got {opts.skip_threshold}")
         if opts.run_variability is not None:
-            from pcs_ray.runvariability import SOURCES
+            from pcs_ray.variability.run_replay import SOURCES
 
             if opts.run_variability not in SOURCES:
                 raise UsageError(f"unknown --run-variability {opts.run_variability!r}; valid: {', '.join(SOURCES)}")
@@ -114,7 +114,7 @@ class SimulateOptions:
             raise UsageError(f"--power-budget-kw must be a number of kW > 0, got {opts.power_budget_kw}")
         if opts.pcr is not None and not (opts.pcr > 0 and math.isfinite(opts.pcr)):
             raise UsageError(f"--pcr must be a fraction of the summed TDP > 0, got {opts.pcr}")
-        from pcs_ray.policies.vahrm import ENERGY_UNITS
+        from pcs_ray.policies.power_aware import ENERGY_UNITS
 
         if opts.energy_unit is not None and opts.energy_unit not in ENERGY_UNITS:
             raise UsageError(f"--energy-unit must be one of {', '.join(ENERGY_UNITS)}, got {opts.energy_unit!r}")

@@ -13,9 +13,9 @@ from pcs_ray.commands.inputs import UsageError
 from pcs_ray.data import locate
 from pcs_ray.commands.policy_runs import PolicyRun, resolve_policies
 from pcs_ray.commands.simulate_options import SimulateOptions
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement.configure import PlacementSetup, configure_placement
-from pcs_ray.topology import read_topo
+from pcs_ray.cluster.topology import read_topo
 from workloads.generator import generate_workload
 from workloads.traces import default_speedup, read_trace
 

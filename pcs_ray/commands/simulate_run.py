@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pcs_ray.commands.simulate_plan import Plan
-from pcs_ray.metrics import summarize
-from pcs_ray.simulator import SimResult, simulate
+from pcs_ray.sim.metrics import summarize
+from pcs_ray.sim.engine import SimResult
+from pcs_ray.sim.run import simulate
 
 
 @dataclass
@@ -61,7 +62,7 @@ def run_plan(plan: Plan, *, predict: bool, overhead: float, workers: int) -> lis
 def _replayed(placed, policy, plan: Plan):
     """``placed`` with run-to-run variability replayed; RUSH's start function reads the same predictions."""
     from pcs_ray.policies.rush import RushPolicy
-    from pcs_ray.runvariability import ReplayedPlacement, longhorn_replay
+    from pcs_ray.variability.run_replay import ReplayedPlacement, longhorn_replay
 
     placed = ReplayedPlacement(placed, longhorn_replay(plan.capacity, plan.replay_seed))
     if isinstance(policy, RushPolicy):

@@ -8,8 +8,8 @@ from rich.table import Table
 
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.data import locate
-from pcs_ray.job import JobSpec
-from pcs_ray.tenancy import TenantsFile, load_tenants, parse_quotas, tenants_from_dict
+from pcs_ray.jobs.spec import JobSpec
+from pcs_ray.tenants.spec import TenantsFile, load_tenants, parse_quotas, tenants_from_dict
 
 DEFAULT_INNER = "pcs-bal"
 
@@ -47,7 +47,7 @@ def inner_name(policy: list[str] | None) -> str:
 
 def run(value: str, policy: list[str] | None, *, speedup: str | None, predict: bool, overhead: float) -> dict:
     from pcs_ray.policies import build_policy
-    from pcs_ray.tenant_setups import run_setups
+    from pcs_ray.sim.tenant_setups import run_setups
 
     name = inner_name(policy)
     if name == "tenants":

@@ -46,7 +46,7 @@ def fit_cmd(
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the models and the folds.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
-    from pcs_ray.slowruns import build_dataset, fit, load_records
+    from pcs_ray.variability.slow_runs import build_dataset, fit, load_records
 
     if folds < 2:
         raise UsageError(f"--folds must be >= 2, got {folds}")

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.auth import prefer_token
+from pcs_ray.api.ray_token import prefer_token
 from pcs_ray.data import locate
 from pcs_ray.commands.views import stdout_console
 from pcs_ray.policies import BUNDLED, WFQConfig

@@ -62,7 +62,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     from pcs_ray.api.actor_ref import NAMESPACE
     from pcs_ray.coordinator.actor import start_coordinator
     from pcs_ray.coordinator.config import CoordinatorConfig, choose_policy, cluster_dict
-    from pcs_ray.discovery import cluster_from_ray_nodes
+    from pcs_ray.cluster.discovery import cluster_from_ray_nodes
     from pcs_ray.placement import create_placement
 
     choice = choose_policy(policy, pcs_config)  # fail here, not inside the actor
@@ -101,7 +101,7 @@ def stop_cmd(
 
     from pcs_ray.api.actor_ref import NAMESPACE
     from pcs_ray.client import actor_call, connect, get_coordinator
-    from pcs_ray.identity import Caller
+    from pcs_ray.tenants.identity import Caller
 
     connect(cluster_address(address), NAMESPACE)
     actor = get_coordinator()
@@ -125,7 +125,7 @@ def node_resources_cmd(
     power, clocks) or, without NVML, from the node of that name in
     --cluster-spec. The output is shell-quoted: `eval ray start $(pcs-ray node-resources --head)`.
     """
-    from pcs_ray.discovery import format_args, local_node, ray_start_args
+    from pcs_ray.cluster.discovery import format_args, local_node, ray_start_args
 
     node = local_node(node_name, cluster_spec)
     args = ray_start_args(node, head=head, address=address)

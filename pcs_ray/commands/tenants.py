@@ -55,7 +55,7 @@ def apply_cmd(
     The change is journaled, so a restart keeps it; its next decision divides GPUs among the tenants
     (which may stop or resize jobs), and every prediction and bound is refreshed at once.
     """
-    from pcs_ray.tenancy import load_tenants
+    from pcs_ray.tenants.spec import load_tenants
 
     checked = load_tenants(tenants_file)  # a bad file fails before connecting
     reply = coordinator_client(address).set_tenants(checked.model_dump(mode="json"))

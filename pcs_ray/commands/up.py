@@ -51,7 +51,7 @@ def up_cmd(
     """
     from pcs_ray.commands import local_cluster as lc
     from pcs_ray.commands.start import launch_coordinator
-    from pcs_ray.discovery import nvml_inventory
+    from pcs_ray.cluster.discovery import nvml_inventory
 
     if not local:
         raise lc.LocalClusterError("only --local is supported: real machines join with `pcs-ray node-resources` "

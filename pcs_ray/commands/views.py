@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from pcs_ray.strict_json import dumps
+from pcs_ray.api.strict_json import dumps
 
 # One row per job and policy; the writer below is the only place that knows the columns. The last
 # three say why a placement chose the job's GPUs (blank without --placement): the GPUs of its latest
@@ -59,7 +59,7 @@ def write_per_job(path: Path, runs: list[tuple[str, object, object]]) -> None:
 
 
 def strict_json(payload, **options) -> str:
-    """``payload`` as strict JSON: a missing figure is null, never ``NaN`` (``pcs_ray.strict_json``)."""
+    """``payload`` as strict JSON: a missing figure is null, never ``NaN`` (``pcs_ray.api.strict_json``)."""
     return dumps(payload, **options)
 
 

@@ -35,7 +35,7 @@ from pcs_ray.contract import Action, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.http_advert import serve_api
-from pcs_ray.coordinator.telemetry import RayMetrics, readings
+from pcs_ray.coordinator.metrics_export import RayMetrics, readings
 
 DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, warm_pool switches to the pool
 LOOP_WAIT_S = 0.2
@@ -363,7 +363,7 @@ def _holds(state: dict, token: tuple[str, int]) -> bool:
 def _alive_gpu_nodes() -> set[str]:
     """Names of the nodes whose per-GPU resources a live Ray node offers."""
     from pcs_ray.cluster import ClusterSpecError
-    from pcs_ray.discovery import cluster_from_ray_nodes
+    from pcs_ray.cluster.discovery import cluster_from_ray_nodes
 
     try:
         return {node.name for node in cluster_from_ray_nodes(ray.nodes()).nodes}

@@ -31,14 +31,14 @@ from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.coordinator.state import CoordinatorState, PolicyFactory
-from pcs_ray.identity import Caller
-from pcs_ray.jobfile import JobFile, parse_job
-from pcs_ray.ownership import check_cancel, check_operator
+from pcs_ray.tenants.identity import Caller
+from pcs_ray.jobs.jobfile import JobFile, parse_job
+from pcs_ray.tenants.ownership import check_cancel, check_operator
 import pcs_ray.train.store as store
 from pcs_ray.forecast import BranchPoints
 from pcs_ray.policies.base import SchedulingPolicy
-from pcs_ray.resources import gpu_resource
-from pcs_ray.tenancy import TenantsError, tenants_from_dict
+from pcs_ray.cluster.resources import gpu_resource
+from pcs_ray.tenants.spec import TenantsError, tenants_from_dict
 from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
@@ -179,7 +179,7 @@ class Coordinator(CoordinatorState):
             self.changes += 1
 
     def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
-        """A rank's NVML reading of its GPU (``pcs_ray.telemetry.RunMeter``); journaled at most every
+        """A rank's NVML reading of its GPU (``pcs_ray.power.measured.RunMeter``); journaled at most every
         ``TELEMETRY_JOURNAL_EVERY_S`` per job and GPU (a crash loses at most that much of a run's measured
         energy), and always when it is the run's last (``final``). Readings of an older run, or of a GPU
         the run does not hold, are dropped."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.jobfile import JobFile
+from pcs_ray.jobs.jobfile import JobFile
 
 
 def assignment(job: LiveJob, target: tuple[int, ...], resource: Callable[[int], str]) -> dict:

@@ -19,8 +19,8 @@ from pcs_ray.contract import Action, Submitted
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.logs import read_logs
-from pcs_ray.identity import Caller
-from pcs_ray.ownership import check_operator
+from pcs_ray.tenants.identity import Caller
+from pcs_ray.tenants.ownership import check_operator
 
 
 class CoordinatorHost(ABC):
@@ -126,7 +126,7 @@ class CoordinatorHost(ABC):
 
     def report_telemetry(self, job_id: int | str, attempt: int, node: str, index: int, reading: dict) -> None:
         """A runner rank's NVML reading of its GPU ``node:index`` in run ``attempt``
-        (``pcs_ray.telemetry.RunMeter``; ``final``: the run's last). Runners call it, users do not."""
+        (``pcs_ray.power.measured.RunMeter``; ``final``: the run's last). Runners call it, users do not."""
         with self.lock:
             self.core.telemetry(int(job_id), int(attempt), str(node), int(index), dict(reading))
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from pcs_ray.api.advert import read_advert, remove_advert, write_advert
-from pcs_ray.auth import read_token
+from pcs_ray.api.ray_token import read_token
 
 log = logging.getLogger("pcs_ray.coordinator.http")
 

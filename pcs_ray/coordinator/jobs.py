@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pcs_ray.contract import JobStatus
-from pcs_ray.jobfile import JobFile
+from pcs_ray.jobs.jobfile import JobFile
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The coordinator's model of the cluster: a simulator ``Engine`` kept in step with the live jobs.
 
 The live coordinator does not re-implement scheduling: it admits jobs into
-the same :class:`~pcs_ray.simulator.Engine` the simulator uses, overwrites
+the same :class:`~pcs_ray.sim.engine.Engine` the simulator uses, overwrites
 each job's remaining service with what the speed model makes of its runner's
 reports (:meth:`ClusterModel.sync`), and asks the engine to reallocate
 (counts from the policy, GPU ids from placement). Predictions are the
@@ -21,11 +21,11 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.forecast import BranchPoints
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.policies.rush import SkipTable
-from pcs_ray.simulator import Engine
+from pcs_ray.sim.engine import Engine
 
 
 def default_placement(cluster: ClusterSpec):

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.jobfile import USER_PREFIX, JobFile
+from pcs_ray.jobs.jobfile import USER_PREFIX, JobFile
 
 #: Work (fraction of one step) left in a job the model thinks is done but its runner has not reported:
 #: only the runner says when a job has finished.

@@ -28,12 +28,12 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
-from pcs_ray.coordinator.ledger import Ledger
+from pcs_ray.coordinator.journal_interpreter import Ledger
 from pcs_ray.coordinator.model import ClusterModel, job_spec
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.policies.tenants import TenantPolicy
-from pcs_ray.tenancy import TenantsFile, tenants_from_dict
+from pcs_ray.tenants.spec import TenantsFile, tenants_from_dict
 
 #: Builds a policy from its name and WFQ configuration (``coordinator.config.coordinator_policy``).
 PolicyFactory = Callable[[str, dict | None], SchedulingPolicy]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.telemetry import energy_view
+from pcs_ray.power.measured import energy_view
 from workloads.history import HistoryRecord
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pcs_ray.forecast.queue_play import QueuePlay
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 
 class BranchPoints:

@@ -6,7 +6,7 @@ import math
 
 from pcs_ray.forecast.decision import Decision
 from pcs_ray.forecast.queue_play import QueuePlay
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 INF = math.inf
 

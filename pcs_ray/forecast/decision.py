@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 
 @dataclass(slots=True)

@@ -13,10 +13,10 @@ import itertools
 from collections.abc import Callable
 
 from pcs_ray.forecast.decision import Decision, Front
-from pcs_ray.moves import charged_stall, finish_time, service_left
+from pcs_ray.jobs.moves import charged_stall, finish_time, service_left
 from pcs_ray.placement.base import Placement
 from pcs_ray.policies.base import top_up
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 
 def plays_itself(placement) -> bool:
@@ -36,7 +36,7 @@ class QueuePlay:
     a job over, every job ahead of that one got its full cap, and gets it again with as many GPUs:
     the pass resumes at the job passed over, with the GPUs it had there plus those freed ahead of it.
     A round that tops up across queues is followed by a full one. Every job whose count changes
-    is settled and charged by the engine's own rule (``pcs_ray.moves``), so finish times are
+    is settled and charged by the engine's own rule (``pcs_ray.jobs.moves``), so finish times are
     identical to the fork's. The engine is only read, when the play starts.
 
     A play is stepped event by event and can be copied between an event's completions and its

@@ -21,8 +21,8 @@ from pcs_ray.placement.packed import PACKED_NONSTICKY, PACKED_STICKY
 from pcs_ray.placement.pal import PAL
 from pcs_ray.placement.pmfirst import PM_FIRST
 from pcs_ray.placement.random_ import RANDOM_NONSTICKY, RANDOM_STICKY
-from pcs_ray.placement.slowrun import with_slow_run_filter
-from pcs_ray.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
+from pcs_ray.placement.slow_runs import with_slow_run_filter
+from pcs_ray.cluster.topology import TopoMatrix, TopologyError, hardware_graph, parse_topo, read_topo
 
 #: name -> configuration, in the order the CLI lists them
 PLACEMENTS: dict[str, Configuration] = {

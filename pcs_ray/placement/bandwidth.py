@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.data import data_dir
-from pcs_ray.topology import PCIE_CODES, TopoMatrix, link_bandwidth, nvlinks
+from pcs_ray.cluster.topology import PCIE_CODES, TopoMatrix, link_bandwidth, nvlinks
 
 PATTERNS = ("ring", "tree", "all-to-all")
 _ALIASES = {"ring": "ring", "tree": "tree", "chain": "tree", "all-to-all": "all-to-all", "alltoall": "all-to-all",

@@ -32,8 +32,8 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.explain import explanation
 from pcs_ray.placement.facts import ClusterFacts
 from pcs_ray.placement.framework import Configuration, Decision, PlacementError
-from pcs_ray.state import JobState, Snapshot
-from pcs_ray.topology import TopoMatrix
+from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.cluster.topology import TopoMatrix
 
 
 #: a reuse table holds this over the number of GPUs in entries (50,000 on 256 GPUs): a larger cluster's keys
@@ -170,7 +170,7 @@ class Placement:
         ``alloc`` is the policy's allocation in priority order; without it the
         counts are the jobs' ``alloc`` and the order is ``snap.jobs``'. An
         allocation with a ``gpus`` map (job id -> GPU ids, e.g.
-        ``pcs_ray.policies.vahrm.PlannedAllocation``) names GPUs the policy chose.
+        ``pcs_ray.policies.power_aware.PlannedAllocation``) names GPUs the policy chose.
         Jobs returned that are not in ``changed`` kept their count but moved.
         """
         changed = list(changed)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement import PLACEMENTS, create_placement
-from pcs_ray.placement.profiles import apply_profile, load_profile
+from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.placement.stats import PlacementLog
-from pcs_ray.topology import TopoMatrix, read_topo
+from pcs_ray.cluster.topology import TopoMatrix, read_topo
 
 
 @dataclass

@@ -14,8 +14,8 @@ import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.bandwidth import CommModel, SubsetTable, uniform_topology
-from pcs_ray.placement.profiles import bin_cluster_scores
-from pcs_ray.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
+from pcs_ray.variability.profiles import bin_cluster_scores
+from pcs_ray.cluster.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
 
 
 class ClusterFacts:

@@ -32,7 +32,7 @@ import numpy as np
 
 from pcs_ray.placement.facts import ClusterFacts
 from pcs_ray.placement.plugin import Context, Filter, NodeFits, Score, Source, overrides
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 
 class PlacementError(RuntimeError):

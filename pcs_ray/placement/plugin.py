@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 
 from pcs_ray.placement.facts import ClusterFacts
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pcs_ray.data import PCS_CONFIG_KINDS, locate, pcs_config
-from pcs_ray.tenancy import as_tenants
+from pcs_ray.tenants.spec import as_tenants
 from pcs_ray.policies.afs import AFSPolicy
 from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.policies.afs_l import AFSLPolicy
@@ -26,14 +26,18 @@ from pcs_ray.policies.srsf import SRSFPolicy
 from pcs_ray.policies.srtf import SRTFPolicy
 from pcs_ray.policies.tenants import TenantPolicy
 from pcs_ray.policies.themis import ThemisPolicy
-from pcs_ray.policies.vahrm import ENERGY_POLICIES
+from pcs_ray.policies.cgva_fcfs import CGVAFCFS, CGVAFCFSB
+from pcs_ray.policies.cva_fcfs import CVAFCFS, CVAFCFSB
+from pcs_ray.policies.vahrm import VAHRMPolicy
+from pcs_ray.policies.vu_fcfs import VUFCFS, VUFCFSB
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy
 from pcs_ray.policies.wfq import ConfigError, WFQConfig, WFQPolicy
 
 POLICIES: dict[str, type[SchedulingPolicy]] = {
     cls.name: cls
     for cls in (FIFOPolicy, SRSFPolicy, LASPolicy, SRTFPolicy, ThemisPolicy, ThemisLeasePolicy, AFSPolicy, AFSLPolicy,
-                FairSharePolicy, WFQPolicy, EasyBackfill, RushPolicy, *ENERGY_POLICIES, TenantPolicy)
+                FairSharePolicy, WFQPolicy, EasyBackfill, RushPolicy, VUFCFS, VUFCFSB, CVAFCFS, CVAFCFSB, CGVAFCFS,
+                CGVAFCFSB, VAHRMPolicy, TenantPolicy)
 }
 
 

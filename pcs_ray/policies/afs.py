@@ -25,7 +25,7 @@ Rigid jobs (min GPUs > 1, not in the artifact) take their minimum as one step.
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 EPS = 1e-7
 

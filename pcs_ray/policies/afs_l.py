@@ -9,7 +9,7 @@ gives every waiting app a GPU first; this reading makes linear scaling SRTF.
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
-from pcs_ray.state import Snapshot
+from pcs_ray.jobs.state import Snapshot
 
 
 class AFSLPolicy(SchedulingPolicy):

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pcs_ray.policies.reasons import WaitReason, waiting_for_gpus
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 Allocation = dict[int, int]  # job_id -> GPU count (jobs left out get 0)
 
@@ -39,7 +39,7 @@ class SchedulingPolicy(ABC):
     #: (``tenants``) then reuses a decision while those stay the same.
     membership_only: ClassVar[bool] = False
     #: Round length in seconds when the policy decides only at multiples of it (Blox's rounds,
-    #: ``pcs_ray.semantics``): arrivals wait for the next boundary and a finished job holds its
+    #: ``pcs_ray.sim.semantics``): arrivals wait for the next boundary and a finished job holds its
     #: GPUs until it. None: continuous time, a decision at every event.
     round_s: float | None = None
     #: Whether ``allocate`` leaves a GPU idle only when no active job can use it (the PCS
@@ -73,7 +73,7 @@ class SchedulingPolicy(ABC):
 
     def order(self, snap: Snapshot) -> Iterable[JobState] | None:
         """The active jobs in priority order, for a policy that is a priority order filled greedily
-        (what strict-priority semantics walks, ``pcs_ray.semantics``); None: it is not one."""
+        (what strict-priority semantics walks, ``pcs_ray.sim.semantics``); None: it is not one."""
         return None
 
     def make_index(self, jobs: Iterable[JobState]):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 class EasyBackfill(SchedulingPolicy):

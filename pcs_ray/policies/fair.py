@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
-from pcs_ray.state import Snapshot
+from pcs_ray.jobs.state import Snapshot
 
 
 class FairSharePolicy(SchedulingPolicy):

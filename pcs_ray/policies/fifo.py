@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
 from pcs_ray.policies.wfq import WFQConfig, WFQPolicy, fifo_queue_bound
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 class FIFOPolicy(SchedulingPolicy):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
-from pcs_ray.state import Snapshot
+from pcs_ray.jobs.state import Snapshot
 
 
 class LASPolicy(SchedulingPolicy):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pcs_ray.policies.base import Allocation
 from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.policies.reasons import WaitCode, WaitReason
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 class SkipTable:

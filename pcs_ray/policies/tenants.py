@@ -14,7 +14,7 @@ Inside a tenant, the inner policy (PCS WFQ by default) divides that tenant's
 GPUs exactly as it divides a cluster of that size. GPUs a tenant's jobs cannot
 use at its share (rigid jobs that do not fit) go back to the others.
 
-A minimum runtime (:class:`~pcs_ray.tenancy.MinRuntime`) keeps a young run's
+A minimum runtime (:class:`~pcs_ray.tenants.spec.MinRuntime`) keeps a young run's
 GPUs: such a run is neither preempted nor shrunk (it may grow into GPUs no
 other job can use), its GPUs count towards its tenant's share, and the inner
 policy divides the rest. Only a lender
@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
 from pcs_ray.policies.reasons import WaitCode, WaitReason, gpus_plural, waiting_for_gpus
 from pcs_ray.policies.water_fill import water_fill
-from pcs_ray.state import JobState, Snapshot
-from pcs_ray.tenancy import MinRuntime, Tenant, TenantsFile
+from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.tenants.spec import MinRuntime, Tenant, TenantsFile
 
 #: The tenant of jobs that name none, or that name one the configuration does not declare.
 _GUEST = Tenant(quota=0)
@@ -107,7 +107,7 @@ class TenantPolicy(SchedulingPolicy):
     Args:
         inner: the policy that divides each tenant's GPUs among its jobs.
         tenants: the tenants, their quotas, weights and borrowing limits, and the minimum runtime
-            (a :class:`~pcs_ray.tenancy.TenantsFile`); None: no tenants and no minimum runtime.
+            (a :class:`~pcs_ray.tenants.spec.TenantsFile`); None: no tenants and no minimum runtime.
     """
 
     name = "tenants"

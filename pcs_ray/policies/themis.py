@@ -20,7 +20,7 @@ review is asked for; the engine still counts the skipped quanta as events.
 from __future__ import annotations
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
-from pcs_ray.state import Snapshot
+from pcs_ray.jobs.state import Snapshot
 
 
 class ThemisPolicy(SchedulingPolicy):

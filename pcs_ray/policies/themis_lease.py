@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, greedy_fill
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 
 
 def fractional_speedup(job: JobState, share: float) -> float:

@@ -21,7 +21,7 @@ from pathlib import Path
 from pcs_ray.policies.base import Allocation, SchedulingPolicy, top_up
 from pcs_ray.policies.reasons import WaitCode, WaitReason
 from pcs_ray.policies.water_fill import water_fill
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.jobs.state import JobState, Snapshot
 from pcs_ray.contract import ConfigError  # one class for every unusable configuration, live or simulated
 
 

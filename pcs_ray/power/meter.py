@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pcs_ray.power.profile import GPUPower
-from pcs_ray.state import JobState
+from pcs_ray.jobs.state import JobState
 
 J_PER_KWH = 3.6e6
 

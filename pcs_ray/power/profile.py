@@ -4,7 +4,7 @@ A profile is a table of measured GPUs, per class: the GPU's mean power for
 the class's application, its mean run time (relative to the median) and the
 power a model predicted for it without having seen that GPU run that
 application (``predicted_w``). ``longhorn`` is built from PAL's Longhorn V100
-records (``pcs_ray.longhorn``): class A ResNet-50 (181 ± 14 W), B BERT (152 W),
+records (``pcs_ray.variability.longhorn``): class A ResNet-50 (181 ± 14 W), B BERT (152 W),
 C PageRank (81 W), D SGEMM (297 W, at the power cap), i.e. Table IV's
 small/medium/large GPU jobs are C/B/D; its predictions are TSMVA(RF+RF)'s
 held-out predictions (``pcs_ray.power.tsmva.held_out_predictions``), bundled in
@@ -174,7 +174,7 @@ def load_power_profile(name_or_path: str | Path) -> PowerProfile:
 def longhorn_rows(predictions: dict[tuple[str, str], float] | None = None) -> list[dict]:
     """The ``longhorn`` profile's rows from the Longhorn records: one per (class, measured GPU) with its mean
     power and run time, and ``predictions[(device, app)]`` where given."""
-    from pcs_ray.longhorn import load_runs
+    from pcs_ray.variability.longhorn import load_runs
 
     sums: dict[tuple[str, str], list[float]] = {}
     for r in load_runs(tuple(LONGHORN_CLASSES.values())):

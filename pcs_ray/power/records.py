@@ -52,8 +52,8 @@ class Records:
 
 
 def from_longhorn(apps=None) -> Records:
-    """PAL's Longhorn per-run records (``pcs_ray.longhorn``) as power records."""
-    from pcs_ray.longhorn import APPS, load_runs
+    """PAL's Longhorn per-run records (``pcs_ray.variability.longhorn``) as power records."""
+    from pcs_ray.variability.longhorn import APPS, load_runs
 
     runs = load_runs(tuple(apps) if apps else APPS)
     return Records(

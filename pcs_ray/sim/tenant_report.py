@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from pcs_ray.metrics import pred_errors
-from pcs_ray.simulator import JobRecord
-from pcs_ray.state import JobState
+from pcs_ray.sim.metrics import pred_errors
+from pcs_ray.sim.engine import JobRecord
+from pcs_ray.jobs.state import JobState
 
 
 class TenantLedger:

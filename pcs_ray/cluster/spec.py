@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
+from pcs_ray.cluster.nvml import NVMLDevices, NVMLUnavailable
 
 Score = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -285,7 +285,7 @@ def _topology_file(node: NodeSpec, position: int, base: Path, source: str) -> st
     failure later; a path that does not exist (yet) is left to the reader.
     """
     from pcs_ray.data import DataError, resolve
-    from pcs_ray.topology import TopologyError, read_topo  # networkx: only specs with a topology pay for it
+    from pcs_ray.cluster.topology import TopologyError, read_topo  # networkx: only specs with a topology pay for it
 
     path = base / node.topology  # base is absolute, so is path
     if not path.is_file():
@@ -304,7 +304,7 @@ def _topology_file(node: NodeSpec, position: int, base: Path, source: str) -> st
 
 
 def _nvml_cluster() -> ClusterSpec | None:
-    """One node of the local GPUs as NVML sees them (:class:`~pcs_ray.nvml.NVMLDevices`), or ``None`` without
+    """One node of the local GPUs as NVML sees them (:class:`~pcs_ray.cluster.nvml.NVMLDevices`), or ``None`` without
     NVML or GPUs."""
     try:
         with NVMLDevices.start() as devices:

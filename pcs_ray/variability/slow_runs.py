@@ -23,7 +23,7 @@ F1 (the runs that started together in one fold) is reported beside it. The naive
 predicts slow when the device's past mean slowdown exceeds a threshold fitted
 on the training split.
 
-Per-run records come from the bundled Longhorn files (``pcs_ray.longhorn``)
+Per-run records come from the bundled Longhorn files (``pcs_ray.variability.longhorn``)
 or from a CSV in the live system's job-history schema (``read_csv``).
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pcs_ray.longhorn import LonghornError, Run, load_runs
+from pcs_ray.variability.longhorn import LonghornError, Run, load_runs
 
 SLOW_SIGMAS = 1.5
 MAX_FEATURES = 20

@@ -17,12 +17,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.policies.tenants import TenantPolicy
-from pcs_ray.simulator import simulate
-from pcs_ray.tenancy import TenantsError, TenantsFile
-from pcs_ray.tenant_report import TenantLedger, tenant_summary
+from pcs_ray.sim.run import simulate
+from pcs_ray.tenants.spec import TenantsError, TenantsFile
+from pcs_ray.sim.tenant_report import TenantLedger, tenant_summary
 
 SETUPS = ("static", "shared", "flat")
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pcs_ray.cluster import format_validation_error
 from pcs_ray.contract import ConfigError
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 
 
 class TenantsError(ConfigError):

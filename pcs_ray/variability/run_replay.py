@@ -4,7 +4,7 @@ PAL's profiles model the part of a GPU's slowness that persists; the Longhorn
 records also show runs on the *same* GPU varying over time (ResNet: 20 %
 coefficient of variation over three days). :class:`RunReplay` replays the
 records of the job's own application, as PAL's profiles do per class
-(``pcs_ray.longhorn.CLASS_APPS``: ResNet-50 for class A, BERT for B,
+(``pcs_ray.variability.longhorn.CLASS_APPS``: ResNet-50 for class A, BERT for B,
 PageRank for C and D): per application, whole recorded nodes are laid on
 the simulated nodes (drawn without repetition, seeded like variability
 profiles; records without nodes, GPU by GPU), and their later runs (the runs
@@ -20,7 +20,7 @@ some GPUs at time t takes each one's record at t: it runs slower by the
 largest recorded slowdown (``runtime / its application's mean``; the slowest
 GPU sets a bulk-synchronous job's pace), and the run is **slow** when any of
 those records is (more than 1.5 sigma above its application's mean, the
-label of ``pcs_ray.slowruns``). Each record also carries the slow-run
+label of ``pcs_ray.variability.slow_runs``). Each record also carries the slow-run
 model's prediction for that run, made from features known before it ran
 (its application among them, RUSH's M(j, S)): the prediction of each GPU's
 record now is what RUSH's start function and the slow-run placement filter
@@ -51,8 +51,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pcs_ray.longhorn import CLASS_APPS
-from pcs_ray.state import JobState, Snapshot
+from pcs_ray.variability.longhorn import CLASS_APPS
+from pcs_ray.jobs.state import JobState, Snapshot
 
 #: names ``--run-variability`` accepts
 SOURCES = ("longhorn",)
@@ -86,7 +86,7 @@ def longhorn_devices(seed: int = 0, apps: tuple[str, ...] | None = None
     group its later runs by application and device (and, under ``ANY``, by device across applications).
 
     Cached: the fit takes tens of seconds and does not depend on the simulation's seed."""
-    from pcs_ray.slowruns import build_dataset, fit, load_records
+    from pcs_ray.variability.slow_runs import build_dataset, fit, load_records
 
     runs = [r for r in load_records("longhorn") if apps is None or r.app in apps]
     ds = build_dataset(runs)

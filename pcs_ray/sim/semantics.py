@@ -26,7 +26,7 @@ from __future__ import annotations
 
 
 from pcs_ray.policies.base import Allocation, SchedulingPolicy
-from pcs_ray.state import Snapshot
+from pcs_ray.jobs.state import Snapshot
 
 #: Blox's round length in PAL's simulations (``--round-duration 360``).
 BLOX_ROUND_S = 360.0

@@ -43,7 +43,7 @@ import numpy as np
 
 from pcs_ray.cluster import ClusterSpec, NodeSpec
 from pcs_ray import data
-from pcs_ray.longhorn import CLASS_APPS
+from pcs_ray.variability.longhorn import CLASS_APPS
 
 CLASSES = ("A", "B", "C", "D")
 

@@ -2,7 +2,7 @@
 
 The predictions come from whatever the placement's facts carry as
 ``slow_runs`` (an object with ``predicted_slow(job) -> bool per GPU``, e.g.
-``pcs_ray.runvariability.RunReplay``); without one nothing is predicted and
+``pcs_ray.variability.run_replay.RunReplay``); without one nothing is predicted and
 nothing is rejected, so a ``-slow-run`` placement then behaves as its base.
 A job's own GPUs pass (staying on them starts no new run); a move to
 other GPUs is a new run and avoids predicted-slow ones like a start. When fewer free GPUs than the job needs are predicted fast the filter steps

@@ -5,7 +5,7 @@ things (submit, cancel, config set, tenants apply, stop). The user is
 ``$PCS_RAY_USER``, else the OS login; the tenant is ``$PCS_RAY_TENANT`` (a job
 file's own ``tenant`` wins for that job). Nothing verifies it: it keeps
 people and tools from acting on the wrong jobs by mistake, not an attacker
-(see ``pcs_ray.ownership``).
+(see ``pcs_ray.tenants.ownership``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What GPUs a node has, and how a Ray cluster tells the coordinator about them.
 
-On a node with NVIDIA GPUs, NVML (read by :mod:`pcs_ray.nvml`) gives each
+On a node with NVIDIA GPUs, NVML (read by :mod:`pcs_ray.cluster.nvml`) gives each
 GPU's UUID, power limit and clocks, and the GPU-to-GPU link matrix (NVLink
 counts, else the PCIe distance) in the same :class:`TopoMatrix` that
 ``nvidia-smi topo -m`` files parse into. Without NVML (no driver, no GPU) the node comes from a declared
@@ -18,10 +18,10 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pcs_ray.cluster import ClusterSpec, ClusterSpecError, GPUSpec, NodeSpec, load_cluster_spec, sim_uuid
-from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
-from pcs_ray.topology import TopoMatrix
-from pcs_ray.resources import gpu_resource
+from pcs_ray.cluster.spec import ClusterSpec, ClusterSpecError, GPUSpec, NodeSpec, load_cluster_spec, sim_uuid
+from pcs_ray.cluster.nvml import NVMLDevices, NVMLUnavailable
+from pcs_ray.cluster.topology import TopoMatrix
+from pcs_ray.cluster.resources import gpu_resource
 
 _RESOURCE_RE = re.compile(r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]*)_gpu(?P<index>\d+)$")
 
@@ -59,7 +59,7 @@ class NodeInventory:
 
 
 def nvml_inventory(node_name: str | None = None, nvml=None) -> NodeInventory | None:
-    """The local GPUs via NVML (:class:`~pcs_ray.nvml.NVMLDevices`), or ``None`` where NVML or GPUs are
+    """The local GPUs via NVML (:class:`~pcs_ray.cluster.nvml.NVMLDevices`), or ``None`` where NVML or GPUs are
     missing. ``nvml``: a pynvml stand-in for tests."""
     try:
         with NVMLDevices.start(nvml) as devices:
@@ -92,7 +92,7 @@ def local_node(node_name: str | None = None, spec_path: str | Path | None = None
             gpus = [GPUInfo(index=g.index, uuid=g.uuid) for g in node.gpus]
             topo = None
             if node.topology:
-                from pcs_ray.topology import read_topo
+                from pcs_ray.cluster.topology import read_topo
 
                 topo = read_topo(node.topology)
             return NodeInventory(node.name, gpus, topo, "cluster-spec", ["logical GPUs (no NVML device)"])

@@ -27,7 +27,7 @@ an unknown workload, more GPUs than the cluster has, sizes out of range,
 unknown fields. This module is in the pure core: what the workloads are and
 which ``params`` they read comes in as ``parse_job(workloads=...)``, a
 :class:`WorkloadCatalog` (``workloads.catalog.registered_workloads()``). A job's own code is
-checked without running it (``pcs_ray.usercode``); it is labelled ``user:<entrypoint>`` in
+checked without running it (``pcs_ray.jobs.usercode``); it is labelled ``user:<entrypoint>`` in
 ``workload`` so that what the cluster learns of its speed is kept per entrypoint.
 """
 
@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pcs_ray.cluster import format_validation_error as _format_validation_error
 from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
-from pcs_ray.usercode import CodeError, check_code
+from pcs_ray.jobs.usercode import CodeError, check_code
 
 USER_PREFIX = "user:"
 
@@ -98,7 +98,7 @@ class JobFile(BaseModel):
     executor: Literal["runner", "external"] = Field(
         default="runner", description="external: another executor (a Ray Tune sweep) runs it on the GPUs it is given")
     tenant: str | None = Field(default=None, min_length=1, max_length=100,
-                               description="the tenant whose quota it runs on (see pcs_ray.tenancy)")
+                               description="the tenant whose quota it runs on (see pcs_ray.tenants.spec)")
     user: str | None = Field(default=None, min_length=1, max_length=100, description="who submitted it")
     min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
                                         description="seconds a run is kept before preemption, within the operator's bound")
@@ -202,7 +202,7 @@ def parse_job(
 ) -> JobFile:
     """Validate a parsed spec against the cluster (``capacity`` GPUs) and the known ``workloads``.
 
-    ``check_files``: read the job's own code (``pcs_ray.usercode``) where it lies; off where the
+    ``check_files``: read the job's own code (``pcs_ray.jobs.usercode``) where it lies; off where the
     files are not here (a client checking shape before the coordinator checks the rest).
 
     ``workloads``: a :class:`WorkloadCatalog` checks names and ``params``; a

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from pcs_ray.job import JobSpec
+from pcs_ray.jobs.spec import JobSpec
 
 
 @dataclass(slots=True, eq=False)  # identity semantics: two jobs are never "equal"

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from pcs_ray.nvml import NVMLDevices, NVMLUnavailable
+from pcs_ray.cluster.nvml import NVMLDevices, NVMLUnavailable
 
 #: clock-event reason bits (NVML ``nvmlClocksEventReason*``), by name
 REASONS = {
@@ -62,7 +62,7 @@ class GPUSample:
 
 
 class NVMLSampler:
-    """Samples this node's GPUs through NVML (:class:`~pcs_ray.nvml.NVMLDevices`); ``nvml``: a stand-in for
+    """Samples this node's GPUs through NVML (:class:`~pcs_ray.cluster.nvml.NVMLDevices`); ``nvml``: a stand-in for
     ``pynvml`` (tests)."""
 
     def __init__(self, nvml=None, clock: Callable[[], float] = time.time) -> None:

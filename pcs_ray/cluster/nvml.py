@@ -5,7 +5,7 @@ Node discovery, cluster discovery and telemetry all read NVML through :class:`NV
 a stand-in for the ``pynvml`` module. A query a GPU or driver does not answer (not supported, no
 permission, a function an older driver lacks) reads as None.
 
-The link matrix is the one ``nvidia-smi topo -m`` prints (:class:`~pcs_ray.topology.TopoMatrix`): ``NV#``
+The link matrix is the one ``nvidia-smi topo -m`` prints (:class:`~pcs_ray.cluster.topology.TopoMatrix`): ``NV#``
 for # NVLinks between two GPUs, else their PCIe distance. On NVSwitch machines (DGX-2, DGX/HGX A100 and
 H100) a GPU's NVLinks end at a switch, not at another GPU; NVML then names the switch as the link's remote
 end, and ``nvidia-smi`` shows every pair of GPUs on the switches as ``NV#`` with # the GPU's links into
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pcs_ray.topology import TopoMatrix
+    from pcs_ray.cluster.topology import TopoMatrix
 
 # NVML's common-ancestor levels -> nvidia-smi topo -m codes.
 PCIE_LEVEL = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -150,7 +150,7 @@ class NVMLDevices:
 
     def topology(self) -> TopoMatrix:
         """The link matrix as ``nvidia-smi topo -m`` prints it (see the module docstring)."""
-        from pcs_ray.topology import TopoMatrix  # here, not above: telemetry in every run reads NVML without networkx
+        from pcs_ray.cluster.topology import TopoMatrix  # here, not above: telemetry in every run reads NVML without networkx
 
         n, handles = self.count, self.handles
         bus = {}

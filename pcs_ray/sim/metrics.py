@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcs_ray.simulator import JobRecord, SimResult
+from pcs_ray.sim.engine import JobRecord, SimResult
 
 
 def fair_jct(rec: JobRecord, capacity: int, speedup_at) -> float:

@@ -7,7 +7,7 @@
   one is locked out of the cluster's configuration).
 * Without a tenants file nothing is refused.
 
-Identities are declared by the client (:mod:`pcs_ray.identity`): this guards
+Identities are declared by the client (:mod:`pcs_ray.tenants.identity`): this guards
 against mistakes and tooling acting on the wrong job, not against anyone who
 holds the Ray cluster's token.
 """
@@ -15,7 +15,7 @@ holds the Ray cluster's token.
 from __future__ import annotations
 
 from pcs_ray.contract import PermissionDeniedError
-from pcs_ray.identity import Caller
+from pcs_ray.tenants.identity import Caller
 
 
 def _who(caller: Caller) -> str:

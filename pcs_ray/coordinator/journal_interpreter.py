@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pcs_ray.contract import TERMINAL, JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
-from pcs_ray.jobfile import JobFile
+from pcs_ray.jobs.jobfile import JobFile
 
 
 class Ledger:
@@ -134,7 +134,7 @@ class Ledger:
         """The policy changed (``data``: the ``config`` event's)."""
 
     def _tenants_set(self, t: float, data: dict) -> None:
-        """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenancy`` reads it)."""
+        """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenants.spec`` reads it)."""
 
 
 __all__ = ["Ledger"]

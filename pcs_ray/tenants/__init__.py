@@ -1,0 +1,1 @@
+"""Who shares the cluster: the tenants file (quotas, borrowing, minimum runtime), who calls, and who may do what."""
