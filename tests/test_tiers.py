@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("pcs_ray", "workloads", "solver", "executors")
@@ -162,6 +163,29 @@ def test_the_forecast_package_stands_on_the_policy_and_placement_interfaces():
     bad = [f"{mod} imports {dst}" for mod, path in known.items() if within(mod, "pcs_ray.forecast")
            for dst, _ in imports_of(mod, path, known) if not within(dst, *FORECAST_GROUND)]
     assert any(within(m, "pcs_ray.forecast") for m in known) and not bad, bad
+
+
+#: What each package of the core may build on besides itself: its rooms below it, nothing sideways.
+PACKAGE_GROUND = {
+    "pcs_ray.cluster": ("pcs_ray.data",),
+    "pcs_ray.jobs": ("pcs_ray.contract", "pcs_ray.cluster"),
+    "pcs_ray.api": ("pcs_ray.contract",),
+    "pcs_ray.tenants": ("pcs_ray.contract", "pcs_ray.cluster", "pcs_ray.jobs"),
+    "pcs_ray.variability": ("pcs_ray.data", "pcs_ray.cluster", "pcs_ray.jobs"),
+    "pcs_ray.power": ("pcs_ray.data", "pcs_ray.cluster", "pcs_ray.jobs", "pcs_ray.variability"),
+    "pcs_ray.sim": ("pcs_ray.jobs", "pcs_ray.policies", "pcs_ray.forecast", "pcs_ray.tenants"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_GROUND))
+def test_each_core_package_stands_on_its_ground(package):
+    """A concern's folder imports only the rooms its ground names (``pcs_ray`` itself, whose ``__init__``
+    imports nothing, aside): a new arrow between rooms is a decision, made here, not an accident."""
+    known = modules()
+    ground = (package, *PACKAGE_GROUND[package])
+    bad = [f"{mod} imports {dst}" for mod, path in known.items() if within(mod, package)
+           for dst, _ in imports_of(mod, path, known) if dst != "pcs_ray" and not within(dst, *ground)]
+    assert any(within(m, package) for m in known) and not bad, bad
 
 
 def defined_names(tree: ast.AST) -> set[str]:

@@ -27,11 +27,11 @@ from pcs_ray.commands.views import strict_json
 
 def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[dict, list[str]]:
     """A ``status``-shaped dict (absolute times) and the GPU names, from the journal replayed through the
-    coordinator's own interpreter (``Ledger``) and views. ``policy``: the one the latest start journaled."""
+    coordinator's own interpreter (``JournalInterpreter``) and views. ``policy``: the one the latest start journaled."""
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator import views
     from pcs_ray.coordinator.journal import Journal
-    from pcs_ray.coordinator.journal_interpreter import Ledger
+    from pcs_ray.coordinator.journal_interpreter import JournalInterpreter
 
     source = state_dir / "journal.sqlite"
     if not source.is_file():
@@ -43,7 +43,7 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
         spec = load_cluster_spec(spec_path)
         names = [f"{n.name}:{g.index}" for n in spec.nodes for g in n.gpus]
         power = [dict(g.power) for n in spec.nodes for g in n.gpus]
-    ledger, last = Ledger(), 0.0
+    interpreter, last = JournalInterpreter(), 0.0
     with tempfile.TemporaryDirectory(prefix="pcs-ray-report-") as tmp:
         for suffix in ("", "-wal"):
             if Path(str(source) + suffix).exists():
@@ -51,14 +51,14 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
         journal = Journal(Path(tmp) / "journal.sqlite")
         try:
             for ev in journal.events():
-                ledger.apply(ev.t, ev.kind, ev.job_id, ev.data)
+                interpreter.apply(ev.t, ev.kind, ev.job_id, ev.data)
                 last = ev.t
         except (KeyError, TypeError, AttributeError) as e:  # a record this version cannot read
             raise ValueError(f"{source}: record {ev.seq} ({ev.kind}) cannot be read: {type(e).__name__} {e}") from None
         finally:
             journal.close()
     if not names:
-        top = max((g for job in ledger.jobs.values() for seg in job.segments for g in seg["gpus"]), default=-1)
+        top = max((g for job in interpreter.jobs.values() for seg in job.segments for g in seg["gpus"]), default=-1)
         names = [f"gpu{g}" for g in range(top + 1)]
 
     def name(g: int) -> str:
@@ -67,9 +67,9 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
     def watts(job_class: str, g: int) -> float | None:
         return power[g].get(job_class) if 0 <= g < len(power) else None
 
-    epoch = ledger.epoch or 0.0
+    epoch = interpreter.epoch or 0.0
     # A run still open is modelled up to the journal's last event.
-    status = views.status(epoch + last, epoch, ledger.started_with or {}, len(names), 0.0, ledger.jobs.values(), name,
+    status = views.status(epoch + last, epoch, interpreter.started_with or {}, len(names), 0.0, interpreter.jobs.values(), name,
                           watts if power else None)
     return status, names
 

@@ -34,11 +34,11 @@ from pcs_ray.coordinator.state import CoordinatorState, PolicyFactory
 from pcs_ray.tenants.identity import Caller
 from pcs_ray.jobs.jobfile import JobFile, parse_job
 from pcs_ray.tenants.ownership import check_cancel, check_operator
+from pcs_ray.coordinator.tenants import admitted_spec, checked_tenants_file, tenant_usage
 import pcs_ray.train.store as store
 from pcs_ray.forecast import BranchPoints
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.cluster.resources import gpu_resource
-from pcs_ray.tenants.spec import TenantsError, tenants_from_dict
 from workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
@@ -120,14 +120,7 @@ class Coordinator(CoordinatorState):
         spec = raw if isinstance(raw, JobFile) else parse_job(
             raw, "job spec", capacity=self.cluster.num_gpus, workloads=self.workloads
         )
-        if caller is not None:
-            spec = spec.model_copy(update={"user": spec.user or caller.user or None,
-                                           "tenant": spec.tenant or caller.tenant})
-        if self.tenants is not None:
-            try:
-                self.tenants.check_request(spec.name or "spec", spec.tenant, spec.min_runtime_s)
-            except TenantsError as e:
-                raise JobSpecError(str(e)) from None
+        spec = admitted_spec(spec, caller, self.tenants)
         if spec.fewest_gpus > self.cluster.num_gpus:
             raise JobSpecError(f"job spec: gpus: the job needs {spec.fewest_gpus} GPUs; the cluster has {self.cluster.num_gpus}")
         jid = self.next_id
@@ -279,30 +272,11 @@ class Coordinator(CoordinatorState):
 
     def set_tenants(self, raw: dict, caller: Caller | None = None) -> list[Action]:
         """The operator applies a tenants file (``pcs-ray tenants apply``): checked against the cluster and
-        the active jobs, journaled, and from then on the tenants policy wraps the policy in force.
-
-        Active jobs that name a tenant the file does not declare refuse the apply (a tenant renamed or
-        dropped while it still has jobs is a mistake); jobs that name none run as guests, on GPUs no
-        tenant uses."""
+        the active jobs (:func:`~pcs_ray.coordinator.tenants.checked_tenants_file`), journaled, and from then
+        on the tenants policy wraps the policy in force."""
         if caller is not None:
             check_operator(self.tenants, caller, "tenants apply")
-        try:
-            tenants = tenants_from_dict(raw, "tenants file")
-            tenants.check_capacity(self.cluster.num_gpus)
-        except TenantsError as e:
-            raise ConfigError(str(e)) from None
-        orphans: dict[str, list[int]] = {}
-        for jid, job in self.active.items():
-            if job.spec.tenant and not job.cancel_requested and job.spec.tenant not in tenants.tenants:
-                orphans.setdefault(job.spec.tenant, []).append(jid)
-        if orphans:
-            named = "; ".join(f"{t!r} (job{'s' if len(j) > 1 else ''} {', '.join(map(str, j))})"
-                              for t, j in orphans.items())
-            raise ConfigError(f"tenants file: active jobs name tenants it does not declare: {named}; "
-                              f"declare them or cancel those jobs first")
-        if caller is not None and tenants.operators and caller.user not in tenants.operators:
-            raise ConfigError(f"tenants file: its operators ({', '.join(tenants.operators)}) leave out "
-                              f"{caller.user or 'you'}, who could then not change it again")
+        tenants = checked_tenants_file(raw, self.cluster.num_gpus, self.active, caller)
         self._record("tenants", None, tenants=tenants.model_dump(mode="json"))
         return self._policy_changed()
 
@@ -517,14 +491,8 @@ class Coordinator(CoordinatorState):
 
     def tenants_view(self) -> dict:
         """The tenants file in force (None: none), since when, and per tenant its active and waiting jobs and GPUs."""
-        usage: dict[str, dict] = {}
-        for job in self.active.values():
-            row = usage.setdefault(job.spec.tenant or "", {"jobs": 0, "waiting": 0, "gpus": 0})
-            row["jobs"] += 1
-            row["waiting"] += job.state == JobStatus.QUEUED
-            row["gpus"] += len(job.gpus) if job.state.holds_gpus else 0
         return {"tenants": None if self.tenants is None else self.tenants.model_dump(mode="json"),
-                "since": self.wall(self.tenants_since), "usage": usage}
+                "since": self.wall(self.tenants_since), "usage": tenant_usage(self.active.values())}
 
     def config(self) -> dict:
         """The policy in force (its parameters), the placement, and where and when the policy came from."""

@@ -13,7 +13,7 @@ from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.jobs.jobfile import JobFile
 
 
-class Ledger:
+class JournalInterpreter:
     """The jobs as the journal's events leave them, and the journal's epoch (``time.time()`` at its start)."""
 
     def __init__(self) -> None:
@@ -137,4 +137,4 @@ class Ledger:
         """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenants.spec`` reads it)."""
 
 
-__all__ = ["Ledger"]
+__all__ = ["JournalInterpreter"]

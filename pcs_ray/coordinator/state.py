@@ -6,7 +6,7 @@ same ``_apply`` rebuilds the state after a restart, so the live path and the
 recovery path cannot drift. The state is the jobs (:mod:`.jobs`), what was
 measured (:mod:`.speed`), the cluster model kept in step with them
 (:mod:`.model`) and the policy in force. What an event does to the jobs is
-the journal's one interpreter (:class:`.ledger.Ledger`, which ``pcs-ray
+the journal's one interpreter (:class:`.journal_interpreter.JournalInterpreter`, which ``pcs-ray
 report`` replays too); this state adds what it does to the model, the
 measurements and the policy.
 
@@ -28,7 +28,7 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
-from pcs_ray.coordinator.journal_interpreter import Ledger
+from pcs_ray.coordinator.journal_interpreter import JournalInterpreter
 from pcs_ray.coordinator.model import ClusterModel, job_spec
 from pcs_ray.coordinator.speed import SpeedModel
 from pcs_ray.policies.base import SchedulingPolicy
@@ -44,7 +44,7 @@ def described(policy: SchedulingPolicy) -> dict:
     return json.loads(json.dumps(policy.describe()))
 
 
-class CoordinatorState(Ledger):
+class CoordinatorState(JournalInterpreter):
     """Jobs, measurements, the model and the policy; see the module docstring."""
 
     def __init__(self, cluster: ClusterSpec, policy: SchedulingPolicy, journal: Journal, *, placement,

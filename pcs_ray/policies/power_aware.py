@@ -3,7 +3,7 @@
 Predicted power per GPU and class, the TDP, the idle draw, and the system-wide power budget
 (``budget_w``, paper §III-A), checked at admission against the *predicted* draw of the whole system:
 running jobs at their predicted power, idle GPUs at ``idle_w``, plus the candidate
-(:class:`PowerLedger`); the instantaneous true draw may exceed it, as the paper allows. With nothing
+(:class:`PowerBudget`); the instantaneous true draw may exceed it, as the paper allows. With nothing
 running, a job starts whatever it draws (else a job above the budget would never run). A policy's
 ``placement`` names the placement the paper pairs it with.
 """
@@ -30,7 +30,7 @@ IDLE_W = 60.0
 ENERGY_UNITS = {"J": 1.0, "kWh": 3.6e6}
 
 
-class PowerLedger:
+class PowerBudget:
     """The system's predicted draw (W) during one decision: every busy GPU at its job's predicted power,
     every idle GPU at ``idle_w`` (the paper's idle draw, §V-A), checked against the budget (§III-C Step 6)."""
 
@@ -112,7 +112,7 @@ class PowerAware:
             return out
         by_id = {j.spec.job_id: j for j in snap.jobs}
         started = [(by_id[jid], n) for jid, n in alloc.items() if n and jid in by_id]
-        ledger = PowerLedger(self.budget_w, self.idle_w, sum(self.gpu_watts(j) * n for j, n in started),
+        ledger = PowerBudget(self.budget_w, self.idle_w, sum(self.gpu_watts(j) * n for j, n in started),
                              max(snap.capacity - sum(n for _, n in started), 0), len(started))
         for jid in out:
             job = by_id[jid]
@@ -131,7 +131,7 @@ class PowerAware:
             return None
         return table
 
-    def _ledger(self, snap: Snapshot) -> tuple[PowerLedger, np.ndarray | None]:
+    def _power_budget(self, snap: Snapshot) -> tuple[PowerBudget, np.ndarray | None]:
         """The running jobs' predicted draw (on their own GPUs where the snapshot names them, else the
         class mean per GPU), idle GPUs at idle draw; marks running workloads profiled. Also the free GPUs'
         mask, or None where a running job's GPUs are unknown."""
@@ -162,7 +162,7 @@ class PowerAware:
                 busy_w += len(gpus) * self.power.get(cls, self.tdp_w)
             if free is not None:
                 free[gpus] = False
-        ledger = PowerLedger(self.budget_w, self.idle_w, busy_w, max(capacity - busy, 0), running)
+        ledger = PowerBudget(self.budget_w, self.idle_w, busy_w, max(capacity - busy, 0), running)
         return ledger, free
 
     def _power_describe(self) -> dict:
@@ -178,4 +178,4 @@ class PlannedAllocation(dict):
         super().__init__(*args, **kwargs)
         self.gpus: dict[int, tuple[int, ...]] = {}
 
-__all__ = ["BETA", "ENERGY_UNITS", "IDLE_W", "WEEK", "PlannedAllocation", "PowerAware", "PowerLedger"]
+__all__ = ["BETA", "ENERGY_UNITS", "IDLE_W", "WEEK", "PlannedAllocation", "PowerAware", "PowerBudget"]

@@ -22,7 +22,7 @@ class PowerFCFS(PowerAware, EasyBackfill):
 
     Its placement chooses the GPUs after the policy has admitted the job, so the budget check costs a
     candidate at its class's mean predicted power per GPU (TDP for a first run); running jobs and idle
-    GPUs count as in VAHRM's check (:class:`PowerLedger`)."""
+    GPUs count as in VAHRM's check (:class:`PowerBudget`)."""
 
     backfills: ClassVar[bool] = True
 
@@ -35,7 +35,7 @@ class PowerFCFS(PowerAware, EasyBackfill):
         return rest if self.backfills else []
 
     def allocate(self, snap: Snapshot) -> Allocation:
-        self._budget, _ = self._ledger(snap)
+        self._budget, _ = self._power_budget(snap)
         self._blocked = False
         self._started: set[str] = set()
         alloc = super().allocate(snap)

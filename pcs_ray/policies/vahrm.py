@@ -75,7 +75,7 @@ class VAHRMPolicy(PowerAware, SchedulingPolicy):
     def allocate(self, snap: Snapshot) -> Allocation:
         # One pass over the jobs and one sort: this runs at every event with thousands queued.
         capacity, now = snap.capacity, snap.now
-        ledger, free_mask = self._ledger(snap)
+        ledger, free_mask = self._power_budget(snap)
         profiled, cache = self._profiled, self._cache
         alloc = PlannedAllocation()
         free = capacity
