@@ -197,7 +197,7 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
 
 def calibrate(args) -> float:
     """Seconds per iteration of one trial alone on this machine (what a user would measure once)."""
-    from tests.tune_helpers import reference_run
+    from executors.tune_trial import reference_run
 
     one = {"workload": "tiny_cnn", "iterations": 2, "steps_per_iteration": args.steps_per_iteration,
            "params": {"num_samples": 128}}
