@@ -40,9 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
+from pcs_ray.api import strict_json
 
 LONE = "submit_s,name,workload,steps,gpus,min_gpus,class\n0,lone-tinycnn,tiny_cnn,300,2,2,A\n"
 USER_CODE = Path(__file__).resolve().parent.parent / "examples" / "user-code"

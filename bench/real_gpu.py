@@ -50,9 +50,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402 - after the path: the bench runs from a checkout
+from pcs_ray.api import strict_json
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_LOOP = REPO / "examples" / "user-code" / "train_mlp.py"
