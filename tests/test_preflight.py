@@ -1,5 +1,5 @@
 """The GPU preflight: its checks over what a pinned process saw, the probe's failures, ``pcs-ray doctor`` and
-the warning lines node registration prints. NVML is a stand-in and the pinned processes are faked: the real
+the warning lines node registration prints. NVML's discovery and the pinned processes are faked: the real
 ones run on a GPU machine (``bench/real_gpu.py``'s ``preflight`` check)."""
 
 from __future__ import annotations
@@ -26,26 +26,9 @@ def seen(index: int, uuid: str = UUID, **changes) -> dict:
             "nvml_uuid_of_pci_bus_id": uuid, "pci_bus_id": "00000000:65:00.0", **changes}
 
 
-class OneUUIDNVML:
-    """Just enough of pynvml for ``nvml_inventory``: ``count`` GPUs named ``GPU-fake-<i>``."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetUUID(self, h):
-        return f"GPU-fake-{h}".encode()
+def two_gpus() -> NodeInventory:
+    """What NVML discovery gives for a node of two GPUs."""
+    return NodeInventory("box", [GPUInfo(0, "GPU-fake-0"), GPUInfo(1, "GPU-fake-1")], source="nvml")
 
 
 def test_uuids_compare_as_nvml_and_torch_spell_them():
@@ -131,10 +114,7 @@ def test_doctor_without_gpus_says_so_in_one_line_and_passes(capsys, monkeypatch)
 @pytest.fixture
 def two_gpu_node(monkeypatch):
     """A node of two NVML GPUs whose GPU 1 is, to CUDA, GPU 0 (the pinned processes are faked)."""
-    from pcs_ray.cluster.discovery import nvml_inventory
-
-    monkeypatch.setattr("pcs_ray.cluster.discovery.nvml_inventory",
-                        lambda *a, **k: nvml_inventory("box", OneUUIDNVML(2)))
+    monkeypatch.setattr("pcs_ray.cluster.discovery.nvml_inventory", lambda *a, **k: two_gpus())
     monkeypatch.setattr(probing, "probe", lambda index, timeout: (seen(index, "GPU-fake-0"), None))
 
 
@@ -162,8 +142,7 @@ def test_doctor_passes_when_every_gpu_is_the_device_its_process_gets(capsys, mon
 
 def test_registration_warns_once_per_failed_check_and_never_for_logical_gpus(capsys, monkeypatch):
     monkeypatch.setattr(probing, "probe", lambda index, timeout: (seen(index, "GPU-fake-0"), None))
-    real = NodeInventory("box", [GPUInfo(0, "GPU-fake-0"), GPUInfo(1, "GPU-fake-1")], source="nvml")
-    doctor.warn_failed_checks(real)
+    doctor.warn_failed_checks(two_gpus())
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["warning: GPU 1 (GPU-fake-1) failed the uuid check: in the pinned process torch says CUDA device 0 "
                      "is fake-0, NVML's GPU 1 is fake-1; in the pinned process NVML by PCI bus id says CUDA device 0 is "
@@ -174,9 +153,7 @@ def test_registration_warns_once_per_failed_check_and_never_for_logical_gpus(cap
 
 
 def test_node_resources_registers_a_node_that_fails_a_check_and_warns(capsys, monkeypatch, two_gpu_node):
-    from pcs_ray.cluster.discovery import nvml_inventory
-
-    monkeypatch.setattr("pcs_ray.cluster.discovery.local_node", lambda *a, **k: nvml_inventory("box", OneUUIDNVML(2)))
+    monkeypatch.setattr("pcs_ray.cluster.discovery.local_node", lambda *a, **k: two_gpus())
     assert cli.run(["node-resources", "--head"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("--head --num-gpus=2 ") and '"box_gpu1":1' in out
