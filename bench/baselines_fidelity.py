@@ -20,18 +20,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 import time
 
 import numpy as np
 
 from pcs_ray.api import strict_json
 from pcs_ray.data import data_dir, locate, names
-from pcs_ray.sim.metrics import summarize
+from pcs_ray.sim.metrics import per_job_errors, summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
 from workloads.traces import read_trace
-from tests.artifact_results import per_job_errors
+from common import log
 
 REF = data_dir() / "pcs" / "reference"
 GPUS = 64
@@ -43,10 +42,6 @@ VARIANTS = ("themis-lease", "afs-l")
 #: Fig. 7's column -> our policy name (PCS columns use the VC's own configuration)
 FIG7 = {"AFS": "afs", "Tiresias": "srsf", "Themis": "themis", "FIFO": "fifo",
         "PCS-JCT": "pcs-jct", "PCS-bal": "pcs-bal", "PCS-pred": "pcs-pred"}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def figures(result) -> dict:

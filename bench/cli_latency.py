@@ -24,53 +24,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import ROOT, Cli, cli_env, summary, up_local
 from pcs_ray.api import strict_json
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 TARGETS_S = {"idle": 0.5, "busy": 1.0}
 COMMANDS = ("status", "predict", "submit", "cancel")
 ADVERTISED: dict = {}
 
 
-def cli(env: dict, *args: str, timeout: float = 300.0) -> tuple[float, subprocess.CompletedProcess]:
+def timed(cli: Cli, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    """One command's wall-clock seconds, and what it printed."""
     began = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *args], env=env, capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT)
-    took = time.perf_counter() - began
-    if out.returncode != 0:
-        raise RuntimeError(f"pcs-ray {' '.join(args)} exited {out.returncode}: {out.stderr.strip()[-500:]}")
-    return took, out
+    out = cli(*args)
+    return time.perf_counter() - began, out
 
 
-def environment(address: str, api: str | None, pythonpath: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PCS_RAY_API", "RAY_ADDRESS", "PYTHONPATH")}
-    env.update({"RAY_ADDRESS": address, "PYTHONPATH": pythonpath})
-    if api:
-        env["PCS_RAY_API"] = api
-    return env
+def times(values: list[float]) -> dict:
+    return summary(values, ("median", "p90", "n", "samples"), unit="s", digits=3)
 
 
-def rounds(env: dict, job: Path, n: int) -> dict:
+def rounds(cli: Cli, job: Path, n: int) -> dict:
     """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s)."""
     samples: dict[str, list[float]] = {c: [] for c in (*COMMANDS, "cli_without_the_call")}
     for _ in range(n):
-        samples["cli_without_the_call"].append(cli(env, "status", "--help")[0])  # same moment, same load
-        took, out = cli(env, "submit", str(job), "--json")
+        samples["cli_without_the_call"].append(timed(cli, "status", "--help")[0])  # same moment, same load
+        took, out = timed(cli, "submit", str(job), "--json")
         samples["submit"].append(took)
         jid = str(json.loads(out.stdout.strip().splitlines()[-1])["id"])
-        samples["status"].append(cli(env, "status", "--json")[0])
-        samples["predict"].append(cli(env, "predict", jid, "--json")[0])
-        samples["cancel"].append(cli(env, "cancel", jid)[0])
-        acknowledge(env, int(jid))
-    return {c: summary(v) for c, v in samples.items()}
+        samples["status"].append(timed(cli, "status", "--json")[0])
+        samples["predict"].append(timed(cli, "predict", jid, "--json")[0])
+        samples["cancel"].append(timed(cli, "cancel", jid)[0])
+        acknowledge(cli.env, int(jid))
+    return {c: times(v) for c, v in samples.items()}
 
 
 def acknowledge(env: dict, jid: int) -> None:
@@ -82,13 +72,6 @@ def acknowledge(env: dict, jid: int) -> None:
     view = client.assignment(jid)
     if view["state"] == "stopping":
         client.external_ended(jid, view["attempt"], "preempted", view["steps"])
-
-
-def summary(values: list[float]) -> dict:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, max(0, round(0.9 * len(ordered)) - 1))]
-    return {"median_s": round(statistics.median(ordered), 3), "p90_s": round(p90, 3), "n": len(ordered),
-            "samples_s": [round(v, 3) for v in values]}
 
 
 def floors(env: dict, n: int) -> dict:
@@ -105,26 +88,58 @@ def floors(env: dict, n: int) -> dict:
             began = time.perf_counter()
             call()
             took.append(time.perf_counter() - began)
-        out[f"{name}_call_ms"] = {"median": round(1000 * statistics.median(took), 2),
-                                  "p90": round(1000 * sorted(took)[int(0.9 * (n - 1))], 2)}
+        out[f"{name}_call_ms"] = summary(took, ("median", "p90"), digits=2, scale=1000)
     client.cancel(jid)
     acknowledge(env, jid)
     return out
 
 
-def busy_jobs(env: dict, count: int, folder: Path) -> list[str]:
+def busy_jobs(cli: Cli, count: int, folder: Path) -> list[str]:
     """``count`` one-GPU training jobs, once every one is running."""
     spec = folder / "train.yaml"
     spec.write_text("workload: tiny_cnn\nsteps: 100000\ngpus: 1\nstep_time: 0.05\nparams: {batch_size: 8}\n")
-    ids = [str(json.loads(cli(env, "submit", str(spec), "--json")[1].stdout.strip().splitlines()[-1])["id"])
-           for _ in range(count)]
+    ids = [str(cli.json("submit", spec)["id"]) for _ in range(count)]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        jobs = {str(j["id"]): j for j in json.loads(cli(env, "status", "--json")[1].stdout)["jobs"]}
+        jobs = {str(j["id"]): j for j in cli.json("status")["jobs"]}
         if all(jobs[i]["state"] == "running" and (jobs[i].get("steps") or 0) > 0 for i in ids):
             return ids
         time.sleep(2)
     raise RuntimeError(f"the {count} training jobs did not all train within 600 s")
+
+
+def measure(args, state: Path, tmp: Path) -> dict:
+    """Every phase's rounds against the cluster whose state folder is ``state``."""
+    record = json.loads((state / "cluster.json").read_text())
+    ADVERTISED.update(record)
+    if not record.get("api"):
+        raise RuntimeError(f"{state}/cluster.json advertises no API (no token where the coordinator runs?)")
+    http = Cli(cli_env(RAY_ADDRESS=record["address"], PCS_RAY_API=record["api"]))
+    driver = Cli(cli_env(pythonpath=args.before, RAY_ADDRESS=record["address"]))
+    job = tmp / "external.yaml"
+    job.write_text("workload: tiny_cnn\nsteps: 1000\ngpus: 1\nexecutor: external\n")
+    out: dict = {"cpus": os.cpu_count(), "address": record["address"], "api": record["api"],
+                 "targets_median_s": TARGETS_S, "idle": {}, "load_average": {}}
+
+    def phase(name: str) -> None:
+        """One phase's rounds over HTTP, the floors, and the driver path, with the load around them."""
+        out["load_average"][f"{name}_before"] = os.getloadavg()
+        out[name]["http"] = rounds(http, job, args.calls)
+        out[name]["floors"] = floors(http.env, args.calls)
+        if args.driver_calls:
+            out[name]["driver"] = rounds(driver, job, args.driver_calls)
+        out["load_average"][f"{name}_after"] = os.getloadavg()
+
+    phase("idle")
+    if args.busy:
+        ids = busy_jobs(http, args.busy, tmp)
+        out["busy"] = {"training_jobs": len(ids)}
+        phase("busy")
+        for jid in ids:
+            http("cancel", jid)
+    out["met"] = {phase: {c: out[phase]["http"][c]["median_s"] <= TARGETS_S[phase] for c in COMMANDS}
+                  for phase in ("idle", "busy") if phase in out}
+    return out
 
 
 def main() -> None:
@@ -140,45 +155,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pcs-ray-cli-latency-") as tmp:
         tmp = Path(tmp)
-        state = args.state_dir.expanduser().resolve() if args.state_dir else tmp / "state"
-        base = environment("", None, str(ROOT))
-        base.pop("RAY_ADDRESS")
+        base = Cli(cli_env())
         if args.up:
-            cli(base, "up", "--local", "--nodes", "1", "--gpus-per-node", "4", "--state-dir", str(state), "--json",
-                timeout=900)
-        try:
-            record = json.loads((state / "cluster.json").read_text())
-            ADVERTISED.update(record)
-            if not record.get("api"):
-                raise RuntimeError(f"{state}/cluster.json advertises no API (no token where the coordinator runs?)")
-            http = environment(record["address"], record["api"], str(ROOT))
-            driver = environment(record["address"], None, args.before)
-            job = tmp / "external.yaml"
-            job.write_text("workload: tiny_cnn\nsteps: 1000\ngpus: 1\nexecutor: external\n")
-            out: dict = {"cpus": os.cpu_count(), "address": record["address"], "api": record["api"],
-                         "targets_median_s": TARGETS_S, "idle": {}, "load_average": {}}
-
-            def phase(name: str) -> None:
-                """One phase's rounds over HTTP, the floors, and the driver path, with the load around them."""
-                out["load_average"][f"{name}_before"] = os.getloadavg()
-                out[name]["http"] = rounds(http, job, args.calls)
-                out[name]["floors"] = floors(http, args.calls)
-                if args.driver_calls:
-                    out[name]["driver"] = rounds(driver, job, args.driver_calls)
-                out["load_average"][f"{name}_after"] = os.getloadavg()
-
-            phase("idle")
-            if args.busy:
-                ids = busy_jobs(http, args.busy, tmp)
-                out["busy"] = {"training_jobs": len(ids)}
-                phase("busy")
-                for jid in ids:
-                    cli(http, "cancel", jid)
-            out["met"] = {phase: {c: out[phase]["http"][c]["median_s"] <= TARGETS_S[phase] for c in COMMANDS}
-                          for phase in ("idle", "busy") if phase in out}
-        finally:
-            if args.up:
-                cli(base, "down", "--state-dir", str(state), timeout=300)
+            with up_local(base, tmp / "state", "--nodes", "1", "--gpus-per-node", "4") as cluster:
+                out = measure(args, cluster.state_dir, tmp)
+        else:
+            out = measure(args, args.state_dir.expanduser().resolve(), tmp)
     print(strict_json.dumps(out, indent=1))
 
 

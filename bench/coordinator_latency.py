@@ -27,20 +27,18 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.cluster import ClusterSpec  # noqa: E402
-from pcs_ray.coordinator import Coordinator, Journal, StartRun  # noqa: E402
-from pcs_ray.policies import build_policy  # noqa: E402
-from pcs_ray.placement import create_placement  # noqa: E402
+from common import percentile, summary
+from pcs_ray.api import strict_json
+from pcs_ray.cluster import ClusterSpec
+from pcs_ray.coordinator import Coordinator, Journal, StartRun
+from pcs_ray.policies import build_policy
+from pcs_ray.placement import create_placement
 
 TARGET_DECISION_P99_MS = 50.0
 TARGET_PREDICTION_P99_MS = 100.0
@@ -54,6 +52,10 @@ class Clock:
         return self.t
 
 
+def latency(ms: list[float]) -> dict:
+    return summary(ms, ("n", "p50", "p99", "max", "mean"), unit="ms")
+
+
 def random_job(rng: random.Random) -> dict:
     gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
     return {
@@ -61,14 +63,6 @@ def random_job(rng: random.Random) -> dict:
         "steps": int(rng.lognormvariate(7.5, 1.2)) + 10, "gpus": gpus,
         "min_gpus": rng.choice([1, gpus]), "class": rng.choice("ABCD"), "step_time": rng.uniform(0.05, 0.5),
     }
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-def summary(ms: list[float]) -> dict:
-    return {"n": len(ms), "p50_ms": pct(ms, 50), "p99_ms": pct(ms, 99), "max_ms": max(ms), "mean_ms": float(np.mean(ms))}
 
 
 def variable_cluster(nodes: int, per_node: int, seed: int) -> ClusterSpec:
@@ -197,7 +191,7 @@ def run(cluster: ClusterSpec, args) -> dict:
             queue_sizes.append(sum(1 for j in core.active.values() if j.state == "queued"))
         core.journal.close()
 
-    decision, prediction = summary(decision_ms), summary(prediction_ms)
+    decision, prediction = latency(decision_ms), latency(prediction_ms)
     return {
         "setup": {
             "gpus": cluster.num_gpus, "nodes": len(cluster.nodes), "policy": args.policy, "placement": "packed-sticky",
@@ -210,11 +204,11 @@ def run(cluster: ClusterSpec, args) -> dict:
                              "met": decision["p99_ms"] <= TARGET_DECISION_P99_MS},
         "submit_to_prediction": {**prediction, "target_p99_ms": TARGET_PREDICTION_P99_MS,
                                  "met": prediction["p99_ms"] <= TARGET_PREDICTION_P99_MS,
-                                 "cpu": summary(prediction_cpu_ms),
-                                 "jobs_played_per_forecast": {"p50": pct(played, 50), "max": max(played, default=0)},
+                                 "cpu": latency(prediction_cpu_ms),
+                                 "jobs_played_per_forecast": {"p50": percentile(played, 50), "max": max(played, default=0)},
                                  "basis": {b: bases.count(b) for b in sorted(set(bases))},
-                                 "forecast_alone": summary(forecast_ms)},
-        "refresh_between_samples": summary(refresh_ms),
+                                 "forecast_alone": latency(forecast_ms)},
+        "refresh_between_samples": latency(refresh_ms),
         **({"branched_vs_fresh": gap_summary(gaps, bases)} if args.compare else {}),
     }
 
@@ -234,7 +228,7 @@ def gap_summary(gaps: list[float], bases: list[str]) -> dict:
     return {
         "metric": "(branched - fresh) / fresh, predicted JCT of the submitted job, same state",
         "n": len(gaps), "branched": len(branched), "identical": sum(g == 0.0 for g in gaps),
-        "abs_p50": pct(branched, 50), "abs_p90": pct(branched, 90), "abs_p99": pct(branched, 99),
+        "abs_p50": percentile(branched, 50), "abs_p90": percentile(branched, 90), "abs_p99": percentile(branched, 99),
         "abs_max": max(branched, default=float("nan")), "signed_mean": float(np.mean(gaps)) if gaps else float("nan"),
     }
 

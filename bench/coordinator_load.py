@@ -3,7 +3,7 @@
     PYTHONPATH=. python bench/coordinator_load.py [--nodes 4] [--gpus-per-node 64] [--jobs 10000]
 
 Brings up `pcs-ray up --local` (token auth on, a private token file),
-replaces its coordinator by one whose runners are ``bench.standin`` (they
+replaces its coordinator by one whose runners are ``executors.standin`` (they
 start, report progress, checkpoint and stop like real ones), submits
 ``--jobs`` jobs through ``pcs_ray.client.Client`` one after another, and
 prints one JSON object: submissions per second, submit→prediction latency
@@ -23,24 +23,18 @@ every GPU, so that what follows is timed beside training, not start-up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.commands import local_cluster as lc  # noqa: E402
+from common import Cli, cli_env, log, up_local
+from pcs_ray.api import strict_json
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -94,10 +88,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pcsray-load-"))
     token = tmp / "token"
     token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT))
+    cli = Cli(cli_env(token))
     os.environ.update(RAY_AUTH_TOKEN_PATH=str(token))
-    state = tmp / "state"
     out: dict = {"nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "jobs": args.jobs,
                  "load_average_before": os.getloadavg()}
     try:
@@ -109,107 +101,110 @@ def main() -> None:
             (tmp / "cluster.json").write_text(spec.model_dump_json())
             shape = ["--cluster-spec", str(tmp / "cluster.json")]
             out.update(nodes=len(spec.nodes), gpus=spec.num_gpus, cluster="the demo's (half-DGX-1 links, measured variability)")
-        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", *shape, "--policy", args.policy,
-                             "--cpus-per-node", "2", "--state-dir", str(state), "--json"],
-                            env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
-        if up.returncode != 0:
-            raise RuntimeError(up.stderr[-2000:])
-        address = json.loads(up.stdout)["address"]
-        import ray
+        with up_local(cli, tmp / "state", *shape, "--policy", args.policy, "--cpus-per-node", "2", timeout=600) as cluster:
+            try:
+                measure(args, cluster.up["address"], tmp, out)
+            finally:
+                import ray
 
-        from pcs_ray.api.actor_ref import NAMESPACE
-        from pcs_ray.client import Client, connect, get_coordinator
-        from pcs_ray.coordinator.actor import start_coordinator
-        from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
-        from pcs_ray.cluster.discovery import cluster_from_ray_nodes
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        connect(address, NAMESPACE)
-        out["runners"] = "real (warm pool)" if args.real_runners else "stand-ins"
-        if args.real_runners:
-            actor = get_coordinator()
-        else:
-            stock = get_coordinator()  # replaced by one with stand-in runners; its warm runners (torch, ~0.8 GB each) go too
-            ray.get(stock.shutdown_runners.remote())
-            ray.kill(stock, no_restart=True)
-            head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-            cluster = cluster_from_ray_nodes(ray.nodes())
-            if args.variability is not None:
-                from bench.coordinator_latency import with_measured_variability
-
-                cluster = with_measured_variability(cluster, args.variability)
-            out["variability"] = args.variability
-            config = CoordinatorConfig(cluster=cluster_dict(cluster),
-                                       state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
-                                       placement="packed-sticky", grace_s=5.0, launcher="bench.standin:launch")
-            time.sleep(2.0)
-            actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
-        pid = ray.get(actor.ping.remote())["pid"]
-        client = Client(coordinator=actor)
-        rng = random.Random(args.seed)
-        lat, handles = [], []
-        began = time.perf_counter()
-        for i in range(args.jobs):
-            if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
-                print(f"budget spent after {i} submissions", file=sys.stderr, flush=True)
-                break
-            gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
-            spec = {"workload": "tiny_cnn", "steps": rng.randint(200, 20_000), "gpus": gpus,
-                    "min_gpus": max(1, gpus // 2), "step_time": 0.05, "checkpoint_every": 100,
-                    "class": rng.choice("ABCD"), "name": f"load-{i}"}
-            t = time.perf_counter()
-            handles.append(client.submit(spec))
-            lat.append(time.perf_counter() - t)
-            if args.training_first and i + 1 == args.training_first:
-                waited = time.perf_counter()
-                out["training_before_timing"] = _wait_for_training(client, out["gpus"], 180.0)
-                began += time.perf_counter() - waited  # the wait is not submission time
-            if i and i % 1000 == 0:
-                print(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms", file=sys.stderr, flush=True)
-        wall = time.perf_counter() - began
-        submitted = len(lat)
-        # How the window's forecasts were played (Coordinator.forecast): a sample of its jobs, in order.
-        window_ids = [h.id for h in handles[args.window:]][::10] if submitted > args.window else []
-        bases = [client.predict(jid) for jid in window_ids]
-        ages = [b["refresh_age_s"] for b in bases if b.get("basis") == "branch"]
-        status_lat = []
-        for _ in range(30):
-            t = time.perf_counter()
-            st = client.status()
-            status_lat.append(time.perf_counter() - t)
-        states: dict[str, int] = {}
-        for j in st["jobs"]:
-            states[j["state"]] = states.get(j["state"], 0) + 1
-        out.update(
-            submitted=submitted, budget_s=args.budget_s,
-            submissions_per_s=round(submitted / wall, 1),
-            submit_p99_ms_per_1000={f"{k}-{k + 1000}": round(1000 * float(np.percentile(lat[k:k + 1000], 99)), 1)
-                                    for k in range(0, submitted, 1000)},
-            submit_to_prediction_ms={"p50": round(1000 * float(np.percentile(lat, 50)), 1),
-                                     "p99": round(1000 * float(np.percentile(lat, 99)), 1),
-                                     "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
-            **({f"submit_to_prediction_ms_after_{args.window}": {
-                "n": submitted - args.window, "p50": round(1000 * float(np.percentile(lat[args.window:], 50)), 1),
-                "p99": round(1000 * float(np.percentile(lat[args.window:], 99)), 1), "target_p99": 100.0}}
-               if submitted > args.window else {}),
-            status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
-                       "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
-            decision=ray.get(actor.decision_latency.remote()),
-            submit_inside=ray.get(actor.submit_latency.remote()),
-            **({f"submit_inside_after_{args.window}": ray.get(actor.submit_latency.remote(args.window))}
-               if submitted > args.window else {}),
-            window_forecast_basis={"sampled": len(bases),
-                                   **{b: sum(1 for r in bases if r.get("basis") == b) for b in ("branch", "fresh")},
-                                   "refresh_age_s_p50": float(np.percentile(ages, 50)) if ages else None,
-                                   "refresh_age_s_max": max(ages, default=None)},
-            coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
-        )
-        ray.shutdown()
+                ray.shutdown()  # before its GCS goes: a driver that loses the GCS aborts the process
+        out["down_left"] = cluster.down.get("left")
     finally:
-        if (state / lc.STATE_FILE).exists():
-            out["down_left"] = lc.down(state)["left"]
         shutil.rmtree(tmp, ignore_errors=True)
     print(strict_json.dumps(out))
+
+
+def measure(args, address: str, tmp: Path, out: dict) -> None:
+    """Submit ``args.jobs`` jobs to the cluster at ``address`` and put the figures in ``out``."""
+    import ray
+
+    from pcs_ray.api.actor_ref import NAMESPACE
+    from pcs_ray.client import Client, connect, get_coordinator
+    from pcs_ray.coordinator.actor import start_coordinator
+    from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+    from pcs_ray.cluster.discovery import cluster_from_ray_nodes
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    connect(address, NAMESPACE)
+    out["runners"] = "real (warm pool)" if args.real_runners else "stand-ins"
+    if args.real_runners:
+        actor = get_coordinator()
+    else:
+        stock = get_coordinator()  # replaced by one with stand-in runners; its warm runners (torch, ~0.8 GB each) go too
+        ray.get(stock.shutdown_runners.remote())
+        ray.kill(stock, no_restart=True)
+        head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+        cluster = cluster_from_ray_nodes(ray.nodes())
+        if args.variability is not None:
+            from coordinator_latency import with_measured_variability
+
+            cluster = with_measured_variability(cluster, args.variability)
+        out["variability"] = args.variability
+        config = CoordinatorConfig(cluster=cluster_dict(cluster),
+                                   state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
+                                   placement="packed-sticky", grace_s=5.0, launcher="executors.standin:launch")
+        time.sleep(2.0)
+        actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
+    pid = ray.get(actor.ping.remote())["pid"]
+    client = Client(coordinator=actor)
+    rng = random.Random(args.seed)
+    lat, handles = [], []
+    began = time.perf_counter()
+    for i in range(args.jobs):
+        if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
+            log(f"budget spent after {i} submissions")
+            break
+        gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
+        spec = {"workload": "tiny_cnn", "steps": rng.randint(200, 20_000), "gpus": gpus,
+                "min_gpus": max(1, gpus // 2), "step_time": 0.05, "checkpoint_every": 100,
+                "class": rng.choice("ABCD"), "name": f"load-{i}"}
+        t = time.perf_counter()
+        handles.append(client.submit(spec))
+        lat.append(time.perf_counter() - t)
+        if args.training_first and i + 1 == args.training_first:
+            waited = time.perf_counter()
+            out["training_before_timing"] = _wait_for_training(client, out["gpus"], 180.0)
+            began += time.perf_counter() - waited  # the wait is not submission time
+        if i and i % 1000 == 0:
+            log(f"{i} submitted, last p99 {1000 * np.percentile(lat[-1000:], 99):.0f} ms")
+    wall = time.perf_counter() - began
+    submitted = len(lat)
+    # How the window's forecasts were played (Coordinator.forecast): a sample of its jobs, in order.
+    window_ids = [h.id for h in handles[args.window:]][::10] if submitted > args.window else []
+    bases = [client.predict(jid) for jid in window_ids]
+    ages = [b["refresh_age_s"] for b in bases if b.get("basis") == "branch"]
+    status_lat = []
+    for _ in range(30):
+        t = time.perf_counter()
+        st = client.status()
+        status_lat.append(time.perf_counter() - t)
+    states: dict[str, int] = {}
+    for j in st["jobs"]:
+        states[j["state"]] = states.get(j["state"], 0) + 1
+    out.update(
+        submitted=submitted, budget_s=args.budget_s,
+        submissions_per_s=round(submitted / wall, 1),
+        submit_p99_ms_per_1000={f"{k}-{k + 1000}": round(1000 * float(np.percentile(lat[k:k + 1000], 99)), 1)
+                                for k in range(0, submitted, 1000)},
+        submit_to_prediction_ms={"p50": round(1000 * float(np.percentile(lat, 50)), 1),
+                                 "p99": round(1000 * float(np.percentile(lat, 99)), 1),
+                                 "p99_last_1000": round(1000 * float(np.percentile(lat[-1000:], 99)), 1)},
+        **({f"submit_to_prediction_ms_after_{args.window}": {
+            "n": submitted - args.window, "p50": round(1000 * float(np.percentile(lat[args.window:], 50)), 1),
+            "p99": round(1000 * float(np.percentile(lat[args.window:], 99)), 1), "target_p99": 100.0}}
+           if submitted > args.window else {}),
+        status_ms={"p50": round(1000 * float(np.percentile(status_lat, 50)), 1),
+                   "p99": round(1000 * float(np.percentile(status_lat, 99)), 1)},
+        decision=ray.get(actor.decision_latency.remote()),
+        submit_inside=ray.get(actor.submit_latency.remote()),
+        **({f"submit_inside_after_{args.window}": ray.get(actor.submit_latency.remote(args.window))}
+           if submitted > args.window else {}),
+        window_forecast_basis={"sampled": len(bases),
+                               **{b: sum(1 for r in bases if r.get("basis") == b) for b in ("branch", "fresh")},
+                               "refresh_age_s_p50": float(np.percentile(ages, 50)) if ages else None,
+                               "refresh_age_s_max": max(ages, default=None)},
+        coordinator_rss_mb=_rss_mb(pid), job_states=states, load_average_after=os.getloadavg(),
+    )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
+from pcs_ray.api import strict_json
 
 # workload -> (the demo's batch, a doubled batch to separate fixed from per-sample cost), num_samples as in the demo
 CASES = {

@@ -67,12 +67,9 @@ from pcs_ray.power.profile import load_power_profile
 from pcs_ray.sim.run import simulate
 from workloads.energy import MIXES, energy_mix
 from workloads.traces import read_trace
+from common import log
 
 BASELINES = ("vu-fcfs", "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs", "cgva-fcfs-b")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def cluster(gpus: int, per_node: int, seed: int, variability: bool = True):

@@ -29,31 +29,19 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import secrets
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.commands import local_cluster as lc  # noqa: E402
-
-
-def _cli(env, *args, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pcs-ray {args[0]} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc.stdout
+from common import Cli, cli_env, log, up_local
+from pcs_ray.api import strict_json
+from pcs_ray.commands import local_cluster as lc
+from pcs_ray.contract import TERMINAL
 
 
 class Watch:
@@ -88,7 +76,7 @@ def _losses(jobs: dict[int, dict], submitted: list[int], victims: dict[int, int]
     }
 
 
-def node_fault(env, client, state: Path, args) -> dict:
+def node_fault(client, state: Path, args) -> dict:
     """Kill the last worker node while every job runs; all must finish on the nodes left."""
     job = Path(tempfile.mkdtemp(prefix="pcsray-bench-")) / "job.yaml"
     job.write_text(f"workload: tiny_cnn\nsteps: {args.steps}\ngpus: 1\ncheckpoint_every: {args.interval}\n")
@@ -112,7 +100,7 @@ def node_fault(env, client, state: Path, args) -> dict:
     watch.until(lambda js: all(js[j]["steps"] != seen[j]["steps"] or js[j]["state"] == "finished" for j in on_dead),
                 600, "the dead node's jobs to report progress again")
     recovered_s = time.monotonic() - killed_at
-    final = watch.until(lambda js: all(js[j]["state"] in ("finished", "failed", "cancelled") for j in submitted),
+    final = watch.until(lambda js: all(js[j]["state"] in TERMINAL for j in submitted),
                         1800, "every job to end")
     out = _losses(final, submitted, reached, checkpoints)
     out.update(time_to_recover_s=round(recovered_s, 2), time_to_restart_s=round(restarted_s, 2), dead_node=dead, jobs_on_dead_node=len(on_dead),
@@ -122,7 +110,7 @@ def node_fault(env, client, state: Path, args) -> dict:
     return out
 
 
-def runner_fault(env, client, state: Path, args) -> dict:
+def runner_fault(client, state: Path, args) -> dict:
     """SIGKILL one runner process mid-run."""
     import ray
     from ray.util.state import list_actors
@@ -146,7 +134,7 @@ def runner_fault(env, client, state: Path, args) -> dict:
     watch.until(lambda js: js[jid]["steps"] != again[jid]["steps"] or js[jid]["state"] == "finished", 300,
                 "the new runner's first progress report")
     recovered_s = time.monotonic() - killed_at
-    final = watch.until(lambda js: js[jid]["state"] in ("finished", "failed", "cancelled"), 900, "the job to end")
+    final = watch.until(lambda js: js[jid]["state"] in TERMINAL, 900, "the job to end")
     out = _losses(final, [jid], {jid: reached}, {jid: ckpt})
     out.update(time_to_recover_s=round(recovered_s, 2), time_to_restart_s=round(restarted_s, 2),
                checkpoint_interval_steps=args.interval,
@@ -190,7 +178,7 @@ def coordinator_faults(client, args) -> dict:
         info, killed_at, serving_s = restart()
 
         def moving(js):  # each victim trains again (reports a step past what it had reached) or has ended
-            return all(js[j]["state"] in ("finished", "failed", "cancelled")
+            return all(js[j]["state"] in TERMINAL
                        or (js[j]["state"] == "running" and js[j]["steps"] > reached[j]) for j in victims)
 
         after = watch.until(moving, 600, f"the jobs to train again after the kill {what}")
@@ -215,7 +203,7 @@ def coordinator_faults(client, args) -> dict:
     out["coordinator_mid_preemption"]["preemption_in_flight"] = bool(stopping)
     out["coordinator_mid_submission"], late = mid_submission(client, restart)
     everyone = submitted + [short.id] + late
-    final = watch.until(lambda js: all(js[j]["state"] in ("finished", "failed", "cancelled") for j in everyone),
+    final = watch.until(lambda js: all(js[j]["state"] in TERMINAL for j in everyone),
                         1800, "every job to end")
     for fault in ("coordinator_mid_run", "coordinator_mid_preemption", "coordinator_mid_submission"):
         out[fault].update(jobs_lost=len([j for j in everyone if final[j]["state"] != "finished"]),
@@ -351,6 +339,24 @@ def disk_full_fault() -> dict:
                                      "requeues the job (status shows the error) and it resumes from step 100"}}
 
 
+def cluster_faults(cluster, args, out: dict) -> None:
+    """The runner, worker-node and coordinator faults on a local cluster ``up`` started."""
+    from pcs_ray.client import Client
+
+    args.dashboard = cluster.up["dashboard"]
+    client = Client(cluster.up["address"])
+    log(f"cluster up in {out['up_s']} s")
+    if args.only != "coordinator":
+        log("killing a runner")
+        out["runner"] = runner_fault(client, cluster.state_dir, args)
+        log(f"{strict_json.dumps(out['runner'])}\nkilling a worker node")
+        out["worker_node"] = node_fault(client, cluster.state_dir, args)
+        log(strict_json.dumps(out["worker_node"]))
+    log("killing the coordinator (last: it switches the policy to SRSF)")
+    out.update(coordinator_faults(client, args))
+    log(strict_json.dumps({k: v for k, v in out.items() if k.startswith("coordinator")}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=3)
@@ -369,39 +375,23 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="pcsray-faults-"))
         token = tmp / "token"
         token.write_text(secrets.token_hex(32))
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-        env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_health_check_period_ms="500",
-                   RAY_health_check_failure_threshold="3")
-        state = tmp / "state"
+        health = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
         began = time.perf_counter()
         try:
-            up = json.loads(_cli(env, "up", "--local", "--nodes", args.nodes, "--gpus-per-node", args.gpus_per_node,
-                                 "--state-dir", state, "--json"))
-            out["up_s"] = round(time.perf_counter() - began, 1)
-            args.dashboard = up["dashboard"]
-            os.environ.update(RAY_AUTH_TOKEN_PATH=str(token), RAY_health_check_period_ms="500")
-            from pcs_ray.client import Client
+            with up_local(Cli(cli_env(token, **health)), tmp / "state", "--nodes", args.nodes,
+                          "--gpus-per-node", args.gpus_per_node, timeout=300) as cluster:
+                record = lc.load(cluster.state_dir)
+                try:
+                    out["up_s"] = round(time.perf_counter() - began, 1)
+                    os.environ.update(RAY_AUTH_TOKEN_PATH=str(token), RAY_health_check_period_ms="500")
+                    cluster_faults(cluster, args, out)
+                finally:
+                    import ray
 
-            client = Client(up["address"])
-            print(f"cluster up in {out['up_s']} s", file=sys.stderr, flush=True)
-            if args.only != "coordinator":
-                print("killing a runner", file=sys.stderr, flush=True)
-                out["runner"] = runner_fault(env, client, state, args)
-                print(strict_json.dumps(out["runner"]), "\nkilling a worker node", file=sys.stderr, flush=True)
-                out["worker_node"] = node_fault(env, client, state, args)
-                print(strict_json.dumps(out["worker_node"]), file=sys.stderr, flush=True)
-            print("killing the coordinator (last: it switches the policy to SRSF)", file=sys.stderr, flush=True)
-            out.update(coordinator_faults(client, args))
-            print(strict_json.dumps({k: v for k, v in out.items() if k.startswith("coordinator")}), file=sys.stderr, flush=True)
+                    ray.shutdown()  # before its GCS goes: a driver that loses the GCS aborts the process
+            out["down_left_processes"] = sum(len(v) for v in cluster.down.get("left", {}).values())
+            out["after_down_alive"] = sum(len(lc.session_pids(n.leader)) for n in record.nodes)
         finally:
-            import ray
-
-            ray.shutdown()  # before its GCS goes: a driver that loses the GCS aborts the process
-            record = lc.load(state) if (state / lc.STATE_FILE).exists() else None
-            if record is not None:
-                result = lc.down(state)
-                out["down_left_processes"] = sum(len(v) for v in result["left"].values())
-                out["after_down_alive"] = sum(len(lc.session_pids(n.leader)) for n in record.nodes)
             shutil.rmtree(tmp, ignore_errors=True)
     print(strict_json.dumps(out))
 

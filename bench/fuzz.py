@@ -2,37 +2,66 @@
 
     PYTHONPATH=. python bench/fuzz.py [--examples 1000]
 
-Each CLI command is a surface of its own (a quarter as many cases), run with
-no Ray cluster reachable and no process allowed to start. Prints one JSON
-object: per surface, the cases run and whether any ended in a
-traceback (a failure names the falsifying input; on the HTTP surface, also
-any answer of 500 or more); and whether the in-process coordinator that took
-every fuzzed submission still answers ``status``.
+The suite runs under pytest in this process (the bench imports no test module
+itself). Each CLI command is a surface of its own (a quarter as many cases),
+run with no Ray cluster reachable and no process allowed to start. Prints one
+JSON object: per surface, the cases run and whether any ended in a traceback
+(a failure names the falsifying input; on the HTTP surface, also any answer of
+500 or more); and whether the in-process coordinator that took every fuzzed
+submission still answers ``status``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-import tempfile
-import time
-import traceback
-from pathlib import Path
 
+import pytest
+
+from common import ROOT
 from pcs_ray.api import strict_json
 
-ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "tests" / "test_fuzz.py"
+#: Surfaces by test function (a parametrized test's surface takes its parameter: ``trace_pcs``, ``cli submit``).
+SURFACES = {"test_fuzz_job_dicts": "job_dict", "test_fuzz_job_yaml": "job_yaml", "test_fuzz_cluster_specs": "cluster_spec",
+            "test_fuzz_wfq_configs": "wfq_config", "test_fuzz_traces": "trace_{}", "test_fuzz_joblists": "joblist",
+            "test_fuzz_tenants_files": "tenants", "test_fuzz_http_api": "http_api", "test_fuzz_cli_arguments": "cli {}"}
 
 
-def fuzz_http(fz, tmp: Path) -> None:
-    """The HTTP surface, against a coordinator of its own served on loopback; it must still answer at the end."""
-    from api_helpers import TOKEN, local_host, served
+def surface(item) -> str | None:
+    """The surface a collected test fuzzes, or None for the suite's other tests."""
+    name = SURFACES.get(item.originalname)
+    if name is None:
+        return None
+    spec = getattr(item, "callspec", None)
+    return name.format(*spec.params.values()) if spec is not None else name
 
-    (tmp / "http").mkdir()
-    with served(local_host(tmp / "http")) as server:
-        fz.test_fuzz_http_api(http_api=(server, TOKEN))
-        fz.check_http_alive(server, TOKEN)
+
+class Surfaces:
+    """A pytest plugin: each surface's outcome and time, and the coordinator the job dicts were submitted to."""
+
+    def __init__(self, wanted: set[str] | None) -> None:
+        self.wanted, self.surface_of, self.results, self.coordinator = wanted, {}, {}, None
+
+    def pytest_collection_modifyitems(self, items, config) -> None:
+        keep = [i for i in items if surface(i) is not None and (self.wanted is None or surface(i) in self.wanted)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+        self.surface_of = {i.nodeid: surface(i) for i in keep}
+
+    def pytest_runtest_call(self, item) -> None:
+        if item.originalname == "test_fuzz_job_dicts":
+            self.coordinator = item.funcargs["coordinator"]
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.when == "teardown":
+            return
+        result = self.results.setdefault(self.surface_of[report.nodeid], {"tracebacks": 0, "failure": None, "wall_s": 0.0})
+        result["wall_s"] = round(result["wall_s"] + report.duration, 1)
+        if report.failed:
+            result.update(tracebacks=1, failure=report.longreprtext[-1500:])
 
 
 def main() -> None:
@@ -42,55 +71,20 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["PCS_RAY_FUZZ_EXAMPLES"] = str(args.examples)
     os.environ["PCS_RAY_HTTP_FUZZ_EXAMPLES"] = str(args.examples)
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    import test_fuzz as fz
-    from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import build_policy
-    from workloads.catalog import registered_workloads
-
-    with tempfile.TemporaryDirectory() as tmp:
-        coordinator = LocalCoordinator(Coordinator(
-            ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"), Journal(Path(tmp) / "journal.sqlite"),
-            checkpoint_root=str(Path(tmp) / "ckpt"), workloads=registered_workloads()))
-        runs = {
-            "job_dict": lambda: fz.test_fuzz_job_dicts(coordinator=coordinator),
-            "job_yaml": fz.test_fuzz_job_yaml,
-            "cluster_spec": fz.test_fuzz_cluster_specs,
-            "wfq_config": fz.test_fuzz_wfq_configs,
-            "trace_pcs": lambda: fz.test_fuzz_traces(kind="pcs"),
-            "trace_testbed": lambda: fz.test_fuzz_traces(kind="testbed"),
-            "trace_sia": lambda: fz.test_fuzz_traces(kind="sia"),
-            "joblist": fz.test_fuzz_joblists,
-            "http_api": lambda: fuzz_http(fz, Path(tmp)),
-        }
-        for command in fz.CLI_COMMANDS:  # each command with its own options and real values, no cluster reachable
-            runs[f"cli {command}"] = lambda command=command: _without_cluster(fz, command)
-        out: dict = {"examples_asked": args.examples, "load_average": os.getloadavg(), "surfaces": {}}
-        wanted = set(args.only.split(",")) if args.only else set(runs)
-        for name, run in runs.items():
-            if name not in wanted:
-                continue
-            began = time.perf_counter()
-            failure = None
-            try:
-                run()
-            except Exception:
-                failure = traceback.format_exc()[-1500:]
-            out["surfaces"][name] = {"cases": fz.CASES[name], "tracebacks": 0 if failure is None else 1,
-                                     "failure": failure, "wall_s": round(time.perf_counter() - began, 1)}
-        status = coordinator.status()
+    plugin = Surfaces(set(args.only.split(",")) if args.only else None)
+    out: dict = {"examples_asked": args.examples, "load_average": os.getloadavg(), "surfaces": {}}
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON alone
+        pytest.main([str(SUITE), "-q", "-p", "no:cacheprovider", "-m", "", "-o", "addopts="], plugins=[plugin])
+    cases = sys.modules["test_fuzz"].CASES  # the counts the suite keeps of the cases it ran
+    for name, result in plugin.results.items():
+        out["surfaces"][name] = {"cases": cases[name], **result}
+    if plugin.coordinator is not None:
+        status = plugin.coordinator.status()
         out["coordinator_serving"] = isinstance(status["jobs"], list)
         out["coordinator_jobs_accepted"] = len(status["jobs"])
-        out["total_cases"] = sum(s["cases"] for s in out["surfaces"].values())
-        out["total_tracebacks"] = sum(s["tracebacks"] for s in out["surfaces"].values())
+    out["total_cases"] = sum(s["cases"] for s in out["surfaces"].values())
+    out["total_tracebacks"] = sum(s["tracebacks"] for s in out["surfaces"].values())
     print(strict_json.dumps(out))
-
-
-def _without_cluster(fz, command: str) -> None:
-    with fz.without_a_cluster():
-        fz.fuzz_command(command)
 
 
 if __name__ == "__main__":

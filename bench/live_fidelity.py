@@ -40,12 +40,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
+from common import ROOT
+from pcs_ray.api import strict_json
 
 LONE = "submit_s,name,workload,steps,gpus,min_gpus,class\n0,lone-tinycnn,tiny_cnn,300,2,2,A\n"
-USER_CODE = Path(__file__).resolve().parent.parent / "examples" / "user-code"
+USER_CODE = ROOT / "examples" / "user-code"
 WIDE = {"dim": 128, "hidden": 1024, "batch_size": 256}
 NARROW = {"dim": 64, "hidden": 512, "batch_size": 128}
 MID = {"dim": 96, "hidden": 768, "batch_size": 192}

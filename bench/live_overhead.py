@@ -36,40 +36,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
+import common
+from common import log, summary
+from pcs_ray.api import strict_json
 
 NODES = {"node0": 4, "node1": 4}
 
 
-def log(message: str) -> None:
-    print(f"[live_overhead] {message}", file=sys.stderr, flush=True)
-
-
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def _start_ray(address: str | None, temp_dir: str) -> None:
-    import ray
-
-    from pcs_ray.cluster.resources import node_gpu_resources
-
+def start_ray(address: str | None, temp_dir: str) -> None:
     if address:
+        import ray
+
         ray.init(address=address, log_to_driver=False)
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private, local instance
-    resources: dict[str, float] = {}
-    for node, n in NODES.items():
-        resources.update(node_gpu_resources(node, n))
-    ray.init(num_cpus=4, num_gpus=sum(NODES.values()), resources=resources, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
+    common.start_ray(NODES, cpus=4, _temp_dir=temp_dir)
 
 
 # ----------------------------------------------------------------------------- pcs-ray
@@ -319,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
 
     began = time.time()
     with tempfile.TemporaryDirectory(prefix="ray-") as ray_tmp:
-        _start_ray(args.address, ray_tmp)
+        start_ray(args.address, ray_tmp)
         try:
             report = {"preempt_resume": bench_preempt_resume(args)}
         finally:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 
 import numpy as np
@@ -58,6 +57,7 @@ from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.sim.semantics import SEMANTICS, StrictPriority, with_semantics
 from pcs_ray.sim.run import simulate
 from workloads.traces import read_sia_philly
+from common import log
 
 DATA = data_dir()
 SIA = [DATA / "pal" / "sia-philly" / f"workload-{k}.csv" for k in range(1, 8)]
@@ -68,10 +68,6 @@ DGX_PLACEMENTS = ["mapa-baseline", "mapa-topo", "mapa-greedy", "mapa-preserve", 
 MIXED_PLACEMENTS = ["packed-sticky", "pal", "mapa-preserve", "combined"]
 MAPA_MODELS = {"alexnet": True, "inception-v3": True, "vgg16": True, "resnet50": True, "caffenet": False,
                "googlenet": False}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def avg_jct(result) -> float:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 
 import numpy as np
@@ -50,15 +49,12 @@ from pcs_ray.sim.semantics import with_semantics
 from pcs_ray.sim.run import simulate
 from workloads.generator import generate_workload
 from workloads.traces import read_sia_philly, read_trace
+from common import log
 
 PLACEMENTS = ["packed-sticky", "packed-nonsticky", "pm-first", "pal", "combined", "energy", "combined-sized",
               "energy-sized"]
 PHILLY_PLACEMENTS = ["packed-sticky", "pm-first", "combined", "combined-sized"]
 SIA_PLACEMENTS = ["packed-sticky", "pal", "combined", "combined-sized"]
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 class Ledger:

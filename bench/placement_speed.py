@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 
 import numpy as np
@@ -37,6 +36,7 @@ from pcs_ray.placement.bandwidth import default_regression, subset_table
 from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.jobs.state import JobState, Snapshot
 from workloads.traces import read_sia_philly
+from common import log
 
 DATA = data_dir()
 TOPO = DATA / "topology"
@@ -46,10 +46,6 @@ SETUPS = {  # placement -> (GPUs per node, topology file or None)
     "mapa-preserve": (8, "dgx1-v100.topo"),
     "combined": (8, "dgx1-v100.topo"),
 }
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def job_pool() -> list[JobSpec]:

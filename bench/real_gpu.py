@@ -17,6 +17,8 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
   ``torch.use_deterministic_algorithms(True)`` (errors, not warnings), so bitwise equality is expected.
 * ``builtin_resume:<workload>``: each built-in workload (``executors.training.run_training``) stopped and
   resumed is bitwise equal to its uninterrupted run; kernels torch flags as nondeterministic are named.
+* ``preflight``: the product's GPU preflight (``pcs-ray doctor``) passes on every GPU of this machine:
+  a process pinned to each sees one CUDA device whose UUID is NVML's for that index.
 * ``energy_builtin`` / ``energy_user``: ``pcs-ray up --local`` on this machine (its GPUs through NVML),
   one built-in and one user-code job submitted and waited for; each job's view in ``status`` reports
   ``energy.source == "nvml"`` with joules > 0.
@@ -41,7 +43,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,12 +51,12 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import ROOT, Cli, cli_env, start_ray, up_local
+from pcs_ray.api import strict_json
+from pcs_ray.cluster.preflight import normal_uuid, pinning_problems, uuid_problems
+from pcs_ray.contract import TERMINAL
 
-from pcs_ray.api import strict_json  # noqa: E402 - after the path: the bench runs from a checkout
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_LOOP = REPO / "examples" / "user-code" / "train_mlp.py"
+EXAMPLE_LOOP = ROOT / "examples" / "user-code" / "train_mlp.py"
 DEFAULT_WORKLOADS = "tiny_cnn,resnet18,mobilenet_v2,vgg11,transformer"
 CUBLAS_WORKSPACE = ":4096:8"  # as executors.training: deterministic cuBLAS GEMMs need it before the first handle
 
@@ -69,36 +70,18 @@ from pathlib import Path
 
 import torch
 
-from pcs_ray.api import strict_json
 import pcs_ray.train as train
+from executors.preflight import seen_here
+from pcs_ray.api import strict_json
 
 
 def _seen():
+    """What this rank sees of its GPU (the preflight's record), with the run's own context."""
     ctx = train.get_context()
-    out = {"device": ctx.device, "job_id": ctx.job_id, "attempt": ctx.attempt, "rank": ctx.world_rank,
-           "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-           "cuda_device_order": os.environ.get("CUDA_DEVICE_ORDER"),
-           "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-           "cuda_available": torch.cuda.is_available(), "cuda_device_count": 0, "name": None,
-           "torch_uuid": None, "pci_bus_id": None, "nvml_uuid_of_pci_bus_id": None, "nvml_error": None}
-    if out["cuda_available"]:
-        out["cuda_device_count"] = torch.cuda.device_count()
-        props = torch.cuda.get_device_properties(0)
-        out["name"] = props.name
-        uuid = getattr(props, "uuid", None)
-        out["torch_uuid"] = None if uuid is None else str(uuid)
-        ids = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-        if None not in ids:
-            out["pci_bus_id"] = "%08X:%02X:%02X.0" % tuple(ids)
-            try:
-                from pcs_ray.cluster.nvml import NVMLDevices
-
-                with NVMLDevices.start() as devices:
-                    out["nvml_uuid_of_pci_bus_id"] = devices.uuid_at_pci_bus(out["pci_bus_id"])
-            except Exception as exc:
-                out["nvml_error"] = f"{type(exc).__name__}: {exc}"
+    out = seen_here()
+    out.update(device=ctx.device, job_id=ctx.job_id, attempt=ctx.attempt, rank=ctx.world_rank,
+               cublas_workspace_config=os.environ.get("CUBLAS_WORKSPACE_CONFIG"), resumed_from_step=None)
     checkpoint = train.get_checkpoint()
-    out["resumed_from_step"] = None
     if checkpoint is not None:
         state = torch.load(os.path.join(checkpoint, "state.pt"), map_location="cpu", weights_only=True)
         out["resumed_from_step"] = int(state["step"])
@@ -163,14 +146,6 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
 
 
-def normal_uuid(uuid) -> str | None:
-    """A GPU UUID as NVML (``GPU-…``) and torch (bare) both spell it: lower case, no ``GPU-`` prefix."""
-    if uuid is None or str(uuid).strip() == "":
-        return None
-    text = str(uuid).strip().lower()
-    return text[4:] if text.startswith("gpu-") else text
-
-
 def run_problems(label: str, run: dict, status: str, step: int | None, want_cuda: bool) -> list[str]:
     """What is wrong with one run's summary (``_run_summary``) against the status and step it should end at."""
     out = []
@@ -181,38 +156,6 @@ def run_problems(label: str, run: dict, status: str, step: int | None, want_cuda
     if want_cuda and run.get("emulated") is not False:
         out.append(f"{label} was not on CUDA (emulated={run.get('emulated')})")
     return out
-
-
-def pinning_problems(seen: dict | None, pinned: int, want_cuda: bool) -> list[str]:
-    """Inside the run: pinned to ``pinned`` in PCI bus order and, on a GPU machine, training on CUDA device 0 alone."""
-    if seen is None:
-        return ["nothing recorded from inside the run (its probe never ran)"]
-    out = []
-    if seen.get("cuda_visible_devices") != str(pinned):
-        out.append(f"CUDA_VISIBLE_DEVICES inside the run is {seen.get('cuda_visible_devices')!r}, want {str(pinned)!r}")
-    if seen.get("cuda_device_order") != "PCI_BUS_ID":
-        out.append(f"CUDA_DEVICE_ORDER inside the run is {seen.get('cuda_device_order')!r}, want 'PCI_BUS_ID'")
-    if want_cuda:
-        if not seen.get("cuda_available") or seen.get("device") != "cuda:0":
-            out.append(f"the loop's device is {seen.get('device')!r} (CUDA available: {seen.get('cuda_available')})")
-        elif seen.get("cuda_device_count") != 1:
-            out.append(f"the run sees {seen.get('cuda_device_count')} CUDA devices, want 1")
-    return out
-
-
-def uuid_problems(seen: dict | None, nvml_uuid: str | None, pinned: int) -> list[str]:
-    """The UUID of CUDA device 0 inside the run (torch's, and NVML's for its PCI bus id) against NVML's for ``pinned``."""
-    if seen is None:
-        return ["nothing recorded from inside the run (its probe never ran)"]
-    want = normal_uuid(nvml_uuid)
-    if want is None:
-        return [f"NVML gave no UUID for GPU {pinned}"]
-    found = {"torch": normal_uuid(seen.get("torch_uuid")), "NVML by PCI bus id": normal_uuid(seen.get("nvml_uuid_of_pci_bus_id"))}
-    if all(v is None for v in found.values()):
-        return [f"no UUID readable inside the run (torch none; NVML by PCI bus id {seen.get('pci_bus_id')}: "
-                f"{seen.get('nvml_error')})"]
-    return [f"inside the run {label} says CUDA device 0 is {uuid}, NVML's GPU {pinned} is {want}"
-            for label, uuid in found.items() if uuid is not None and uuid != want]
 
 
 def weight_differences(a: dict, b: dict) -> list[str]:
@@ -267,18 +210,13 @@ def _median(values):
 
 
 def _start_ray(node_name: str, gpus: int, temp_dir: str):
-    import ray
-
     from executors.emulation import RAY_WORKER_ENV
-    from pcs_ray.cluster.resources import node_gpu_resources
 
     os.environ.update(RAY_WORKER_ENV)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # this script's own private instance
     # Rank processes import pcs-ray from this checkout, whatever their working dir (a user run's is its own).
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=gpus, resources=node_gpu_resources(node_name, gpus),
-             include_dashboard=False, object_store_memory=200 * 1024 * 1024, log_to_driver=False,
-             logging_level="ERROR", _temp_dir=temp_dir)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    ray = start_ray({node_name: gpus}, cpus=max(2, os.cpu_count() or 2), object_store_memory=200 * 1024 * 1024,
+                    logging_level="ERROR", _temp_dir=temp_dir)
 
     @ray.remote(num_cpus=0)
     class Recorder:
@@ -570,6 +508,18 @@ def builtin_resume(workload: str, root: Path, steps: int, stop_after: int, want_
                    f"{' on CUDA' if want_cuda else ''}", time.monotonic() - began, figures)
 
 
+def node_preflight(inventory) -> Check:
+    """``preflight``: the product's GPU preflight (what ``pcs-ray doctor`` and node registration run) on every
+    GPU of this node."""
+    from executors.preflight import check_node
+
+    began = time.monotonic()
+    verdicts = check_node([(g.index, g.uuid) for g in inventory.gpus])
+    return verdict("preflight", [v.line() for v in verdicts if not v.passed],
+                   f"{len(verdicts)} checks of {len(inventory.gpus)} GPU(s) passed (pinning, uuid)",
+                   time.monotonic() - began, {"verdicts": [v.to_dict() for v in verdicts]})
+
+
 def energy_job_files(folder: Path, workdir: Path, probe_dir: Path, builtin_steps: int, user_steps: int,
                      pace_s: float) -> dict[str, Path]:
     """The two jobs whose energy the cluster must measure: a built-in workload and the probe's user code."""
@@ -594,42 +544,38 @@ def cluster_energy(root: Path, timeout_s: float, builtin_steps: int, user_steps:
                    job_timeout_s: float = 180.0) -> tuple[dict, dict]:
     """``pcs-ray up --local`` here (GPUs through NVML), the two energy jobs submitted and waited for (at most
     ``job_timeout_s`` together), their views from ``status``, then ``pcs-ray down``. Returns (views by kind, figures)."""
-    exe = [sys.executable, "-c", "import sys; from pcs_ray.cli import main; sys.argv[0] = 'pcs-ray'; sys.exit(main())"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}  # as a new user's shell
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     state_dir = root / "state"
     deadline = time.monotonic() + timeout_s
     began = time.monotonic()
+    cli = Cli(cli_env())  # as a new user's shell
 
-    def call(*args, check=True, limit=None):
-        left = max(5.0, deadline - time.monotonic()) if limit is None else limit
-        proc = subprocess.run([*exe, *args], capture_output=True, text=True, timeout=left, env=env)
-        if check and proc.returncode:
-            raise RuntimeError(f"pcs-ray {' '.join(args[:2])} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
-        return proc
+    def left() -> float:
+        return max(5.0, deadline - time.monotonic())
 
     files = energy_job_files(root, write_user_code(root / "user-code"), root / "probes", builtin_steps, user_steps, pace_s)
     views: dict = {}
     figures: dict = {}
-    TERMINAL = ("finished", "failed", "cancelled")
+    cluster = None
     try:
-        up = json.loads(call("up", "--local", "--nodes", "1", "--state-dir", str(state_dir), "--json").stdout)
-        figures["up_s"] = round(time.monotonic() - began, 1)
-        figures["nodes"] = [{k: v for k, v in n.items() if k != "pids"} for n in up.get("nodes", [])]
-        address = ("--address", up["address"])
-        ids = {kind: json.loads(call("submit", str(path), *address, "--json").stdout.strip().splitlines()[-1])["id"]
-               for kind, path in files.items()}
-        figures["ids"] = ids
-        ends = min(time.monotonic() + job_timeout_s, deadline)
-        while True:  # one GPU: the jobs run one after the other; a job that never ends costs at most job_timeout_s
-            jobs = {str(j.get("id")): j for j in json.loads(call("status", *address, "--json").stdout).get("jobs", [])}
-            views = {kind: jobs.get(str(jid)) for kind, jid in ids.items()}
-            if all(v is not None and v.get("state") in TERMINAL for v in views.values()) or time.monotonic() > ends:
-                break
-            time.sleep(2.0)
-        time.sleep(2.0)  # a run's last NVML reading is fire-and-forget: let it land, then read the views again
-        jobs = {str(j.get("id")): j for j in json.loads(call("status", *address, "--json").stdout).get("jobs", [])}
-        views = {kind: jobs.get(str(jid)) for kind, jid in ids.items()}
+        with up_local(cli, state_dir, "--nodes", "1", timeout=left(), down_timeout=60) as cluster:
+            figures["up_s"] = round(time.monotonic() - began, 1)
+            figures["nodes"] = [{k: v for k, v in n.items() if k != "pids"} for n in cluster.up.get("nodes", [])]
+            address = ("--address", cluster.up["address"])
+            ids = {kind: cli.json("submit", path, *address, timeout=left())["id"] for kind, path in files.items()}
+            figures["ids"] = ids
+
+            def views_now() -> dict:
+                jobs = {str(j.get("id")): j for j in cli.json("status", *address, timeout=left()).get("jobs", [])}
+                return {kind: jobs.get(str(jid)) for kind, jid in ids.items()}
+
+            ends = min(time.monotonic() + job_timeout_s, deadline)
+            while True:  # one GPU: the jobs run one after the other; a job that never ends costs at most job_timeout_s
+                views = views_now()
+                if all(v is not None and v.get("state") in TERMINAL for v in views.values()) or time.monotonic() > ends:
+                    break
+                time.sleep(2.0)
+            time.sleep(2.0)  # a run's last NVML reading is fire-and-forget: let it land, then read the views again
+            views = views_now()
         figures["jobs"] = {kind: None if v is None else {k: v.get(k) for k in ("id", "state", "steps", "total_steps",
                                                                                "emulated", "attempts", "error", "note",
                                                                                "energy")}
@@ -638,14 +584,12 @@ def cluster_energy(root: Path, timeout_s: float, builtin_steps: int, user_steps:
             if v is not None and v.get("state") != "finished":
                 logs = sorted((state_dir / "logs" / str(v.get("id"))).glob("attempt-*/rank-0.log"))
                 figures[f"{kind}_rank_log_tail"] = logs[-1].read_text(errors="replace")[-1500:] if logs else None
-    except Exception as exc:  # reported with the nodes' log tails; down still runs
+    except Exception as exc:  # reported with the nodes' log tails; down has run
         figures["error"] = _error_line(exc)
         figures["logs"] = {p.name: p.read_text(errors="replace")[-1200:] for p in sorted((state_dir / "logs").glob("*"))
                            if p.is_file()}
-    finally:
-        down = call("down", "--state-dir", str(state_dir), check=False, limit=60)
-        figures["down_rc"] = down.returncode
-        figures["wall_s"] = round(time.monotonic() - began, 1)
+    figures["down_rc"] = cluster.down.get("rc") if cluster is not None else None
+    figures["wall_s"] = round(time.monotonic() - began, 1)
     return views, figures
 
 
@@ -679,27 +623,20 @@ params: {{batch_size: 16, lr: 0.05, num_samples: 2048, seed: 1}}
 def _cli(state_dir: Path, timeout: float, jobs: int = 3, steps: int = 1500) -> dict:
     """The README's live quick start on this machine: up (NVML), ``jobs`` submissions one after another
     (``--wait``: the first teaches the coordinator the workload), status, down."""
-    exe = [sys.executable, "-c", "import sys; from pcs_ray.cli import main; sys.argv[0] = 'pcs-ray'; sys.exit(main())"]
     began = time.time()
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}  # as a new user's shell
-
-    def call(*args, check=True):
-        proc = subprocess.run([*exe, *args], capture_output=True, text=True, timeout=timeout, env=env)
-        if check and proc.returncode:
-            raise RuntimeError(f"pcs-ray {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-        return proc
-
+    cli = Cli(cli_env(), timeout=timeout)  # as a new user's shell
     out: dict = {}
     job_file = state_dir.parent / "resnet18-long.yaml"
     job_file.parent.mkdir(parents=True, exist_ok=True)
     job_file.write_text(LONG_JOB.format(steps=steps))
+    cluster = None
     try:
-        up = json.loads(call("up", "--local", "--nodes", "1", "--state-dir", str(state_dir), "--json").stdout)
-        out["up"] = {"nodes": [{k: v for k, v in n.items() if k != "pids"} for n in up.get("nodes", [])],
-                     "s": round(time.time() - began, 1)}
-        address = ("--address", up["address"])
-        out["submits"] = [call("submit", str(job_file), *address, "--wait").stdout.strip() for _ in range(jobs)]
-        status = json.loads(call("status", *address, "--json").stdout)
+        with up_local(cli, state_dir, "--nodes", "1", timeout=timeout) as cluster:
+            out["up"] = {"nodes": [{k: v for k, v in n.items() if k != "pids"} for n in cluster.up.get("nodes", [])],
+                         "s": round(time.time() - began, 1)}
+            address = ("--address", cluster.up["address"])
+            out["submits"] = [cli("submit", job_file, *address, "--wait").stdout.strip() for _ in range(jobs)]
+            status = cli.json("status", *address)
         out["jobs"] = [{"id": j["id"], "state": j["state"], "emulated": j.get("emulated"),
                         "jct_s": round(j["finish"] - j["submit"], 2),
                         "predicted_at_submission_s": round(j["first_predicted"] - j["submit"], 2),
@@ -707,14 +644,12 @@ def _cli(state_dir: Path, timeout: float, jobs: int = 3, steps: int = 1500) -> d
                                            / (j["first_predicted"] - j["submit"]), 1),
                         "step_time_s": j.get("step_time"), "energy": j.get("energy")} for j in status["jobs"]]
         out["speeds"], out["runners"] = status.get("speeds"), status.get("runners")
-    except Exception as exc:  # reported with the nodes' log tails, and down still runs
+    except Exception as exc:  # reported with the nodes' log tails; down has run
         out["error"] = str(exc)
         out["logs"] = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted((state_dir / "logs").glob("*"))
                        if p.is_file()}
-    finally:
-        down = call("down", "--state-dir", str(state_dir), check=False)
-        out["down"] = {"rc": down.returncode, "stdout": down.stdout.strip()[-300:], "stderr": down.stderr.strip()[-300:]}
-        out["wall_s"] = round(time.time() - began, 1)
+    out["down"] = cluster.down if cluster is not None else None
+    out["wall_s"] = round(time.time() - began, 1)
     return out
 
 
@@ -728,7 +663,7 @@ FULL = {"pin_steps": 60, "user_steps": 2000, "user_stop_at": 700, "pace_s": 0.00
 
 def plan(workloads: list[str]) -> list[str]:
     """Every check's name, in the order they run."""
-    return [*[f"builtin_resume:{w}" for w in workloads], "user_pinning", "pinned_uuid", "user_resume",
+    return [*[f"builtin_resume:{w}" for w in workloads], "preflight", "user_pinning", "pinned_uuid", "user_resume",
             "energy_builtin", "energy_user"]
 
 
@@ -789,6 +724,10 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     for w in args.workloads:  # first: in this process, the cheapest and least likely to hang
         guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
                                                                      settings["builtin_stop_after"], want_cuda)])
+    if args.cpu:
+        done["preflight"] = Check("preflight", "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
+    else:
+        guarded(["preflight"], lambda: [node_preflight(inventory)])
     _release_cuda_cache()
     ray_ = None
     try:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from pcs_ray.api import strict_json
 from pcs_ray.data import data_dir
+from common import log
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 DATA = data_dir()
 
 # The columns that existed before any refactoring: later columns (explanations) are not hashed.
@@ -40,10 +40,6 @@ COLUMNS = ("job_id", "submit", "service", "max_gpus", "start", "finish", "jct", 
 POLICIES = ("fifo", "srsf", "las", "srtf", "themis", "themis-lease", "afs", "afs-l", "fair", "pcs")
 PLACEMENTS = ("packed-sticky", "packed-nonsticky", "random-sticky", "random-nonsticky", "pm-first", "pal",
               "mapa-baseline", "mapa-topo", "mapa-greedy", "mapa-preserve", "combined")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def cli_runs(name: str, args: list[str]) -> dict[str, str]:

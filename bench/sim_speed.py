@@ -32,17 +32,14 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.sim.metrics import summarize  # noqa: E402
-from pcs_ray.data import data_dir, pcs_config  # noqa: E402
-from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy  # noqa: E402
-from pcs_ray.sim.run import simulate  # noqa: E402
-from workloads.generator import generate_workload  # noqa: E402
-from workloads.traces import read_pcs_trace  # noqa: E402
+from pcs_ray.api import strict_json
+from pcs_ray.sim.metrics import summarize
+from pcs_ray.data import data_dir, pcs_config
+from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
+from pcs_ray.sim.run import simulate
+from workloads.generator import generate_workload
+from workloads.traces import read_pcs_trace
 
 ARTIFACT = json.loads((data_dir() / "pcs" / "reference" / "artifact-timing.json").read_text())
 

@@ -37,18 +37,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.policies import BUNDLED  # noqa: E402
-from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
-from solver.front import (  # noqa: E402
+from common import start_ray
+from pcs_ray.api import strict_json
+from pcs_ray.policies import BUNDLED
+from solver.evaluate import RayBackend, SerialBackend
+from solver.front import (
     dominance_report, front_json, hypervolume, normalised_hypervolume, plot_front, reference_point,
 )
-from solver.objectives import parse_objectives  # noqa: E402
-from solver.search import Problem, Search  # noqa: E402
-from solver.space import DEFAULT_MAX_QUEUES, SPACES  # noqa: E402
-from solver.workload import WorkloadSource  # noqa: E402
+from solver.objectives import parse_objectives
+from solver.search import Problem, Search
+from solver.space import DEFAULT_MAX_QUEUES, SPACES
+from solver.workload import WorkloadSource
 
 
 def main() -> None:
@@ -77,10 +76,7 @@ def main() -> None:
     problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, objectives, args.samples,
                       args.test_samples, args.population, args.seed, space=args.space, max_queues=args.max_queues,
                       local_rate=args.local_rate)
-    if not args.serial:
-        import ray
-
-        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    ray = None if args.serial else start_ray()
     backend = SerialBackend() if args.serial else RayBackend()
     ray_ready = time.perf_counter() - started
     search = Search(problem, backend)
@@ -190,7 +186,7 @@ def main() -> None:
         (args.out / "front.json").write_text(strict_json.dumps(front_json(points, objectives, refs, {}), indent=1))
         plot_front(args.out / "front.png", points, objectives, refs, title=f"themis1 {args.objectives}")
     search.close()
-    if not args.serial:
+    if ray is not None:
         ray.shutdown()
     print(strict_json.dumps(result, indent=1))
 

@@ -23,21 +23,17 @@ from __future__ import annotations
 import argparse
 import bisect
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pcs_ray.api import strict_json  # noqa: E402
-from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config  # noqa: E402
-from pcs_ray.policies import WFQConfig  # noqa: E402
-from solver.objectives import parse_objectives  # noqa: E402
-from solver.search import Problem, Search  # noqa: E402
-from solver.space import SearchSpace  # noqa: E402
-from solver.workload import WorkloadSource  # noqa: E402
+from pcs_ray.api import strict_json
+from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config
+from pcs_ray.policies import WFQConfig
+from solver.objectives import parse_objectives
+from solver.search import Problem, Search
+from solver.space import SearchSpace
+from solver.workload import WorkloadSource
 
 
 def record_cuts(sizes: list[float]) -> tuple[list[float], dict[float, float]]:

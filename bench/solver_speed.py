@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from solver.evaluate import RayBackend, SerialBackend  # noqa: E402
-from solver.objectives import parse_objectives  # noqa: E402
-from solver.search import Problem, Search  # noqa: E402
-from pcs_ray.api import strict_json  # noqa: E402
-from solver.workload import WorkloadSource  # noqa: E402
+from solver.evaluate import RayBackend, SerialBackend
+from solver.objectives import parse_objectives
+from solver.search import Problem, Search
+from common import start_ray
+from pcs_ray.api import strict_json
+from solver.workload import WorkloadSource
 
 
 def main() -> None:
@@ -38,10 +35,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    if not args.serial:
-        import ray
-
-        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    ray = None if args.serial else start_ray()
     backend = SerialBackend() if args.serial else RayBackend()
     ray_start = time.perf_counter() - t0
     problem = Problem(WorkloadSource.generated("themis1", 500, 0.9), 64, parse_objectives("jct:avg,pred_err:avg"),
@@ -77,7 +71,7 @@ def main() -> None:
         "per_generation": per_generation,
     }
     search.close()
-    if not args.serial:
+    if ray is not None:
         ray.shutdown()
     print(strict_json.dumps(result, indent=1))
 

@@ -20,35 +20,17 @@ Prints one JSON object of what it measured; the cluster is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import secrets
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import Cli, cli_env, up_local
 from pcs_ray.api import strict_json
 
-ROOT = Path(__file__).resolve().parent.parent
 JOB = "name: burst\nworkload: tiny_cnn\nsteps: 400\ngpus: 1\ncheckpoint_every: 20\nparams: {num_samples: 256, seed: 1}\n"
-OPERATOR, ALICE, BOB = ("ops", ""), ("alice", "vision"), ("bob", "speech")
-
-
-class Cli:
-    def __init__(self, env: dict) -> None:
-        self.env = env
-
-    def __call__(self, *args, who=None, check=True) -> subprocess.CompletedProcess:
-        env = dict(self.env)
-        if who:
-            env["PCS_RAY_USER"], env["PCS_RAY_TENANT"] = who
-        out = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *map(str, args)], capture_output=True, text=True,
-                             env=env, timeout=300, cwd=ROOT)
-        if check and out.returncode:
-            raise SystemExit(f"error: pcs-ray {' '.join(map(str, args))} exited {out.returncode}: {out.stderr.strip()[-400:]}")
-        return out
+OPERATOR, ALICE, BOB = ({"PCS_RAY_USER": user, "PCS_RAY_TENANT": tenant}
+                        for user, tenant in (("ops", ""), ("alice", "vision"), ("bob", "speech")))
 
 
 def main() -> None:
@@ -66,20 +48,20 @@ def main() -> None:
         "tenants:\n  vision: {quota: 2}\n  speech: {quota: 2}\n"
         f"min_runtime_s: {args.min_runtime}\nreclaim_young_runs: {'false' if args.no_reclaim else 'true'}\n"
         "operators: [ops]\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS",
-                                                             "PCS_RAY_API")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT))
-    cli = Cli(env)
-    state = work / "state"
     out: dict = {"min_runtime_s": args.min_runtime, "reclaim_young_runs": not args.no_reclaim}
-    up = json.loads(cli("up", "--local", "--nodes", 2, "--gpus-per-node", 2, "--policy", "pcs-bal",
-                        "--state-dir", state, "--json").stdout)
-    cli.env.update(RAY_ADDRESS=up["address"], PCS_RAY_API=up["api"])
+    with up_local(Cli(cli_env(token)), work / "state", "--nodes", 2, "--gpus-per-node", 2, "--policy", "pcs-bal") as cluster:
+        cli = Cli(cli_env(token, RAY_ADDRESS=cluster.up["address"], PCS_RAY_API=cluster.up["api"]))
+        play(cli, work, args, out)
+    print(strict_json.dumps(out, indent=1))
+
+
+def play(cli: Cli, work: Path, args, out: dict) -> None:
+    """The vision tenant fills the cluster, the speech tenant (the lender) asks for its quota back."""
     polls, reasonless = [0], []
     t0 = time.time()
 
     def jobs() -> dict:
-        view = {j["id"]: j for j in json.loads(cli("status", "--json").stdout)["jobs"]}
+        view = {j["id"]: j for j in cli.json("status")["jobs"]}
         polls[0] += 1
         reasonless.extend((round(time.time() - t0, 1), j["id"], j["state"]) for j in view.values()
                           if j["state"] in ("queued", "stopping") and not j.get("waiting"))
@@ -92,30 +74,25 @@ def main() -> None:
                 return view
             time.sleep(1)
 
-    try:
-        cli("tenants", "apply", work / "tenants.yaml", who=OPERATOR)
-        vision = [json.loads(cli("submit", work / "job.yaml", "--json", who=ALICE).stdout)["id"] for _ in range(4)]
-        view = running(vision, time.time())
-        out["vision_gpus_before_lender"] = sum(len(view[j]["gpus"]) for j in vision)
-        time.sleep(5)
-        asked = time.time()
-        speech = [json.loads(cli("submit", work / "job.yaml", "--json", who=BOB).stdout)["id"] for _ in range(2)]
-        view = jobs()
-        out["reasons_right_after_lender"] = {j: v["waiting"] for j, v in view.items() if v.get("waiting")}
-        view = running(speech, asked)
-        out["lender_running_after_s"] = round(time.time() - asked, 1) if all(
-            view[j]["state"] == "running" for j in speech) else None
-        out["vision_gpus_after_lender"] = sum(len(view[j]["gpus"]) for j in vision)
-        refused = cli("cancel", vision[0], who=BOB, check=False)
-        out["cross_tenant_cancel"] = {"exit": refused.returncode, "stderr_lines": len(refused.stderr.strip().splitlines()),
-                                      "stderr": refused.stderr.strip()}
-        out["own_cancel_exit"] = cli("cancel", vision[0], who=ALICE, check=False).returncode
-    finally:
-        cli("down", "--state-dir", state, check=False)
+    cli("tenants", "apply", work / "tenants.yaml", env=OPERATOR)
+    vision = [cli.json("submit", work / "job.yaml", env=ALICE)["id"] for _ in range(4)]
+    view = running(vision, time.time())
+    out["vision_gpus_before_lender"] = sum(len(view[j]["gpus"]) for j in vision)
+    time.sleep(5)
+    asked = time.time()
+    speech = [cli.json("submit", work / "job.yaml", env=BOB)["id"] for _ in range(2)]
+    view = jobs()
+    out["reasons_right_after_lender"] = {j: v["waiting"] for j, v in view.items() if v.get("waiting")}
+    view = running(speech, asked)
+    out["lender_running_after_s"] = round(time.time() - asked, 1) if all(
+        view[j]["state"] == "running" for j in speech) else None
+    out["vision_gpus_after_lender"] = sum(len(view[j]["gpus"]) for j in vision)
+    refused = cli("cancel", vision[0], env=BOB, check=False)
+    out["cross_tenant_cancel"] = {"exit": refused.returncode, "stderr_lines": len(refused.stderr.strip().splitlines()),
+                                  "stderr": refused.stderr.strip()}
+    out["own_cancel_exit"] = cli("cancel", vision[0], env=ALICE, check=False).returncode
     out["status_polls"] = polls[0]
     out["reasonless"] = reasonless  # (seconds, job, state) of every queued or stopping job a poll showed without a reason
-    print(strict_json.dumps(out, indent=1))
-
 
 if __name__ == "__main__":
     main()

@@ -21,21 +21,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import log, start_ray, summary
+from pcs_ray.api import strict_json
 
-from pcs_ray.api import strict_json  # noqa: E402
-
-
-def log(msg: str) -> None:
-    print(f"[tune_overhead] {msg}", file=sys.stderr, flush=True)
+COSTS = ("n", "median", "mean")  # what each list of seconds reports
 
 
 def space(args) -> dict:
@@ -67,10 +62,6 @@ class Timeline:
                 outer.results.setdefault(trial.trial_id, []).append((time.monotonic(), dict(result)))
 
         return Collect()
-
-
-def summary(xs: list[float]) -> dict:
-    return {"n": len(xs), "median": statistics.median(xs) if xs else None, "mean": statistics.fmean(xs) if xs else None}
 
 
 def run_tune(args, work: Path, name: str, pauses: int) -> dict:
@@ -116,8 +107,8 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
             costs.append(after[0][0] - t0 - after[0][1]["iter_s"])
     first = [timeline.results[tid][0][0] - t0 - timeline.results[tid][0][1]["iter_s"]
              for tid, t0 in timeline.started.items() if timeline.results.get(tid)]
-    return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs),
-            "first_start_cost_s": summary(first)}
+    return {"wall_s": wall, "errors": len(grid.errors), "pauses": len(paused_at), "per_pause_cost_s": summary(costs, COSTS),
+            "first_start_cost_s": summary(first, COSTS)}
 
 
 class Competitor(threading.Thread):
@@ -187,7 +178,7 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
     return {
         "wall_s": wall, "errors": len(grid.errors), "pauses": len(sched.log.pauses), "hard_stops": sched.log.hard_stops,
         "acknowledged_changes": sched.log.acks, "coordinator_preemptions": sweep.preemptions,
-        "per_pause_cost_s": summary(sched.log.resumes), "first_start_cost_s": summary(sched.log.startups),
+        "per_pause_cost_s": summary(sched.log.resumes, COSTS), "first_start_cost_s": summary(sched.log.startups, COSTS),
         "prediction": {"available_after_s": predicted_after_s, "predicted_jct_s": predicted, "actual_jct_s": jct,
                        "error_pct": 100 * abs(jct - predicted) / predicted,
                        "mid_run_error_pct": None if mid is None else 100 * abs(sweep.finish - mid[1]) / (mid[1] - sweep.submit),
@@ -197,7 +188,7 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
 
 def calibrate(args) -> float:
     """Seconds per iteration of one trial alone on this machine (what a user would measure once)."""
-    from tests.tune_helpers import reference_run
+    from executors.tune_trial import reference_run
 
     one = {"workload": "tiny_cnn", "iterations": 2, "steps_per_iteration": args.steps_per_iteration,
            "params": {"num_samples": 128}}
@@ -222,16 +213,10 @@ def main() -> int:
     ap.add_argument("--gap-s", type=float, default=4.0)
     args = ap.parse_args()
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
-
-    from pcs_ray.cluster.resources import node_gpu_resources
-
     if args.iteration_time is None:
         args.iteration_time = calibrate(args)
         log(f"calibrated: {args.iteration_time:.2f} s per iteration")
-    ray.init(num_cpus=args.gpus, num_gpus=args.gpus, resources=node_gpu_resources("node0", args.gpus),
-             include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray = start_ray(args.gpus, cpus=args.gpus, logging_level="ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="tune-overhead-") as tmp, contextlib.redirect_stdout(sys.stderr):
             work = Path(tmp)

@@ -16,12 +16,11 @@ it alone) with one logical GPU.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+from common import start_ray, summary
 from pcs_ray.api import strict_json
 
 LOOP = '''
@@ -37,27 +36,23 @@ def loop(config):
 '''
 
 
-def _summary(xs: list[float]) -> dict:
-    xs = sorted(xs)
-    return {"median_s": round(statistics.median(xs), 3), "p90_s": round(xs[int(0.9 * (len(xs) - 1))], 3),
-            "min_s": round(xs[0], 3), "max_s": round(xs[-1], 3), "runs": len(xs)}
+def starts(xs: list[float]) -> dict:
+    out = summary(xs, ("median", "p90", "min", "max", "n"), unit="s", digits=3)
+    out["runs"] = out.pop("n")
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=8, help="timed runs of each kind (after one untimed warm-up run)")
     args = ap.parse_args(argv)
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # this bench's private instance only
-    import ray
-
     from executors.launch import launch
     from pcs_ray.contract import GPUSlot, RunRequest
-    from pcs_ray.cluster.resources import node_gpu_resources
 
     work = Path(tempfile.mkdtemp(prefix="pcs-ray-user-start-"))
     (work / "code").mkdir()
     (work / "code" / "loop.py").write_text(LOOP)
-    ray.init(num_cpus=2, resources=node_gpu_resources("node0", 1), include_dashboard=False, log_to_driver=False)
+    ray = start_ray(1, cpus=2, num_gpus=None)  # one logical GPU's resource; Ray's own GPU count as it finds it
     slot = (GPUSlot("node0", 0),)
 
     def user(k: int) -> RunRequest:
@@ -88,7 +83,7 @@ def main(argv=None) -> int:
                 figures["builtin_cold_first_step"].append(t["first_step"] - t["launched"])
         print(f"run {k}/{args.runs} done", file=sys.stderr, flush=True)
     ray.shutdown()
-    out = {name: _summary(xs) for name, xs in figures.items()}
+    out = {name: starts(xs) for name, xs in figures.items()}
     out["user_runner_kinds"] = kinds
     out["target_user_first_report_median_s"] = 2.0
     out["user_over_builtin_cold_median"] = round(out["user_first_report"]["median_s"] / out["builtin_cold_first_step"]["median_s"], 3)

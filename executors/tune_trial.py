@@ -12,7 +12,8 @@ import time
 
 from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
 
-__all__ = ["assigned_gpu_resources", "held_out_loss", "pin_trial_gpus", "pinned", "session_trainable", "weights_digest"]
+__all__ = ["assigned_gpu_resources", "held_out_loss", "pin_trial_gpus", "pinned", "reference_run", "session_trainable",
+           "weights_digest"]
 
 
 def session_trainable(config: dict) -> None:
@@ -77,3 +78,15 @@ def weights_digest(model) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def reference_run(config: dict) -> dict:
+    """A trial's training without Tune and without interruption: the final metrics a sweep must reproduce."""
+    from executors.training import TrainingSession
+
+    config = {**config, **config.get("variant", {})}
+    session = TrainingSession(config["workload"], config.get("params"))
+    per_iter = int(config.get("steps_per_iteration", 1))
+    for _ in range(config["iterations"] * per_iter):
+        session.train_step()
+    return {"loss": held_out_loss(session), "step": session.step, "weights_sha256": weights_digest(session.model)}

@@ -23,7 +23,7 @@ import sys
 import typer
 
 GROUP_NAMES = ("simulate", "up", "live", "logs", "calibrate", "replay", "report", "config", "tenants", "demo", "solve",
-               "power", "slowruns", "data")
+               "power", "slowruns", "data", "doctor")
 # Commands whose group alone serves them (their first argument -> the group's module).
 CLIENT_GROUPS = {"submit": "live", "status": "live", "predict": "live", "cancel": "live", "config": "config",
                  "tenants": "tenants", "logs": "logs"}

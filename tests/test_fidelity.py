@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 from pcs_ray.data import data_dir, locate
-from pcs_ray.sim.metrics import summarize
+from pcs_ray.sim.metrics import per_job_errors, summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
 from workloads.traces import read_trace
-from artifact_results import per_job_errors
 
 REF = data_dir() / "pcs" / "reference"
 ART = REF / "themis1-artifact"

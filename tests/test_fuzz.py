@@ -227,7 +227,7 @@ CLI_VALUES = ["0", "1", "3", "-1", "1e9", "nan", "abc", "", "fifo", "pcs-bal", "
 #: Every command and subcommand, fuzzed with its own options and real values (no --help: the command runs).
 CLI_COMMANDS = ["simulate", "up", "down", "start", "submit", "status", "predict", "cancel", "stop", "node-resources",
                 "logs", "calibrate", "replay", "report", "demo", "solve", "data", "config show", "config set",
-                "tenants show", "tenants apply", "power fit", "slow-runs fit"]
+                "tenants show", "tenants apply", "power fit", "slow-runs fit", "doctor"]
 SCRATCH_STATE = "/nonexistent-pcs-ray-fuzz"  # up and down never see a real state folder (they start and stop clusters)
 
 

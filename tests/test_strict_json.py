@@ -79,6 +79,7 @@ def cases(tmp: Path) -> dict[str, tuple[list[str], list[Path]]]:
         "simulate": (["simulate", "--num-apps", "12", "--gpus", "8", "--gpus-per-node", "4", "-p", "vahrm,vu-fcfs-b,fifo",
                       "--power", "longhorn", "--pcr", "0.8", "--no-predict", "--json"], []),
         "data": (["data", "--json"], []),
+        "doctor": (["doctor", "--json"], []),  # on a machine without GPUs: nothing to check, still one document
         "node-resources": (["node-resources", "--cluster-spec", str(spec), "--node-name", "gpu-a", "--json"], []),
         "report": (["report", str(state), "--out", str(tmp / "r"), "--json"], [tmp / "r" / "report.json"]),
         "power fit": (["power", "fit", "--data", str(power_csv(tmp / "power.csv")), "--out", str(tmp / "m.json"),

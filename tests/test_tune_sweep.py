@@ -14,11 +14,11 @@ import pytest
 import threading
 import time
 
+from executors.tune_trial import reference_run
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import build_policy
-from tune_helpers import reference_run
 
 pytestmark = pytest.mark.slow  # Ray Tune sweeps with real training
 

@@ -155,8 +155,10 @@ def _ray_bin() -> str:
 
 def _node_args(name: str, spec: Path | None) -> tuple[list[str], int]:
     from pcs_ray.cluster.discovery import local_node, ray_start_args
+    from pcs_ray.commands.doctor import warn_failed_checks
 
     node = local_node(name, spec)
+    warn_failed_checks(node)
     return ray_start_args(node), len(node.gpus)
 
 

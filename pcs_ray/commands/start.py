@@ -124,10 +124,14 @@ def node_resources_cmd(
     exact GPUs, plus labels. GPUs come from NVML (UUIDs, NVLink/PCIe matrix,
     power, clocks) or, without NVML, from the node of that name in
     --cluster-spec. The output is shell-quoted: `eval ray start $(pcs-ray node-resources --head)`.
+    NVIDIA GPUs are checked first as `pcs-ray doctor` checks them; each failed
+    check is a warning line on stderr.
     """
     from pcs_ray.cluster.discovery import format_args, local_node, ray_start_args
+    from pcs_ray.commands.doctor import warn_failed_checks
 
     node = local_node(node_name, cluster_spec)
+    warn_failed_checks(node)
     args = ray_start_args(node, head=head, address=address)
     if as_json:
         print_json({"args": args, "node": node.to_dict()})

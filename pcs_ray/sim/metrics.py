@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 
 from pcs_ray.sim.engine import JobRecord, SimResult
@@ -29,6 +31,15 @@ def pred_errors(records: list[JobRecord]) -> tuple[np.ndarray, np.ndarray]:
     jct_a, pred_a = np.asarray(jct), np.asarray(pred)
     signed = 100.0 * (jct_a - pred_a) / np.maximum(pred_a, 1e-9)
     return np.abs(signed), signed
+
+
+def per_job_errors(path) -> np.ndarray:
+    """Prediction errors (%) of one of the artifact's per-job result files, as its summary computes them."""
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    jct = np.array([float(r["end_time"]) - float(r["submit_time"]) for r in rows])
+    pred = np.array([float(r["estimated_end_time"]) - float(r["submit_time"]) for r in rows])
+    return 100 * np.abs(jct - pred) / pred
 
 
 def unfairness(records: list[JobRecord], capacity: int, speedup_at=_linear_share) -> np.ndarray:

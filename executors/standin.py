@@ -7,7 +7,7 @@ One async Ray actor plays every run (a real runner is a process with torch,
 progress to the coordinator at most every ``request.report_interval_s``,
 keeps a checkpoint (the step, in memory) every ``request.checkpoint_every``
 steps and on a stop, and resumes from it. Pass
-``launcher="bench.standin:launch"`` in the coordinator's config.
+``launcher="executors.standin:launch"`` in the coordinator's config.
 """
 
 from __future__ import annotations
