@@ -66,6 +66,11 @@ def clocked(*, t: float = 1000.0, **options) -> tuple[Coordinator, Clock]:
     return coordinator(clock=clock, **options), clock
 
 
+def placed_core(cluster: ClusterSpec, policy, **options) -> tuple[Coordinator, Clock]:
+    """A core whose forecasts play placement along (packed-sticky), on a fresh ``Clock``, and that clock."""
+    return clocked(cluster=cluster, policy=policy, placement="packed-sticky", **options)
+
+
 def core_config(state_dir: str | Path, *, gpus: int = 1, per_node: int | None = None, policy: str | None = "fifo",
                 restart_overhead: float = 0.0) -> CoordinatorConfig:
     """What ``pcs-ray start`` hands ``build_core``: ``gpus`` alike GPUs, state kept under ``state_dir``."""
