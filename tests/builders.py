@@ -111,14 +111,17 @@ def submit_random(core: Coordinator, clock: Clock, rng: random.Random, count: in
         core.submit(random_submission(rng))
 
 
-def job_spec(job_id: int, *, submit: float = 0.0, service: float = 100.0, max_gpus: int = 1, min_gpus: int = 1,
-             rigid: bool = False, speedup=None, **fields) -> JobSpec:
+def job_spec(job_id: int, *, submit: float = 0.0, service: float = 100.0, runtime: float | None = None,
+             max_gpus: int = 1, min_gpus: int = 1, rigid: bool = False, speedup=None, **fields) -> JobSpec:
     """An app as submitted: linear speedup up to ``max_gpus`` unless ``speedup`` says otherwise (its table
-    then sets ``max_gpus``); a rigid one runs on all of them. ``fields``: any other of ``JobSpec``'s."""
+    then sets ``max_gpus``); a rigid one runs on all of them. ``runtime``, where given, is its run time on
+    all its GPUs and sets ``service``. ``fields``: any other of ``JobSpec``'s."""
     if speedup is None:
         speedup = linear_speedup(max_gpus)
     else:
         max_gpus = len(speedup) - 1
+    if runtime is not None:
+        service = runtime * speedup[max_gpus]
     return JobSpec(job_id, float(submit), float(service), max_gpus, tuple(speedup),
                    min_gpus=max_gpus if rigid else min_gpus, **fields)
 
@@ -134,6 +137,11 @@ def job_state(job_id: int, *, alloc: int = 0, start: float | None = None, rem: f
     state.alloc = alloc
     state.start_time = start
     return state
+
+
+def holding(job_id: int, gpus: int, **spec) -> JobState:
+    """A rigid job of ``gpus`` GPUs that holds them all, as a placement is asked to place it."""
+    return job_state(job_id, max_gpus=gpus, rigid=True, alloc=gpus, **spec)
 
 
 # -- clusters and traces -----------------------------------------------------------------------------
