@@ -9,6 +9,8 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from pcs_ray import cli
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.coordinator import Coordinator, Journal
@@ -18,6 +20,7 @@ from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.jobs.state import JobState
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
+from pcs_ray.variability.run_replay import DeviceRuns, ReplayedPlacement, RunReplay
 from workloads.traces import read_pcs_trace
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -191,6 +194,26 @@ def classed(jobs: list[JobSpec]) -> list[JobSpec]:
 def forecasts(result) -> list[tuple]:
     """What a simulation forecast for each job, and when the job really ran."""
     return [(r.job_id, r.first_pred, r.last_pred, r.refreshes, r.bound, r.start, r.finish) for r in result.records]
+
+
+# -- run-to-run variability -------------------------------------------------------------------------
+
+
+def recorded_devices(k: int, slow_gpu: int | None = None) -> list[DeviceRuns]:
+    """``k`` recorded devices of nominal runs; ``slow_gpu``'s records are all slow, 3x, and predicted so."""
+    return [DeviceRuns(f"d{i}", np.full(3, 3.0 if i == slow_gpu else 1.0), np.full(3, i == slow_gpu), np.full(3, i == slow_gpu))
+            for i in range(k)]
+
+
+def slow_device(pace: float) -> DeviceRuns:
+    """A recorded device whose runs all take ``pace`` times the nominal, and are predicted slow."""
+    return DeviceRuns("s", np.full(3, pace), np.full(3, True), np.full(3, True))
+
+
+def replayed(placement: str, recorded: list[DeviceRuns], seed: int = 0) -> ReplayedPlacement:
+    """``placement`` on one node of four GPUs per recorded device, its runs replayed from ``recorded``."""
+    cluster = ClusterSpec.homogeneous(len(recorded), 4)
+    return ReplayedPlacement(create_placement(placement, cluster), RunReplay(recorded, len(recorded), seed=seed))
 
 
 # -- the command line --------------------------------------------------------------------------------
