@@ -142,6 +142,13 @@ def job_state(job_id: int, *, alloc: int = 0, start: float | None = None, rem: f
     return state
 
 
+def running(spec: JobSpec, alloc: int, since: float = 0.0) -> JobState:
+    """``spec`` running on ``alloc`` GPUs since ``since``."""
+    state = JobState.new(spec)
+    state.alloc, state.since = alloc, since
+    return state
+
+
 def holding(job_id: int, gpus: int, **spec) -> JobState:
     """A rigid job of ``gpus`` GPUs that holds them all, as a placement is asked to place it."""
     return job_state(job_id, max_gpus=gpus, rigid=True, alloc=gpus, **spec)
