@@ -1,4 +1,5 @@
-"""NVML telemetry with a fake NVML for every field, the absent-library path, and modelled telemetry."""
+"""Measured energy (``pcs_ray.power.measured``): NVML readings with a fake NVML for every field, the
+absent-library path, and modelled telemetry."""
 
 from __future__ import annotations
 
