@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import numpy as np
 from pcs_ray import cli
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
 from pcs_ray.coordinator import Coordinator, Journal
-from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+from pcs_ray.coordinator.config import CoordinatorConfig, build_core, cluster_dict
+from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.data import data_dir
 from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.jobs.state import JobState
@@ -79,6 +81,11 @@ def core_config(state_dir: str | Path, *, gpus: int = 1, per_node: int | None = 
     """What ``pcs-ray start`` hands ``build_core``: ``gpus`` alike GPUs, state kept under ``state_dir``."""
     return CoordinatorConfig(cluster=cluster_dict(ClusterSpec.homogeneous(gpus, per_node or gpus)),
                              state_dir=str(state_dir), policy=policy, restart_overhead=restart_overhead)
+
+
+def local_start(state_dir: str | Path, *, clock=time.time, **config) -> LocalCoordinator:
+    """What ``pcs-ray start`` runs, hosted in this process: ``build_core`` on ``core_config(state_dir, **config)``."""
+    return LocalCoordinator(build_core(core_config(state_dir, **config), clock=clock))
 
 
 def whole_play(core: Coordinator) -> dict[int, float]:

@@ -16,7 +16,7 @@ from pcs_ray.coordinator.config import build_core, choose_policy
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import WFQConfig
-from builders import Clock, core_config, external_submission
+from builders import Clock, core_config, external_submission, local_start
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_build_core_runs_the_configuration_the_solver_wrote(tmp_path, solver_con
 
 def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp_path):
     clock = Clock()
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state"), clock=clock))
+    link = local_start(tmp_path / "state", clock=clock)
     long_job = link.submit(external_submission(steps=1000)).id
     short = link.submit(external_submission(steps=10)).id
     assert link.assignment(long_job)["state"] == "running" and link.assignment(short)["state"] == "queued"
@@ -77,7 +77,7 @@ def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp
 
     # A restart with the same start configuration (what Ray does to a dead actor) keeps what was set.
     clock.t += 5
-    again = LocalCoordinator(build_core(core_config(tmp_path / "state"), clock=clock))
+    again = local_start(tmp_path / "state", clock=clock)
     assert again.config()["policy"] == {"policy": "srsf"} and again.config()["source"] == "set"
     assert again.config()["since"] == 1100
     assert again.assignment(short)["state"] == "running" and again.assignment(long_job)["state"] == "queued"
@@ -86,14 +86,14 @@ def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp
 
     # A start that names another policy takes over.
     clock.t += 5
-    fair = LocalCoordinator(build_core(core_config(tmp_path / "state", policy="fair"), clock=clock))
+    fair = local_start(tmp_path / "state", policy="fair", clock=clock)
     assert fair.config()["policy"] == {"policy": "fair"} and fair.config()["source"] == "start"
     fair.core.journal.close()
-    assert LocalCoordinator(build_core(core_config(tmp_path / "state", policy="fair"), clock=clock)).config()["source"] == "start"
+    assert local_start(tmp_path / "state", policy="fair", clock=clock).config()["source"] == "start"
 
 
 def test_a_wfq_configuration_is_set_and_bad_ones_are_refused_before_the_journal(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state"), clock=Clock()))
+    link = local_start(tmp_path / "state", clock=Clock())
     wfq = WFQConfig.from_params((100.0, math.inf), W=0.5, zeta_min=0.0)
     assert same_wfq(link.set_config("pcs", wfq.to_dict())["policy"], wfq)
     before = len(link.core.journal)
@@ -107,7 +107,7 @@ def test_a_wfq_configuration_is_set_and_bad_ones_are_refused_before_the_journal(
 
 
 def test_refusals_are_typed(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state"), clock=Clock()))
+    link = local_start(tmp_path / "state", clock=Clock())
     with pytest.raises(UnknownJobError, match="no job with id 7"):
         link.predict(7)
     with pytest.raises(UnknownJobError):
@@ -147,7 +147,7 @@ def test_config_help_explains(capsys):
 
 
 def test_emulation_overruns_are_counted_per_run_and_shown_in_status(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state")))
+    link = local_start(tmp_path / "state")
     jid = link.submit({"workload": "tiny_cnn", "steps": 100, "gpus": 1, "step_time": 0.1}).id
     link.report_progress(str(jid), 5, 0.1, emulated=True, overruns=2)
     link.report_progress(str(jid), 9, 0.1, emulated=True, overruns=3)  # a running total: 3, not 5

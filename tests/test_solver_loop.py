@@ -14,11 +14,10 @@ import json
 import pytest
 
 from pcs_ray.cli import run
-from pcs_ray.coordinator.config import build_core
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import WFQConfig
 from workloads.history import read_history_records
-from builders import Clock, core_config
+from builders import Clock, local_start
 
 GPUS = 4
 
@@ -45,7 +44,7 @@ def test_history_solve_pick_and_config_set_on_the_coordinator(tmp_path, monkeypa
     monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(tmp_path / "solver" / "wfq_config.json"))
     state = tmp_path / "state"
     clock = Clock()
-    link = LocalCoordinator(build_core(core_config(state, gpus=GPUS), clock=clock))
+    link = local_start(state, gpus=GPUS, clock=clock)
     steps = [300, 20, 50, 900, 10, 120, 40, 600, 15, 200]
     run_jobs(link, clock, steps)
     records = read_history_records(state)  # the state folder, as `solve --history` is given it

@@ -15,10 +15,8 @@ from pcs_ray.api.advert import API_ENV
 from pcs_ray.cli import run
 from pcs_ray.client import Client
 from pcs_ray.contract import ConfigError, JobSpecError, PermissionDeniedError
-from pcs_ray.coordinator.config import build_core
-from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.tenants.identity import TENANT_ENV, USER_ENV, Caller
-from builders import core_config, external_submission
+from builders import Clock, external_submission, local_start
 
 TENANTS = {"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}, "operators": ["root"]}
 ALICE, BOB, ROOT = Caller("alice", "a"), Caller("bob", "b"), Caller("root", None)
@@ -30,7 +28,7 @@ def gpus_of(link, jid: int) -> int:
 
 # -- apply, and a restart keeps it ------------------------------------------------------------------
 def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_restart(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     a = link.submit(external_submission(gpus=4, min_gpus=1), caller=ALICE.to_wire()).id
     assert link.core.jobs[a].spec.tenant == "a" and link.core.jobs[a].spec.user == "alice"  # the caller's
     assert link.tenants()["tenants"] is None and gpus_of(link, a) == 4
@@ -47,7 +45,7 @@ def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_
     assert link.config()["policy"]["inner"] == {"policy": "srsf"}
     link.core.journal.close()
 
-    again = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1010.0))
+    again = local_start(tmp_path / "state", gpus=4, clock=Clock(1010.0))
     assert again.tenants()["tenants"] == reply["tenants"] and again.tenants()["since"] == 1000.0
     assert again.config()["policy"]["policy"] == "tenants" and again.config()["policy"]["inner"] == {"policy": "srsf"}
     assert gpus_of(again, a) == 2 and gpus_of(again, b) == 2
@@ -56,7 +54,7 @@ def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_
 
 
 def test_jobs_of_a_tenant_the_file_leaves_out_refuse_the_apply_and_jobs_without_one_run_as_guests(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     old = link.submit(external_submission(gpus=1)).id  # from before tenants: no tenant
     stray = link.submit(external_submission(gpus=1, tenant="c")).id
     before = len(link.core.journal)
@@ -74,7 +72,7 @@ def test_jobs_of_a_tenant_the_file_leaves_out_refuse_the_apply_and_jobs_without_
 
 # -- refusals --------------------------------------------------------------------------------------
 def test_cancel_is_for_the_jobs_tenant_its_submitter_or_an_operator(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     link.set_tenants(TENANTS, ROOT.to_wire())
     jobs = [link.submit(external_submission(gpus=1), caller=ALICE.to_wire()).id for _ in range(4)]
     with pytest.raises(PermissionDeniedError) as refused:
@@ -91,7 +89,7 @@ def test_cancel_is_for_the_jobs_tenant_its_submitter_or_an_operator(tmp_path):
 
 
 def test_operators_commands_are_refused_to_others_once_the_file_names_operators(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     link.set_tenants({"tenants": {"a": {"quota": 2}}}, BOB.to_wire())  # no operators yet: anyone may
     link.set_config("srsf", caller=BOB.to_wire())
     link.check_stop(BOB.to_wire())
@@ -109,7 +107,7 @@ def test_operators_commands_are_refused_to_others_once_the_file_names_operators(
 
 
 def test_without_tenants_nothing_is_refused(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     jid = link.submit(external_submission(gpus=1), caller=ALICE.to_wire()).id
     other = link.submit(external_submission(gpus=1)).id
     link.cancel(jid, BOB.to_wire())
@@ -121,7 +119,7 @@ def test_without_tenants_nothing_is_refused(tmp_path):
 
 
 def test_a_malformed_caller_is_one_line(tmp_path):
-    link = LocalCoordinator(build_core(core_config(tmp_path / "state", gpus=4), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     for bad in ("alice", {"user": 3}, {"user": "x", "role": "admin"}, {"tenant": "t" * 101}):
         with pytest.raises(Exception, match="^caller: ") as e:
             link.submit(external_submission(gpus=1), caller=bad)
