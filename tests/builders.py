@@ -25,7 +25,6 @@ from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
 from pcs_ray.variability.run_replay import DeviceRuns, ReplayedPlacement, RunReplay
 from workloads.traces import read_pcs_trace
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = data_dir()
 
 
@@ -215,8 +214,11 @@ def forecasts(result) -> list[tuple]:
 
 def recorded_devices(k: int, slow_gpu: int | None = None) -> list[DeviceRuns]:
     """``k`` recorded devices of nominal runs; ``slow_gpu``'s records are all slow, 3x, and predicted so."""
-    return [DeviceRuns(f"d{i}", np.full(3, 3.0 if i == slow_gpu else 1.0), np.full(3, i == slow_gpu), np.full(3, i == slow_gpu))
-            for i in range(k)]
+    out = []
+    for i in range(k):
+        bad = i == slow_gpu
+        out.append(DeviceRuns(f"d{i}", np.full(3, 3.0 if bad else 1.0), np.full(3, bad), np.full(3, bad)))
+    return out
 
 
 def slow_device(pace: float) -> DeviceRuns:
@@ -225,7 +227,8 @@ def slow_device(pace: float) -> DeviceRuns:
 
 
 def replayed(placement: str, recorded: list[DeviceRuns], seed: int = 0) -> ReplayedPlacement:
-    """``placement`` on one node of four GPUs per recorded device, its runs replayed from ``recorded``."""
+    """``placement`` on as many GPUs as there are recorded devices (nodes of four), their runs replayed from
+    ``recorded`` (``seed`` lays the devices on the GPUs)."""
     cluster = ClusterSpec.homogeneous(len(recorded), 4)
     return ReplayedPlacement(create_placement(placement, cluster), RunReplay(recorded, len(recorded), seed=seed))
 
