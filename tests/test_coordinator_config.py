@@ -53,7 +53,8 @@ def test_build_core_runs_the_configuration_the_solver_wrote(tmp_path, solver_con
     assert not same_wfq({"policy": "pcs", **bundled.to_dict()}, chosen)
     assert same_wfq(build_core(core_config(tmp_path / "b" / "state", policy=None)).config()["policy"], chosen)
     assert str(written) in choose_policy().source
-    assert build_core(core_config(tmp_path / "c" / "state", policy="fifo")).config()["policy"] == {"policy": "fifo"}  # named wins
+    named = build_core(core_config(tmp_path / "c" / "state", policy="fifo"))
+    assert named.config()["policy"] == {"policy": "fifo"}  # named wins
 
 
 def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp_path):

@@ -210,7 +210,8 @@ def test_every_configuration_keeps_the_placement_contract(name):
     runs = []
     for _ in range(2):  # twice: deterministic under the same seed
         p = create_placement(name, cluster, seed=3, topology=topo)
-        jobs = [holding(k, int(n), job_class="ABCD"[k % 4]) for k, n in enumerate(np.random.default_rng(1).choice([1, 2, 3, 4, 6, 8, 12], 12))]
+        widths = np.random.default_rng(1).choice([1, 2, 3, 4, 6, 8, 12], 12)
+        jobs = [holding(k, int(n), job_class="ABCD"[k % 4]) for k, n in enumerate(widths)]
         chosen = []
         for r in range(4):
             alloc, free = {}, 32

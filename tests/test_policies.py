@@ -22,7 +22,7 @@ from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
 from pcs_ray.jobs.state import Snapshot
 from workloads.demand import SubLinearDemand, speedup_table
-from builders import job_state
+from builders import job_state as job
 
 DATA = data_dir()
 CONFIG_DIR = DATA / "pcs" / "configs"
@@ -39,7 +39,7 @@ S07 = speedup_table(SubLinearDemand(0.7), 4)  # 1, 1.6245, 2.1577, 2.6390
 
 
 def rigid(jid, n, **kw):
-    return job_state(jid, max_gpus=n, min_gpus=n, **kw)
+    return job(jid, max_gpus=n, min_gpus=n, **kw)
 
 
 def snap(jobs, capacity, now=0.0):
@@ -80,21 +80,21 @@ def run_case(policy, jobs, capacity, now, expected):
 
 FIFO_CASES = [
     # (jobs, capacity, expected)
-    pytest.param([job_state(1, max_gpus=2), job_state(2, max_gpus=3, submit=1), job_state(3, submit=2)], 4, {1: 2, 2: 2},
+    pytest.param([job(1, max_gpus=2), job(2, max_gpus=3, submit=1), job(3, submit=2)], 4, {1: 2, 2: 2},
                  id="arrival-order-partial-second"),
-    pytest.param([job_state(1), job_state(2, max_gpus=2, submit=1), job_state(3, max_gpus=4, submit=2)], 8, {1: 1, 2: 2, 3: 4},
+    pytest.param([job(1), job(2, max_gpus=2, submit=1), job(3, max_gpus=4, submit=2)], 8, {1: 1, 2: 2, 3: 4},
                  id="gpus-a-job-cannot-use-go-to-next"),
-    pytest.param([job_state(1, max_gpus=3), job_state(2, max_gpus=3, submit=1)], 2, {1: 2},
+    pytest.param([job(1, max_gpus=3), job(2, max_gpus=3, submit=1)], 2, {1: 2},
                  id="head-takes-all"),
-    pytest.param([rigid(1, 4), job_state(2, max_gpus=2, submit=1)], 3, {2: 2},
+    pytest.param([rigid(1, 4), job(2, max_gpus=2, submit=1)], 3, {2: 2},
                  id="rigid-too-big-skipped"),
-    pytest.param([rigid(1, 2), job_state(2, max_gpus=4, submit=1)], 3, {1: 2, 2: 1},
+    pytest.param([rigid(1, 2), job(2, max_gpus=4, submit=1)], 3, {1: 2, 2: 1},
                  id="rigid-fits-all-or-nothing"),
-    pytest.param([job_state(1, max_gpus=3), rigid(2, 2, submit=1), job_state(3, submit=2)], 4, {1: 3, 3: 1},
+    pytest.param([job(1, max_gpus=3), rigid(2, 2, submit=1), job(3, submit=2)], 4, {1: 3, 3: 1},
                  id="rigid-skipped-after-partial-then-backfill"),
-    pytest.param([job_state(1, max_gpus=4, min_gpus=2), job_state(2, max_gpus=4, min_gpus=2, submit=1), job_state(3, submit=2)], 5,
+    pytest.param([job(1, max_gpus=4, min_gpus=2), job(2, max_gpus=4, min_gpus=2, submit=1), job(3, submit=2)], 5,
                  {1: 4, 3: 1}, id="min-gpus-not-met-skipped"),
-    pytest.param([job_state(1, max_gpus=2, alloc=0), job_state(2, max_gpus=2, submit=1, alloc=2)], 2, {1: 2},
+    pytest.param([job(1, max_gpus=2, alloc=0), job(2, max_gpus=2, submit=1, alloc=2)], 2, {1: 2},
                  id="earlier-arrival-wins-even-if-other-running"),
 ]
 
@@ -107,16 +107,16 @@ def test_fifo_exact(jobs, capacity, expected):
 # --- SRSF / SRTF ----------------------------------------------------------------
 
 SRSF_CASES = [
-    pytest.param([job_state(1, max_gpus=2, rem=50), job_state(2, max_gpus=2, rem=10, submit=1), job_state(3, max_gpus=2, rem=30, submit=2)],
+    pytest.param([job(1, max_gpus=2, rem=50), job(2, max_gpus=2, rem=10, submit=1), job(3, max_gpus=2, rem=30, submit=2)],
                  4, {2: 2, 3: 2}, id="by-remaining"),
-    pytest.param([job_state(1, service=100, rem=5, max_gpus=2), job_state(2, service=10, rem=10, max_gpus=2, submit=1)],
+    pytest.param([job(1, service=100, rem=5, max_gpus=2), job(2, service=10, rem=10, max_gpus=2, submit=1)],
                  2, {1: 2}, id="remaining-not-service"),
     # Remaining service counts GPU-seconds at one GPU: a wide job is not favoured.
-    pytest.param([job_state(1, rem=40, max_gpus=1), job_state(2, rem=60, max_gpus=4, submit=1)], 2, {1: 1, 2: 1},
+    pytest.param([job(1, rem=40, max_gpus=1), job(2, rem=60, max_gpus=4, submit=1)], 2, {1: 1, 2: 1},
                  id="ignores-width"),
-    pytest.param([job_state(1, rem=10, max_gpus=1, submit=3), job_state(2, rem=10, max_gpus=1, submit=1)], 1, {2: 1},
+    pytest.param([job(1, rem=10, max_gpus=1, submit=3), job(2, rem=10, max_gpus=1, submit=1)], 1, {2: 1},
                  id="tie-to-earliest-submit"),
-    pytest.param([rigid(1, 3, rem=1), job_state(2, rem=50, max_gpus=2, submit=1)], 2, {2: 2},
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=2, submit=1)], 2, {2: 2},
                  id="rigid-shortest-skipped-when-it-does-not-fit"),
 ]
 
@@ -128,14 +128,14 @@ def test_srsf_exact(jobs, capacity, expected):
 
 SRTF_CASES = [
     # remaining / speedup(max): 1 -> 100/4 = 25, 2 -> 40/1 = 40, 3 -> 60/2 = 30.
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=40, submit=1), job_state(3, rem=60, max_gpus=2, submit=2)],
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1), job(3, rem=60, max_gpus=2, submit=2)],
                  4, {1: 4}, id="wide-short-time-first"),
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=40, submit=1), job_state(3, rem=60, max_gpus=2, submit=2)],
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1), job(3, rem=60, max_gpus=2, submit=2)],
                  6, {1: 4, 3: 2}, id="then-next-by-time"),
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=40, submit=1), job_state(3, rem=60, max_gpus=2, submit=2)],
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1), job(3, rem=60, max_gpus=2, submit=2)],
                  8, {1: 4, 3: 2, 2: 1}, id="all-fit"),
     # Sub-linear: 10/1.1 = 9.09 vs 12/2 = 6 -> job 2 first.
-    pytest.param([job_state(1, rem=10, speedup=(0, 1, 1.1)), job_state(2, rem=12, max_gpus=2, submit=1)], 3, {2: 2, 1: 1},
+    pytest.param([job(1, rem=10, speedup=(0, 1, 1.1)), job(2, rem=12, max_gpus=2, submit=1)], 3, {2: 2, 1: 1},
                  id="uses-speedup-at-max"),
 ]
 
@@ -146,7 +146,7 @@ def test_srtf_exact(jobs, capacity, expected):
 
 
 def test_srsf_and_srtf_disagree_on_wide_jobs():
-    jobs = [job_state(1, rem=40, submit=0), job_state(2, rem=60, max_gpus=4, submit=1)]
+    jobs = [job(1, rem=40, submit=0), job(2, rem=60, max_gpus=4, submit=1)]
     s = snap(jobs, 4)
     assert nz(build_policy("srsf").allocate(s)) == {1: 1, 2: 3}
     assert nz(build_policy("srtf").allocate(s)) == {2: 4}
@@ -156,16 +156,16 @@ def test_srsf_and_srtf_disagree_on_wide_jobs():
 
 LAS_CASES = [
     # threshold 100: job 1 has crossed it (low queue), 2 and 3 are high, FIFO inside.
-    pytest.param([job_state(1, attained=150), job_state(2, submit=5), job_state(3, submit=10, attained=99)], 2, {2: 1, 3: 1},
+    pytest.param([job(1, attained=150), job(2, submit=5), job(3, submit=10, attained=99)], 2, {2: 1, 3: 1},
                  id="demoted-goes-last"),
-    pytest.param([job_state(1, attained=150), job_state(2, submit=5), job_state(3, submit=10, attained=99)], 3, {1: 1, 2: 1, 3: 1},
+    pytest.param([job(1, attained=150), job(2, submit=5), job(3, submit=10, attained=99)], 3, {1: 1, 2: 1, 3: 1},
                  id="low-queue-gets-leftovers"),
-    pytest.param([job_state(1, attained=200, submit=0), job_state(2, attained=100, submit=1)], 1, {1: 1},
+    pytest.param([job(1, attained=200, submit=0), job(2, attained=100, submit=1)], 1, {1: 1},
                  id="fifo-inside-low-queue"),
-    pytest.param([job_state(1, attained=100 * (1 - 1e-12)), job_state(2, submit=1)], 1, {2: 1},
+    pytest.param([job(1, attained=100 * (1 - 1e-12)), job(2, submit=1)], 1, {2: 1},
                  id="threshold-reached-up-to-rounding-counts-as-crossed"),
-    pytest.param([job_state(1, attained=99.0), job_state(2, submit=1)], 1, {1: 1}, id="just-below-threshold-stays-high"),
-    pytest.param([job_state(1, attained=150, max_gpus=4), job_state(2, submit=5, max_gpus=2)], 4, {2: 2, 1: 2},
+    pytest.param([job(1, attained=99.0), job(2, submit=1)], 1, {1: 1}, id="just-below-threshold-stays-high"),
+    pytest.param([job(1, attained=150, max_gpus=4), job(2, submit=5, max_gpus=2)], 4, {2: 2, 1: 2},
                  id="work-conserving-across-levels"),
 ]
 
@@ -177,12 +177,12 @@ def test_las_exact(jobs, capacity, expected):
 
 LAS_REVIEW_CASES = [
     # now = 20; job 3 on 1 GPU needs 1 more GPU-second, job 2 needs 100.
-    pytest.param([job_state(1, attained=150), job_state(2, submit=5, alloc=1), job_state(3, submit=10, attained=99)],
+    pytest.param([job(1, attained=150), job(2, submit=5, alloc=1), job(3, submit=10, attained=99)],
                  {2: 1, 3: 1}, 21.0, id="soonest-crossing"),
-    pytest.param([job_state(1, attained=150), job_state(2, submit=5), job_state(3, submit=10, attained=99, max_gpus=2)],
+    pytest.param([job(1, attained=150), job(2, submit=5), job(3, submit=10, attained=99, max_gpus=2)],
                  {3: 2}, 20.5, id="crossing-at-n-gpus"),
-    pytest.param([job_state(1, attained=150), job_state(2, submit=5)], {1: 1}, None, id="only-demoted-running"),
-    pytest.param([job_state(1, attained=10)], {}, None, id="nothing-running"),
+    pytest.param([job(1, attained=150), job(2, submit=5)], {1: 1}, None, id="only-demoted-running"),
+    pytest.param([job(1, attained=10)], {}, None, id="nothing-running"),
 ]
 
 
@@ -208,8 +208,8 @@ def test_themis_artifact_rho_and_allocation():
     # 2 GPUs, 4 one-GPU apps, contention 4 (no event counts kept: the current number):
     # fair time = service / min(2/4, 1) = 2 x service; rho = (elapsed + remaining / 1) / fair:
     # 1: (10 + 10)/20 = 1.0, 2: (10 + 5)/40 = 0.375, 3: (2 + 4)/8 = 0.75, 4: (0 + 1)/2 = 0.5.
-    jobs = [job_state(1, submit=0, service=10, rem=10), job_state(2, submit=0, service=20, rem=5),
-            job_state(3, submit=8, service=4, rem=4), job_state(4, submit=10, service=1, rem=1)]
+    jobs = [job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
+            job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)]
     s = snap(jobs, 2, now=10.0)
     pol = build_policy("themis")
     assert [pol.rho(s, j) for j in jobs] == pytest.approx([1.0, 0.375, 0.75, 0.5], rel=1e-12)
@@ -222,17 +222,17 @@ THEMIS_ARTIFACT_CASES = [
     # 80, 40 left): fair 40, rho at residual 4 = (10 + 40/4)/40 = 0.5. Job 2 (demand 1, 10 left,
     # service 10): fair 10, rho = (10 + 10)/10 = 2 -> first, 1 GPU. Then job 1 at residual 3:
     # (10 + 40/3)/40 = 0.58 -> 3 GPUs.
-    pytest.param([job_state(1, submit=0, service=80, rem=40, max_gpus=4), job_state(2, submit=0, service=10, rem=10)],
+    pytest.param([job(1, submit=0, service=80, rem=40, max_gpus=4), job(2, submit=0, service=10, rem=10)],
                  4, 10.0, {1: 3, 2: 1}, id="share-is-min-residual-demand"),
     # 2 GPUs, contention 2 -> fair share 1 GPU. Job 1 (demand 4, service 8) at residual 2:
     # (0 + 8/2)/8 = 0.5; job 2 (demand 2, service 4): (0 + 4/2)/4 = 0.5. A tie: earlier arrival first.
-    pytest.param([job_state(1, submit=0, service=8, max_gpus=4), job_state(2, submit=0, service=4, max_gpus=2)],
+    pytest.param([job(1, submit=0, service=8, max_gpus=4), job(2, submit=0, service=4, max_gpus=2)],
                  2, 0.0, {1: 2}, id="tie-earlier-arrival"),
     # Speedup curves do not enter rho: the same remaining work ranks the same.
-    pytest.param([job_state(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.2)), job_state(2, submit=1, service=6, rem=6,
+    pytest.param([job(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.2)), job(2, submit=1, service=6, rem=6,
                   max_gpus=2)], 2, 1.0, {1: 2}, id="linear-in-share-whatever-the-curve"),
     # A rigid app that does not fit the residual gets nothing; the next takes the GPUs.
-    pytest.param([rigid(1, 3, service=300, submit=0), job_state(2, submit=5, service=10, rem=10, max_gpus=2)],
+    pytest.param([rigid(1, 3, service=300, submit=0), job(2, submit=5, service=10, rem=10, max_gpus=2)],
                  2, 5.0, {2: 2}, id="rigid-wider-than-residual"),
 ]
 
@@ -245,7 +245,7 @@ def test_themis_artifact_exact(jobs, capacity, now, expected):
 def test_themis_artifact_contention_from_event_counts():
     # An app that has seen 10 active apps over 6 events has contention 10/6: fair share 4 / (10/6)
     # = 2.4 GPUs, capped at its demand of 2 -> fair time = service / 2.
-    a, b = job_state(1, service=20, max_gpus=2), job_state(2, service=20, max_gpus=2)
+    a, b = job(1, service=20, max_gpus=2), job(2, service=20, max_gpus=2)
     a.seen_total, a.seen_events = 10 - 50.0, 6 - 20  # offsets against the running sums below
     b.seen_total, b.seen_events = 3 - 50.0, 1 - 20
     s = Snapshot(0.0, 4, (a, b), None, 4, 50.0, 20)
@@ -257,9 +257,9 @@ def test_themis_artifact_contention_from_event_counts():
 
 def test_themis_artifact_review_only_when_contended():
     pol = build_policy("themis", quantum=60.0)
-    s = snap([job_state(1, max_gpus=2), job_state(2, max_gpus=2)], 3, now=10.0)
+    s = snap([job(1, max_gpus=2), job(2, max_gpus=2)], 3, now=10.0)
     assert pol.next_review(s, pol.allocate(s)) == 70.0
-    s = snap([job_state(1, max_gpus=2), job_state(2, max_gpus=1)], 3, now=10.0)
+    s = snap([job(1, max_gpus=2), job(2, max_gpus=1)], 3, now=10.0)
     assert pol.next_review(s, pol.allocate(s)) is None
     with pytest.raises(ValueError, match="quantum"):
         build_policy("themis", quantum=0)
@@ -295,20 +295,20 @@ AFS_ARTIFACT_CASES = [
     # (40 s left at 1 GPU), h = job 1 (100 s): l's gain (s(2) - s(1)) / s(1) = 1 beats h's
     # (s(2) - s(1)) / s(2) = 0.5 -> job 2. GPU 4: l = job 2 at 2 GPUs gains 0.5, h = job 1 gains
     # 0.5 (a hair more with the 1e-7 offset) -> job 1. Not SRTF, unlike afs-l.
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=40, submit=1, max_gpus=4)], 4, {1: 2, 2: 2},
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1, max_gpus=4)], 4, {1: 2, 2: 2},
                  id="linear-is-not-srtf"),
     # A backlog: one GPU each to the apps with the least remaining service.
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=10, submit=1, max_gpus=4),
-                  job_state(3, rem=50, submit=2, max_gpus=4)], 2, {2: 1, 3: 1}, id="backlog-one-each-shortest"),
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=10, submit=1, max_gpus=4),
+                  job(3, rem=50, submit=2, max_gpus=4)], 2, {2: 1, 3: 1}, id="backlog-one-each-shortest"),
     # Equal remaining work: the later arrival wins the tie (the artifact's scan keeps the newcomer).
-    pytest.param([job_state(1, rem=10), job_state(2, rem=10, submit=1)], 1, {2: 1}, id="tie-later-arrival"),
+    pytest.param([job(1, rem=10), job(2, rem=10, submit=1)], 1, {2: 1}, id="tie-later-arrival"),
     # Rigid app takes its whole demand in one step or not at all.
-    pytest.param([rigid(1, 3, rem=1), job_state(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
-    pytest.param([rigid(1, 3, rem=1), job_state(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
     # Sub-linear: job 1 (S = n^0.7, 100 left) and job 2 (linear, 100 left, demand 2), 3 GPUs: one
     # each (tie at 1 GPU -> job 2 first), then l = job 1 vs h = job 2 at equal length: the scan
     # compares cand = job 1 with m = job 2: not shorter -> l = job 1, gain .6245 vs h's 0.5 -> job 1.
-    pytest.param([job_state(1, rem=100, speedup=S07), job_state(2, rem=100, max_gpus=2, submit=1)], 3, {1: 2, 2: 1},
+    pytest.param([job(1, rem=100, speedup=S07), job(2, rem=100, max_gpus=2, submit=1)], 3, {1: 2, 2: 1},
                  id="sublinear"),
 ]
 
@@ -324,10 +324,10 @@ def test_afs_artifact_exact(jobs, capacity, expected):
 def test_themis_rho_values():
     # 2 GPUs, 4 apps: fair share 0.5 GPU -> fair rate 0.5 (linear).
     jobs = [
-        job_state(1, submit=0, service=10, rem=10),  # (10*.5 + 10)/10 = 1.5
-        job_state(2, submit=0, service=20, rem=5),  # (10*.5 + 5)/20 = 0.5
-        job_state(3, submit=8, service=4, rem=4),  # (2*.5 + 4)/4 = 1.25
-        job_state(4, submit=10, service=1, rem=1),  # (0 + 1)/1 = 1
+        job(1, submit=0, service=10, rem=10),  # (10*.5 + 10)/10 = 1.5
+        job(2, submit=0, service=20, rem=5),  # (10*.5 + 5)/20 = 0.5
+        job(3, submit=8, service=4, rem=4),  # (2*.5 + 4)/4 = 1.25
+        job(4, submit=10, service=1, rem=1),  # (0 + 1)/1 = 1
     ]
     s = snap(jobs, 2, now=10.0)
     pol = ThemisLeasePolicy(lease=60.0)
@@ -336,25 +336,25 @@ def test_themis_rho_values():
 
 THEMIS_CASES = [
     # (jobs, capacity, now, expected); rho values as in test_themis_rho_values.
-    pytest.param([job_state(1, submit=0, service=10, rem=10), job_state(2, submit=0, service=20, rem=5),
-                  job_state(3, submit=8, service=4, rem=4), job_state(4, submit=10, service=1, rem=1)],
+    pytest.param([job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
+                  job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)],
                  2, 10.0, {1: 1, 3: 1}, id="largest-rho-first"),
-    pytest.param([job_state(1, submit=0, service=10, rem=10), job_state(2, submit=0, service=20, rem=5),
-                  job_state(3, submit=8, service=4, rem=4), job_state(4, submit=10, service=1, rem=1)],
+    pytest.param([job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
+                  job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)],
                  3, 10.0, {1: 1, 3: 1, 4: 1}, id="three-gpus"),
     # Equal rho (both 1.0 at now=0): the running app keeps its GPU even though it came later.
-    pytest.param([job_state(1, submit=0, service=10), job_state(2, submit=0, service=10, alloc=1)], 1, 0.0, {2: 1},
+    pytest.param([job(1, submit=0, service=10), job(2, submit=0, service=10, alloc=1)], 1, 0.0, {2: 1},
                  id="tie-running-keeps"),
-    pytest.param([job_state(1, submit=0, service=10), job_state(2, submit=0, service=10)], 1, 0.0, {1: 1},
+    pytest.param([job(1, submit=0, service=10), job(2, submit=0, service=10)], 1, 0.0, {1: 1},
                  id="tie-no-one-running-earliest"),
     # Fair share 8/2 = 4 GPUs, capped at job 1's demand of 2 -> rate 2: rho1 = (10*2 + 4)/8 = 3,
     # rho2 = (0 + 8)/8 = 1. Job 1 takes its 2 GPUs, job 2 the other 6.
-    pytest.param([job_state(1, submit=0, service=8, rem=4, max_gpus=2), job_state(2, submit=10, service=8, max_gpus=8)],
+    pytest.param([job(1, submit=0, service=8, rem=4, max_gpus=2), job(2, submit=10, service=8, max_gpus=8)],
                  8, 10.0, {1: 2, 2: 6}, id="work-conserving-spill"),
     # Sub-linear fair rate: share 2 GPUs -> rate 1.5 for job 1: rho1 = (4*1.5 + 6)/6 = 2;
     # job 2 linear: (4*2 + 2)/6 = 1.67. Job 1 first at 4 GPUs.
-    pytest.param([job_state(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.5, 2.0, 2.4)),
-                  job_state(2, submit=0, service=6, rem=2, max_gpus=4)],
+    pytest.param([job(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.5, 2.0, 2.4)),
+                  job(2, submit=0, service=6, rem=2, max_gpus=4)],
                  4, 4.0, {1: 4}, id="sublinear-fair-rate"),
 ]
 
@@ -365,9 +365,9 @@ def test_themis_exact(jobs, capacity, now, expected):
 
 
 THEMIS_REVIEW_CASES = [
-    pytest.param([job_state(1, max_gpus=2), job_state(2, max_gpus=2)], 3, 60.0, 10.0 + 60.0, id="contended-lease"),
-    pytest.param([job_state(1, max_gpus=2), job_state(2, max_gpus=1)], 3, 60.0, None, id="all-fit-no-review"),
-    pytest.param([job_state(1, max_gpus=4)], 2, 5.0, 15.0, id="lone-app-wider-than-cluster"),
+    pytest.param([job(1, max_gpus=2), job(2, max_gpus=2)], 3, 60.0, 10.0 + 60.0, id="contended-lease"),
+    pytest.param([job(1, max_gpus=2), job(2, max_gpus=1)], 3, 60.0, None, id="all-fit-no-review"),
+    pytest.param([job(1, max_gpus=4)], 2, 5.0, 15.0, id="lone-app-wider-than-cluster"),
 ]
 
 
@@ -388,7 +388,7 @@ def test_themis_lease_review(jobs, capacity, lease, expected):
     ],
 )
 def test_themis_fractional_speedup(table, share, expected):
-    assert fractional_speedup(job_state(1, speedup=table), share) == pytest.approx(expected, rel=1e-12)
+    assert fractional_speedup(job(1, speedup=table), share) == pytest.approx(expected, rel=1e-12)
 
 
 def test_themis_rejects_bad_lease():
@@ -400,23 +400,23 @@ def test_themis_rejects_bad_lease():
 
 AFS_CASES = [
     # Linear scaling: behaves like SRTF (shortest remaining time takes everything).
-    pytest.param([job_state(1, rem=100, max_gpus=4), job_state(2, rem=40, submit=1, max_gpus=4)], 4, {2: 4}, id="linear-is-srtf"),
+    pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1, max_gpus=4)], 4, {2: 4}, id="linear-is-srtf"),
     # GPU 1: 1 (len 10, gain 1) vs 2 (len 12, gain 1) -> 1. GPU 2: 1 gains only 0.1, 2 gains 1:
     # 1*10 > 0.1*12 -> 2. GPU 3: 2 (len 12/1, gain 1) beats 1 (gain 0.1) -> 2.
-    pytest.param([job_state(1, rem=10, speedup=(0, 1, 1.1)), job_state(2, rem=12, max_gpus=2, submit=1)], 2, {1: 1, 2: 1},
+    pytest.param([job(1, rem=10, speedup=(0, 1, 1.1)), job(2, rem=12, max_gpus=2, submit=1)], 2, {1: 1, 2: 1},
                  id="sublinear-short-job-shares"),
-    pytest.param([job_state(1, rem=10, speedup=(0, 1, 1.1)), job_state(2, rem=12, max_gpus=2, submit=1)], 3, {1: 1, 2: 2},
+    pytest.param([job(1, rem=10, speedup=(0, 1, 1.1)), job(2, rem=12, max_gpus=2, submit=1)], 3, {1: 1, 2: 2},
                  id="sublinear-three-gpus"),
     # Both S = n^0.7, equal length 100. GPU1 -> 1 (tie, earlier). GPU2: 2 gains 1 vs 1 gains .6245 -> 2.
     # GPU3: equal (len 100, gain .6245) -> 1. GPU4: 1 len 61.6 gain .5332, 2 len 100 gain .6245:
     # .6245*61.6 = 38.4 < .5332*100 -> 1.
-    pytest.param([job_state(1, rem=100, speedup=S07), job_state(2, rem=100, speedup=S07, submit=1)], 4, {1: 3, 2: 1},
+    pytest.param([job(1, rem=100, speedup=S07), job(2, rem=100, speedup=S07, submit=1)], 4, {1: 3, 2: 1},
                  id="sublinear-n^0.7"),
-    pytest.param([job_state(1, rem=100, speedup=S07), job_state(2, rem=100, speedup=S07, submit=1)], 2, {1: 1, 2: 1},
+    pytest.param([job(1, rem=100, speedup=S07), job(2, rem=100, speedup=S07, submit=1)], 2, {1: 1, 2: 1},
                  id="sublinear-n^0.7-two-gpus"),
     # Rigid app takes its whole demand in one step or not at all.
-    pytest.param([rigid(1, 3, rem=1), job_state(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
-    pytest.param([rigid(1, 3, rem=1), job_state(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
+    pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
 ]
 
 
@@ -428,18 +428,18 @@ def test_afs_exact(jobs, capacity, expected):
 # --- max-min fair share --------------------------------------------------------------
 
 FAIR_CASES = [
-    pytest.param([job_state(1), job_state(2, max_gpus=4, submit=1), job_state(3, max_gpus=4, submit=2)], 7, {1: 1, 2: 3, 3: 3},
+    pytest.param([job(1), job(2, max_gpus=4, submit=1), job(3, max_gpus=4, submit=2)], 7, {1: 1, 2: 3, 3: 3},
                  id="water-filling-with-cap"),
-    pytest.param([job_state(1), job_state(2, max_gpus=4, submit=1), job_state(3, max_gpus=4, submit=2)], 6, {1: 1, 2: 3, 3: 2},
+    pytest.param([job(1), job(2, max_gpus=4, submit=1), job(3, max_gpus=4, submit=2)], 6, {1: 1, 2: 3, 3: 2},
                  id="tie-to-earliest-arrival"),
-    pytest.param([job_state(1, max_gpus=4), job_state(2, max_gpus=4, submit=1)], 3, {1: 2, 2: 1}, id="odd-gpu-to-first"),
-    pytest.param([job_state(1, max_gpus=2), job_state(2, max_gpus=2, submit=1)], 9, {1: 2, 2: 2}, id="caps-leave-idle"),
-    pytest.param([job_state(1, max_gpus=2, alloc=0), job_state(2, max_gpus=2, submit=1, alloc=2)], 1, {1: 1},
+    pytest.param([job(1, max_gpus=4), job(2, max_gpus=4, submit=1)], 3, {1: 2, 2: 1}, id="odd-gpu-to-first"),
+    pytest.param([job(1, max_gpus=2), job(2, max_gpus=2, submit=1)], 9, {1: 2, 2: 2}, id="caps-leave-idle"),
+    pytest.param([job(1, max_gpus=2, alloc=0), job(2, max_gpus=2, submit=1, alloc=2)], 1, {1: 1},
                  id="ignores-current-allocation"),
-    pytest.param([rigid(1, 4), job_state(2, max_gpus=4, submit=1)], 5, {1: 4, 2: 1}, id="rigid-whole-demand"),
-    pytest.param([rigid(1, 4), job_state(2, max_gpus=4, submit=1)], 3, {2: 3}, id="rigid-does-not-fit"),
-    pytest.param([rigid(1, 3), rigid(2, 3, submit=1), job_state(3, submit=2)], 5, {1: 3, 3: 1}, id="second-rigid-skipped"),
-    pytest.param([job_state(1, max_gpus=4, min_gpus=2), job_state(2, max_gpus=4, submit=1)], 4, {1: 2, 2: 2},
+    pytest.param([rigid(1, 4), job(2, max_gpus=4, submit=1)], 5, {1: 4, 2: 1}, id="rigid-whole-demand"),
+    pytest.param([rigid(1, 4), job(2, max_gpus=4, submit=1)], 3, {2: 3}, id="rigid-does-not-fit"),
+    pytest.param([rigid(1, 3), rigid(2, 3, submit=1), job(3, submit=2)], 5, {1: 3, 3: 1}, id="second-rigid-skipped"),
+    pytest.param([job(1, max_gpus=4, min_gpus=2), job(2, max_gpus=4, submit=1)], 4, {1: 2, 2: 2},
                  id="min-gpus-first-step"),
 ]
 
@@ -467,7 +467,7 @@ THREE_Q = (10.0, 100.0, math.inf)  # service <= 10 -> queue 0, <= 100 -> 1, else
 )
 def test_wfq_queue_mapping(service, queue):
     pol = WFQPolicy(WFQConfig(THREE_Q, (1.0, 1.0, 1.0)))
-    assert pol.queue_of(job_state(1, service=service)) == queue
+    assert pol.queue_of(job(1, service=service)) == queue
 
 
 def _queue_jobs(n_per_queue, heads=(0.0, 0.0, 0.0), services=(5.0, 50.0, 500.0), max_gpus=1):
@@ -476,7 +476,7 @@ def _queue_jobs(n_per_queue, heads=(0.0, 0.0, 0.0), services=(5.0, 50.0, 500.0),
     jid = 0
     for q, n in enumerate(n_per_queue):
         for k in range(n):
-            jobs.append(job_state(jid, submit=heads[q] + 10 * k, service=services[q], max_gpus=max_gpus))
+            jobs.append(job(jid, submit=heads[q] + 10 * k, service=services[q], max_gpus=max_gpus))
             jid += 1
     jobs.sort(key=lambda j: (j.spec.submit_time, j.spec.job_id))  # snapshots list arrival order
     return jobs
@@ -528,7 +528,7 @@ def test_wfq_busy_queues_get_at_least_floor_of_guaranteed_share():
         for jid in range(rng.randint(1, 12)):
             q = rng.randrange(nq)
             service = 10 ** (q + 1) * rng.uniform(0.2, 0.99)
-            jobs.append(job_state(jid, submit=rng.uniform(0, 50), service=service, max_gpus=rng.randint(1, 8)))
+            jobs.append(job(jid, submit=rng.uniform(0, 50), service=service, max_gpus=rng.randint(1, 8)))
         jobs.sort(key=lambda j: (j.spec.submit_time, j.spec.job_id))
         s = snap(jobs, capacity, now=60.0)
         alloc = pol.allocate(s)
@@ -558,7 +558,7 @@ WFQ_ZETA_CASES = [
 @pytest.mark.parametrize("zeta,delta,capacity,expected", WFQ_ZETA_CASES)
 def test_wfq_efficiency_cap(zeta, delta, capacity, expected):
     pol = WFQPolicy(WFQConfig((math.inf,), (1.0,), zeta, delta))
-    jobs = [job_state(1, service=5, speedup=SUB_A), job_state(2, service=6, submit=1, speedup=SUB_B)]
+    jobs = [job(1, service=5, speedup=SUB_A), job(2, service=6, submit=1, speedup=SUB_B)]
     run_case(pol, jobs, capacity, 10.0, expected)
 
 
@@ -567,7 +567,7 @@ def test_wfq_relaxes_inside_queue_before_spilling():
     # 1 GPU by zeta .9 but relaxing zeta inside its queue lets it use its whole share of 3;
     # B in queue 1 does not get A's leftovers.
     pol = WFQPolicy(WFQConfig((100.0, math.inf), (3.0, 1.0), 0.9, 0.05))
-    jobs = [job_state(1, service=50, speedup=SUB_A), job_state(2, service=500, max_gpus=4, submit=1)]
+    jobs = [job(1, service=50, speedup=SUB_A), job(2, service=500, max_gpus=4, submit=1)]
     run_case(pol, jobs, 4, 10.0, {1: 3, 2: 1})
 
 
@@ -575,7 +575,7 @@ def test_wfq_leftovers_flow_to_other_queues():
     # Queue 0's rigid 4-GPU app cannot run in its share of 3 (weights 1:1 on 5 GPUs), nor on the 3
     # GPUs left after queue 1's share; queue 1 takes what it can (its app's whole demand of 4).
     pol = WFQPolicy(WFQConfig((100.0, math.inf), (1.0, 1.0)))
-    jobs = [rigid(1, 4, service=5), job_state(2, service=500, max_gpus=4, submit=1)]
+    jobs = [rigid(1, 4, service=5), job(2, service=500, max_gpus=4, submit=1)]
     run_case(pol, jobs, 5, 10.0, {2: 4})
     # With 8 GPUs both fit: queue 0 gets 4 for its rigid app.
     run_case(pol, jobs, 8, 10.0, {1: 4, 2: 4})
@@ -592,7 +592,7 @@ def test_wfq_leftovers_across_queues_by_weight():
 
 
 def test_wfq_default_is_fifo():
-    jobs = [job_state(1, max_gpus=3), rigid(2, 2, submit=1), job_state(3, submit=2, max_gpus=2), job_state(4, submit=3)]
+    jobs = [job(1, max_gpus=3), rigid(2, 2, submit=1), job(3, submit=2, max_gpus=2), job(4, submit=3)]
     for cap in range(1, 9):
         s = snap(jobs, cap)
         assert nz(WFQPolicy().allocate(s)) == nz(build_policy("fifo").allocate(s)), cap
@@ -611,9 +611,9 @@ WFQ_BOUND_CASES = [
 def test_wfq_completion_bound(target, expected):
     pol = WFQPolicy(WFQConfig((100.0, math.inf), (3.0, 1.0)))
     jobs = [
-        job_state(1, submit=0, service=50, max_gpus=2),
-        job_state(2, submit=0, service=500, rem=200, max_gpus=4),
-        job_state(3, submit=5, service=300, max_gpus=2),
+        job(1, submit=0, service=50, max_gpus=2),
+        job(2, submit=0, service=500, rem=200, max_gpus=4),
+        job(3, submit=5, service=300, max_gpus=2),
         rigid(4, 2, submit=6, service=400),
     ]
     s = snap(jobs, 4, now=10.0)
@@ -625,7 +625,7 @@ def test_wfq_completion_bound(target, expected):
 
 
 def test_fifo_completion_bound_is_sequential():
-    jobs = [job_state(1, rem=40, max_gpus=2), job_state(2, submit=1, service=30, max_gpus=4)]
+    jobs = [job(1, rem=40, max_gpus=2), job(2, submit=1, service=30, max_gpus=4)]
     s = snap(jobs, 4, now=5.0)
     assert build_policy("fifo").completion_bound(s, jobs[1]) == pytest.approx(5.0 + 40 / 2 + 30 / 4)
 
@@ -654,7 +654,7 @@ def test_every_reference_config_loads(path):
     assert sum(cfg.normalised_weights) == pytest.approx(1.0)
     assert cfg.zeta_min == raw["clip_demand_factor"] and cfg.delta == raw["delta"]
     pol = WFQPolicy(cfg)
-    s = snap([job_state(1, service=1.0, max_gpus=2), job_state(2, service=1e9, max_gpus=2, submit=1)], 2)
+    s = snap([job(1, service=1.0, max_gpus=2), job(2, service=1e9, max_gpus=2, submit=1)], 2)
     assert sum(pol.allocate(s).values()) == 2
 
 
@@ -873,7 +873,7 @@ def test_build_policy_names():
 
 
 def test_validate_allocation_rejects():
-    s = snap([job_state(1, max_gpus=2), rigid(2, 3)], 4)
+    s = snap([job(1, max_gpus=2), rigid(2, 3)], 4)
     for bad, frag in [({9: 1}, "unknown"), ({1: 3}, "demand"), ({2: 2}, "demand"), ({1: -1}, "demand"),
                       ({1: 2, 2: 3}, "4-GPU")]:
         with pytest.raises(AllocationError, match=frag):
@@ -882,7 +882,7 @@ def test_validate_allocation_rejects():
 
 
 def test_greedy_fill_and_top_up():
-    jobs = [job_state(1, max_gpus=3), rigid(2, 2), job_state(3, max_gpus=2)]
+    jobs = [job(1, max_gpus=3), rigid(2, 2), job(3, max_gpus=2)]
     assert greedy_fill(jobs, 4) == {1: 3, 3: 1}
     assert greedy_fill(jobs, 4, limit=lambda j: 1) == {1: 1, 3: 1}  # rigid 2 capped below demand: skipped
     assert top_up(jobs, {1: 1}, 4) == {1: 3, 3: 1}
@@ -923,7 +923,7 @@ def _random_snapshot(rng: random.Random) -> Snapshot:
         else:
             table = linear_speedup(max_gpus)
         service = rng.choice([rng.uniform(1, 1000), 100.0])  # some exact ties
-        st = job_state(jid, submit=rng.uniform(0, now), service=service, speedup=table, min_gpus=min_gpus)
+        st = job(jid, submit=rng.uniform(0, now), service=service, speedup=table, min_gpus=min_gpus)
         st.remaining = service * rng.choice([1.0, rng.random() or 0.5])
         st.attained = rng.choice([0.0, rng.uniform(0, 200)])
         st.alloc = rng.choice([0, min_gpus, max_gpus])

@@ -110,7 +110,8 @@ def test_live_skips_show_in_status_and_report_and_survive_a_restart(tmp_path):
 
     def core():
         policy = RushPolicy(skip_threshold=2, retry=10.0, predictor=AlwaysSlow())
-        return coordinator(policy=policy, journal=tmp_path / "journal.sqlite", checkpoint_root=tmp_path / "ckpt", clock=clock)
+        return coordinator(policy=policy, journal=tmp_path / "journal.sqlite", checkpoint_root=tmp_path / "ckpt",
+                           clock=clock)
 
     live = core()
     jid, actions = live.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})

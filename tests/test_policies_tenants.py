@@ -72,7 +72,8 @@ def test_a_borrower_uses_idle_quota_and_the_lender_takes_it_back():
 def test_inside_a_tenant_the_inner_policy_divides_its_share():
     """a's two jobs share a's 6 GPUs FIFO (first one 4, second 2); b's job is held to its quota."""
     p = policy(tenants={"a": {"quota": 6}, "b": {"quota": 2}})
-    jobs = [JobState.new(spec(0, tenant="a")), JobState.new(spec(1, tenant="a", submit=1)), JobState.new(spec(2, tenant="b", max_gpus=8))]
+    jobs = [JobState.new(spec(0, tenant="a")), JobState.new(spec(1, tenant="a", submit=1)),
+            JobState.new(spec(2, tenant="b", max_gpus=8))]
     assert p.allocate(Snapshot(10.0, 8, jobs)) == {0: 4, 1: 2, 2: 2}
 
 

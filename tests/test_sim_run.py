@@ -198,7 +198,8 @@ OVERHEAD_CASES = [
     pytest.param("fifo", {}, [job_spec(1, service=10), job_spec(2, service=20, max_gpus=2)], 2, 1.0,
                  {1: 10.0, 2: 15.0}, {1: 10.0, 2: 16.0}, {1: 0, 2: 0}, id="fifo-resize"),
     # First starts never pay: FIFO on 1 GPU, no job is ever interrupted.
-    pytest.param("fifo", {}, [job_spec(1, service=3), job_spec(2, submit=1, service=2), job_spec(3, submit=1, service=1)], 1, 5.0,
+    pytest.param("fifo", {}, [job_spec(1, service=3), job_spec(2, submit=1, service=2), job_spec(3, submit=1, service=1)],
+                 1, 5.0,
                  {1: 3.0, 2: 5.0, 3: 6.0}, {1: 3.0, 2: 5.0, 3: 6.0}, {1: 0, 2: 0, 3: 0}, id="fifo-no-restarts"),
 ]
 

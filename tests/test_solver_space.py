@@ -15,7 +15,8 @@ SIZES = (1.0, 2.0, 10.0, 11.0)
 
 
 def space(sizes=SIZES, speedups=None, search_delta=True) -> SearchSpace:
-    jobs = [job_spec(i, submit=i, service=s, max_gpus=2, speedup=speedups[i] if speedups else None) for i, s in enumerate(sizes)]
+    jobs = [job_spec(i, submit=i, service=s, max_gpus=2, speedup=speedups[i] if speedups else None)
+            for i, s in enumerate(sizes)]
     return SearchSpace.from_samples([jobs], search_delta)
 
 
@@ -160,8 +161,9 @@ def test_cuts_space_seeds_extremes_and_paper_partitions():
 
 
 def test_bad_space_settings():
+    jobs = [job_spec(0, service=1.0, max_gpus=2), job_spec(1, submit=1, service=2.0, max_gpus=2)]
     with pytest.raises(SpaceError, match="unknown search space 'grid'"):
-        SearchSpace.from_samples([[job_spec(0, service=1.0, max_gpus=2), job_spec(1, submit=1, service=2.0, max_gpus=2)]], kind="grid")
+        SearchSpace.from_samples([jobs], kind="grid")
     with pytest.raises(SpaceError, match="between 2 and 64"):
         cuts_space(max_queues=1)
     with pytest.raises(SpaceError, match="only the cuts space"):

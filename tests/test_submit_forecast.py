@@ -11,7 +11,8 @@ from builders import placed_core, random_submission, submit_random, unequal_clus
 
 
 def test_a_submissions_forecast_is_the_whole_plays_and_the_rest_follow_outside_the_lock():
-    for cluster, policy in ((unequal_cluster(), "pcs-bal"), (ClusterSpec.homogeneous(16, 4), "pcs-jct"), (unequal_cluster(), "fifo")):
+    for cluster, policy in ((unequal_cluster(), "pcs-bal"), (ClusterSpec.homogeneous(16, 4), "pcs-jct"),
+                            (unequal_cluster(), "fifo")):
         core, clock = placed_core(cluster, policy)
         rng = random.Random(policy)
         for _ in range(60):
