@@ -6,12 +6,10 @@ import contextlib
 import os
 from pathlib import Path
 
-from pcs_ray.cluster import ClusterSpec
+from builders import coordinator
 from pcs_ray.coordinator.config import coordinator_policy
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.http_server import ApiServer
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import build_policy
 from workloads.catalog import registered_workloads
 
 TOKEN = "test-token-" + "0" * 40
@@ -24,10 +22,12 @@ class ServedCoordinator(LocalCoordinator):
         return {"jobs": len(self.core.jobs), "pid": os.getpid()}
 
 
-def local_host(state: Path, gpus: int = 8, per_node: int = 4) -> ServedCoordinator:
-    core = Coordinator(ClusterSpec.homogeneous(gpus, per_node), build_policy("pcs-bal"), Journal(state / "journal.sqlite"),
-                       checkpoint_root=state / "ckpt", workloads=registered_workloads(), policies=coordinator_policy)
-    return ServedCoordinator(core)
+def local_host(state: Path, gpus: int = 8, per_node: int = 4, **options) -> ServedCoordinator:
+    """A pcs-bal core for every registered workload, its journal and checkpoints under ``state``, hosted here
+    (``options``: the core's own, a clock say)."""
+    return ServedCoordinator(coordinator(gpus=gpus, per_node=per_node, policy="pcs-bal", journal=state / "journal.sqlite",
+                                         checkpoint_root=state / "ckpt", workloads=registered_workloads(),
+                                         policies=coordinator_policy, **options))
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import os
 import sys
 
 import pytest
+from loopback_head import ray_head  # noqa: F401  (a fixture: the modules that submit through Ray's job API take it)
 
 LOGICAL_NODES = {"node0": 4, "node1": 4}
 #: Fixtures that start Ray: a test that takes one is slow whether or not its module says so.

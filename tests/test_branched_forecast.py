@@ -10,22 +10,18 @@ import random
 import pytest
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator import Coordinator
 from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.forecast import BranchPoints
 from pcs_ray.jobs.spec import JobSpec
-from pcs_ray.placement import create_placement
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.engine import Engine
-from tests.test_submit_forecast import Clock, job, variable, whole_play
+from builders import Clock, placed_core, random_submission, submit_random, unequal_cluster, whole_play
 
 
-def make(cluster: ClusterSpec, policy: str, **kw) -> tuple[Coordinator, Clock]:
-    clock = Clock()
-    core = Coordinator(cluster, build_policy(policy), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
-                       placement=create_placement("packed-sticky", cluster), clock=clock, workloads=("tiny",),
-                       policies=coordinator_policy, **kw)
-    return core, clock
+def make(cluster: ClusterSpec, policy: str, **options) -> tuple[Coordinator, Clock]:
+    """A placed core that builds the policies a configuration change asks for."""
+    return placed_core(cluster, policy, policies=coordinator_policy, **options)
 
 
 def refresh(core: Coordinator) -> None:
@@ -35,7 +31,7 @@ def refresh(core: Coordinator) -> None:
 
 
 @pytest.mark.parametrize("cluster, policy", [
-    (ClusterSpec.homogeneous(16, 4), "pcs-bal"), (variable(), "pcs-bal"), (variable(), "fifo"),
+    (ClusterSpec.homogeneous(16, 4), "pcs-bal"), (unequal_cluster(), "pcs-bal"), (unequal_cluster(), "fifo"),
     (ClusterSpec.homogeneous(16, 4), "pcs-jct"),
 ], ids=["uniform-pcs-bal", "placed-pcs-bal", "placed-fifo", "uniform-pcs-jct"])
 def test_a_branched_forecast_is_the_fresh_plays_number_when_nothing_moved_since_the_refresh(cluster, policy):
@@ -45,11 +41,11 @@ def test_a_branched_forecast_is_the_fresh_plays_number_when_nothing_moved_since_
     for _ in range(25):
         for _ in range(rng.randrange(1, 4)):
             clock.t += rng.uniform(0.0, 20.0)
-            core.submit(job(rng), refresh=False)
+            core.submit(random_submission(rng), refresh=False)
         clock.t += 1.0
         refresh(core)
         for _ in range(3):  # the same clock as the refresh: the state is the refresh's plus the jobs since
-            jid, _ = core.submit(job(rng))
+            jid, _ = core.submit(random_submission(rng))
             got = core.jobs[jid]
             bases.append(got.forecast_basis)
             assert got.predicted == whole_play(core)[jid]
@@ -62,47 +58,45 @@ def test_a_forecast_is_played_fresh_without_a_usable_refresh():
     rng = random.Random(2)
     for _ in range(30):
         clock.t += 1.0
-        core.submit(job(rng), refresh=False)
-    first, _ = core.submit(job(rng))
+        core.submit(random_submission(rng), refresh=False)
+    first, _ = core.submit(random_submission(rng))
     assert core.jobs[first].forecast_basis == "fresh"  # no refresh yet
     refresh(core)
-    jid, _ = core.submit(job(rng))
+    jid, _ = core.submit(random_submission(rng))
     assert core.jobs[jid].forecast_basis == "branch"
 
     refresh(core)
     clock.t += 5.0  # as old as the bound allows: no longer usable
-    late, _ = core.submit(job(rng))
+    late, _ = core.submit(random_submission(rng))
     assert core.jobs[late].forecast_basis == "fresh" and core.jobs[late].predicted == whole_play(core)[late]
 
     refresh(core)
     core.set_policy("pcs-jct")  # a configuration change: the refresh played the old policy
-    swapped, _ = core.submit(job(rng))
+    swapped, _ = core.submit(random_submission(rng))
     assert core.jobs[swapped].forecast_basis == "fresh"
     assert core.jobs[swapped].predicted == whole_play(core)[swapped]
 
     began, play = core.begin_play_refresh()
     core.set_policy("pcs-bal")  # changed while the refresh played: its branch points are not kept
     core.end_play_refresh(began, play())
-    again, _ = core.submit(job(rng))
+    again, _ = core.submit(random_submission(rng))
     assert core.jobs[again].forecast_basis == "fresh"
 
     never, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=0.0)
     for _ in range(30):
-        never.submit(job(rng), refresh=False)
+        never.submit(random_submission(rng), refresh=False)
     refresh(never)
-    jid, _ = never.submit(job(rng))
+    jid, _ = never.submit(random_submission(rng))
     assert never.jobs[jid].forecast_basis == "fresh"
 
 
 def test_a_policy_without_queues_forecasts_fresh():
-    core, clock = make(variable(), "themis")  # lease reviews: no queue play, no branch points
+    core, clock = make(unequal_cluster(), "themis")  # lease reviews: no queue play, no branch points
     rng = random.Random(4)
-    for _ in range(20):
-        clock.t += 10.0
-        core.submit(job(rng))
+    submit_random(core, clock, rng, count=20, gap=10.0)
     assert core.begin_play_refresh() is None
     core.play_refresh()
-    jid, _ = core.submit(job(rng))
+    jid, _ = core.submit(random_submission(rng))
     assert core.jobs[jid].forecast_basis == "fresh"
 
 
@@ -110,10 +104,10 @@ def test_the_prediction_view_says_how_the_submissions_forecast_was_played():
     core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal")
     rng = random.Random(6)
     for _ in range(30):
-        core.submit(job(rng), refresh=False)
+        core.submit(random_submission(rng), refresh=False)
     refresh(core)
     clock.t += 0.5
-    jid, _ = core.submit(job(rng))
+    jid, _ = core.submit(random_submission(rng))
     view = core.prediction(jid)
     assert (view["basis"], view["refresh_age_s"]) == ("branch", 0.5)
 

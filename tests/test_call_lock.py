@@ -11,7 +11,7 @@ import pytest
 
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.host import CoordinatorHost
-from tests.test_submit_forecast import job, make, variable, whole_play
+from builders import placed_core, random_submission, unequal_cluster, whole_play
 
 
 def test_the_host_lock_is_a_call_lock_and_reentrant():
@@ -81,11 +81,11 @@ def test_a_failed_acquire_does_not_leave_the_lock_wanted():
 
 
 def test_a_detached_play_that_pauses_between_events_forecasts_the_same():
-    core, clock = make(variable(), "pcs-bal")
+    core, clock = placed_core(unequal_cluster(), "pcs-bal")
     rng = random.Random(3)
     for _ in range(40):
         clock.t += rng.uniform(0.0, 30.0)
-        core.submit(job(rng))
+        core.submit(random_submission(rng))
     began, play = core.begin_play_refresh()
     calls = []
     finish = play(between=lambda: calls.append(1))
@@ -101,11 +101,11 @@ def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work(m
 
     clock = [0.0]
     monkeypatch.setattr(host_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    core, _ = make(variable(), "pcs-bal")
+    core, _ = placed_core(unequal_cluster(), "pcs-bal")
     host = LocalCoordinator(core)
     assert host.submit_latency() == {"count": 0}
     rng = random.Random(5)
-    host.submit(job(rng))
+    host.submit(random_submission(rng))
     held = threading.Event()
 
     def hold_the_lock():
@@ -118,7 +118,7 @@ def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work(m
     holder = threading.Thread(target=hold_the_lock)
     holder.start()
     held.wait()
-    host.submit(job(rng))  # waits behind the holder
+    host.submit(random_submission(rng))  # waits behind the holder
     holder.join()
     out = host.submit_latency()
     assert out["count"] == 2

@@ -40,30 +40,13 @@ def test_refusals_are_coordinator_errors_and_value_errors():
 
 
 # -- the same calls over HTTP -----------------------------------------------------------------
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture(scope="module")
 def over_http(tmp_path_factory):
     """One in-process coordinator on a fixed clock, and a ``Client`` that reaches it only over HTTP."""
-    from api_helpers import TOKEN, ServedCoordinator, served
+    from api_helpers import TOKEN, local_host, served
+    from builders import Clock
 
-    from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.coordinator.config import coordinator_policy
-    from pcs_ray.policies import build_policy
-    from workloads.catalog import registered_workloads
-
-    state = tmp_path_factory.mktemp("api")
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"), Journal(state / "journal.sqlite"),
-                       checkpoint_root=state / "ckpt", clock=_Clock(1000.0), workloads=registered_workloads(),
-                       policies=coordinator_policy)
-    host = ServedCoordinator(core)
+    host = local_host(tmp_path_factory.mktemp("api"), clock=Clock())
     with served(host) as server, pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_TOKEN", TOKEN)
         client = Client(api=server.url)

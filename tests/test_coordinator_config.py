@@ -11,20 +11,12 @@ import math
 import pytest
 
 from pcs_ray.cli import run
-from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError, JobSpecError, UnknownJobError
-from pcs_ray.coordinator.config import CoordinatorConfig, build_core, choose_policy, cluster_dict
+from pcs_ray.coordinator.config import build_core, choose_policy
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import WFQConfig
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from builders import Clock, core_config, external_submission, local_start
 
 
 @pytest.fixture(autouse=True)
@@ -33,15 +25,6 @@ def solver_config(tmp_path, monkeypatch):
     path = tmp_path / "solver" / "wfq_config.json"
     monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(path))
     return path
-
-
-def config(tmp_path, policy: str | None = "fifo", gpus: int = 1) -> CoordinatorConfig:
-    return CoordinatorConfig(cluster=cluster_dict(ClusterSpec.homogeneous(gpus, gpus)), state_dir=str(tmp_path / "state"),
-                             policy=policy, restart_overhead=0.0)
-
-
-def external(steps: int) -> dict:
-    return {"workload": "tiny_cnn", "steps": steps, "gpus": 1, "step_time": 1.0, "executor": "external"}
 
 
 def predicted(link: LocalCoordinator, jid: int) -> float:
@@ -61,23 +44,24 @@ def test_build_core_runs_the_configuration_the_solver_wrote(tmp_path, solver_con
     from solver.preference import set_wfq_config
 
     bundled = WFQConfig.load(pcs_config("themis1", "bal"))
-    assert same_wfq(build_core(config(tmp_path / "a", policy=None)).config()["policy"], bundled)
+    assert same_wfq(build_core(core_config(tmp_path / "a" / "state", policy=None)).config()["policy"], bundled)
     assert choose_policy().source == "the default"
 
     written = set_wfq_config(WFQConfig.from_params((100.0, 5000.0, math.inf), W=1.0, zeta_min=0.5))
     assert written == solver_config
     chosen = WFQConfig.load(written)
     assert not same_wfq({"policy": "pcs", **bundled.to_dict()}, chosen)
-    assert same_wfq(build_core(config(tmp_path / "b", policy=None)).config()["policy"], chosen)
+    assert same_wfq(build_core(core_config(tmp_path / "b" / "state", policy=None)).config()["policy"], chosen)
     assert str(written) in choose_policy().source
-    assert build_core(config(tmp_path / "c", policy="fifo")).config()["policy"] == {"policy": "fifo"}  # named wins
+    named = build_core(core_config(tmp_path / "c" / "state", policy="fifo"))
+    assert named.config()["policy"] == {"policy": "fifo"}  # named wins
 
 
 def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp_path):
     clock = Clock()
-    link = LocalCoordinator(build_core(config(tmp_path), clock=clock))
-    long_job = link.submit(external(1000)).id
-    short = link.submit(external(10)).id
+    link = local_start(tmp_path / "state", clock=clock)
+    long_job = link.submit(external_submission(steps=1000)).id
+    short = link.submit(external_submission(steps=10)).id
     assert link.assignment(long_job)["state"] == "running" and link.assignment(short)["state"] == "queued"
     assert predicted(link, short) == pytest.approx(1000 + 1000 + 10, abs=0.5)  # FIFO: after the long one
 
@@ -94,7 +78,7 @@ def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp
 
     # A restart with the same start configuration (what Ray does to a dead actor) keeps what was set.
     clock.t += 5
-    again = LocalCoordinator(build_core(config(tmp_path), clock=clock))
+    again = local_start(tmp_path / "state", clock=clock)
     assert again.config()["policy"] == {"policy": "srsf"} and again.config()["source"] == "set"
     assert again.config()["since"] == 1100
     assert again.assignment(short)["state"] == "running" and again.assignment(long_job)["state"] == "queued"
@@ -103,14 +87,14 @@ def test_config_set_changes_decisions_and_predictions_and_survives_a_restart(tmp
 
     # A start that names another policy takes over.
     clock.t += 5
-    fair = LocalCoordinator(build_core(config(tmp_path, policy="fair"), clock=clock))
+    fair = local_start(tmp_path / "state", policy="fair", clock=clock)
     assert fair.config()["policy"] == {"policy": "fair"} and fair.config()["source"] == "start"
     fair.core.journal.close()
-    assert LocalCoordinator(build_core(config(tmp_path, policy="fair"), clock=clock)).config()["source"] == "start"
+    assert local_start(tmp_path / "state", policy="fair", clock=clock).config()["source"] == "start"
 
 
 def test_a_wfq_configuration_is_set_and_bad_ones_are_refused_before_the_journal(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=Clock()))
+    link = local_start(tmp_path / "state", clock=Clock())
     wfq = WFQConfig.from_params((100.0, math.inf), W=0.5, zeta_min=0.0)
     assert same_wfq(link.set_config("pcs", wfq.to_dict())["policy"], wfq)
     before = len(link.core.journal)
@@ -124,7 +108,7 @@ def test_a_wfq_configuration_is_set_and_bad_ones_are_refused_before_the_journal(
 
 
 def test_refusals_are_typed(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=Clock()))
+    link = local_start(tmp_path / "state", clock=Clock())
     with pytest.raises(UnknownJobError, match="no job with id 7"):
         link.predict(7)
     with pytest.raises(UnknownJobError):
@@ -164,7 +148,7 @@ def test_config_help_explains(capsys):
 
 
 def test_emulation_overruns_are_counted_per_run_and_shown_in_status(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path)))
+    link = local_start(tmp_path / "state")
     jid = link.submit({"workload": "tiny_cnn", "steps": 100, "gpus": 1, "step_time": 0.1}).id
     link.report_progress(str(jid), 5, 0.1, emulated=True, overruns=2)
     link.report_progress(str(jid), 9, 0.1, emulated=True, overruns=3)  # a running total: 3, not 5

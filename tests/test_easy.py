@@ -9,16 +9,13 @@ from pcs_ray.policies import build_policy
 from pcs_ray.policies.base import validate_allocation
 from pcs_ray.policies.easy import EasyBackfill
 from pcs_ray.sim.run import simulate
-from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.jobs.state import Snapshot
+from builders import job_state
 
 
-def job(jid, n, runtime, *, submit=0.0, alloc=0, start=None, min_gpus=None):
-    """A job asking for ``n`` GPUs whose nominal run time on them is ``runtime`` (linear speedup)."""
-    spec = JobSpec(jid, submit, runtime * n, n, linear_speedup(n), min_gpus=n if min_gpus is None else min_gpus)
-    st = JobState.new(spec)
-    st.alloc = alloc
-    st.start_time = start if alloc else None
-    return st
+def job(jid, n, runtime, **state):
+    """A job asking for ``n`` GPUs whose run time on them is ``runtime``: rigid unless ``min_gpus`` says otherwise."""
+    return job_state(jid, max_gpus=n, runtime=runtime, rigid="min_gpus" not in state, **state)
 
 
 CASES = [

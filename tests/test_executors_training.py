@@ -13,6 +13,7 @@ from executors.checkpoint import LATEST, load_checkpoint
 from executors.emulation import StepBudget
 from executors.training import DataStream, ProgressReporter, run_training, shard
 from workloads.device_model import emulated_step_s, reference_step_s
+from builders import Clock
 
 pytestmark = pytest.mark.slow  # real training steps
 
@@ -105,22 +106,8 @@ def test_shards_cover_the_global_batch_in_order(world):
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
-class _FakeClock:
-    """A clock that advances only when told: ``work`` is real compute, ``sleep`` wakes ``late`` seconds late."""
-
-    def __init__(self, late: float = 0.0):
-        self.t, self.late, self.slept = 100.0, late, []
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.t += seconds + self.late
-
-
 def test_an_emulated_step_takes_its_budget_and_a_late_step_is_caught_up_on_the_schedule():
-    clock = _FakeClock()
+    clock = Clock(100.0)
     budget = StepBudget(0.5, clock=clock, sleep=clock.sleep)
     durations = []
     for compute in (0.1, 0.45, 0.7, 0.2, 0.1):
@@ -139,7 +126,7 @@ def test_an_emulated_step_takes_its_budget_and_a_late_step_is_caught_up_on_the_s
 
 
 def test_a_runs_first_step_is_warm_up_not_lag():
-    clock = _FakeClock()
+    clock = Clock(100.0)
     budget = StepBudget(0.5, clock=clock, sleep=clock.sleep)
     durations = []
     for compute in (1.2, 0.1):
@@ -151,7 +138,7 @@ def test_a_runs_first_step_is_warm_up_not_lag():
 
 
 def test_falling_over_a_step_behind_the_device_is_an_overrun_and_a_long_stall_is_not_sprinted_back():
-    clock = _FakeClock()
+    clock = Clock(100.0)
     budget = StepBudget(0.1, clock=clock, sleep=clock.sleep)
     for compute in (0.05, 0.25, 0.04, 0.05, 0.05, 3.0, 0.0):
         budget.begin()
@@ -165,7 +152,7 @@ def test_falling_over_a_step_behind_the_device_is_an_overrun_and_a_long_stall_is
 
 
 def test_waking_late_is_paid_back_so_the_emulated_pace_holds_on_average():
-    clock = _FakeClock(late=0.01)
+    clock = Clock(100.0, late=0.01)
     budget = StepBudget(0.1, clock=clock, sleep=clock.sleep)
     began = clock.t
     for _ in range(50):

@@ -10,20 +10,10 @@ import stat
 
 import pytest
 
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
+from pcs_ray.coordinator import Journal
 from pcs_ray.coordinator.journal import torn_wal_bytes
 from pcs_ray.placement import create_placement  # noqa: F401  (the core's own imports, as in the core tests)
-from pcs_ray.policies import build_policy
-
-
-def _core(journal):
-    return Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), journal, checkpoint_root="/tmp/ckpt",
-                       clock=lambda: 1000.0, workloads=("tiny",))
-
-
-def _job(steps=100):
-    return {"workload": "tiny", "steps": steps, "gpus": 1, "step_time": 0.1}
+from builders import Clock, coordinator, submission
 
 
 def test_a_torn_write_ahead_log_recovers_to_the_last_commit_with_a_warning(tmp_path):
@@ -49,9 +39,9 @@ def test_a_torn_write_ahead_log_recovers_to_the_last_commit_with_a_warning(tmp_p
 
 def test_a_corrupted_last_record_is_dropped_and_the_journal_goes_on(tmp_path):
     path = tmp_path / "journal.sqlite"
-    core = _core(Journal(path))
+    core = coordinator(journal=Journal(path), clock=Clock())
     for _ in range(3):
-        core.submit(_job())
+        core.submit(submission())
     core.journal.close()
     db = sqlite3.connect(path)
     last = db.execute("SELECT MAX(seq) FROM events").fetchone()[0]
@@ -61,9 +51,9 @@ def test_a_corrupted_last_record_is_dropped_and_the_journal_goes_on(tmp_path):
     journal = Journal(path)
     assert journal.warnings and "record" in journal.warnings[0] and "damaged" in journal.warnings[0]
     assert list(tmp_path.glob("journal.sqlite.damaged-*"))
-    core = _core(journal)  # the coordinator rebuilds from the good prefix and keeps serving
+    core = coordinator(journal=journal, clock=Clock())  # the coordinator rebuilds from the good prefix and keeps serving
     assert len(core.jobs) >= 2
-    jid, _ = core.submit(_job())
+    jid, _ = core.submit(submission())
     assert jid == max(core.jobs) and core.status()["jobs"]
 
 
@@ -122,8 +112,8 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
 
 
 def test_a_failed_checkpoint_retries_the_job_and_status_says_why():
-    core = _core(Journal(":memory:"))
-    jid, _ = core.submit(_job())
+    core = coordinator(journal=Journal(":memory:"), clock=Clock())
+    jid, _ = core.submit(submission())
     error = "OSError: [Errno 28] No space left on device"
     actions = core.run_ended(jid, 1, "failed", 40, error=error)
     view = next(j for j in core.status()["jobs"] if j["id"] == jid)
@@ -136,13 +126,12 @@ def test_a_restarted_core_keeps_the_runs_its_host_found_and_requeues_the_rest(tm
     """A coordinator crash: runs still training go on (their step as the runner says), a preemption in
     flight stays in flight for the host to complete, and only jobs whose runner is gone are lost."""
     path = tmp_path / "journal.sqlite"
-    core = _core(Journal(path))
-    ids = [core.submit(_job(steps))[0] for steps in (100, 200, 300)]
+    core = coordinator(journal=Journal(path), clock=Clock())
+    ids = [core.submit(submission(steps=steps))[0] for steps in (100, 200, 300)]
     core.progress(ids[0], 10, 0.1)
     core._record("stop", ids[1], attempt=1, reason="preempt")  # what decide() journals before it stops a run
     core.journal.close()
-    restarted = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), Journal(path),
-                            checkpoint_root="/tmp/ckpt", clock=lambda: 1000.0, workloads=("tiny",), keep_runs=True)
+    restarted = coordinator(journal=path, clock=Clock(), keep_runs=True)
     assert [j.job_id for j in restarted.holding()] == ids and restarted.recovered == 0
     assert restarted.current_request(ids[1]).attempt == 1
     assert restarted.settle_runs({ids[0]: 42, ids[1]: None}) == 1

@@ -128,14 +128,9 @@ def coordinator_actions(name: str, forecasts: bool) -> list[tuple]:
     import random
 
     from pcs_ray.contract import StartRun, StopRun
-    from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.placement import create_placement
+    from builders import placed_core
 
-    clock = [1000.0]
-    cluster = POWER.onto(SPEC)
-    core = Coordinator(cluster, policy(name), Journal(":memory:"), checkpoint_root="/tmp/ckpt",
-                       placement=create_placement("packed-sticky", cluster), clock=lambda: clock[0],
-                       workloads=tuple(f"w{k}" for k in range(8)))
+    core, clock = placed_core(POWER.onto(SPEC), policy(name), workloads=tuple(f"w{k}" for k in range(8)))
     rng = random.Random(7)
     log = []
 
@@ -147,7 +142,7 @@ def coordinator_actions(name: str, forecasts: bool) -> list[tuple]:
                 log.append(("stop", a.job_id, a.reason))
 
     for _ in range(30):
-        clock[0] += rng.uniform(1.0, 60.0)
+        clock.t += rng.uniform(1.0, 60.0)
         running = [j for j in core.active.values() if j.state.holds_gpus]
         if running and rng.random() < 0.4:
             done = rng.choice(running)

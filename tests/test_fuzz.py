@@ -29,14 +29,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pcs_ray.cluster import ClusterSpec, ClusterSpecError, load_cluster_spec
+from pcs_ray.cluster import ClusterSpecError, load_cluster_spec
 from pcs_ray.contract import CoordinatorError
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.jobs.jobfile import load_job, parse_job
 from pcs_ray.policies import build_policy, wfq_config
 from workloads.catalog import registered_workloads
 from workloads.errors import WorkloadError
+import builders
 
 EXAMPLES = int(os.environ.get("PCS_RAY_FUZZ_EXAMPLES", "40"))
 CASES: Counter = Counter()  # cases run per surface (bench/fuzz.py reports them)
@@ -66,21 +66,21 @@ def _one_line(error: BaseException) -> None:
     assert text and "\n" not in text and "Traceback" not in text, repr(text)
 
 
+def _hosted(folder: Path) -> LocalCoordinator:
+    """A pcs-bal core on two nodes of four for every registered workload, journaling in ``folder``, hosted here."""
+    return LocalCoordinator(builders.coordinator(gpus=8, per_node=4, policy="pcs-bal", journal=folder / "journal.sqlite",
+                                                 workloads=registered_workloads()))
+
+
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"),
-                       Journal(tmp_path_factory.mktemp("fuzz") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
-                       workloads=registered_workloads())
-    return LocalCoordinator(core)
+    return _hosted(tmp_path_factory.mktemp("fuzz"))
 
 
 @pytest.fixture(scope="module")
 def tenants_coordinator(tmp_path_factory):
     """A coordinator of its own: applied tenants files change what the others' cases may submit."""
-    core = Coordinator(ClusterSpec.homogeneous(8, 4), build_policy("pcs-bal"),
-                       Journal(tmp_path_factory.mktemp("fuzz-tenants") / "journal.sqlite"), checkpoint_root="/tmp/ckpt",
-                       workloads=registered_workloads())
-    return LocalCoordinator(core)
+    return _hosted(tmp_path_factory.mktemp("fuzz-tenants"))
 
 
 def _tmp_file(text: str, suffix: str) -> Path:

@@ -8,23 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from pcs_ray.data import data_dir, pcs_config
+from pcs_ray.data import pcs_config
 from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
 from pcs_ray.sim.engine import Engine
 from pcs_ray.sim.run import simulate
 from workloads.generator import generate_workload
-from workloads.traces import read_pcs_trace, read_sia_philly
-
-DATA = data_dir()
-
-
-def philly(vc: str, n: int, speedup: str = "model") -> list[JobSpec]:
-    return read_pcs_trace(DATA / "pcs" / "traces" / f"trace_{vc}.csv", speedup=speedup)[:n]
-
-
-def vc_config(vc: str, kind: str) -> WFQPolicy:
-    return WFQPolicy(WFQConfig.load(DATA / "pcs" / "configs" / f"PCS_config_{vc}_{kind}.json"))
+from workloads.traces import read_sia_philly
+from builders import DATA, classed, forecasts, measured_cluster, philly, vc_config, with_costs
 
 
 def mixed_themis1(seed: int) -> list[JobSpec]:
@@ -35,16 +26,6 @@ def mixed_themis1(seed: int) -> list[JobSpec]:
         lo = m if j.job_id % 5 == 0 else (min(2, m) if j.job_id % 7 == 0 else 1)
         out.append(replace(j, max_gpus=m, min_gpus=lo, speedup=linear_speedup(m)))
     return out
-
-
-def with_costs(jobs: list[JobSpec]) -> list[JobSpec]:
-    """Per-job start and move costs (the coordinator's measured ones); every third job moves at the engine's overhead."""
-    return [replace(j, start_cost=float(j.job_id % 4) * 7.0, move_cost=None if j.job_id % 3 == 0 else 3.0 + j.job_id % 5)
-            for j in jobs]
-
-
-def forecasts(result) -> list[tuple]:
-    return [(r.job_id, r.first_pred, r.last_pred, r.refreshes, r.bound, r.start, r.finish) for r in result.records]
 
 
 CASES = [
@@ -146,27 +127,6 @@ def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
     assert engine.index.needs == _QueueIndex(policy, engine.active.values()).needs  # counts follow removals
 
 
-def variable_cluster(nodes: int, per_node: int, seed: int):
-    """GPUs with PAL's measured per-class scores (drawn with repetition) and a locality penalty:
-    which GPUs a job gets changes its speed, so placement plays along in every forecast."""
-    import csv
-    import random
-
-    from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-
-    with (DATA / "pal" / "variability" / "32gpu-variability.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    pick = random.Random(seed)
-    out = [NodeSpec(name=f"node{n}", gpus=[
-        GPUSpec(index=i, uuid=f"GPU-t-{n}-{i}", scores={c: float(r[f"PerfVar_class{c}"]) for c in "ABCD"})
-        for i, r in enumerate(pick.choice(rows) for _ in range(per_node))]) for n in range(nodes)]
-    return ClusterSpec(nodes=out, locality_penalty=1.2)
-
-
-def classed(jobs: list[JobSpec]) -> list[JobSpec]:
-    return [replace(j, job_class="ABCD"[j.job_id % 4]) for j in jobs]
-
-
 @pytest.mark.parametrize("name, options, policy, overhead", [
     ("packed-sticky", {}, lambda: vc_config("0e4a51", "bal"), 0.0),
     ("random-sticky", {"seed": 3}, lambda: vc_config("0e4a51", "jct"), 10.0),
@@ -181,7 +141,7 @@ def test_plays_with_a_sticky_placement_equal_the_full_fork(name, options, policy
     placed = []
     commit = QueuePlay._commit_placed
     monkeypatch.setattr(QueuePlay, "_commit_placed", lambda self, *a: placed.append(1) or commit(self, *a))
-    cluster, jobs, policy = variable_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 150))), policy()
+    cluster, jobs, policy = measured_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 150))), policy()
     runs = [simulate(jobs, 32, policy, predict=True, overhead=overhead, incremental=incremental,
                      placement=create_placement(name, cluster, **options)) for incremental in (False, True)]
     assert forecasts(runs[1]) == forecasts(runs[0])
@@ -193,7 +153,7 @@ def test_a_play_until_a_job_finishes_gives_the_whole_plays_numbers():
     earlier one are the whole play's, with and without placement in the play."""
     from pcs_ray.placement import create_placement
 
-    engine = Engine(32, vc_config("0e4a51", "bal"), placement=create_placement("packed-sticky", variable_cluster(4, 8, 5)))
+    engine = Engine(32, vc_config("0e4a51", "bal"), placement=create_placement("packed-sticky", measured_cluster(4, 8, 5)))
     for spec in classed(philly("0e4a51", 160)):
         arrive(engine, spec)
     for placement in (True, False):
@@ -230,7 +190,7 @@ def test_a_pass_that_passed_a_job_over_resumes_there_and_decides_the_same(placed
     jobs = classed(mixed_themis1(11))
     policy = WFQPolicy(WFQConfig.from_params((50_000, 400_000, float("inf")), 0.5, 0.7, 0.2))
     runs = [simulate(jobs, 16, policy, predict=True, incremental=incremental,
-                     placement=create_placement("packed-sticky", variable_cluster(2, 8, 4)) if placed else None)
+                     placement=create_placement("packed-sticky", measured_cluster(2, 8, 4)) if placed else None)
             for incremental in (False, True)]
     assert forecasts(runs[1]) == forecasts(runs[0])
     assert len(resumed) > 100  # the path under test ran

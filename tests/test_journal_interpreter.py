@@ -7,10 +7,9 @@ import ast
 import json
 from pathlib import Path
 
-from pcs_ray.cluster import ClusterSpec
 from pcs_ray.commands.report import journal_status
-from pcs_ray.coordinator import Coordinator, Journal
-from pcs_ray.policies import build_policy
+from pcs_ray.coordinator import Coordinator
+from builders import Clock, coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a job's view says that the journal holds (forecasts other than the one at submission are not journaled).
@@ -18,16 +17,9 @@ JOURNALED = ("state", "steps", "preemptions", "attempts", "emulated", "segments"
              "error", "lost_steps", "demand", "name", "class")
 
 
-class Clock:
-    t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
 def core_on(path: Path, clock: Clock) -> Coordinator:
-    return Coordinator(ClusterSpec.homogeneous(2, 2), build_policy("fifo"), Journal(path),
-                       checkpoint_root=path.parent / "ckpt", clock=clock, workloads=("tiny",), progress_journal_every=0.0)
+    """A core of two GPUs journaling to ``path`` and every progress report with it."""
+    return coordinator(gpus=2, journal=path, checkpoint_root=path.parent / "ckpt", clock=clock, progress_journal_every=0.0)
 
 
 def test_the_report_rebuilds_what_the_live_coordinator_shows(tmp_path):

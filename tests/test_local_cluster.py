@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pcs_ray.commands import local_cluster as lc
+from pcs_ray.contract import TERMINAL
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # starts local Ray clusters through the CLI
@@ -140,7 +141,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
     workers = {pid: node.leader for node in record.nodes for pid in lc.session_pids(node.leader) if _is_ray_worker(pid)}
     assert workers and {pid: _niceness(pid) for pid in workers} == {pid: _niceness(lead) for pid, lead in workers.items()}
     assert lc.kill_node(record.nodes[1])  # the worker node dies as a machine would (SIGKILL, all at once)
-    final = _wait(lambda: (j := _jobs(env)[jid])["state"] in ("finished", "failed", "cancelled") and j, 180,
+    final = _wait(lambda: (j := _jobs(env)[jid])["state"] in TERMINAL and j, 180,
                   "the job to finish on the node left")
     assert final["state"] == "finished" and final["steps"] == 1500, (final["error"], final["attempts"], final["segments"])
     assert final["segments"][0]["gpus"] == ["node0:0", "lost:1"] and final["segments"][-1]["gpus"] == ["node0:0"]

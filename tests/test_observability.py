@@ -7,29 +7,15 @@ import io
 import json
 from pathlib import Path
 
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.metrics_export import readings
-from pcs_ray.policies import build_policy
+from builders import Clock, coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Clock:
-    t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
-def _core(path, clock, policy="pcs-bal"):
-    return Coordinator(ClusterSpec.homogeneous(4, 2), build_policy(policy), Journal(path), checkpoint_root="/tmp/ckpt",
-                       clock=clock, workloads=("tiny",))
-
-
 def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_path):
     clock = Clock()
-    core = _core(tmp_path / "journal.sqlite", clock)
+    core = coordinator(gpus=4, per_node=2, policy="pcs-bal", journal=tmp_path / "journal.sqlite", clock=clock)
     small, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 1, "step_time": 0.1})
     big, _ = core.submit({"workload": "tiny", "steps": 100_000, "gpus": 4, "step_time": 1.0})
     core.play_refresh(force=True)
@@ -43,7 +29,7 @@ def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_p
     core.run_ended(small, core.jobs[small].attempt, "finished", 10)
     r = readings(core)
     assert r.jobs["finished"] == 1 and small in r.finished_errors and r.finished_errors[small] >= 0
-    assert readings(_core(":memory:", Clock(), "fifo")).queues == {}  # no WFQ, no queues
+    assert readings(coordinator(gpus=4, per_node=2, clock=Clock())).queues == {}  # no WFQ, no queues
 
 
 def test_the_grafana_dashboard_plots_every_metric_the_coordinator_exports():
@@ -62,7 +48,7 @@ def test_report_draws_a_run_from_its_journal(tmp_path):
 
     state = tmp_path / "state"
     clock = Clock()
-    core = _core(state / "journal.sqlite", clock, "fifo")
+    core = coordinator(gpus=4, per_node=2, journal=state / "journal.sqlite", clock=clock)
     jid, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1, "name": "first"})
     core.journal.append(core.now(), "predicted", jid, {"completion": core.now() + 5.0})
     clock.t += 1

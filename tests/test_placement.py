@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.placement import PLACEMENTS, PlacementError, create_placement
 from pcs_ray.placement.pal import lv_traversal
 from pcs_ray.variability.profiles import ProfileError, apply_profile, bin_scores, load_profile
-from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.jobs.state import Snapshot
+from builders import holding
 
 
 def spec_with_scores(scores: list[list[float]], cls: str = "A", penalty: float = 1.0) -> ClusterSpec:
@@ -20,13 +20,6 @@ def spec_with_scores(scores: list[list[float]], cls: str = "A", penalty: float =
         for k, row in enumerate(scores)
     ]
     return ClusterSpec(nodes=nodes, locality_penalty=penalty)
-
-
-def job(jid: int, n: int, cls: str = "A", sensitive: bool = False) -> JobState:
-    state = JobState.new(JobSpec(jid, 0.0, 100.0, n, linear_speedup(n), min_gpus=n, job_class=cls,
-                                 bw_sensitive=sensitive))
-    state.alloc = n
-    return state
 
 
 def place(p, jobs, changed=None):
@@ -48,18 +41,18 @@ def test_registry_builds_every_placement_and_rejects_unknown_names():
 
 def test_packed_sticky_packs_and_keeps_jobs_where_they_are():
     p = create_placement("packed-sticky", ClusterSpec.homogeneous(8, 4, locality_penalty=1.5))
-    a, b = job(1, 3), job(2, 2)
+    a, b = holding(1, 3), holding(2, 2)
     place(p, [a, b])
     assert a.gpus == (0, 1, 2) and b.gpus == (4, 5)  # b does not fit beside a: the next node
-    c = job(3, 1)
+    c = holding(3, 1)
     touched = place(p, [a, b, c], changed=[c])
     assert touched == [c] and c.gpus == (3,)  # best fit: the fullest node that still fits
     assert a.gpus == (0, 1, 2) and b.gpus == (4, 5)
-    d = job(4, 2)
+    d = holding(4, 2)
     place(p, [a, b, c, d], changed=[d])
     assert d.gpus == (6, 7)
     p.release(a)
-    e = job(5, 3)
+    e = holding(5, 3)
     place(p, [b, c, d, e], changed=[e])
     assert e.gpus == (0, 1, 2)
     assert p.assignment() == {2: (4, 5), 3: (3,), 4: (6, 7), 5: (0, 1, 2)}
@@ -68,7 +61,7 @@ def test_packed_sticky_packs_and_keeps_jobs_where_they_are():
 def test_jobs_spread_over_nodes_pay_the_locality_penalty_on_raw_scores():
     cluster = spec_with_scores([[1.0, 1.2], [1.4, 1.0]], penalty=1.5)
     p = create_placement("packed-sticky", cluster)
-    a = job(1, 3)
+    a = holding(1, 3)
     place(p, [a])
     assert a.gpus == (0, 1, 2)
     assert a.slowdown == pytest.approx(1.4 * 1.5)
@@ -76,7 +69,7 @@ def test_jobs_spread_over_nodes_pay_the_locality_penalty_on_raw_scores():
 
 def test_preempted_job_frees_its_gpus_and_fork_is_independent():
     p = create_placement("packed-sticky", ClusterSpec.homogeneous(4, 4))
-    a, b = job(1, 2), job(2, 2)
+    a, b = holding(1, 2), holding(2, 2)
     place(p, [a, b])
     other = p.fork()
     a.alloc = 0
@@ -90,7 +83,7 @@ def test_a_placement_that_breaks_its_contract_is_caught():
     p = create_placement("packed-sticky", ClusterSpec.homogeneous(2, 2))
     p.select = lambda job, n, free, home: np.array([0, 0])
     with pytest.raises(PlacementError, match="got"):
-        place(p, [job(1, 2)])
+        place(p, [holding(1, 2)])
 
 
 # -- profiles and binning -------------------------------------------------------------
@@ -156,7 +149,7 @@ def test_pm_first_gives_class_a_the_best_gpus_without_reordering_the_cut():
         GPUSpec(index=i, uuid=f"g{i}", scores={"A": a, "C": c})
         for i, (a, c) in enumerate([(1.3, 1.0), (0.9, 1.0), (1.1, 1.0), (1.0, 1.0)])])])
     p = create_placement("pm-first", cluster, binned={"A": np.array([1.3, 0.9, 1.1, 1.0]), "C": np.ones(4)})
-    c, a = job(1, 2, "C"), job(2, 1, "A")
+    c, a = holding(1, 2, job_class="C"), holding(2, 1, job_class="A")
     place(p, [c, a])
     assert a.gpus == (1,)  # the best A score, though the class C job is first in the queue
     assert c.gpus == (0, 2)
@@ -167,12 +160,12 @@ def test_pal_packs_unless_the_node_is_much_worse_than_spreading():
     # Two nodes of two GPUs; a 2-GPU job, L = 1.5.
     within = spec_with_scores([[0.89, 1.06], [0.89, 2.55]], penalty=1.5)
     p = create_placement("pal", within, binned={"A": np.array([0.89, 1.06, 0.89, 2.55])})
-    j = job(1, 2)
+    j = holding(1, 2)
     place(p, [j])
     assert j.gpus == (0, 1)  # (1, 1.06) comes before (1.5, 0.89 x 1.5 = 1.34)
     across = spec_with_scores([[0.89, 2.55], [0.89, 2.55]], penalty=1.5)
     p = create_placement("pal", across, binned={"A": np.array([0.89, 2.55, 0.89, 2.55])})
-    j = job(1, 2)
+    j = holding(1, 2)
     place(p, [j])
     assert j.gpus == (0, 2)  # (1.5, 1.34) comes before (1, 2.55)
     assert j.slowdown == pytest.approx(0.89 * 1.5)
@@ -206,7 +199,7 @@ def test_pal_selection_equals_the_literal_matrix_traversal(seed):
     if free.sum() < n:
         free[:] = True
     within, v = _reference_lv(bins, p.node, free, n, penalty)
-    chosen = p.select(job(1, n), n, free, ())
+    chosen = p.select(holding(1, n), n, free, ())
     assert free[chosen].all() and len(set(chosen.tolist())) == n
     assert bins[chosen].max() == pytest.approx(v)
     if within or penalty > 1.0:  # with L = 1 an across entry may land on one node by chance
@@ -216,11 +209,11 @@ def test_pal_selection_equals_the_literal_matrix_traversal(seed):
 def test_adopting_running_jobs_after_a_restart():
     cluster = spec_with_scores([[1.0, 1.3], [1.0, 1.0]], penalty=2.0)
     p = create_placement("pal", cluster)
-    a = job(1, 2)
+    a = holding(1, 2)
     a.gpus = (1, 2)
     p.adopt(a)
     assert p.assignment() == {1: (1, 2)} and a.slowdown == pytest.approx(1.3 * 2.0)
-    b = job(2, 2)
+    b = holding(2, 2)
     with pytest.raises(PlacementError, match="cannot adopt"):
         b.gpus = (2, 3)
         p.adopt(b)
@@ -243,12 +236,12 @@ def test_sized_order_hands_the_worst_gpu_to_the_smallest_job_within_a_class():
     spec = spec_with_scores([[3.0, 1.0, 1.02, 1.04], [1.01, 1.03, 1.05, 1.06]])
     for name, small, big in (("combined", 1.0, 3.0), ("combined-sized", 3.0, 1.06), ("energy-sized", 3.0, 1.06)):
         p = create_placement(name, spec)
-        a, b = job(1, 1), job(2, 7)
+        a, b = holding(1, 1), holding(2, 7)
         place(p, [a, b])
         assert (a.slowdown, b.slowdown) == (small, big), name
         assert sorted(a.gpus + b.gpus) == list(range(8))
     p = create_placement("combined-sized", spec)
-    a, b = job(1, 1, cls="A"), job(2, 7, cls="B")  # B has no scores: every GPU is 1.0 to it
+    a, b = holding(1, 1, job_class="A"), holding(2, 7, job_class="B")  # B has no scores: every GPU is 1.0 to it
     place(p, [b, a])
     assert 0 not in a.gpus and (a.slowdown, b.slowdown) == (1.0, 1.0)
     assert PLACEMENTS["combined-sized"].size_order and not PLACEMENTS["combined"].size_order

@@ -17,19 +17,14 @@ from pcs_ray.placement.pal import PAL
 from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.jobs.state import Snapshot
+from builders import holding
 
 
 def spec_with_scores(scores: list[list[float]], penalty: float = 1.0) -> ClusterSpec:
     nodes = [NodeSpec(name=f"n{k}", gpus=[GPUSpec(index=i, uuid=f"g{k}-{i}", scores={"A": s}) for i, s in enumerate(row)])
              for k, row in enumerate(scores)]
     return ClusterSpec(nodes=nodes, locality_penalty=penalty)
-
-
-def job(jid: int, n: int, cls: str = "A") -> JobState:
-    state = JobState.new(JobSpec(jid, 0.0, 100.0, n, linear_speedup(n), min_gpus=n, job_class=cls))
-    state.alloc = n
-    return state
 
 
 def place(p, jobs):
@@ -78,13 +73,13 @@ def registry():
 def test_a_toy_score_plugin_changes_the_decision_and_is_explained(registry):
     # Two nodes of two equal GPUs; GPUs 0 and 1 draw twice the power. PAL alone packs on node 0.
     cluster = spec_with_scores([[1.0, 1.0], [1.0, 1.0]], penalty=1.5)
-    a = job(1, 2)
+    a = holding(1, 2)
     place(create_placement("pal", cluster), [a])
     assert a.gpus == (0, 1)
     register(PAL.with_score(ToyPower({0: 2.0, 1: 2.0}), weight=0.5, name="pal-power", help="PAL and toy power"))
     assert placement_help("pal-power") == "PAL and toy power"
     p = create_placement("pal-power", cluster)
-    b = job(1, 2)
+    b = holding(1, 2)
     place(p, [b])
     assert b.gpus == (2, 3)  # node 1: power 1 beats node 0's 2 ** 0.5; across would pay L = 1.5
     why = p.explain(1)
@@ -98,10 +93,10 @@ def test_a_toy_filter_rejects_with_its_reason_and_every_rejection_is_counted(reg
     cluster = spec_with_scores([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0]], penalty=1.2)
     register(PAL.with_filter(Drained({0}), name="pal-drained", help="PAL without GPU 0"))
     p = create_placement("pal-drained", cluster)
-    busy = job(9, 3)
+    busy = holding(9, 3)
     busy.gpus = (4, 5, 6)
     p.adopt(busy)  # node 1 keeps one free GPU: too few for the next job
-    a = job(1, 2)
+    a = holding(1, 2)
     p.place(Snapshot(0.0, 12, [busy, a]), [a], {9: 3, 1: 2})
     # Node 0's candidate {0, 1} and the across candidate {0, 1} use the drained GPU: node 2 (score 2.0) is left.
     assert a.gpus == (8, 9)
@@ -117,7 +112,7 @@ def test_when_every_candidate_is_rejected_the_reasons_say_why(registry):
     register(PAL.with_filter(Drained({0, 1, 2, 3}), name="pal-none", help="nothing"))
     p = create_placement("pal-none", spec_with_scores([[1.0, 1.0], [1.0, 1.0]]))
     with pytest.raises(Unplaceable, match="drained: 3") as err:
-        place(p, [job(1, 2)])
+        place(p, [holding(1, 2)])
     assert err.value.rejections == {"drained": 3}  # both nodes and the across candidate
 
 
@@ -153,7 +148,7 @@ def test_explain_after_a_simulation_matches_what_the_jobs_ran_on():
 
 def test_eight_gpu_job_spreads_and_says_so():
     p = create_placement("pal", ClusterSpec.homogeneous(16, 4, 1.7))
-    a = job(1, 8)
+    a = holding(1, 8)
     place(p, [a])
     why = p.explain(1)
     assert why["source"] == "cluster-best" and {s["plugin"]: s["value"] for s in why["scores"]}["locality"] == 1.7
@@ -161,10 +156,10 @@ def test_eight_gpu_job_spreads_and_says_so():
 
 def test_forks_do_not_record_explanations():
     p = create_placement("pm-first", ClusterSpec.homogeneous(4, 4))
-    a = job(1, 2)
+    a = holding(1, 2)
     place(p, [a])
     f = p.fork()
-    b = job(2, 2)
+    b = holding(2, 2)
     place(f, [a, b])
     assert p.explain(2) is None and p.explain(1) is not None and f.explain(2) is None
 
@@ -174,7 +169,7 @@ def test_combined_keeps_tie_breaks_in_its_explanation():
     from pcs_ray.placement import read_topo
 
     p = create_placement("combined", ClusterSpec.homogeneous(8, 8), topology=read_topo(data_dir() / "topology" / "dgx1-v100.topo"))
-    a = job(1, 2)
+    a = holding(1, 2)
     place(p, [a])
     why = p.explain(1)
     assert [t["plugin"] for t in why["tie_breaks"]] == ["keep-gpus", "preserved-bandwidth"]
@@ -215,7 +210,8 @@ def test_every_configuration_keeps_the_placement_contract(name):
     runs = []
     for _ in range(2):  # twice: deterministic under the same seed
         p = create_placement(name, cluster, seed=3, topology=topo)
-        jobs = [job(k, int(n), "ABCD"[k % 4]) for k, n in enumerate(np.random.default_rng(1).choice([1, 2, 3, 4, 6, 8, 12], 12))]
+        widths = np.random.default_rng(1).choice([1, 2, 3, 4, 6, 8, 12], 12)
+        jobs = [holding(k, int(n), job_class="ABCD"[k % 4]) for k, n in enumerate(widths)]
         chosen = []
         for r in range(4):
             alloc, free = {}, 32
@@ -238,7 +234,7 @@ def test_every_configuration_keeps_the_placement_contract(name):
 
 def test_a_finished_jobs_explanation_is_kept_in_compact_form():
     p = create_placement("pal", spec_with_scores([[1.0, 1.3], [1.0, 1.0]], penalty=2.0))
-    a = job(1, 2)
+    a = holding(1, 2)
     place(p, [a])
     before = p.explain(1)
     p.release(a)

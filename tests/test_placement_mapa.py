@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
-from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
 from pcs_ray.placement import create_placement
 from pcs_ray.placement.bandwidth import CommModel, EffBWRegression, pattern_edges, subset_table
 from pcs_ray.cluster.topology import read_topo
-from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.jobs.state import Snapshot
+from builders import holding
 
 DATA = data_dir()
 DGX1 = read_topo(DATA / "topology" / "dgx1-v100.topo")
@@ -22,18 +22,11 @@ EFFBW_JSON = DATA / "mapa" / "effbw-dgx1v.json"
 ONE_NODE = ClusterSpec.homogeneous(8, 8)
 
 
-def job(jid: int, n: int, sensitive: bool, pattern: str = "ring", cls: str = "A") -> JobState:
-    state = JobState.new(JobSpec(jid, 0.0, 100.0, n, linear_speedup(n), min_gpus=n, bw_sensitive=sensitive,
-                                 pattern=pattern, job_class=cls))
-    state.alloc = n
-    return state
-
-
 def pick(name: str, free: set[int], n: int, sensitive: bool, cluster=ONE_NODE, **kw) -> set[int]:
     p = create_placement(name, cluster, topology=DGX1, **kw)
     mask = np.zeros(cluster.num_gpus, dtype=bool)
     mask[list(free)] = True
-    return set(p.select(job(1, n, sensitive), n, mask, ()).tolist())
+    return set(p.select(holding(1, n, bw_sensitive=sensitive), n, mask, ()).tolist())
 
 
 # -- the regression -------------------------------------------------------------------
@@ -111,12 +104,12 @@ def test_more_cases_from_the_link_facts():
 
 def test_mapa_is_sticky_and_returns_gpus_in_rank_order():
     p = create_placement("mapa-greedy", ONE_NODE, topology=DGX1)
-    a = job(1, 4, True)
+    a = holding(1, 4, bw_sensitive=True)
     p.place(Snapshot(0.0, 8, [a]), [a], {1: 4})
     ring = list(a.gpus)
     links = [DGX1.link(ring[i], ring[(i + 1) % 4]) for i in range(4)]
     assert sum(int(code[2:]) for code in links) * 25 == 175  # the best 4-ring: 50 + 50 + 50 + 25
-    b = job(2, 2, False)
+    b = holding(2, 2, bw_sensitive=False)
     p.place(Snapshot(1.0, 8, [a, b]), [b], {1: 4, 2: 2})
     assert list(a.gpus) == ring
 
@@ -126,11 +119,11 @@ def test_mapa_is_sticky_and_returns_gpus_in_rank_order():
 
 def test_comm_model_slowdown():
     model = CommModel([DGX1], comm_fraction=0.5, regression=EffBWRegression.from_json(EFFBW_JSON))
-    sens = job(1, 2, True).spec
+    sens = holding(1, 2, bw_sensitive=True).spec
     assert model.slowdown(sens, 0, [0, 4]) == pytest.approx(1.0)  # the best pair
     expected = 0.5 + 0.5 * float(model.regression.predict(1, 0, 0) / model.regression.predict(0, 0, 1))
     assert model.slowdown(sens, 0, [0, 5]) == pytest.approx(expected)
-    assert model.slowdown(job(2, 2, False).spec, 0, [0, 5]) == 1.0
+    assert model.slowdown(holding(2, 2, bw_sensitive=False).spec, 0, [0, 5]) == 1.0
 
 
 def test_combined_trades_a_slow_gpu_against_a_slow_link():
@@ -144,7 +137,7 @@ def test_combined_trades_a_slow_gpu_against_a_slow_link():
     p = create_placement("combined", cluster, topology=DGX1)
     mask = np.zeros(8, dtype=bool)
     mask[[0, 1, 4]] = True
-    assert set(p.select(job(1, 2, True, cls="C"), 2, mask, ()).tolist()) == {0, 4}
+    assert set(p.select(holding(1, 2, bw_sensitive=True, job_class="C"), 2, mask, ()).tolist()) == {0, 4}
 
 
 def test_combined_without_topology_is_pal():
@@ -170,4 +163,4 @@ def test_topology_named_in_the_cluster_spec(tmp_path):
     assert p.topologies[0].links == DGX1.links and p.topologies[1] is None
     free = np.zeros(16, dtype=bool)
     free[[0, 1, 4]] = True
-    assert set(p.select(job(1, 2, True), 2, free, ()).tolist()) == {0, 4}
+    assert set(p.select(holding(1, 2, bw_sensitive=True), 2, free, ()).tolist()) == {0, 4}

@@ -16,7 +16,7 @@ from pcs_ray.placement.plugin import Score
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
 from pcs_ray.jobs.state import JobState
-from tests.test_incremental_plays import classed, forecasts, philly, variable_cluster, vc_config, with_costs
+from builders import classed, forecasts, measured_cluster, philly, vc_config, with_costs
 
 
 def counting(monkeypatch) -> list[int]:
@@ -37,7 +37,7 @@ def counting(monkeypatch) -> list[int]:
 ])
 def test_reused_decisions_equal_fresh_ones(name, options, policy, monkeypatch):
     calls = counting(monkeypatch)
-    cluster, jobs = variable_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 90)))
+    cluster, jobs = measured_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 90)))
     runs, places, counts = [], [], []
     for cache in (False, True):
         place = create_placement(name, cluster, cache=cache, **options)
@@ -67,7 +67,7 @@ def one_job(jid: int, **fields) -> JobState:
 
 
 def test_a_random_placement_draws_again_at_the_same_inputs():
-    place = create_placement("random-sticky", variable_cluster(2, 8, 1), seed=4)
+    place = create_placement("random-sticky", measured_cluster(2, 8, 1), seed=4)
     assert place._reuse is None
     job, drawn = one_job(1), set()
     for _ in range(12):
@@ -99,7 +99,7 @@ class ByModelStateful(ByModel):
 @pytest.mark.parametrize("plugin, cached", [(ByModel(), False), (ByModelDeclared(), True), (ByModelStateful(), False)])
 def test_a_decision_is_reused_only_when_its_plugins_declare_what_they_read(plugin, cached):
     config = dataclasses.replace(PLACEMENTS["packed-sticky"], name="by-model", scores=((plugin, 1.0),))
-    place = Placement(variable_cluster(2, 8, 1), config)
+    place = Placement(measured_cluster(2, 8, 1), config)
     assert (place._reuse is not None) is cached
     got = []
     for jid, model in ((1, "ab"), (2, "abc"), (3, "ab")):  # same free GPUs, count and home each time
@@ -114,7 +114,7 @@ def test_a_full_table_forgets_its_older_half_and_decides_the_same(monkeypatch):
     forgot: list[int] = []
     forget = base._forget_oldest
     monkeypatch.setattr(base, "_forget_oldest", lambda table: forgot.append(len(table)) or forget(table))
-    cluster, jobs = variable_cluster(4, 8, 3), classed(with_costs(philly("0e4a51", 90)))
+    cluster, jobs = measured_cluster(4, 8, 3), classed(with_costs(philly("0e4a51", 90)))
     fresh = simulate(jobs, 32, vc_config("0e4a51", "bal"), predict=True, placement=create_placement("pal", cluster, cache=False))
     place = create_placement("pal", cluster)
     place._reuse_limit = 40

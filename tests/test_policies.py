@@ -20,8 +20,9 @@ from pcs_ray.policies import POLICIES, ConfigError, WFQConfig, WFQPolicy, build_
 from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate_allocation
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
-from pcs_ray.jobs.state import JobState, Snapshot
+from pcs_ray.jobs.state import Snapshot
 from workloads.demand import SubLinearDemand, speedup_table
+from builders import job_state as job
 
 DATA = data_dir()
 CONFIG_DIR = DATA / "pcs" / "configs"
@@ -35,21 +36,6 @@ S07 = speedup_table(SubLinearDemand(0.7), 4)  # 1, 1.6245, 2.1577, 2.6390
 
 
 # --- helpers ----------------------------------------------------------------
-
-
-def job(jid, *, submit=0.0, service=100.0, max_gpus=1, min_gpus=1, rem=None, attained=0.0, alloc=0, speedup=None):
-    """A JobState with the fields a policy reads set explicitly."""
-    if speedup is None:
-        speedup = linear_speedup(max_gpus)
-    else:
-        max_gpus = len(speedup) - 1
-    spec = JobSpec(jid, float(submit), float(service), max_gpus, tuple(speedup), min_gpus=min_gpus)
-    st = JobState.new(spec)
-    if rem is not None:
-        st.remaining = float(rem)
-    st.attained = float(attained)
-    st.alloc = alloc
-    return st
 
 
 def rigid(jid, n, **kw):

@@ -178,7 +178,7 @@ def test_a_check_the_budget_does_not_reach_fails_and_is_never_passed(bench, caps
 
 
 def test_the_uuid_compared_is_nvmls_for_the_index_the_job_was_pinned_to(bench):
-    from test_discovery import FakeNVML
+    from fake_pynvml import FakeNVML
 
     from pcs_ray.cluster.discovery import nvml_inventory
     from pcs_ray.cluster.preflight import uuid_problems

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import JobSpecError, StartRun
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.jobs.jobfile import parse_job
-from pcs_ray.policies import build_policy
 from workloads.catalog import registered_workloads
+from builders import Clock, coordinator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,8 +38,7 @@ def test_data_root_must_lie_inside_a_configured_dataset_root(tmp_path, monkeypat
 
 
 def test_a_job_file_cannot_choose_where_its_checkpoints_go(tmp_path):
-    core = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), Journal(":memory:"),
-                       checkpoint_root=tmp_path / "ckpt", clock=lambda: 0.0, workloads=registered_workloads())
+    core = coordinator(checkpoint_root=tmp_path / "ckpt", clock=Clock(0.0), workloads=registered_workloads())
     jid, actions = core.submit({"workload": "tiny_cnn", "steps": 10, "name": "../../../etc/x"})
     start = next(a for a in actions if isinstance(a, StartRun))
     assert Path(start.request.checkpoint_dir) == tmp_path / "ckpt" / str(jid)

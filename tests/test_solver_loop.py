@@ -14,21 +14,12 @@ import json
 import pytest
 
 from pcs_ray.cli import run
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator.config import CoordinatorConfig, build_core, cluster_dict
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import WFQConfig
 from workloads.history import read_history_records
+from builders import Clock, local_start
 
 GPUS = 4
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def run_jobs(link: LocalCoordinator, clock: Clock, steps: list[int]) -> None:
@@ -53,9 +44,7 @@ def test_history_solve_pick_and_config_set_on_the_coordinator(tmp_path, monkeypa
     monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(tmp_path / "solver" / "wfq_config.json"))
     state = tmp_path / "state"
     clock = Clock()
-    config = CoordinatorConfig(cluster=cluster_dict(ClusterSpec.homogeneous(GPUS, GPUS)), state_dir=str(state),
-                               policy="fifo", restart_overhead=0.0)
-    link = LocalCoordinator(build_core(config, clock=clock))
+    link = local_start(state, gpus=GPUS, clock=clock)
     steps = [300, 20, 50, 900, 10, 120, 40, 600, 15, 200]
     run_jobs(link, clock, steps)
     records = read_history_records(state)  # the state folder, as `solve --history` is given it

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from pcs_ray import cli
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import WFQConfig
 from solver.evaluate import Evaluator
@@ -22,6 +21,7 @@ from solver.preference import PreferenceError, PreferenceSolver, choose, default
 from solver.search import Problem, Search
 from solver.space import config_key
 from solver.workload import WorkloadSource, bootstrap
+from builders import invoke
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,12 +35,6 @@ def small_problem(**kw) -> Problem:
                 population=6, seed=3)
     args.update(kw)
     return Problem(**args)
-
-
-def invoke(capsys, *args):
-    code = cli.run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_search_is_deterministic_and_never_simulates_twice():

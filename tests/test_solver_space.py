@@ -6,21 +6,17 @@ import math
 
 import pytest
 
-from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from solver.objectives import ObjectiveError, parse_objective, parse_objectives
 from solver.space import SearchSpace, SpaceError, config_key, max_running_c2
-
-
-def job(i: int, service: float, speedup=None) -> JobSpec:
-    table = tuple(speedup) if speedup is not None else linear_speedup(2)
-    return JobSpec(job_id=i, submit_time=float(i), service=service, max_gpus=len(table) - 1, speedup=table)
+from builders import job_spec
 
 
 SIZES = (1.0, 2.0, 10.0, 11.0)
 
 
 def space(sizes=SIZES, speedups=None, search_delta=True) -> SearchSpace:
-    jobs = [job(i, s, speedups[i] if speedups else None) for i, s in enumerate(sizes)]
+    jobs = [job_spec(i, submit=i, service=s, max_gpus=2, speedup=speedups[i] if speedups else None)
+            for i, s in enumerate(sizes)]
     return SearchSpace.from_samples([jobs], search_delta)
 
 
@@ -117,7 +113,7 @@ def test_objective_parsing():
 
 
 def cuts_space(sizes=SIZES, max_queues=4, search_delta=True) -> SearchSpace:
-    jobs = [job(i, s) for i, s in enumerate(sizes)]
+    jobs = [job_spec(i, submit=i, service=s, max_gpus=2) for i, s in enumerate(sizes)]
     return SearchSpace.from_samples([jobs], search_delta, kind="cuts", max_queues=max_queues)
 
 
@@ -165,8 +161,9 @@ def test_cuts_space_seeds_extremes_and_paper_partitions():
 
 
 def test_bad_space_settings():
+    jobs = [job_spec(0, service=1.0, max_gpus=2), job_spec(1, submit=1, service=2.0, max_gpus=2)]
     with pytest.raises(SpaceError, match="unknown search space 'grid'"):
-        SearchSpace.from_samples([[job(0, 1.0), job(1, 2.0)]], kind="grid")
+        SearchSpace.from_samples([jobs], kind="grid")
     with pytest.raises(SpaceError, match="between 2 and 64"):
         cuts_space(max_queues=1)
     with pytest.raises(SpaceError, match="only the cuts space"):

@@ -12,11 +12,10 @@ import pytest
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import JobStatus
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel, fit_counts, spec_shape
 from pcs_ray.jobs.jobfile import JobFile
-from pcs_ray.policies import build_policy
+from builders import Clock, coordinator
 
 
 def user(entry="train.py:loop", steps=100, gpus=1, config=None, **kw) -> JobFile:
@@ -134,23 +133,10 @@ def test_what_was_learned_for_user_code_survives_speeds_json():
         assert fresh.estimated(queued(fresh, probe)) == speed.estimated(queued(speed, probe))
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def coordinator(journal: Journal, clock: Clock, gpus: int = 4) -> Coordinator:
-    return Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy("fifo"), journal,
-                       checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny",), restart_overhead=0.0)
-
-
 def test_a_restarted_coordinator_forecasts_a_new_user_job_the_same(tmp_path):
     path = tmp_path / "journal.sqlite"
     clock = Clock()
-    core = coordinator(Journal(path), clock)
+    core = coordinator(journal=path, clock=clock, restart_overhead=0.0)
     one, _ = core.submit(user("a.py:f", steps=50, step_time=0.1))  # a tenth of what it runs at
     two, _ = core.submit(user("a.py:f", steps=50, gpus=2))
     clock.t += 3
@@ -167,7 +153,7 @@ def test_a_restarted_coordinator_forecasts_a_new_user_job_the_same(tmp_path):
     assert before["estimated_from"].get("step_time") == "other GPU counts"
     assert "scaling" not in before["estimates"]  # measured on 1 and 2 GPUs
     core.journal.close()
-    again = coordinator(Journal(path), clock)  # from the journal alone (no speeds.json)
+    again = coordinator(journal=path, clock=clock, restart_overhead=0.0)  # from the journal alone (no speeds.json)
     assert again.speed.to_dict()["steps"] == core.speed.to_dict()["steps"]
     for probe in (fresh, user("b.py:g", gpus=2)):
         assert again.speed.speedup(probe) == pytest.approx(core.speed.speedup(probe))
@@ -177,7 +163,7 @@ def test_a_restarted_coordinator_forecasts_a_new_user_job_the_same(tmp_path):
 
 def test_a_queued_user_job_is_planned_with_the_scaling_learned_while_it_waited():
     clock = Clock()
-    core = coordinator(Journal(":memory:"), clock)
+    core = coordinator(clock=clock, restart_overhead=0.0)
     one, _ = core.submit(user(steps=50, config={"w": 1}))
     two, _ = core.submit(user(steps=50, gpus=2, config={"w": 1}))
     waiting, _ = core.submit(user(steps=50, gpus=4, min_gpus=2, config={"w": 1}))

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from pcs_ray.cli import app, run
-from test_observability import Clock, _core
+from builders import Clock, coordinator
 
 #: ``--json`` commands that need a running cluster or coordinator (their no-cluster errors are tested elsewhere)
 NEED_A_CLUSTER = {"up", "down", "submit", "status", "predict", "calibrate", "replay", "config show", "config set", "tenants show",
@@ -62,7 +62,7 @@ def power_csv(path: Path) -> Path:
 def finished_run_without_midlife_prediction(folder: Path) -> Path:
     """A journal whose only job finished without a mid-life prediction: its error figure is missing."""
     clock = Clock()
-    core = _core(folder / "journal.sqlite", clock, "fifo")
+    core = coordinator(gpus=4, per_node=2, journal=folder / "journal.sqlite", clock=clock)
     jid, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})
     clock.t += 4
     core.run_ended(jid, 1, "finished", 10)

@@ -2,24 +2,8 @@
 
 from __future__ import annotations
 
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal, StartRun
-from pcs_ray.policies import build_policy
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def make(policy="fair", gpus=2, journal=None):
-    clock = Clock()
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), journal if journal is not None else Journal(":memory:"),
-                       checkpoint_root="/tmp/ckpt", clock=clock, workloads=("tiny",))
-    return core, clock
+from pcs_ray.coordinator import Journal, StartRun
+from builders import clocked
 
 
 def sweep(trials=6, iters=10, step_time=0.1):
@@ -28,7 +12,7 @@ def sweep(trials=6, iters=10, step_time=0.1):
 
 
 def test_external_job_gets_gpus_without_a_runner_and_acknowledges_a_preemption():
-    core, clock = make()
+    core, clock = clocked(policy="fair", gpus=2)
     sid, actions = core.submit(sweep())
     assert actions == []  # nothing to launch: the sweep polls its assignment
     a = core.assignment(sid)
@@ -57,7 +41,7 @@ def test_external_job_gets_gpus_without_a_runner_and_acknowledges_a_preemption()
 
 
 def test_shrinking_demand_frees_gpus_for_other_apps():
-    core, clock = make(policy="fifo", gpus=4)
+    core, clock = clocked(gpus=4)
     sid, _ = core.submit(sweep(trials=4))
     assert len(core.assignment(sid)["gpus"]) == 4
     other, actions = core.submit({"workload": "tiny", "steps": 50, "gpus": 2, "step_time": 0.1})
@@ -72,11 +56,11 @@ def test_shrinking_demand_frees_gpus_for_other_apps():
 
 def test_external_job_state_survives_a_restart(tmp_path):
     journal = tmp_path / "j.sqlite"
-    core, _ = make(journal=Journal(journal))
+    core, _ = clocked(policy="fair", gpus=2, journal=Journal(journal))
     sid, _ = core.submit(sweep())
     core.set_demand(sid, gpus=3, steps=40)
     core.journal.close() if hasattr(core.journal, "close") else None
-    again, _ = make(journal=Journal(journal))
+    again, _ = clocked(policy="fair", gpus=2, journal=Journal(journal))
     job = again.jobs[sid]
     assert job.spec.executor == "external" and job.spec.gpus == 3 and job.spec.steps == 40
     assert job.state == "queued"  # its executor lost touch with the old coordinator: it polls and resumes

@@ -52,13 +52,10 @@ def test_rays_asha_example_runs_under_pcs_ray(ray_local, tmp_path, monkeypatch, 
     from ray import tune
 
     import pcs_ray.client
-    from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
-    from pcs_ray.policies import build_policy
+    from builders import coordinator
 
-    core = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("fifo"), Journal(":memory:"),
-                       checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",))
+    core = coordinator(checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",))
     link = LocalCoordinator(core)
     monkeypatch.setattr(pcs_ray.client, "Client", lambda *a, **k: link)
     monkeypatch.setattr(ray.train.constants, "DEFAULT_STORAGE_PATH", str(tmp_path / "ray_results"))

@@ -16,10 +16,8 @@ import pytest
 
 import executors.tune_pin as tune_pin
 from executors.tune_pin import PinnedTrainable, pin_trial_gpus, pinned
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import build_policy
+from builders import coordinator
 
 
 @pytest.fixture
@@ -126,9 +124,7 @@ def test_the_scheduler_warns_of_a_trainable_that_is_not_pinned(tmp_path, caplog)
 
 
 def _coordinator(tmp_path, gpus: int) -> LocalCoordinator:
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy("fifo"), Journal(":memory:"),
-                       checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",))
-    return LocalCoordinator(core)
+    return LocalCoordinator(coordinator(gpus=gpus, checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",)))
 
 
 def _index(resources) -> str:

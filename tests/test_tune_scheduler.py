@@ -11,10 +11,8 @@ from ray.tune.schedulers import TrialScheduler
 
 from executors import tune_scheduler
 from executors.tune import PCSTuneScheduler, count_trials
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import build_policy
+from builders import coordinator
 
 
 class FakeTrial:
@@ -40,8 +38,7 @@ class FakeController:
 
 
 def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
-                       checkpoint_root="/tmp/ckpt", workloads=("tiny",))
+    core = coordinator(gpus=gpus, policy=policy)
     link = LocalCoordinator(core)
     sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,
                              grace_s=grace_s, poll_s=0.0)

@@ -15,10 +15,8 @@ import threading
 import time
 
 from executors.tune_trial import reference_run
-from pcs_ray.cluster import ClusterSpec
-from pcs_ray.coordinator import Coordinator, Journal
 from pcs_ray.coordinator.local import LocalCoordinator
-from pcs_ray.policies import build_policy
+from builders import coordinator
 
 pytestmark = pytest.mark.slow  # Ray Tune sweeps with real training
 
@@ -26,9 +24,8 @@ ITERS, STEPS_PER_ITER = 5, 2
 
 
 def _coordinator(tmp_path, gpus=2, policy="srsf"):
-    core = Coordinator(ClusterSpec.homogeneous(gpus, gpus), build_policy(policy), Journal(":memory:"),
-                       checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",), restart_overhead=2.0)
-    return LocalCoordinator(core)
+    return LocalCoordinator(coordinator(gpus=gpus, policy=policy, checkpoint_root=tmp_path / "ckpt", workloads=("tiny_cnn",),
+                                        restart_overhead=2.0))
 
 
 class _Competitor(threading.Thread):

@@ -236,15 +236,14 @@ def test_a_ray_train_loop_ported_by_its_imports_stops_and_resumes_where_it_left_
 
 
 def test_the_coordinator_counts_steps_redone_fails_user_errors_at_once_and_keeps_a_finished_jobs_metrics(tmp_path):
-    from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal, StartRun
-    from pcs_ray.policies import build_policy
+    from pcs_ray.coordinator import StartRun
+    from builders import Clock, coordinator
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "loop.py").write_text("def loop(config):\n    pass\n")
     journal = tmp_path / "journal.sqlite"
-    core = Coordinator(ClusterSpec.homogeneous(2, 2), build_policy("srsf"), Journal(journal),
-                       checkpoint_root=tmp_path / "checkpoints", clock=lambda: 1000.0)
+    core = coordinator(gpus=2, policy="srsf", journal=journal, checkpoint_root=tmp_path / "checkpoints", clock=Clock(),
+                       workloads=None)
     user = {"entrypoint": "loop.py:loop", "working_dir": str(tmp_path / "code"), "gpus": 2, "step_time": 0.1}
     long_id, actions = core.submit({**user, "steps": 10_000, "config": {"k": 1}})
     request = next(a.request for a in actions if isinstance(a, StartRun))
@@ -256,12 +255,11 @@ def test_the_coordinator_counts_steps_redone_fails_user_errors_at_once_and_keeps
     core.run_ended(long_id, 1, "failed", step=100, error="runner rank 0 died (killed or crashed): ActorDiedError")
     assert core.job_view(long_id)["lost_steps"] == 30 and core.jobs[long_id].state == "queued"
 
-    reopened = Coordinator(ClusterSpec.homogeneous(2, 2), build_policy("srsf"), Journal(journal),
-                           checkpoint_root=tmp_path / "checkpoints", clock=lambda: 1000.0)
+    reopened = coordinator(gpus=2, policy="srsf", journal=journal, checkpoint_root=tmp_path / "checkpoints", clock=Clock(),
+                           workloads=None)
     assert reopened.job_view(long_id)["lost_steps"] == 30  # journaled: a restart keeps the count
 
-    core = Coordinator(ClusterSpec.homogeneous(2, 2), build_policy("fifo"), Journal(":memory:"),
-                       checkpoint_root=tmp_path / "c2", clock=lambda: 1000.0)
+    core = coordinator(gpus=2, checkpoint_root=tmp_path / "c2", clock=Clock(), workloads=None)
     bad_id, actions = core.submit({**user, "steps": 5})
     assert any(isinstance(a, StartRun) for a in actions)
     core.run_ended(bad_id, 1, "failed", step=0, error="RuntimeError: my bug", fatal=True)

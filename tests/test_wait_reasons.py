@@ -3,19 +3,19 @@ job back say so in their own code."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import build_policy, policy_names
 from pcs_ray.policies.reasons import WaitCode
 from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.sim.engine import Engine
 from pcs_ray.jobs.state import JobState, Snapshot
+from builders import Clock, coordinator, job_spec
 
-
-def spec(jid, *, gpus=4, rigid=True, service=1000.0, tenant="", submit=None):
-    return JobSpec(jid, float(jid if submit is None else submit), service, gpus, linear_speedup(gpus),
-                   min_gpus=gpus if rigid else 1, tenant=tenant)
+#: A rigid job of four GPUs with a thousand GPU-seconds of work.
+spec = partial(job_spec, max_gpus=4, rigid=True, service=1000.0)
 
 
 def decided(policy, specs, capacity=8, now=10.0):
@@ -30,7 +30,7 @@ def decided(policy, specs, capacity=8, now=10.0):
 
 @pytest.mark.parametrize("name", policy_names())
 def test_every_job_without_gpus_has_one_reason(name):
-    specs = [spec(k, gpus=1 + k % 4, service=500.0 * (1 + k)) for k in range(8)]
+    specs = [spec(k, max_gpus=1 + k % 4, service=500.0 * (1 + k), submit=k) for k in range(8)]
     snap, alloc, why = decided(build_policy(name), specs)
     waiting = {j.spec.job_id for j in snap.jobs if not alloc.get(j.spec.job_id)}
     assert waiting and set(why) == waiting
@@ -39,7 +39,7 @@ def test_every_job_without_gpus_has_one_reason(name):
 
 def test_wfq_gives_the_place_in_the_queue_and_its_share():
     _, _, why = decided(build_policy("pcs", config={"class_thresholds": ["inf"], "class_rates": [1]}),
-                        [spec(k) for k in range(4)])
+                        [spec(k, submit=k) for k in range(4)])
     assert [why[2].code, why[3].code] == [WaitCode.QUEUE, WaitCode.QUEUE]
     assert why[2].text.startswith("waiting #1 in WFQ queue 0") and why[3].text.startswith("waiting #2 in WFQ queue 0")
     assert "holds 8 of 8 GPUs" in why[3].text
@@ -48,9 +48,9 @@ def test_wfq_gives_the_place_in_the_queue_and_its_share():
 def test_a_tenant_at_its_quota_and_young_runs_are_named():
     tenants = {"tenants": {"a": {"quota": 4}, "b": {"quota": 4}}, "min_runtime_s": 600, "reclaim_young_runs": False}
     policy = build_policy("tenants", inner="fifo", tenants=tenants)
-    young = JobState.new(spec(0, gpus=8, rigid=False, tenant="a"))
+    young = JobState.new(spec(0, max_gpus=8, rigid=False, tenant="a"))
     young.alloc, young.since = 8, 100.0
-    jobs = [young, JobState.new(spec(1, tenant="b")), JobState.new(spec(2, tenant="a"))]
+    jobs = [young, JobState.new(spec(1, tenant="b", submit=1)), JobState.new(spec(2, tenant="a", submit=2))]
     snap = Snapshot(200.0, 8, jobs)
     alloc = policy.allocate(snap)
     why = policy.why_waiting(snap, alloc)
@@ -61,7 +61,7 @@ def test_a_tenant_at_its_quota_and_young_runs_are_named():
 
 def test_the_power_budget_is_named():
     policy = build_policy("vu-fcfs-b", power={"A": 250.0}, tdp_w=300.0, budget_w=1300.0)
-    _, alloc, why = decided(policy, [spec(0), spec(1)])
+    _, alloc, why = decided(policy, [spec(0), spec(1, submit=1)])
     assert alloc == {0: 4} and why[1].code == WaitCode.POWER and "1300 W power budget" in why[1].text
 
 
@@ -80,12 +80,9 @@ def test_status_shows_every_queued_jobs_reason(tmp_path):
 
     from rich.console import Console
 
-    from pcs_ray.cluster import ClusterSpec
     from pcs_ray.commands.format import status_table
-    from pcs_ray.coordinator import Coordinator, Journal
 
-    core = Coordinator(ClusterSpec.homogeneous(4, 2), build_policy("pcs-bal"), Journal(":memory:"),
-                       checkpoint_root=str(tmp_path), clock=lambda: 1000.0, workloads=("tiny",))
+    core = coordinator(per_node=2, policy="pcs-bal", checkpoint_root=str(tmp_path), clock=Clock())
     for _ in range(3):
         core.submit({"workload": "tiny", "steps": 100, "gpus": 4, "step_time": 0.1, "tenant": "vision",
                      "user": "alice"})
@@ -107,15 +104,12 @@ def test_a_job_waiting_for_a_preempted_run_names_it_and_so_does_the_stopping_run
 
     from rich.console import Console
 
-    from pcs_ray.cluster import ClusterSpec
     from pcs_ray.commands.format import status_table
-    from pcs_ray.coordinator import Coordinator, Journal
 
-    now = [1000.0]
-    core = Coordinator(ClusterSpec.homogeneous(4, 4), build_policy("srsf"), Journal(":memory:"),
-                       checkpoint_root=str(tmp_path), clock=lambda: now[0], workloads=("tiny",))
+    now = Clock()
+    core = coordinator(policy="srsf", checkpoint_root=str(tmp_path), clock=now)
     long_id, _ = core.submit({"workload": "tiny", "steps": 10_000, "gpus": 4, "step_time": 0.1, "tenant": "vision"})
-    now[0] += 10
+    now.t += 10
     short_id, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 4, "step_time": 0.1, "tenant": "speech"})
     status = core.status()
     why = {j["id"]: j["waiting"] for j in status["jobs"]}
@@ -131,7 +125,7 @@ def test_a_job_waiting_for_a_preempted_run_names_it_and_so_does_the_stopping_run
     text = out.getvalue()
     assert "bound" not in text and "…" not in text
     assert f"job {short_id} waits: hand-over: planned on" in text and f"job {long_id} waits: stopping: preempt" in text
-    now[0] += 1
+    now.t += 1
     core.run_ended(long_id, 1, "preempted", step=120, step_time=0.1)
     why = {j["id"]: j["waiting"] for j in core.status()["jobs"]}
     assert why[short_id] is None and why[long_id]["code"] in (WaitCode.GPUS, WaitCode.QUEUE)

@@ -17,6 +17,7 @@ from pcs_ray.sim.run import simulate
 from pcs_ray.jobs.state import JobState
 from workloads.demand import SubLinearDemand, speedup_table
 from workloads.generator import generate_workload
+from builders import job_spec
 
 DATA = data_dir()
 PHILLY = DATA / "pcs" / "traces" / "trace_0e4a51.csv"
@@ -184,24 +185,21 @@ def test_arrival_order_of_input_does_not_matter():
 # --- checkpoint / restore overhead --------------------------------------------------
 
 
-def _spec(jid, submit, service, max_gpus=1):
-    return JobSpec(jid, float(submit), float(service), max_gpus, linear_speedup(max_gpus))
-
-
 OVERHEAD_CASES = [
     # (policy, kwargs, jobs, capacity, overhead, finish without, finish with, preemptions with)
     # SRSF on 1 GPU: B (2 s) preempts A (10 s) at t=1; A resumes at 3, pays 0.5 s, ends 3.5 + 9.
-    pytest.param("srsf", {}, [_spec(1, 0, 10), _spec(2, 1, 2)], 1, 0.5,
+    pytest.param("srsf", {}, [job_spec(1, service=10), job_spec(2, submit=1, service=2)], 1, 0.5,
                  {1: 12.0, 2: 3.0}, {1: 12.5, 2: 3.0}, {1: 1, 2: 0}, id="srsf-preempt"),
     # LAS (threshold 2): A demoted at 2, B runs 2..4 then is demoted; A resumes at 4 (+1 s stall,
     # 3 s left) -> 8; B resumes at 8 (+1 s, 3 s left) -> 12. Without overhead 7 and 10.
-    pytest.param("las", {"threshold": 2.0}, [_spec(1, 0, 5), _spec(2, 1, 5)], 1, 1.0,
+    pytest.param("las", {"threshold": 2.0}, [job_spec(1, service=5), job_spec(2, submit=1, service=5)], 1, 1.0,
                  {1: 7.0, 2: 10.0}, {1: 8.0, 2: 12.0}, {1: 1, 2: 1}, id="las-demotions"),
     # FIFO resizing: B runs on 1 GPU until A ends at 10, then grows to 2 (a restart: +1 s) -> 16.
-    pytest.param("fifo", {}, [_spec(1, 0, 10), _spec(2, 0, 20, max_gpus=2)], 2, 1.0,
+    pytest.param("fifo", {}, [job_spec(1, service=10), job_spec(2, service=20, max_gpus=2)], 2, 1.0,
                  {1: 10.0, 2: 15.0}, {1: 10.0, 2: 16.0}, {1: 0, 2: 0}, id="fifo-resize"),
     # First starts never pay: FIFO on 1 GPU, no job is ever interrupted.
-    pytest.param("fifo", {}, [_spec(1, 0, 3), _spec(2, 1, 2), _spec(3, 1, 1)], 1, 5.0,
+    pytest.param("fifo", {}, [job_spec(1, service=3), job_spec(2, submit=1, service=2), job_spec(3, submit=1, service=1)],
+                 1, 5.0,
                  {1: 3.0, 2: 5.0, 3: 6.0}, {1: 3.0, 2: 5.0, 3: 6.0}, {1: 0, 2: 0, 3: 0}, id="fifo-no-restarts"),
 ]
 
@@ -256,7 +254,7 @@ def test_preempted_jobs_pay_the_overhead(name, kw):
 
 def test_overhead_rejects_negative():
     with pytest.raises(ValueError, match="overhead"):
-        simulate([_spec(1, 0, 1)], 1, build_policy("fifo"), overhead=-1.0)
+        simulate([job_spec(1, service=1)], 1, build_policy("fifo"), overhead=-1.0)
 
 
 # --- WFQ completion bound -----------------------------------------------------------------
@@ -311,7 +309,7 @@ def test_summarize(name, kw):
 
 def test_summarize_toy_numbers():
     # Two 1-GPU jobs at t=0 on one GPU under FIFO: JCTs 10 and 30, utilisation 100%.
-    result = simulate([_spec(1, 0, 10), _spec(2, 0, 20)], 1, build_policy("fifo"))
+    result = simulate([job_spec(1, service=10), job_spec(2, service=20)], 1, build_policy("fifo"))
     s = summarize(result)
     assert s["avg_jct"] == 20.0 and s["makespan"] == 30.0 and s["utilization"] == pytest.approx(1.0)
     assert s["avg_pred_err"] == 0.0 and s["p50_jct"] == 20.0
@@ -323,9 +321,9 @@ def test_summarize_toy_numbers():
 @pytest.mark.parametrize(
     "jobs,capacity,fragment",
     [
-        pytest.param([_spec(1, 0, 1), _spec(1, 1, 1)], 1, "unique", id="duplicate-ids"),
+        pytest.param([job_spec(1, service=1), job_spec(1, submit=1, service=1)], 1, "unique", id="duplicate-ids"),
         pytest.param([JobSpec(1, 0.0, 1.0, 4, linear_speedup(4), min_gpus=4)], 2, "needs at least", id="too-wide"),
-        pytest.param([_spec(1, 0, 1)], 0, "cluster has 0", id="no-gpus"),
+        pytest.param([job_spec(1, service=1)], 0, "cluster has 0", id="no-gpus"),
         pytest.param([], 0, "at least one GPU", id="no-gpus-no-jobs"),
     ],
 )
@@ -362,7 +360,7 @@ def _eta_revisit_jobs():
     ETA 1 + 17 = 18, is paused at t=8 with 10 s left, resumes on 1 GPU at t=11 and grows to 2 GPUs
     at t=15 with 6 s left: its ETA is 15 + 6/2 = 18 again, exactly."""
     shape = [(0, 1, 1), (0, 1, 1), (0, 15, 1), (0, 22, 2), (0, 56, 4), (0, 17, 2), (8, 101, 2), (0, 101, 4)]
-    return [_spec(i, t, s, m) for i, (t, s, m) in enumerate(shape)]
+    return [job_spec(i, submit=t, service=s, max_gpus=m) for i, (t, s, m) in enumerate(shape)]
 
 
 def _eta_revisit_policy():

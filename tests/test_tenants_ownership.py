@@ -14,24 +14,12 @@ from api_helpers import TOKEN, local_host, served
 from pcs_ray.api.advert import API_ENV
 from pcs_ray.cli import run
 from pcs_ray.client import Client
-from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError, JobSpecError, PermissionDeniedError
-from pcs_ray.coordinator.config import CoordinatorConfig, build_core, cluster_dict
-from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.tenants.identity import TENANT_ENV, USER_ENV, Caller
+from builders import Clock, external_submission, local_start
 
 TENANTS = {"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}, "operators": ["root"]}
 ALICE, BOB, ROOT = Caller("alice", "a"), Caller("bob", "b"), Caller("root", None)
-
-
-def external(gpus: int, tenant: str | None = None, **extra) -> dict:
-    spec = {"workload": "tiny_cnn", "steps": 1000, "gpus": gpus, "step_time": 1.0, "executor": "external", **extra}
-    return spec if tenant is None else {**spec, "tenant": tenant}
-
-
-def config(tmp_path) -> CoordinatorConfig:
-    return CoordinatorConfig(cluster=cluster_dict(ClusterSpec.homogeneous(4, 4)), state_dir=str(tmp_path / "state"),
-                             policy="fifo", restart_overhead=0.0)
 
 
 def gpus_of(link, jid: int) -> int:
@@ -40,8 +28,8 @@ def gpus_of(link, jid: int) -> int:
 
 # -- apply, and a restart keeps it ------------------------------------------------------------------
 def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_restart(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
-    a = link.submit(external(4, min_gpus=1), caller=ALICE.to_wire()).id
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
+    a = link.submit(external_submission(gpus=4, min_gpus=1), caller=ALICE.to_wire()).id
     assert link.core.jobs[a].spec.tenant == "a" and link.core.jobs[a].spec.user == "alice"  # the caller's
     assert link.tenants()["tenants"] is None and gpus_of(link, a) == 4
 
@@ -51,13 +39,13 @@ def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_
     policy = link.config()["policy"]
     assert policy["policy"] == "tenants" and policy["inner"] == {"policy": "fifo"}
     assert gpus_of(link, a) == 4  # b's idle quota is lent
-    b = link.submit(external(2), caller=BOB.to_wire()).id
+    b = link.submit(external_submission(gpus=2), caller=BOB.to_wire()).id
     assert gpus_of(link, a) == 2 and gpus_of(link, b) == 2  # and given back when b submits
     link.set_config("srsf", caller=ROOT.to_wire())  # a new policy is wrapped too
     assert link.config()["policy"]["inner"] == {"policy": "srsf"}
     link.core.journal.close()
 
-    again = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1010.0))
+    again = local_start(tmp_path / "state", gpus=4, clock=Clock(1010.0))
     assert again.tenants()["tenants"] == reply["tenants"] and again.tenants()["since"] == 1000.0
     assert again.config()["policy"]["policy"] == "tenants" and again.config()["policy"]["inner"] == {"policy": "srsf"}
     assert gpus_of(again, a) == 2 and gpus_of(again, b) == 2
@@ -66,9 +54,9 @@ def test_an_applied_tenants_file_wraps_the_policy_lends_reclaims_and_survives_a_
 
 
 def test_jobs_of_a_tenant_the_file_leaves_out_refuse_the_apply_and_jobs_without_one_run_as_guests(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
-    old = link.submit(external(1)).id  # from before tenants: no tenant
-    stray = link.submit(external(1, tenant="c")).id
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
+    old = link.submit(external_submission(gpus=1)).id  # from before tenants: no tenant
+    stray = link.submit(external_submission(gpus=1, tenant="c")).id
     before = len(link.core.journal)
     with pytest.raises(ConfigError, match=rf"active jobs name tenants it does not declare: 'c' \(job {stray}\)"):
         link.set_tenants(TENANTS, ROOT.to_wire())
@@ -77,16 +65,16 @@ def test_jobs_of_a_tenant_the_file_leaves_out_refuse_the_apply_and_jobs_without_
     link.set_tenants(TENANTS, ROOT.to_wire())
     assert link.core.active[old].spec.tenant is None and link.tenants()["usage"][""]["jobs"] == 1
     with pytest.raises(JobSpecError, match="names no tenant .*tenants: a, b"):  # new jobs must name one
-        link.submit(external(1), caller=Caller("carol").to_wire())
+        link.submit(external_submission(gpus=1), caller=Caller("carol").to_wire())
     with pytest.raises(JobSpecError, match="unknown tenant 'c'; tenants: a, b"):
-        link.submit(external(1, tenant="c"), caller=ALICE.to_wire())
+        link.submit(external_submission(gpus=1, tenant="c"), caller=ALICE.to_wire())
 
 
 # -- refusals --------------------------------------------------------------------------------------
 def test_cancel_is_for_the_jobs_tenant_its_submitter_or_an_operator(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     link.set_tenants(TENANTS, ROOT.to_wire())
-    jobs = [link.submit(external(1), caller=ALICE.to_wire()).id for _ in range(4)]
+    jobs = [link.submit(external_submission(gpus=1), caller=ALICE.to_wire()).id for _ in range(4)]
     with pytest.raises(PermissionDeniedError) as refused:
         link.cancel(jobs[0], BOB.to_wire())
     message = str(refused.value)
@@ -101,7 +89,7 @@ def test_cancel_is_for_the_jobs_tenant_its_submitter_or_an_operator(tmp_path):
 
 
 def test_operators_commands_are_refused_to_others_once_the_file_names_operators(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     link.set_tenants({"tenants": {"a": {"quota": 2}}}, BOB.to_wire())  # no operators yet: anyone may
     link.set_config("srsf", caller=BOB.to_wire())
     link.check_stop(BOB.to_wire())
@@ -119,9 +107,9 @@ def test_operators_commands_are_refused_to_others_once_the_file_names_operators(
 
 
 def test_without_tenants_nothing_is_refused(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
-    jid = link.submit(external(1), caller=ALICE.to_wire()).id
-    other = link.submit(external(1)).id
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
+    jid = link.submit(external_submission(gpus=1), caller=ALICE.to_wire()).id
+    other = link.submit(external_submission(gpus=1)).id
     link.cancel(jid, BOB.to_wire())
     link.cancel(other, None)
     assert link.core.jobs[jid].cancel_requested and link.core.jobs[other].cancel_requested
@@ -131,10 +119,10 @@ def test_without_tenants_nothing_is_refused(tmp_path):
 
 
 def test_a_malformed_caller_is_one_line(tmp_path):
-    link = LocalCoordinator(build_core(config(tmp_path), clock=lambda: 1000.0))
+    link = local_start(tmp_path / "state", gpus=4, clock=Clock())
     for bad in ("alice", {"user": 3}, {"user": "x", "role": "admin"}, {"tenant": "t" * 101}):
         with pytest.raises(Exception, match="^caller: ") as e:
-            link.submit(external(1), caller=bad)
+            link.submit(external_submission(gpus=1), caller=bad)
         assert isinstance(e.value, ValueError) and "\n" not in str(e.value)
     assert not link.core.jobs
 
@@ -216,7 +204,7 @@ def test_the_cli_applies_shows_and_refuses_in_one_line(api, monkeypatch, capsys,
 def test_the_refusal_is_http_403_with_one_line(api):
     host, server = api
     host.set_tenants(TENANTS, ROOT.to_wire())
-    jid = host.submit(external(1), caller=ALICE.to_wire()).id
+    jid = host.submit(external_submission(gpus=1), caller=ALICE.to_wire()).id
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
         conn.request("POST", "/v1/cancel", body=json.dumps({"args": [jid, BOB.to_wire()]}),

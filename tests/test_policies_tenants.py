@@ -1,10 +1,12 @@
-"""The two-level tenant policy: quotas, lending by weight, reclaiming, the minimum runtime, and the
-tenants file. Expected counts are worked out by hand from the rules in ``pcs_ray.policies.tenants``."""
+"""The two-level tenant policy: quotas, lending by weight, reclaiming, the minimum runtime, a live
+coordinator lending and reclaiming, and the worst-case bound. Expected counts are worked out by hand from
+the rules in ``pcs_ray.policies.tenants``."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -14,21 +16,14 @@ from pcs_ray.policies.tenants import TenantPolicy, tenant_shares, weighted_fill
 from pcs_ray.sim.engine import Engine
 from pcs_ray.sim.run import simulate
 from pcs_ray.jobs.state import JobState, Snapshot
-from pcs_ray.tenants.spec import Tenant, TenantsError, TenantsFile, load_tenants, parse_quotas, tenants_from_dict
+from pcs_ray.tenants.spec import Tenant, TenantsFile
 from workloads.generator import generate_workload
+from builders import Clock, coordinator, job_spec, running
+
+#: A job of up to four GPUs, any of them, with a thousand GPU-seconds of work (``tenant=`` names its tenant).
+spec = partial(job_spec, service=1000.0, max_gpus=4)
 
 INF = math.inf
-
-
-def spec(jid, tenant, *, submit=0.0, service=1000.0, gpus=4, rigid=False, min_runtime_s=None):
-    return JobSpec(jid, float(submit), float(service), gpus, linear_speedup(gpus), min_gpus=gpus if rigid else 1,
-                   tenant=tenant, min_runtime_s=min_runtime_s)
-
-
-def running(s: JobSpec, alloc: int, since: float = 0.0) -> JobState:
-    job = JobState.new(s)
-    job.alloc, job.since = alloc, since
-    return job
 
 
 def policy(inner="fifo", **file) -> TenantPolicy:
@@ -66,7 +61,7 @@ def test_tenant_shares(tenants, demand, floors, expected):
 
 def test_a_borrower_uses_idle_quota_and_the_lender_takes_it_back():
     """a's 8-GPU job borrows b's idle 4; when b submits, a is shrunk to its quota at once."""
-    jobs = [spec(0, "a", service=8000, gpus=8), spec(1, "b", submit=100, service=400)]
+    jobs = [spec(0, tenant="a", service=8000, max_gpus=8), spec(1, tenant="b", submit=100, service=400)]
     rec = {r.job_id: r for r in simulate(jobs, 8, policy(tenants={"a": {"quota": 4}, "b": {"quota": 4}})).records}
     assert rec[1].start == 100 and rec[1].finish == 200  # b got its 4 GPUs on arrival
     assert rec[0].finish == 200 + (8000 - 100 * 8 - 100 * 4) / 8  # 8 GPUs, except 100 s on 4
@@ -77,21 +72,22 @@ def test_a_borrower_uses_idle_quota_and_the_lender_takes_it_back():
 def test_inside_a_tenant_the_inner_policy_divides_its_share():
     """a's two jobs share a's 6 GPUs FIFO (first one 4, second 2); b's job is held to its quota."""
     p = policy(tenants={"a": {"quota": 6}, "b": {"quota": 2}})
-    jobs = [JobState.new(spec(0, "a")), JobState.new(spec(1, "a", submit=1)), JobState.new(spec(2, "b", gpus=8))]
+    jobs = [JobState.new(spec(0, tenant="a")), JobState.new(spec(1, tenant="a", submit=1)),
+            JobState.new(spec(2, tenant="b", max_gpus=8))]
     assert p.allocate(Snapshot(10.0, 8, jobs)) == {0: 4, 1: 2, 2: 2}
 
 
 def test_rigid_jobs_that_do_not_fit_a_share_give_its_GPUs_back():
     """a's share would be 4+1 but its 4-GPU rigid jobs use 4; the idle one goes to b, which can use it."""
     p = policy(tenants={"a": {"quota": 5}, "b": {"quota": 3}})
-    jobs = [JobState.new(spec(0, "a", rigid=True)), JobState.new(spec(1, "a", rigid=True, submit=1)),
-            JobState.new(spec(2, "b", gpus=8))]
+    jobs = [JobState.new(spec(0, tenant="a", rigid=True)), JobState.new(spec(1, tenant="a", rigid=True, submit=1)),
+            JobState.new(spec(2, tenant="b", max_gpus=8))]
     assert p.allocate(Snapshot(0.0, 8, jobs)) == {0: 4, 2: 4}
 
 
 def test_jobs_of_undeclared_tenants_only_borrow():
     p = policy(tenants={"a": {"quota": 8}})
-    jobs = [JobState.new(spec(0, "a", gpus=6)), JobState.new(spec(1, "", gpus=8))]
+    jobs = [JobState.new(spec(0, tenant="a", max_gpus=6)), JobState.new(spec(1, tenant="", max_gpus=8))]
     assert p.allocate(Snapshot(0.0, 8, jobs)) == {0: 6, 1: 2}
 
 
@@ -158,7 +154,7 @@ def test_no_run_younger_than_its_min_runtime_is_shrunk_or_preempted():
 
 
 def test_a_young_run_keeps_its_gpus_unless_a_lender_reclaims():
-    jobs = [spec(0, "a", service=8000, gpus=8), spec(1, "b", submit=100, service=400)]
+    jobs = [spec(0, tenant="a", service=8000, max_gpus=8), spec(1, tenant="b", submit=100, service=400)]
     tenants = {"a": {"quota": 4}, "b": {"quota": 4}}
     reclaim = {r.job_id: r for r in simulate(jobs, 8, policy(tenants=tenants, min_runtime_s=1000)).records}
     assert reclaim[1].start == 100  # the operator lets a lender reclaim from young runs
@@ -170,127 +166,25 @@ def test_a_young_run_keeps_its_gpus_unless_a_lender_reclaims():
 
 def test_a_young_run_grows_into_gpus_nobody_else_can_use():
     p = policy(min_runtime_s=600)
-    young = running(spec(0, "", gpus=8), alloc=4, since=0.0)
+    young = running(spec(0, tenant="", max_gpus=8), alloc=4, since=0.0)
     assert p.allocate(Snapshot(10.0, 8, [young])) == {0: 8}
 
 
 def test_the_review_comes_when_a_protection_ends():
     p = policy(min_runtime_s=600)
-    jobs = [running(spec(0, "", gpus=8), alloc=8, since=100.0), JobState.new(spec(1, "", submit=5))]
+    jobs = [running(spec(0, tenant="", max_gpus=8), alloc=8, since=100.0), JobState.new(spec(1, tenant="", submit=5))]
     snap = Snapshot(200.0, 8, jobs)
     alloc = p.allocate(snap)
     assert alloc == {0: 8} and p.next_review(snap, alloc) == 700.0
 
 
-# -- the tenants file ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("raw, message", [
-    ({"tenants": {"a": {"quota": -1}}}, "tenants.a.quota: Input should be greater than or equal to 0"),
-    ({"tenants": {"a": {"quota": 4, "colour": "red"}}}, "tenants.a.colour: Extra inputs are not permitted"),
-    ({"tenant": {}}, "tenant: Extra inputs are not permitted"),
-    ({"tenants": {"a": {"quota": 4, "weight": 0}}}, "weight: Input should be greater than 0"),
-    ({"tenants": {"a=b": {"quota": 4}}}, "tenant name 'a=b'"),
-    ({"min_runtime_s": -5}, "min_runtime_s: Input should be greater than or equal to 0"),
-    ([1, 2], "expected a mapping"),
-])
-def test_a_bad_tenants_file_is_one_line(raw, message):
-    with pytest.raises(TenantsError, match=message) as e:
-        tenants_from_dict(raw, "t.yaml")
-    assert "\n" not in str(e.value)
-
-
-def test_quotas_past_the_cluster_unknown_tenants_and_long_min_runtimes_are_refused(tmp_path):
-    path = tmp_path / "t.yaml"
-    path.write_text("tenants:\n  a: {quota: 6}\n  b: {quota: 4}\nmin_runtime_s: 60\nmax_min_runtime_s: 600\n")
-    tenants = load_tenants(path)
-    tenants.check_capacity(10)
-    with pytest.raises(TenantsError, match="add up to 10 GPUs, more than the cluster's 8"):
-        tenants.check_capacity(8)
-    tenants.check_job(spec(0, "a", min_runtime_s=600))
-    with pytest.raises(TenantsError, match="unknown tenant 'c'; tenants: a, b"):
-        tenants.check_job(spec(0, "c"))
-    with pytest.raises(TenantsError, match="min_runtime_s 601 is past the operator's bound of 600 s"):
-        tenants.check_job(spec(0, "a", min_runtime_s=601))
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(TenantsError, match="not valid JSON"):
-        load_tenants(tmp_path / "bad.json")
-
-
-def test_quotas_on_the_command_line():
-    assert parse_quotas("philly/0e4a51=64, ed69ec=32") == {"philly/0e4a51": 64, "ed69ec": 32}
-    for bad, message in (("a", "expected NAME=QUOTA"), ("a=x", "whole number"), ("a=1,a=2", "given twice")):
-        with pytest.raises(TenantsError, match=message):
-            parse_quotas(bad)
-
-
-# -- tenants on one cluster: the ledger and the three setups ----------------------------------
-
-
-def test_the_ledger_counts_borrowed_and_lent_gpu_seconds():
-    from pcs_ray.sim.tenant_report import TenantLedger
-
-    ledger = TenantLedger({"a": 4, "b": 4}, 8)
-    ledger.observe(0.0, [running(spec(0, "a", gpus=8), alloc=8)])  # a borrows all of b's quota
-    ledger.observe(100.0, [running(spec(0, "a", gpus=8), alloc=4), running(spec(1, "b"), alloc=2)])
-    ledger.observe(300.0, [])
-    assert ledger.borrowed == {"a": 400.0, "b": 0.0} and ledger.lent == {"a": 0.0, "b": 400.0}
-
-
-def test_three_setups_side_by_side():
-    from pcs_ray.sim.tenant_setups import run_setups
-
-    busy = generate_workload("themis1", 40, 8, load=2.0, seed=1)
-    idle = [replace(s, submit_time=s.submit_time * 20) for s in generate_workload("themis1", 10, 8, load=0.5, seed=2)]
-    tenants = TenantsFile(tenants={"busy": Tenant(quota=8), "idle": Tenant(quota=8)})
-    out = run_setups({"busy": busy, "idle": idle}, tenants, lambda: build_policy("fifo"))["setups"]
-    assert set(out) == {"static", "shared", "flat"} and all(s["gpus"] == 16 for s in out.values())
-    static, shared = out["static"]["tenants"], out["shared"]["tenants"]
-    assert static["busy"]["borrowed_gpu_s"] == 0 and shared["busy"]["borrowed_gpu_s"] > 0
-    assert shared["busy"]["borrowed_gpu_s"] == pytest.approx(shared["idle"]["lent_gpu_s"])
-    assert shared["busy"]["avg_jct"] < static["busy"]["avg_jct"]
-    assert shared["idle"]["avg_jct"] <= static["idle"]["avg_jct"]  # its quota back at once, and it borrows too
-    assert all(t["avg_pred_err"] is not None for s in out.values() for t in s["tenants"].values())
-    with pytest.raises(TenantsError, match="no quota for tenant"):
-        run_setups({"busy": busy, "other": idle}, tenants, lambda: build_policy("fifo"))
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--tenants", "philly/51b7ef=-8"], "quota: Input should be greater than or equal to 0"),
-    (["--tenants", "philly/51b7ef"], "expected NAME=QUOTA"),
-    (["--tenants", "philly/51b7ef=8", "--placement", "pal"], "--tenants does not combine with --placement"),
-    (["--tenants", "philly/51b7ef=8", "-p", "fifo,srsf"], "one inner policy"),
-    (["--tenants", "philly/nope=8"], "trace 'philly/nope' is neither a file nor a bundled name"),
-    (["--tenants", "philly/51b7ef=0,philly/ed69ec=8"], "more than its quota of 0"),
-])
-def test_simulate_tenants_bad_input_is_one_line(args, message, capsys):
-    from pcs_ray.cli import run
-
-    assert run(["simulate", *args, "--no-predict"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and message in err and "\n" not in err
-
-
-def test_simulate_tenants_prints_three_setups(capsys):
-    import json
-
-    from pcs_ray.cli import run
-
-    assert run(["simulate", "--tenants", "philly/51b7ef=8,philly/ed69ec=8", "-p", "fifo", "--json", "--no-predict"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out["setups"]) == {"static", "shared", "flat"}
-    assert set(out["setups"]["shared"]["tenants"]) == {"trace_51b7ef", "trace_ed69ec"}
-    assert out["workload"]["quotas"] == {"trace_51b7ef": 8, "trace_ed69ec": 8}
+# -- the live coordinator ----------------------------------------------------------------------
 
 
 def test_the_live_coordinator_lends_and_reclaims_by_tenant(tmp_path):
     """Job files' tenants reach the live model: a's job borrows b's idle GPUs, and b's submission takes them back."""
-    from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal
-
     policy = build_policy("tenants", inner="fifo", tenants={"tenants": {"a": {"quota": 2}, "b": {"quota": 2}}})
-    core = Coordinator(ClusterSpec.homogeneous(4, 4), policy, Journal(":memory:"), checkpoint_root=str(tmp_path),
-                       clock=lambda: 1000.0, workloads=("tiny",))
+    core = coordinator(policy=policy, checkpoint_root=str(tmp_path), clock=Clock())
     a, _ = core.submit({"workload": "tiny", "steps": 10_000, "gpus": 4, "min_gpus": 1, "step_time": 0.1, "tenant": "a"})
     assert len(core.model.plan()[a]) == 4
     b, _ = core.submit({"workload": "tiny", "steps": 100, "gpus": 2, "step_time": 0.1, "tenant": "b"})

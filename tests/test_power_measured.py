@@ -1,4 +1,5 @@
-"""NVML telemetry with a fake NVML for every field, the absent-library path, and modelled telemetry."""
+"""Measured energy (``pcs_ray.power.measured``): NVML readings with a fake NVML for every field, the
+absent-library path, and modelled telemetry."""
 
 from __future__ import annotations
 
@@ -157,18 +158,14 @@ def test_run_meter_without_nvml_is_unavailable():
 
 def live_core(tmp_path, power=None, journal=None):
     from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.coordinator import Coordinator, Journal
-    from pcs_ray.policies import build_policy
+    from builders import clocked
 
     cluster = ClusterSpec.homogeneous(2, 2)
     if power is not None:
         cluster = ClusterSpec.model_validate({"nodes": [{"name": "node0", "gpus": [
             {"index": i, "uuid": f"u{i}", "power": {"A": w}} for i, w in enumerate(power)]}]})
-    clock = types.SimpleNamespace(t=1000.0)
-    core = Coordinator(cluster, build_policy("fifo"), journal if journal is not None else Journal(":memory:"),
-                       checkpoint_root=tmp_path / "ckpt", clock=lambda: clock.t, workloads=("tiny",),
-                       history_path=tmp_path / "history.jsonl")
-    return core, clock
+    return clocked(cluster=cluster, journal=journal, checkpoint_root=tmp_path / "ckpt",
+                   history_path=tmp_path / "history.jsonl")
 
 
 def test_live_energy_is_measured_from_readings_else_modelled(tmp_path):

@@ -13,10 +13,10 @@ import sys
 import pytest
 import yaml
 
-from pcs_ray import cli
 from pcs_ray.commands.views import PER_JOB_COLUMNS
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES
+from builders import invoke
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,12 +31,6 @@ ALL_LABELS = [  # tenants wraps another policy: it runs when named, not in all
     label for name in POLICIES if name != "tenants"
     for label in (["pcs-jct", "pcs-bal", "pcs-pred"] if name == "pcs" else [name])
 ]
-
-
-def invoke(capsys, *args):
-    code = cli.run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(capsys, *args):

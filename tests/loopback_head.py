@@ -1,0 +1,92 @@
+"""A real `ray start --head` on loopback, for the tests that submit through Ray's job API: the ``ray_head``
+fixture (registered in conftest.py), the commands run against it and ``ray job submit`` to it.
+
+The head is started with the arguments `pcs-ray node-resources` prints (its per-GPU resources), on unique
+ports and its own temp dir, with token auth off for this private instance, and stopped by the PIDs it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_command(args, env, timeout=180, check=True):
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args[:3]} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - {name: loop0, gpus: 2}\n")
+    node_args = run_command([str(VENV_BIN / "pcs-ray"), "node-resources", "--cluster-spec", str(spec), "--node-name", "loop0"], env).stdout
+    port, dash = free_port(), free_port()
+    temp_dir = tempfile.mkdtemp(prefix="pcsray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    head = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--temp-dir={temp_dir}", "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dash}", "--disable-usage-stats", *shlex.split(node_args),
+         # Unique agent ports too: another Ray on this machine may hold the defaults (52365, ...).
+         f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+         f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the job API answers once the dashboard is up
+            probe = subprocess.run([str(VENV_BIN / "ray"), "job", "list", "--address", f"http://127.0.0.1:{dash}"],
+                                   env=env, capture_output=True, text=True)
+            if probe.returncode == 0:
+                break
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"ray head did not come up: {probe.stderr[-2000:]}")
+            time.sleep(2)
+        yield {"env": env, "gcs": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dash}", "spec": spec,
+               "state": tmp_path / "state"}
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            head.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        try:
+            os.killpg(head.pid, signal.SIGKILL)  # anything of ours left in its session
+        except ProcessLookupError:
+            pass
+
+
+def ray_job_submit(ray_head, entrypoint: list[str]):
+    """``ray job submit -- ENTRYPOINT`` to the loopback head (options before a ``--`` in ``entrypoint`` go to
+    ``ray job submit``), retried while its job agent comes up."""
+    options, entrypoint = (entrypoint[:entrypoint.index("--")], entrypoint[entrypoint.index("--") + 1:]) if "--" in entrypoint else ([], entrypoint)
+    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], *options, "--", *entrypoint]
+    deadline = time.monotonic() + 90
+    while True:  # the head's job agent comes up a little after its dashboard
+        submitted = run_command(submit, ray_head["env"], timeout=240, check=False)
+        if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
+            return submitted
+        time.sleep(3)
+
