@@ -51,7 +51,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
         "step_time": job.step_time, "emulated": job.emulated, "submit": w(job.submit),
         "start": w(job.first_start), "finish": w(job.finish), "predicted_completion": w(job.predicted),
         "first_predicted": w(job.first_predicted), "bound": w(job.bound), "preemptions": job.preemptions,
-        "attempts": job.attempt, "error": job.error, "note": job.note, "lost_steps": job.lost_steps,
+        "attempts": job.attempt, "retries": job.code_failures, "error": job.error, "note": job.note, "lost_steps": job.lost_steps,
         "metrics": job.metrics, "checkpoint": job.checkpoint, "skips": job.skips, "skip_reason": job.skip_reason,
         "segments": [
             {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}

@@ -19,6 +19,7 @@
     tenant: vision          # optional: the tenant whose quota it runs on, and who submits it
     user: alice
     min_runtime_s: 600      # optional: keep a run this long before preempting it (within the operator's bound)
+    max_failures: 2         # optional: a loop that raises is restarted from its newest checkpoint this many times
     executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
                             # the GPUs the coordinator assigns and acknowledges each change
 
@@ -49,6 +50,7 @@ USER_PREFIX = "user:"
 MAX_STEPS = 10_000_000
 MAX_GPUS = 1024
 MAX_STEP_TIME_S = 3600
+MAX_RETRIES = 100
 
 
 @runtime_checkable
@@ -102,6 +104,8 @@ class JobFile(BaseModel):
     user: str | None = Field(default=None, min_length=1, max_length=100, description="who submitted it")
     min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
                                         description="seconds a run is kept before preemption, within the operator's bound")
+    max_failures: int = Field(default=0, ge=0, le=MAX_RETRIES,
+                              description="times a loop that raises is restarted from its newest checkpoint")
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +147,9 @@ class JobFile(BaseModel):
                     raise ValueError(f"{name}: only for your own code (an entrypoint)")
             if self.config:
                 raise ValueError("config: only for your own code (an entrypoint); built-in workloads read params")
+            if self.max_failures:
+                raise ValueError("max_failures: only for your own code (an entrypoint); a built-in workload's "
+                                 "failed runs are retried by the coordinator")
         if isinstance(self.scaling, list):
             if not 1 <= len(self.scaling) <= self.gpus or any(not 0 < x <= 1e6 for x in self.scaling):
                 raise ValueError(f"scaling: a curve lists the speedup at 1..{self.gpus} GPUs, each > 0")

@@ -50,9 +50,20 @@ from pcs_ray.train.session import CheckpointPath, RunStopped, TrainContext, curr
 Checkpoint = CheckpointPath  # ``Checkpoint.from_directory(d)`` as in Ray Train; it is just the path
 
 __all__ = [
-    "Checkpoint", "RunStopped", "TrainContext", "Trainer", "checkpoint_dir", "get_checkpoint", "get_context",
-    "get_preemption_info", "prepare_model", "report", "should_checkpoint",
+    "Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig", "RunStopped", "ScalingConfig",
+    "TrainContext", "Trainer", "TrainingFailedError", "UnsupportedOptionError", "checkpoint_dir", "get_checkpoint",
+    "get_context", "get_preemption_info", "prepare_model", "report", "should_checkpoint", "torch",
 ]
+
+# Names read on first use, so that a loop importing this module pays for none of them: Ray Train's driver
+# objects (``from pcs_ray.train import RunConfig, ScalingConfig``), ``train.torch`` (torch itself is imported
+# only by the calls that need it), and the driver side, which needs the coordinator's client.
+LAZY = {
+    "ScalingConfig": "pcs_ray.train.config", "RunConfig": "pcs_ray.train.config",
+    "FailureConfig": "pcs_ray.train.config", "CheckpointConfig": "pcs_ray.train.config",
+    "UnsupportedOptionError": "pcs_ray.train.config", "Result": "pcs_ray.train.result",
+    "Trainer": "pcs_ray.train.trainer", "TrainingFailedError": "pcs_ray.train.trainer",
+}
 
 
 def get_context() -> TrainContext:
@@ -102,6 +113,8 @@ def prepare_model(model):
 
 
 def __getattr__(name: str):
-    if name == "Trainer":  # the driver side needs the client; loops inside a run never import it
-        return importlib.import_module("pcs_ray.train.trainer").Trainer
+    if name == "torch":
+        return importlib.import_module("pcs_ray.train.torch")
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
     raise AttributeError(f"module 'pcs_ray.train' has no attribute {name!r}")

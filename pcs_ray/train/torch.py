@@ -1,6 +1,10 @@
-"""Ray Train's ``ray.train.torch`` helpers under the same names: ``from pcs_ray.train.torch import prepare_model``."""
+"""Ray Train's ``ray.train.torch`` under the same names: ``prepare_model``, ``prepare_data_loader``
+(in the training function) and ``TorchTrainer`` (in the driver; read on first use, since it needs the
+coordinator's client, which a loop inside a run never imports). Importing this module imports no torch."""
 
 from __future__ import annotations
+
+import importlib
 
 import pcs_ray.train as train
 
@@ -37,3 +41,9 @@ class _OnDevice:
     def __iter__(self):
         for batch in self.loader:
             yield [b.to(self.device) if hasattr(b, "to") else b for b in batch] if isinstance(batch, (list, tuple)) else batch.to(self.device)
+
+
+def __getattr__(name: str):
+    if name == "TorchTrainer":
+        return importlib.import_module("pcs_ray.train.trainer.torch_trainer").TorchTrainer
+    raise AttributeError(f"module 'pcs_ray.train.torch' has no attribute {name!r}")
