@@ -302,7 +302,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         pace.mark = time.monotonic()
         takes_config = bool(inspect.signature(function).parameters)
         function(dict(code.get("config") or {})) if takes_config else function()
-        if session.step < request.total_steps:
+        if request.total_steps is not None and session.step < request.total_steps:
             notes.append(f"returned early: at step {session.step} of {request.total_steps}")
         return _outcome(request, "finished", session, start_step, timings, notes, device, pace, budget)
     except train_session.RunStopped as stop:

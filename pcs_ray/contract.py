@@ -176,7 +176,8 @@ class RunRequest:
 
     ``workload`` names a model registered in ``workloads.models``; ``params``
     are its options (batch size, learning rate, seed, dataset path ...).
-    ``total_steps`` is the job's whole budget: a resumed job continues from
+    ``total_steps`` is the job's whole budget (None: the user's own code gave
+    none and runs until its function returns): a resumed job continues from
     the step in its newest valid checkpoint under ``checkpoint_dir``.
     ``slowdown`` is what the cluster model says these GPUs cost (slowest
     GPU × locality × topology); runners on logical GPUs emulate devices
@@ -186,7 +187,7 @@ class RunRequest:
 
     job_id: str
     workload: str
-    total_steps: int
+    total_steps: int | None
     gpus: tuple[GPUSlot, ...]
     checkpoint_dir: str
     params: dict[str, Any] = field(default_factory=dict)

@@ -8,12 +8,16 @@ the same way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.jobs.jobfile import JobFile
 
 SEGMENT_ERROR_LINES = 5  # of a failed run's error kept with that run in the job's history
+# A job that gives no total steps is assumed to have as much work left as it has done, and at least this
+# many seconds of one GPU's work (its size grows as it runs; it never looks nearly done).
+UNKNOWN_REMAINING_S = 3600.0
 
 
 @dataclass
@@ -65,6 +69,15 @@ class LiveJob:
     @property
     def done(self) -> bool:
         return self.state.done
+
+    def total_steps(self) -> int:
+        """Its total work in steps: the spec's, else (own code that gave none) the size the policy assumes
+        (``UNKNOWN_REMAINING_S``), else once finished the steps it took."""
+        if self.spec.steps is not None:
+            return self.spec.steps
+        if self.done:
+            return self.steps
+        return self.steps + max(self.steps, math.ceil(UNKNOWN_REMAINING_S / max(self.t1, 1e-9)))
 
     def launched(self, t: float, attempt: int, gpus: tuple[int, ...], slowdown: float, kind: str) -> None:
         """A run of this job started on ``gpus`` (``kind``: start, resume, migrate, resize)."""

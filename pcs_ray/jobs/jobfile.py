@@ -9,7 +9,7 @@
     config: {lr: 0.1}       # handed to the function (JSON)
     runtime_env: {pip: [einops]}      # optional: env_vars, pip, uv, excludes, config
     scaling: linear         # optional seed of its scaling: linear, none, or speedups at 1..gpus GPUs
-    steps: 200              # the whole training budget, in optimizer steps
+    steps: 200              # the whole training budget, in optimizer steps (your own code: optional)
     gpus: 2                 # most GPUs it can use
     min_gpus: 1             # optional: fewest it runs on (default: gpus, a rigid job)
     class: A                # variability class A (most sensitive) .. D
@@ -85,7 +85,9 @@ class JobFile(BaseModel):
         default=None, description="how your job speeds up with GPUs (seed; learned from its runs)")
     function: str | None = Field(default=None, repr=False,
                                  description="your function by value (set by pcs_ray.train.Trainer)")
-    steps: int = Field(gt=0, le=MAX_STEPS, description="training budget in steps (optimizer steps; your own units for your code)")
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description=(
+        "training budget in steps (optimizer steps; your own units for your code, where it may be left out: "
+        "the job runs until its function returns)"))
     gpus: int = Field(default=1, ge=1, le=MAX_GPUS, description="most GPUs the job can use")
     min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
                                  description="fewest GPUs it runs on (default: gpus, a rigid job)")
@@ -132,6 +134,8 @@ class JobFile(BaseModel):
             raise ValueError("workload: missing; name a built-in workload or your own entrypoint")
         if self.min_gpus is not None and self.min_gpus > self.gpus:
             raise ValueError(f"min_gpus ({self.min_gpus}) is larger than gpus ({self.gpus})")
+        if self.steps is None and not self.user_code:
+            raise ValueError("steps: missing; a built-in workload or an external executor needs its total steps")
         if self.user_code:
             if self.entrypoint and self.function:
                 raise ValueError("entrypoint and function: give one, not both")
@@ -159,6 +163,11 @@ class JobFile(BaseModel):
     def user_code(self) -> bool:
         """The job runs the user's own function (not a built-in workload)."""
         return bool(self.entrypoint or self.function)
+
+    @property
+    def total_known(self) -> bool:
+        """The job says its total work (``steps``); own code may leave it out."""
+        return self.steps is not None
 
     @property
     def fewest_gpus(self) -> int:

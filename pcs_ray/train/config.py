@@ -76,8 +76,8 @@ class FailureConfig:
     def __post_init__(self) -> None:
         if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) \
                 or not 0 <= self.max_failures <= MAX_RETRIES:
-            raise refuse("FailureConfig(max_failures)", f"pcs-ray retries a bounded number of times: give 0 to "
-                         f"{MAX_RETRIES}, got {self.max_failures!r} (-1, retry forever, would hold GPUs without end)")
+            raise refuse("FailureConfig(max_failures)", f"got {self.max_failures!r}, but pcs-ray retries a bounded "
+                         f"number of times (retrying forever would hold GPUs without end); give 0 to {MAX_RETRIES}")
         if self.fail_fast:
             raise refuse("FailureConfig(fail_fast)", "a pcs-ray job has one run at a time, so there is nothing else "
                          "to stop; use max_failures=0 to fail at the first error")
