@@ -212,3 +212,24 @@ def test_a_job_without_steps_runs_to_its_return_and_its_prediction_says_it_has_n
     assert (view["state"], view["steps"], view["note"]) == ("finished", 6, None)  # no "returned early": no total
     assert outcomes[-1].notes == () or not any("returned early" in n for n in outcomes[-1].notes)
     assert "note" not in core.prediction(jid)
+
+
+def test_every_rank_may_report_a_checkpoint_its_files_are_merged_into_its_runs_checkpoint(tmp_path):
+    import pcs_ray.train.store as store
+
+    def folder(name: str, **files) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        for file, text in files.items():
+            (path / file).write_text(text)
+        return path
+
+    job = tmp_path / "job"
+    store.commit(job, folder("old", **{"model.pt": "step 1"}), 1, run=1)
+    store.commit(job, folder("r0", **{"model.pt": "step 2", "rank0": "a"}), 2, run=1)
+    store.commit(job, folder("r1", **{"model.pt": "step 2", "rank1": "b"}), 2, run=1)  # the other rank, same step
+    latest, step = store.newest(job)
+    assert step == 2 and sorted(p.name for p in latest.iterdir() if p.name != store.MARKER) == ["model.pt", "rank0", "rank1"]
+    assert store.checkpoints(job)[1][1] == 1  # the one before is still the previous step's
+    store.commit(job, folder("next", **{"model.pt": "step 2 again"}), 2, run=2)  # a later run: a new checkpoint
+    assert [s for _, s in store.checkpoints(job)] == [2, 2] and not (store.newest(job)[0] / "rank0").exists()

@@ -161,7 +161,7 @@ class Session:
                 self.last_checkpoint_step = step
             else:
                 staged = folder.parent == Path(self.checkpoint_dir) and folder.name.startswith(".staging-")
-                store.commit(self.checkpoint_dir, folder, step, move=staged)
+                store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt)
                 self.last_checkpoint_step = step
             saved = True
         self.step, self.reports = step, self.reports + 1

@@ -38,6 +38,9 @@ class _OnDevice:
     def __len__(self):
         return len(self.loader)
 
+    def __getattr__(self, name):  # sampler (``set_epoch``), dataset, batch_size: the wrapped loader's
+        return getattr(self.loader, name)
+
     def __iter__(self):
         for batch in self.loader:
             yield [b.to(self.device) if hasattr(b, "to") else b for b in batch] if isinstance(batch, (list, tuple)) else batch.to(self.device)
