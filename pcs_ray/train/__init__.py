@@ -21,7 +21,8 @@
 
 * ``report(metrics, *, step, checkpoint=None)``: every rank calls it at the same steps. ``step`` is
   the job's progress in its own units (the job file's ``steps`` counts the same units); without it
-  each report counts one step. Any one rank passes ``checkpoint`` (a folder): pcs-ray copies it
+  each report counts one step. Any rank, or several, passes ``checkpoint`` (a folder; several ranks'
+  files at one step are merged into one checkpoint): pcs-ray copies it
   under ``STATE_DIR/checkpoints/<job>/`` atomically, so the caller may delete it when the call
   returns (a folder from :func:`checkpoint_dir` is moved, not copied).
 * ``should_checkpoint()``: true once the coordinator wants the job's GPUs back (preemption,
@@ -31,8 +32,14 @@
   and world size the policy gives next. A loop that does not checkpoint within the operator's
   grace period is stopped anyway, resumes from its newest checkpoint and the steps it lost are
   counted. ``get_preemption_info()`` asks the same question the Ray Train way.
-* A loop that raises fails its job (its traceback's last lines are in ``pcs-ray status``); a loop
-  that returns before ``total_steps`` finishes its job at the step it last reported.
+* A loop that raises is restarted from its newest checkpoint while the job's ``max_failures`` allow
+  (0 by default), then fails its job (its traceback's last lines are in ``pcs-ray status``, and each
+  failed run's in the job's runs); a loop that returns before ``total_steps`` finishes its job at the
+  step it last reported. ``total_steps`` is None for a job that gave none: it ends when the loop returns.
+
+The driver side is Ray Train's too: ``pcs_ray.train.torch.TorchTrainer`` with ``ScalingConfig``,
+``RunConfig``, ``FailureConfig``, ``CheckpointConfig`` and ``Result`` (``pcs_ray.train.config``,
+``pcs_ray.train.result``), or ``pcs_ray.train.Trainer`` with pcs-ray's own argument names.
 
 Outside a pcs-ray run a local stand-in answers (one rank, no checkpoint, never asked to stop), so
 a loop can be tried as a plain script. Importing this module needs neither Ray nor the
