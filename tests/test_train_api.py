@@ -39,7 +39,7 @@ def test_train_torch_is_an_attribute_and_importing_the_contract_imports_neither_
     assert out.stdout.strip() == "[]"
     assert train.torch.TorchTrainer is TorchTrainer
     with pytest.raises(AttributeError):
-        train.no_such_name
+        getattr(train, "no_such_name")
 
 
 def test_a_worker_count_is_a_rigid_job_and_a_range_an_elastic_one():

@@ -95,8 +95,8 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         if self.num_to_keep is not None and not (isinstance(self.num_to_keep, int) and 1 <= self.num_to_keep <= KEPT_CHECKPOINTS):
-            raise refuse("CheckpointConfig(num_to_keep)", f"pcs-ray keeps a job's newest checkpoint and the one "
-                         f"before it; give 1, 2 or None, and copy older ones out yourself (Checkpoint.to_directory)")
+            raise refuse("CheckpointConfig(num_to_keep)", "pcs-ray keeps a job's newest checkpoint and the one "
+                         "before it; give 1, 2 or None, and copy older ones out yourself (Checkpoint.to_directory)")
         if self.checkpoint_score_attribute is not None or self.checkpoint_score_order != "max":
             raise refuse("CheckpointConfig(checkpoint_score_attribute)", "pcs-ray keeps the newest checkpoints, not "
                          "the best; drop it and keep your best model yourself")

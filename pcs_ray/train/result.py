@@ -46,7 +46,7 @@ class Result:
         """Ray's list of kept checkpoints with their metrics: here the newest one, with the final metrics."""
         return [] if self.checkpoint is None else [(self.checkpoint, self.metrics)]
 
-    def keep_in(self, folder: str | Path) -> "Result":
+    def keep_in(self, folder: str | Path) -> Result:
         """This result with its checkpoint copied into ``folder/checkpoint`` and its metrics written to
         ``folder/result.json`` (``RunConfig(storage_path=..., name=...)``); ``path`` is then ``folder``."""
         folder = Path(folder)

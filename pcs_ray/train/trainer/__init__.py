@@ -64,8 +64,8 @@ class Trainer:
     that raises is restarted from its newest checkpoint): as in a job file.
     """
 
-    def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int, gpus: int = 1,
-                 min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
+    def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int | None = None,
+                 gpus: int = 1, min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
                  step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
                  runtime_env: dict | None = None, scaling: Any = None, client: Any = None,
                  tenant: str | None = None, min_runtime_s: float | None = None, max_failures: int = 0) -> None:

@@ -19,8 +19,9 @@ Ray's options that mean nothing here are refused with one line
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pcs_ray.train.config import RunConfig, ScalingConfig, refuse
 from pcs_ray.train.result import Result
