@@ -42,6 +42,23 @@ def test_train_torch_is_an_attribute_and_importing_the_contract_imports_neither_
         getattr(train, "no_such_name")
 
 
+@pytest.mark.parametrize("module, name", [("pcs_ray.train", "get_dataset_shard"), ("pcs_ray.train", "DataConfig"),
+                                          ("pcs_ray.train", "SyncConfig"), ("pcs_ray.train", "Callback"),
+                                          ("pcs_ray.train.torch", "TorchConfig"), ("pcs_ray.train.torch", "accelerate")])
+def test_a_ray_train_name_without_meaning_here_says_so_when_imported(module, name):
+    with pytest.raises(UnsupportedOptionError) as info:
+        exec(f"from {module} import {name}", {})
+    assert name in str(info.value) and "\n" not in str(info.value) and ";" in str(info.value)
+
+
+def test_the_torch_helpers_answer_for_this_rank():
+    import torch
+
+    assert train.torch.get_device() == torch.device("cpu") and train.torch.get_devices() == [torch.device("cpu")]
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    assert train.torch.prepare_optimizer(optimizer) is optimizer
+
+
 def test_a_worker_count_is_a_rigid_job_and_a_range_an_elastic_one():
     assert ScalingConfig(num_workers=3).gpu_range() == (3, 3)
     assert ScalingConfig(num_workers=(1, 4)).gpu_range() == (1, 4)

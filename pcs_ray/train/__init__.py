@@ -119,9 +119,23 @@ def prepare_model(model):
     return model
 
 
+# Ray Train names that mean nothing under pcs-ray: reaching one says why and what to do, in one line.
+WITHOUT_MEANING = {
+    "get_dataset_shard": "Ray Data datasets do not travel with a pcs-ray job; build a DataLoader in the training "
+                         "function and pass it through train.torch.prepare_data_loader",
+    "DataConfig": "Ray Data datasets do not travel with a pcs-ray job; drop DataConfig",
+    "SyncConfig": "checkpoints are on pcs-ray's shared STATE_DIR, nothing to sync; drop SyncConfig",
+    "Callback": "no Ray Train controller runs to call it; read Result.metrics_dataframe after fit()",
+}
+
+
 def __getattr__(name: str):
     if name == "torch":
         return importlib.import_module("pcs_ray.train.torch")
     if name in LAZY:
         return getattr(importlib.import_module(LAZY[name]), name)
+    if name in WITHOUT_MEANING:
+        from pcs_ray.train.config import refuse
+
+        raise refuse(f"pcs_ray.train.{name}", WITHOUT_MEANING[name])
     raise AttributeError(f"module 'pcs_ray.train' has no attribute {name!r}")

@@ -14,6 +14,42 @@ def prepare_model(model):
     return train.prepare_model(model)
 
 
+def get_device():
+    """This rank's ``torch.device`` (its GPU, or the CPU on a logical GPU)."""
+    import torch
+
+    return torch.device(train.get_context().device)
+
+
+def get_devices() -> list:
+    """This rank's devices: one, its own."""
+    return [get_device()]
+
+
+def prepare_optimizer(optimizer):
+    """``optimizer`` as it is (Ray wraps it only for its automatic mixed precision, which pcs-ray does not set up)."""
+    return optimizer
+
+
+def backward(tensor) -> None:
+    """``tensor.backward()``, as Ray's helper does without mixed precision."""
+    tensor.backward()
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Seed torch, numpy and ``random`` and ask torch for deterministic kernels, as Ray's helper does."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
 def prepare_data_loader(loader):
     """``loader`` with each rank reading its own share of the data (a ``DistributedSampler``) when the
     run has several ranks, and batches moved to this rank's device."""
@@ -49,4 +85,9 @@ class _OnDevice:
 def __getattr__(name: str):
     if name == "TorchTrainer":
         return importlib.import_module("pcs_ray.train.trainer.torch_trainer").TorchTrainer
+    if name in ("TorchConfig", "accelerate"):
+        from pcs_ray.train.config import refuse
+
+        raise refuse(f"pcs_ray.train.torch.{name}", "pcs-ray sets up torch.distributed itself (NCCL on GPUs, gloo "
+                     "on logical ones) and no mixed precision; drop it")
     raise AttributeError(f"module 'pcs_ray.train.torch' has no attribute {name!r}")
