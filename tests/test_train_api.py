@@ -250,3 +250,12 @@ def test_every_rank_may_report_a_checkpoint_its_files_are_merged_into_its_runs_c
     assert store.checkpoints(job)[1][1] == 1  # the one before is still the previous step's
     store.commit(job, folder("next", **{"model.pt": "step 2 again"}), 2, run=2)  # a later run: a new checkpoint
     assert [s for _, s in store.checkpoints(job)] == [2, 2] and not (store.newest(job)[0] / "rank0").exists()
+
+
+def test_status_shows_a_job_without_a_total_as_its_steps_over_a_question_mark(tmp_path):
+    from pcs_ray.commands.format import StatusTable
+
+    core, jid, _ = _crashing(tmp_path)
+    core.progress(jid, 3, 1.0)
+    [view] = core.status()["jobs"]
+    assert StatusTable(core.status()).cells(view)["progress"] == "3/?"
