@@ -259,3 +259,12 @@ def test_status_shows_a_job_without_a_total_as_its_steps_over_a_question_mark(tm
     core.progress(jid, 3, 1.0)
     [view] = core.status()["jobs"]
     assert StatusTable(core.status()).cells(view)["progress"] == "3/?"
+
+
+def test_predict_says_in_words_that_a_job_has_no_total(tmp_path, monkeypatch, capsys):
+    import pcs_ray.commands.live as live
+
+    core, jid, _ = _crashing(tmp_path)
+    monkeypatch.setattr(live, "coordinator_client", lambda address: type("C", (), {"predict": lambda self, j: core.prediction(j)})())
+    live.predict_cmd(jid)
+    assert "no total steps given: predicted as if it took" in capsys.readouterr().out
