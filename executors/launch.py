@@ -41,7 +41,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
         raise ValueError(f"job {request.job_id}: no GPUs given")
     if len(set(request.gpus)) != len(request.gpus):
         raise ValueError(f"job {request.job_id}: a GPU is listed twice in {request.gpus}")
-    if request.total_steps < 0:
+    if request.total_steps is not None and request.total_steps < 0:
         raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
     if request.code is not None:
         from executors.user_run import launch_user

@@ -539,7 +539,7 @@ class WarmPool:
         kind = "warm" if all(e.info for e in entries) else "warming"
         if len(set(request.gpus)) != len(request.gpus):
             raise ValueError(f"job {request.job_id}: a GPU is listed twice in {request.gpus}")
-        if request.total_steps < 0:
+        if request.total_steps is not None and request.total_steps < 0:
             raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
         launched = time.time()
         actors = [e.actor for e in entries]

@@ -292,7 +292,8 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         pace = _Pace(request, rank, emulate=device == "cpu", timings=timings, budget=budget, on_step=on_step,
                      resolve=reporter)
         session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step,
-                                        last_checkpoint_step=start_step, timings=timings, on_step_begin=pace.begin)
+                                        last_checkpoint_step=start_step, timings=timings, on_step_begin=pace.begin,
+                                        metrics_log=metrics_log(request, rank))
         train_session.install(session)
         if on_step is not None:
             on_step(start_step)
@@ -301,7 +302,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         pace.mark = time.monotonic()
         takes_config = bool(inspect.signature(function).parameters)
         function(dict(code.get("config") or {})) if takes_config else function()
-        if session.step < request.total_steps:
+        if request.total_steps is not None and session.step < request.total_steps:
             notes.append(f"returned early: at step {session.step} of {request.total_steps}")
         return _outcome(request, "finished", session, start_step, timings, notes, device, pace, budget)
     except train_session.RunStopped as stop:
@@ -321,6 +322,14 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         train_session.install(None)
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def metrics_log(request: RunRequest, rank: int) -> str | None:
+    """Where rank 0 of a user run logs its reports (``pcs_ray.coordinator.logs.METRICS``); None elsewhere."""
+    if rank != 0 or request.code is None or not request.log_dir:
+        return None
+    Path(request.log_dir).mkdir(parents=True, exist_ok=True)
+    return str(Path(request.log_dir) / "metrics.jsonl")
 
 
 def _outcome(request: RunRequest, status: str, session, start_step: int, timings: dict, notes: list, device: str,

@@ -208,9 +208,10 @@ class Client:
     def cancel(self, job_id: int, caller: dict | None = None) -> dict:
         return self._call("cancel", int(job_id), self._caller(caller))
 
-    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
-        """What a user run's ranks printed (``CoordinatorAPI.logs``)."""
-        return self._call("logs", int(job_id), attempt, offsets)
+    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None,
+             metrics: bool = False) -> dict:
+        """What a user run's ranks printed, and with ``metrics`` its reports (``CoordinatorAPI.logs``)."""
+        return self._call("logs", int(job_id), attempt, offsets, *([True] if metrics else []))
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:

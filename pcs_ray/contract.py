@@ -99,9 +99,11 @@ class CoordinatorAPI(Protocol):
         """Cancel a job (a running one stops at its next step); returns its view. With tenants in force,
         only the job's tenant, its submitter or an operator may (``pcs_ray.tenants.ownership``)."""
 
-    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
+    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None,
+             metrics: bool = False) -> dict:
         """What a user run's ranks printed: one attempt (default the newest), each rank's text from
-        ``offsets`` (rank -> byte offset) on, and the offsets to ask from next time."""
+        ``offsets`` (rank -> byte offset) on, and the offsets to ask from next time; ``metrics``: also
+        the attempt's reports (rank 0's metrics, one row each)."""
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
@@ -174,7 +176,8 @@ class RunRequest:
 
     ``workload`` names a model registered in ``workloads.models``; ``params``
     are its options (batch size, learning rate, seed, dataset path ...).
-    ``total_steps`` is the job's whole budget: a resumed job continues from
+    ``total_steps`` is the job's whole budget (None: the user's own code gave
+    none and runs until its function returns): a resumed job continues from
     the step in its newest valid checkpoint under ``checkpoint_dir``.
     ``slowdown`` is what the cluster model says these GPUs cost (slowest
     GPU × locality × topology); runners on logical GPUs emulate devices
@@ -184,7 +187,7 @@ class RunRequest:
 
     job_id: str
     workload: str
-    total_steps: int
+    total_steps: int | None
     gpus: tuple[GPUSlot, ...]
     checkpoint_dir: str
     params: dict[str, Any] = field(default_factory=dict)

@@ -69,7 +69,7 @@ def _calls(tree):
 #: The only places a pickle module may appear: a function the user sends by value is pickled in the user's
 #: own driver (``Trainer``) and unpickled only inside that user's own run process, which runs their code anyway.
 #: The coordinator, the runners' shared processes and everything else never touch it.
-USER_PICKLES = {("pcs_ray/train/trainer.py", "cloudpickle"), ("executors/user_run.py", "cloudpickle")}
+USER_PICKLES = {("pcs_ray/train/trainer/__init__.py", "cloudpickle"), ("executors/user_run.py", "cloudpickle")}
 
 
 def test_product_code_never_unpickles_and_loads_checkpoints_weights_only():

@@ -21,7 +21,7 @@ def build_report(status: dict, submitted: dict[int, dict], cluster: ClusterSpec,
         pred_jct = pred - j["submit"] if pred is not None else None
         mid = _prediction_at(sub.get("history", []), j["submit"] + jct / 2) if jct else None
         mid_jct = mid - j["submit"] if mid is not None else None
-        tenth = _prediction_at_step(sub.get("history", []), TENTH * j["total_steps"]) if jct else None
+        tenth = _prediction_at_step(sub.get("history", []), TENTH * j["total_steps"]) if jct and j["total_steps"] else None
         tenth_jct = tenth - j["submit"] if tenth is not None else None
         jobs.append({
             "id": j["id"], "name": j["name"], "workload": j["workload"], "class": j["class"], "state": j["state"],

@@ -69,12 +69,12 @@ class StatusTable:
     def cells(self, job: dict) -> dict[str, str]:
         now = self.status["now"]
         done = job["state"] in TERMINAL
-        pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else 0.0
+        pct = 100.0 * job["steps"] / job["total_steps"] if job["total_steps"] else None
         why = job.get("waiting")
         return {
             "id": str(job["id"]), "job": job["name"], "tenant": job.get("tenant") or "-", "class": job["class"],
             "state": job["state"], "GPUs": gpu_list(job["gpus"]),
-            "progress": f"{job['steps']}/{job['total_steps']} {pct:3.0f}%",
+            "progress": f"{job['steps']}/{job['total_steps']} {pct:3.0f}%" if pct is not None else f"{job['steps']}/?",
             "step s": "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else ""),
             "predicted finish": clock(job["finish"]) if done else when(job["predicted_completion"], now),
             "bound": "-" if done else clock(job["bound"]), "preempt": str(job["preemptions"]),

@@ -119,6 +119,8 @@ def predict_cmd(
             line += f"; at submission: branched from a refresh {reply['refresh_age_s']:.1f} s old"
         elif reply.get("basis") == "fresh":
             line += "; at submission: a fresh play"
+        if reply.get("note"):
+            line += f"; {reply['note']}"
         print(line)
 
 

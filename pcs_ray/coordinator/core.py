@@ -209,7 +209,8 @@ class Coordinator(CoordinatorState):
         decides once for all of them (one decision instead of one per end, the lock held that much less).
         False for a stale outcome (an attempt already written off): nothing changed.
 
-        ``fatal``: the job's own code raised, so it fails at once instead of being retried. A run that
+        ``fatal``: the job's own code raised: it is restarted from its newest checkpoint while its
+        ``max_failures`` allow (each such failure kept in its runs), else it fails. A run that
         ends behind the steps it reported (killed after the grace period, or lost) redoes them from its
         checkpoint: they are counted as ``lost_steps``. ``note``: how a finished run ended, when not at
         its budget (user code that returned early). ``metrics``: what the run last reported (user code);
@@ -230,14 +231,15 @@ class Coordinator(CoordinatorState):
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step, **ran)
-        elif status == "failed" and (fatal or job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures):
+        elif status == "failed" and (fatal and job.code_failures >= job.spec.max_failures or not fatal
+                                     and job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures):
             self._record("failed", jid, step=step, error=error, **ran)
         else:
-            unexpected = status == "failed" and job.state == JobStatus.RUNNING
+            unexpected = status == "failed" and (fatal or job.state == JobStatus.RUNNING)
             lost = max(0, job.steps - step)
             self._record(
-                "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING, failed=unexpected, error=error,
-                **({"lost_steps": lost} if lost else {}), **ran,
+                "requeue", jid, step=step, preempted=job.state == JobStatus.STOPPING and not fatal, failed=unexpected,
+                error=error, **({"fatal": True} if fatal else {}), **({"lost_steps": lost} if lost else {}), **ran,
             )
         self.save_speeds()
         return True

@@ -109,12 +109,13 @@ class CoordinatorHost(ABC):
             self._execute(self.core.cancel(int(job_id), who))
             return self.core.job_view(int(job_id))
 
-    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None) -> dict:
+    def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None,
+             metrics: bool = False) -> dict:
         """What a user run's ranks printed (``pcs_ray.coordinator.logs.read_logs``), read outside the lock."""
         with self.lock:
             self.core.job_view(int(job_id))  # an unknown job is refused as such
             root = self.core.checkpoint_root.parent / "logs"
-        return read_logs(root, int(job_id), None if attempt is None else int(attempt), offsets)
+        return read_logs(root, int(job_id), None if attempt is None else int(attempt), offsets, metrics=bool(metrics))
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:

@@ -8,10 +8,16 @@ the same way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.jobs.jobfile import JobFile
+
+SEGMENT_ERROR_LINES = 5  # of a failed run's error kept with that run in the job's history
+# A job that gives no total steps is assumed to have as much work left as it has done, and at least this
+# many seconds of one GPU's work (its size grows as it runs; it never looks nearly done).
+UNKNOWN_REMAINING_S = 3600.0
 
 
 @dataclass
@@ -46,7 +52,8 @@ class LiveJob:
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested
     cancel_requested: bool = False
-    failures: int = 0
+    failures: int = 0  # runs lost to something other than its code (a dead runner): retried by the coordinator
+    code_failures: int = 0  # runs whose loop raised and that were restarted under its ``max_failures``
     error: str | None = None
     note: str | None = None  # how it finished when not at its budget (user code that returned early)
     metrics: dict | None = None  # what a user run last reported, once the job finished
@@ -63,6 +70,15 @@ class LiveJob:
     def done(self) -> bool:
         return self.state.done
 
+    def total_steps(self) -> int:
+        """Its total work in steps: the spec's, else (own code that gave none) the size the policy assumes
+        (``UNKNOWN_REMAINING_S``), else once finished the steps it took."""
+        if self.spec.steps is not None:
+            return self.spec.steps
+        if self.done:
+            return self.steps
+        return self.steps + max(self.steps, math.ceil(UNKNOWN_REMAINING_S / max(self.t1, 1e-9)))
+
     def launched(self, t: float, attempt: int, gpus: tuple[int, ...], slowdown: float, kind: str) -> None:
         """A run of this job started on ``gpus`` (``kind``: start, resume, migrate, resize)."""
         self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
@@ -77,14 +93,14 @@ class LiveJob:
     def stopping(self, reason: str, t: float | None = None) -> None:
         self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
 
-    def requeued(self, t: float) -> None:
-        """Its run ended without finishing the job (stopped, lost or failed): back to the queue."""
-        self._close_segment(t)
+    def requeued(self, t: float, error: str | None = None) -> None:
+        """Its run ended without finishing the job (stopped, lost or failed, ``error`` saying why): back to the queue."""
+        self.close_segment(t, error)
         self.state, self.gpus, self.reported_at, self.started_at = JobStatus.QUEUED, (), None, None
 
     def ended(self, state: JobStatus, t: float) -> None:
         """Finished, cancelled or failed for good."""
-        self._close_segment(t)
+        self.close_segment(t)
         self.state, self.finish, self.gpus = state, t, ()
 
     def note_reading(self, attempt: int, gpu: int, reading: dict) -> None:
@@ -95,6 +111,9 @@ class LiveJob:
         if old is None or (reading.get("energy_j") or 0.0) >= (old.get("energy_j") or 0.0):
             self.energy[key] = dict(reading)
 
-    def _close_segment(self, t: float) -> None:
+    def close_segment(self, t: float, error: str | None = None) -> None:
+        """The current run ended at ``t``; ``error``: the last lines of why it failed, kept with the run."""
         if self.segments and self.segments[-1]["end"] is None:
             self.segments[-1]["end"] = t
+            if error:
+                self.segments[-1]["error"] = "\n".join(error.strip().splitlines()[-SEGMENT_ERROR_LINES:])

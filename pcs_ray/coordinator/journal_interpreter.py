@@ -80,9 +80,12 @@ class JournalInterpreter:
                     if job.stop_at is not None:
                         self._stop_took(job, t - job.stop_at)
                 if data.get("failed"):
-                    job.failures += 1
+                    if data.get("fatal"):  # the loop raised and is retried under its max_failures
+                        job.code_failures += 1
+                    else:
+                        job.failures += 1
                     job.error = data.get("error")
-            job.requeued(t)
+            job.requeued(t, data.get("error") if data.get("failed") else None)
             self._requeued(job)
         elif kind == "demand":
             job.spec = job.spec.model_copy(update=data["update"])
@@ -95,6 +98,7 @@ class JournalInterpreter:
             job.note = data.get("note", job.note)
             job.metrics = data.get("metrics", job.metrics)
             job.checkpoint = data.get("checkpoint", job.checkpoint)
+            job.close_segment(t, data.get("error"))
             self._terminate(job, JobStatus(kind), t)
 
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:

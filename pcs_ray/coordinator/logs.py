@@ -7,12 +7,15 @@ fetches only what is new, and no reply is larger than ``limit`` bytes per rank.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from pcs_ray.contract import UnknownJobError
 
 CHUNK_B = 64 * 1024
+METRICS = "metrics.jsonl"  # rank 0's reports, one JSON object a line (executors.user_run.metrics_log)
+METRICS_B = 16 * 1024 * 1024  # read of it at most
 _ATTEMPT = re.compile(r"attempt-(\d+)$")
 _RANK = re.compile(r"rank-(\d+)\.log$")
 
@@ -24,9 +27,10 @@ def attempts(root: Path, job_id: int) -> list[int]:
 
 
 def read_logs(root: str | Path, job_id: int, attempt: int | None = None, offsets: dict | None = None,
-              limit: int = CHUNK_B) -> dict:
-    """``{"job", "attempt", "attempts", "ranks": {rank: {"text", "offset", "size"}}}`` from ``offsets``
-    (rank -> byte offset; default 0, or for a first read the last ``limit`` bytes of each log)."""
+              limit: int = CHUNK_B, metrics: bool = False) -> dict:
+    """``{"job", "attempt", "attempts", "ranks": {rank: {"text", "offset", "size"}}, "metrics": [...]}`` from
+    ``offsets`` (rank -> byte offset; default 0, or for a first read the last ``limit`` bytes of each log);
+    ``metrics``: also its reports (rank 0's), oldest first, under ``"metrics"``."""
     root = Path(root)
     known = attempts(root, job_id)
     if attempt is None:
@@ -47,4 +51,22 @@ def read_logs(root: str | Path, job_id: int, attempt: int | None = None, offsets
                 data = f.read(limit)
             ranks[rank] = {"text": data.decode(errors="replace"), "offset": start + len(data), "size": size,
                            "skipped": start if offsets is None or rank not in offsets else 0}
-    return {"job": job_id, "attempt": attempt, "attempts": known, "ranks": ranks}
+    reply = {"job": job_id, "attempt": attempt, "attempts": known, "ranks": ranks}
+    if metrics:
+        reply["metrics"] = read_metrics(root / str(job_id) / f"attempt-{attempt}" / METRICS) if attempt is not None else []
+    return reply
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a run's metrics log; a torn last line (the run was killed while writing) is left out."""
+    if not path.is_file():
+        return []
+    with open(path, "rb") as f:
+        lines = f.read(METRICS_B).decode(errors="replace").splitlines()
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows

@@ -43,7 +43,7 @@ def placement_changes_rates(cluster: ClusterSpec) -> bool:
 def job_spec(job: LiveJob, speed: SpeedModel) -> JobSpec:
     """The simulator's view of a live job: its size in GPU-seconds at the speed model's ``t1``."""
     return JobSpec(
-        job_id=job.job_id, submit_time=job.submit, service=job.spec.steps * job.t1,
+        job_id=job.job_id, submit_time=job.submit, service=job.total_steps() * job.t1,
         max_gpus=job.spec.gpus, speedup=speed.speedup(job.spec), min_gpus=job.spec.fewest_gpus,
         model=job.spec.workload, job_class=job.spec.job_class, name=job.spec.name,
         tenant=job.spec.tenant or "", user=job.spec.user or "", min_runtime_s=job.spec.min_runtime_s,

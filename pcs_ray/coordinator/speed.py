@@ -382,7 +382,7 @@ class SpeedModel:
         ``speedup`` (the table its model was admitted with), so the forecast of its current run is
         exactly its measured pace; any other job's through the current estimate of ``t1``.
         """
-        steps_left = job.spec.steps - job.steps
+        steps_left = job.total_steps() - job.steps
         n = min(len(job.gpus), job.spec.gpus)
         if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time and n:
             pace = self._pace(job, n)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from pcs_ray.coordinator.jobs import LiveJob
+from pcs_ray.coordinator.jobs import UNKNOWN_REMAINING_S, LiveJob
 from pcs_ray.power.measured import energy_view
 from workloads.history import HistoryRecord
 
@@ -51,7 +51,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
         "step_time": job.step_time, "emulated": job.emulated, "submit": w(job.submit),
         "start": w(job.first_start), "finish": w(job.finish), "predicted_completion": w(job.predicted),
         "first_predicted": w(job.first_predicted), "bound": w(job.bound), "preemptions": job.preemptions,
-        "attempts": job.attempt, "error": job.error, "note": job.note, "lost_steps": job.lost_steps,
+        "attempts": job.attempt, "retries": job.code_failures, "error": job.error, "note": job.note, "lost_steps": job.lost_steps,
         "metrics": job.metrics, "checkpoint": job.checkpoint, "skips": job.skips, "skip_reason": job.skip_reason,
         "segments": [
             {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}
@@ -75,7 +75,18 @@ def prediction(job: LiveJob, epoch: float, placement: dict | None = None, uncert
         "range": (uncertainty or {}).get("range"), "estimates": (uncertainty or {}).get("estimates", []),
         "estimated_from": (uncertainty or {}).get("estimated_from", {}),
         "placement": placement, "basis": job.forecast_basis, "refresh_age_s": job.refresh_age,
+        **unknown_total(job),
     }
+
+
+def unknown_total(job: LiveJob) -> dict:
+    """For a job that gave no total steps and runs still: that it has none, and the size its prediction assumes."""
+    if job.spec.total_known or job.done:
+        return {}
+    assumed = job.total_steps()
+    return {"total_steps": None, "assumed_total_steps": assumed,
+            "note": f"no total steps given: predicted as if it took {assumed} steps (as many more as it has done, "
+                    f"at least {UNKNOWN_REMAINING_S / 3600:g} GPU-hour more); it ends when its function returns"}
 
 
 def status(now: float, epoch: float, policy: dict, gpus: int, restart_overhead: float,
@@ -94,7 +105,7 @@ def history_record(job: LiveJob, epoch: float, speedup: tuple[float, ...],
     energy = job_energy(job, watts, job.finish or 0.0)
     return HistoryRecord(
         job_id=job.job_id, submit_time=wall(epoch, job.submit), gpus=job.spec.gpus,
-        service=job.spec.steps * job.t1, min_gpus=job.spec.fewest_gpus, iteration_time=job.t1,
+        service=job.total_steps() * job.t1, min_gpus=job.spec.fewest_gpus, iteration_time=job.t1,
         model=job.spec.workload, job_class=job.spec.job_class, speedup=speedup,
         finish_time=wall(epoch, job.finish),
         energy_j=None if energy is None else energy["joules"], energy_source=None if energy is None else energy["source"],

@@ -9,7 +9,7 @@
     config: {lr: 0.1}       # handed to the function (JSON)
     runtime_env: {pip: [einops]}      # optional: env_vars, pip, uv, excludes, config
     scaling: linear         # optional seed of its scaling: linear, none, or speedups at 1..gpus GPUs
-    steps: 200              # the whole training budget, in optimizer steps
+    steps: 200              # the whole training budget, in optimizer steps (your own code: optional)
     gpus: 2                 # most GPUs it can use
     min_gpus: 1             # optional: fewest it runs on (default: gpus, a rigid job)
     class: A                # variability class A (most sensitive) .. D
@@ -19,6 +19,7 @@
     tenant: vision          # optional: the tenant whose quota it runs on, and who submits it
     user: alice
     min_runtime_s: 600      # optional: keep a run this long before preempting it (within the operator's bound)
+    max_failures: 2         # optional: a loop that raises is restarted from its newest checkpoint this many times
     executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
                             # the GPUs the coordinator assigns and acknowledges each change
 
@@ -49,6 +50,7 @@ USER_PREFIX = "user:"
 MAX_STEPS = 10_000_000
 MAX_GPUS = 1024
 MAX_STEP_TIME_S = 3600
+MAX_RETRIES = 100
 
 
 @runtime_checkable
@@ -83,7 +85,9 @@ class JobFile(BaseModel):
         default=None, description="how your job speeds up with GPUs (seed; learned from its runs)")
     function: str | None = Field(default=None, repr=False,
                                  description="your function by value (set by pcs_ray.train.Trainer)")
-    steps: int = Field(gt=0, le=MAX_STEPS, description="training budget in steps (optimizer steps; your own units for your code)")
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description=(
+        "training budget in steps (optimizer steps; your own units for your code, where it may be left out: "
+        "the job runs until its function returns)"))
     gpus: int = Field(default=1, ge=1, le=MAX_GPUS, description="most GPUs the job can use")
     min_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS,
                                  description="fewest GPUs it runs on (default: gpus, a rigid job)")
@@ -102,6 +106,8 @@ class JobFile(BaseModel):
     user: str | None = Field(default=None, min_length=1, max_length=100, description="who submitted it")
     min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
                                         description="seconds a run is kept before preemption, within the operator's bound")
+    max_failures: int = Field(default=0, ge=0, le=MAX_RETRIES,
+                              description="times a loop that raises is restarted from its newest checkpoint")
 
     @model_validator(mode="before")
     @classmethod
@@ -128,6 +134,8 @@ class JobFile(BaseModel):
             raise ValueError("workload: missing; name a built-in workload or your own entrypoint")
         if self.min_gpus is not None and self.min_gpus > self.gpus:
             raise ValueError(f"min_gpus ({self.min_gpus}) is larger than gpus ({self.gpus})")
+        if self.steps is None and not self.user_code:
+            raise ValueError("steps: missing; a built-in workload or an external executor needs its total steps")
         if self.user_code:
             if self.entrypoint and self.function:
                 raise ValueError("entrypoint and function: give one, not both")
@@ -143,6 +151,9 @@ class JobFile(BaseModel):
                     raise ValueError(f"{name}: only for your own code (an entrypoint)")
             if self.config:
                 raise ValueError("config: only for your own code (an entrypoint); built-in workloads read params")
+            if self.max_failures:
+                raise ValueError("max_failures: only for your own code (an entrypoint); a built-in workload's "
+                                 "failed runs are retried by the coordinator")
         if isinstance(self.scaling, list):
             if not 1 <= len(self.scaling) <= self.gpus or any(not 0 < x <= 1e6 for x in self.scaling):
                 raise ValueError(f"scaling: a curve lists the speedup at 1..{self.gpus} GPUs, each > 0")
@@ -152,6 +163,11 @@ class JobFile(BaseModel):
     def user_code(self) -> bool:
         """The job runs the user's own function (not a built-in workload)."""
         return bool(self.entrypoint or self.function)
+
+    @property
+    def total_known(self) -> bool:
+        """The job says its total work (``steps``); own code may leave it out."""
+        return self.steps is not None
 
     @property
     def fewest_gpus(self) -> int:

@@ -21,7 +21,8 @@
 
 * ``report(metrics, *, step, checkpoint=None)``: every rank calls it at the same steps. ``step`` is
   the job's progress in its own units (the job file's ``steps`` counts the same units); without it
-  each report counts one step. Any one rank passes ``checkpoint`` (a folder): pcs-ray copies it
+  each report counts one step. Any rank, or several, passes ``checkpoint`` (a folder; several ranks'
+  files at one step are merged into one checkpoint): pcs-ray copies it
   under ``STATE_DIR/checkpoints/<job>/`` atomically, so the caller may delete it when the call
   returns (a folder from :func:`checkpoint_dir` is moved, not copied).
 * ``should_checkpoint()``: true once the coordinator wants the job's GPUs back (preemption,
@@ -31,8 +32,14 @@
   and world size the policy gives next. A loop that does not checkpoint within the operator's
   grace period is stopped anyway, resumes from its newest checkpoint and the steps it lost are
   counted. ``get_preemption_info()`` asks the same question the Ray Train way.
-* A loop that raises fails its job (its traceback's last lines are in ``pcs-ray status``); a loop
-  that returns before ``total_steps`` finishes its job at the step it last reported.
+* A loop that raises is restarted from its newest checkpoint while the job's ``max_failures`` allow
+  (0 by default), then fails its job (its traceback's last lines are in ``pcs-ray status``, and each
+  failed run's in the job's runs); a loop that returns before ``total_steps`` finishes its job at the
+  step it last reported. ``total_steps`` is None for a job that gave none: it ends when the loop returns.
+
+The driver side is Ray Train's too: ``pcs_ray.train.torch.TorchTrainer`` with ``ScalingConfig``,
+``RunConfig``, ``FailureConfig``, ``CheckpointConfig`` and ``Result`` (``pcs_ray.train.config``,
+``pcs_ray.train.result``), or ``pcs_ray.train.Trainer`` with pcs-ray's own argument names.
 
 Outside a pcs-ray run a local stand-in answers (one rank, no checkpoint, never asked to stop), so
 a loop can be tried as a plain script. Importing this module needs neither Ray nor the
@@ -50,9 +57,20 @@ from pcs_ray.train.session import CheckpointPath, RunStopped, TrainContext, curr
 Checkpoint = CheckpointPath  # ``Checkpoint.from_directory(d)`` as in Ray Train; it is just the path
 
 __all__ = [
-    "Checkpoint", "RunStopped", "TrainContext", "Trainer", "checkpoint_dir", "get_checkpoint", "get_context",
-    "get_preemption_info", "prepare_model", "report", "should_checkpoint",
+    "Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig", "RunStopped", "ScalingConfig",
+    "TrainContext", "Trainer", "TrainingFailedError", "UnsupportedOptionError", "checkpoint_dir", "get_checkpoint",
+    "get_context", "get_preemption_info", "prepare_model", "report", "should_checkpoint", "torch",
 ]
+
+# Names read on first use, so that a loop importing this module pays for none of them: Ray Train's driver
+# objects (``from pcs_ray.train import RunConfig, ScalingConfig``), ``train.torch`` (torch itself is imported
+# only by the calls that need it), and the driver side, which needs the coordinator's client.
+LAZY = {
+    "ScalingConfig": "pcs_ray.train.config", "RunConfig": "pcs_ray.train.config",
+    "FailureConfig": "pcs_ray.train.config", "CheckpointConfig": "pcs_ray.train.config",
+    "UnsupportedOptionError": "pcs_ray.train.config", "Result": "pcs_ray.train.result",
+    "Trainer": "pcs_ray.train.trainer", "TrainingFailedError": "pcs_ray.train.trainer",
+}
 
 
 def get_context() -> TrainContext:
@@ -101,7 +119,23 @@ def prepare_model(model):
     return model
 
 
+# Ray Train names that mean nothing under pcs-ray: reaching one says why and what to do, in one line.
+WITHOUT_MEANING = {
+    "get_dataset_shard": "Ray Data datasets do not travel with a pcs-ray job; build a DataLoader in the training "
+                         "function and pass it through train.torch.prepare_data_loader",
+    "DataConfig": "Ray Data datasets do not travel with a pcs-ray job; drop DataConfig",
+    "SyncConfig": "checkpoints are on pcs-ray's shared STATE_DIR, nothing to sync; drop SyncConfig",
+    "Callback": "no Ray Train controller runs to call it; read Result.metrics_dataframe after fit()",
+}
+
+
 def __getattr__(name: str):
-    if name == "Trainer":  # the driver side needs the client; loops inside a run never import it
-        return importlib.import_module("pcs_ray.train.trainer").Trainer
+    if name == "torch":
+        return importlib.import_module("pcs_ray.train.torch")
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    if name in WITHOUT_MEANING:
+        from pcs_ray.train.config import refuse
+
+        raise refuse(f"pcs_ray.train.{name}", WITHOUT_MEANING[name])
     raise AttributeError(f"module 'pcs_ray.train' has no attribute {name!r}")

@@ -29,6 +29,7 @@ import pcs_ray.train.store as store
 
 
 LOCAL_HISTORY = 10_000
+LOGGED_REPORTS = 100_000  # rows of a run's metrics log (``Result.metrics_dataframe``); later reports are not logged
 
 
 class RunStopped(BaseException):
@@ -116,6 +117,8 @@ class Session:
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     on_step_begin: Callable[[], None] | None = None
+    metrics_log: str | None = None  # a JSON line per report goes here (rank 0 of a pcs-ray run)
+    logged: int = 0
 
     def step_begins(self) -> None:
         if self.on_step_begin is not None:
@@ -158,13 +161,15 @@ class Session:
                 self.last_checkpoint_step = step
             else:
                 staged = folder.parent == Path(self.checkpoint_dir) and folder.name.startswith(".staging-")
-                store.commit(self.checkpoint_dir, folder, step, move=staged)
+                store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt)
                 self.last_checkpoint_step = step
             saved = True
         self.step, self.reports = step, self.reports + 1
         self.metrics = dict(metrics or {})
         if self.checkpoint_dir is None:
             self.history.append({"step": step, "metrics": self.metrics, "checkpoint": saved})
+        if self.metrics_log is not None and self.logged < LOGGED_REPORTS:
+            self.log_report(step)
         if self.on_report is not None:
             self.on_report(step, self.metrics)
         # Every report is a point where the ranks agree (as in Ray Train): a stop asked for ends the run at
@@ -181,6 +186,19 @@ class Session:
         # Nothing done since the newest checkpoint: ending now loses nothing, so no new one is needed.
         if stopping and (checkpointed or step == self.last_checkpoint_step):
             raise RunStopped(step)
+
+    def log_report(self, step: int) -> None:
+        """Append this report to the run's metrics log: ``step``, ``attempt`` and the metrics as JSON."""
+        import json
+
+        row = {"step": step, "attempt": self.context.attempt}
+        for key, value in self.metrics.items():
+            if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+                value = value.item()
+            row[str(key)] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)[:200]
+        with open(self.metrics_log, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.logged += 1
 
     def staging_dir(self) -> str:
         """A folder to write a checkpoint into; reporting it moves it into place instead of copying."""

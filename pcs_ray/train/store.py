@@ -11,16 +11,19 @@ Standard library only: the runners import it inside user runs.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 LATEST = "latest"
 PREVIOUS = "previous"
 MARKER = ".pcs-ray-checkpoint.json"
+LOCK = ".pcs-ray-commit.lock"
 
 
 def fsync_path(path: str | Path) -> None:
@@ -45,22 +48,59 @@ def _complete(folder: Path) -> dict | None:
     return marker if isinstance(marker, dict) and isinstance(marker.get("step"), int) else None
 
 
-def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False) -> Path:
+def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False, run: int | None = None) -> Path:
     """Make ``source`` (a folder) the job's newest checkpoint at ``step``; returns its new path.
 
     ``move``: ``source`` belongs to us (a staging folder on the same file system): rename it
     instead of copying. Otherwise the caller may delete ``source`` as soon as this returns.
+    ``run``: the run (attempt) committing. Several ranks of one run may each report a checkpoint at
+    the same step (as Ray Train's examples do): commits are taken one at a time, and a later rank's
+    files are merged into the checkpoint its run already made at that step, each file replaced atomically.
     """
     source, job_dir = Path(source), Path(job_dir)
     if not source.is_dir():
         raise ValueError(f"checkpoint {source}: not a directory")
     job_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(job_dir):
+        marker = _complete(job_dir / LATEST)
+        if run is not None and marker is not None and (marker["step"], marker.get("run")) == (int(step), run):
+            _merge(source, job_dir / LATEST, move)
+            return job_dir / LATEST
+        return _swap_in(job_dir, source, step, move, run)
+
+
+@contextmanager
+def _locked(job_dir: Path):
+    """The job's commit lock (a ``flock`` on a file beside its checkpoints)."""
+    with open(job_dir / LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _merge(source: Path, into: Path, move: bool) -> None:
+    for path in sorted(source.rglob("*")):
+        if path.is_dir() or path.name == MARKER:
+            continue
+        target = into / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        shutil.copy2(path, partial)
+        fsync_path(partial)
+        os.replace(partial, target)
+    if move:
+        shutil.rmtree(source, ignore_errors=True)
+
+
+def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None) -> Path:
     incoming = job_dir / f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if move:
         os.replace(source, incoming)
     else:
         shutil.copytree(source, incoming, symlinks=True)
-    (incoming / MARKER).write_text(json.dumps({"step": int(step), "committed_at": time.time()}))
+    (incoming / MARKER).write_text(json.dumps({"step": int(step), "committed_at": time.time(), "run": run}))
     for root, _, files in os.walk(incoming):
         for name in files:
             fsync_path(Path(root) / name)

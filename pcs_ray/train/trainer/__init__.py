@@ -7,7 +7,7 @@
 
     trainer = Trainer(train_loop, config={"lr": 0.02}, steps=400, gpus=4, min_gpus=1, name="mlp")
     handle = trainer.submit()                 # at once: job_id, predicted_completion, bound
-    result = trainer.fit()                    # blocks; result.metrics, result.checkpoint
+    result = trainer.fit()                    # blocks; a pcs_ray.train.Result: metrics, checkpoint, path ...
 
 The function travels as an entrypoint (``FILE.py:FUNCTION`` in its folder, which becomes the
 ``working_dir``) when it is a top-level function of a file; otherwise (a function defined in the
@@ -19,26 +19,16 @@ from __future__ import annotations
 
 import base64
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from pcs_ray.client import Client, JobHandle
+from pcs_ray.train.result import Result
+from pcs_ray.train.session import CheckpointPath
 
 
 class TrainingFailedError(RuntimeError):
     """The job ended without finishing (failed or cancelled); the message carries why."""
-
-
-@dataclass(frozen=True)
-class Result:
-    """A finished job: the metrics its loop last reported and its newest checkpoint's folder."""
-
-    job_id: int
-    metrics: dict
-    checkpoint: str | None
-    state: str
-    view: dict
 
 
 def entrypoint_of(function: Callable, working_dir: str | Path | None) -> tuple[str, str] | None:
@@ -70,19 +60,20 @@ class Trainer:
     """A training function, its config and its GPU demand, as one pcs-ray job (see the module doc).
 
     ``tenant``: the tenant whose quota it runs on (default: the client's, ``$PCS_RAY_TENANT``); the job's user is
-    the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s``: as in a job file.
+    the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s`` and ``max_failures`` (times a loop
+    that raises is restarted from its newest checkpoint): as in a job file.
     """
 
-    def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int, gpus: int = 1,
-                 min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
+    def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int | None = None,
+                 gpus: int = 1, min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
                  step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
                  runtime_env: dict | None = None, scaling: Any = None, client: Any = None,
-                 tenant: str | None = None, min_runtime_s: float | None = None) -> None:
+                 tenant: str | None = None, min_runtime_s: float | None = None, max_failures: int = 0) -> None:
         self.train_loop, self.working_dir = train_loop, working_dir
         self.fields = {"steps": steps, "gpus": gpus, "min_gpus": min_gpus, "name": name, "step_time": step_time,
                        "class": job_class, "checkpoint_every": checkpoint_every, "config": dict(config or {}),
                        "runtime_env": runtime_env, "scaling": scaling, "tenant": tenant,
-                       "min_runtime_s": min_runtime_s}
+                       "min_runtime_s": min_runtime_s, "max_failures": max_failures or None}
         self._client = client
         self.handle: JobHandle | None = None
 
@@ -135,4 +126,15 @@ class Trainer:
         if view["state"] != "finished":
             why = (view.get("error") or "").strip().splitlines()
             raise TrainingFailedError(f"job {handle.id} {view['state']}" + (f": {why[-1]}" if why else ""))
-        return Result(handle.id, view.get("metrics") or {}, view.get("checkpoint"), view["state"], view)
+        folder = view.get("checkpoint")
+        return Result(view.get("metrics") or {}, CheckpointPath(folder) if folder else None,
+                      path=str(Path(folder).parent) if folder else None, job_id=handle.id, state=view["state"],
+                      view=view, history=lambda: self.history(handle.id))
+
+    def history(self, job_id: int) -> list[dict]:
+        """Every report of every run of the job, oldest first (rank 0's, as its runs logged them)."""
+        reply = self.client.logs(job_id, metrics=True)
+        rows = []
+        for attempt in reply.get("attempts", []):
+            rows += (reply if reply.get("attempt") == attempt else self.client.logs(job_id, attempt, metrics=True))["metrics"]
+        return rows

@@ -1,0 +1,147 @@
+"""Ray Train's config objects under their names, read into a pcs-ray job's fields.
+
+``ScalingConfig(num_workers=4)`` is a rigid job of 4 GPUs and ``ScalingConfig(num_workers=(1, 4))``
+an elastic one of 1 to 4 (Ray Train V2's spelling); ``RunConfig`` names the job, its retries
+(``FailureConfig(max_failures=...)``) and what it keeps. Every rank of a pcs-ray run holds one GPU
+the coordinator chose, so a Ray option that places or sizes workers some other way has no meaning
+here: it is refused with :class:`UnsupportedOptionError`, one line saying so and what to do instead,
+never dropped silently.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pcs_ray.jobs.jobfile import MAX_GPUS, MAX_RETRIES
+
+KEPT_CHECKPOINTS = 2  # pcs-ray keeps a job's newest complete checkpoint and the one before it (pcs_ray.train.store)
+
+
+class UnsupportedOptionError(ValueError):
+    """A Ray Train option that means nothing under pcs-ray; the message is one line with what to do instead."""
+
+
+def refuse(option: str, why: str) -> UnsupportedOptionError:
+    return UnsupportedOptionError(f"{option}: {why}")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """How many workers (one GPU each): an ``int`` for a rigid job, ``(min, max)`` for an elastic one."""
+
+    num_workers: int | tuple[int, int] = 1
+    use_gpu: bool = False
+    resources_per_worker: dict | None = None
+    placement_strategy: str = "PACK"
+    accelerator_type: str | None = None
+    trainer_resources: dict | None = None
+
+    def __post_init__(self) -> None:
+        self.gpu_range()
+        if self.resources_per_worker is not None:
+            extra = {k: v for k, v in self.resources_per_worker.items() if not (k == "GPU" and v == 1)}
+            if extra:
+                raise refuse("ScalingConfig(resources_per_worker)", f"{extra} asked, but each pcs-ray worker holds "
+                             "exactly one GPU and its CPUs are not scheduled; drop it or ask for {'GPU': 1}")
+        if self.placement_strategy != "PACK":
+            raise refuse("ScalingConfig(placement_strategy)", "pcs-ray places each worker on the GPUs its "
+                         "topology-aware placement picks; drop placement_strategy")
+        if self.accelerator_type is not None:
+            raise refuse("ScalingConfig(accelerator_type)", "pcs-ray picks the GPUs and predicts the run on them; "
+                         "drop accelerator_type (the job's class, job_class=..., says how sensitive it is)")
+        if self.trainer_resources is not None:
+            raise refuse("ScalingConfig(trainer_resources)", "a pcs-ray run has no trainer actor to size; "
+                         "drop trainer_resources")
+
+    def gpu_range(self) -> tuple[int, int]:
+        """``(min_gpus, gpus)``: the fewest and most GPUs the job runs on."""
+        workers = self.num_workers
+        low, high = (workers, workers) if isinstance(workers, int) and not isinstance(workers, bool) else (
+            tuple(workers) if isinstance(workers, (tuple, list)) and len(workers) == 2 else (None, None))
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (low, high)) or not 1 <= low <= high <= MAX_GPUS:
+            raise refuse("ScalingConfig(num_workers)", f"expected a count or (min, max) with 1 <= min <= max <= "
+                         f"{MAX_GPUS}, got {workers!r}")
+        return low, high
+
+
+@dataclass(frozen=True)
+class FailureConfig:
+    """``max_failures``: times a loop that raises is restarted from its newest checkpoint (Ray's default, 0)."""
+
+    max_failures: int = 0
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) \
+                or not 0 <= self.max_failures <= MAX_RETRIES:
+            raise refuse("FailureConfig(max_failures)", f"got {self.max_failures!r}, but pcs-ray retries a bounded "
+                         f"number of times (retrying forever would hold GPUs without end); give 0 to {MAX_RETRIES}")
+        if self.fail_fast:
+            raise refuse("FailureConfig(fail_fast)", "a pcs-ray job has one run at a time, so there is nothing else "
+                         "to stop; use max_failures=0 to fail at the first error")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """``num_to_keep``: pcs-ray keeps the newest complete checkpoint and the one before it (1 or 2 accepted)."""
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and not (isinstance(self.num_to_keep, int) and 1 <= self.num_to_keep <= KEPT_CHECKPOINTS):
+            raise refuse("CheckpointConfig(num_to_keep)", "pcs-ray keeps a job's newest checkpoint and the one "
+                         "before it; give 1, 2 or None, and copy older ones out yourself (Checkpoint.to_directory)")
+        if self.checkpoint_score_attribute is not None or self.checkpoint_score_order != "max":
+            raise refuse("CheckpointConfig(checkpoint_score_attribute)", "pcs-ray keeps the newest checkpoints, not "
+                         "the best; drop it and keep your best model yourself")
+        if self.checkpoint_frequency or self.checkpoint_at_end is not None:
+            raise refuse("CheckpointConfig(checkpoint_frequency)", "a training function checkpoints when it reports "
+                         "one; drop checkpoint_frequency/checkpoint_at_end (pcs-ray's checkpoint_every=N asks at "
+                         "every N steps)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The job's name, where its result is copied (``storage_path``, a local folder), its retries and checkpoints.
+
+    ``worker_runtime_env``: the run's Ray ``runtime_env`` (``env_vars``, ``pip``...), as a job file's ``runtime_env``.
+    ``verbose`` is accepted and changes nothing: ``fit()`` prints nothing (``pcs-ray status`` and ``logs`` do).
+    """
+
+    name: str | None = None
+    storage_path: str | os.PathLike | None = None
+    failure_config: FailureConfig | None = None
+    checkpoint_config: CheckpointConfig | None = None
+    worker_runtime_env: dict | None = None
+    callbacks: list | None = None
+    stop: Any = None
+    sync_config: Any = None
+    verbose: int | None = None
+    progress_reporter: Any = None
+    log_to_file: bool = False
+    storage_filesystem: Any = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.storage_path, str) and "://" in self.storage_path:
+            raise refuse("RunConfig(storage_path)", f"{self.storage_path!r} is a remote URI; pcs-ray keeps checkpoints "
+                         "on its shared STATE_DIR and copies the result to a local folder: give a path, or None")
+        for name, why in (
+            ("callbacks", "pcs-ray runs no Ray Train controller to call them; read Result.metrics_dataframe after fit()"),
+            ("stop", "a training function stops itself (it returns); pcs-ray stops it only to checkpoint"),
+            ("sync_config", "checkpoints are on pcs-ray's shared STATE_DIR, nothing to sync; drop sync_config"),
+            ("progress_reporter", "pcs-ray's progress is `pcs-ray status` and Trainer.predict(); drop it"),
+            ("log_to_file", "each rank's output is already in its log (`pcs-ray logs ID`); drop log_to_file"),
+            ("storage_filesystem", "checkpoints are on pcs-ray's shared STATE_DIR; drop storage_filesystem"),
+        ):
+            if getattr(self, name):
+                raise refuse(f"RunConfig({name})", why)
+
+    @property
+    def max_failures(self) -> int:
+        return (self.failure_config or FailureConfig()).max_failures

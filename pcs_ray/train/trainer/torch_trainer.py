@@ -1,0 +1,94 @@
+"""``TorchTrainer``: Ray Train's driver under its names, submitting the same job a :class:`Trainer` does.
+
+::
+
+    from pcs_ray.train import RunConfig, ScalingConfig, FailureConfig
+    from pcs_ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(train_func, train_loop_config={"lr": 0.01},
+                           scaling_config=ScalingConfig(num_workers=(1, 4)),          # elastic: 1 to 4 GPUs
+                           run_config=RunConfig(name="mlp", failure_config=FailureConfig(max_failures=2)),
+                           steps=400, job_class="B")                                  # pcs-ray's own, beside Ray's
+    handle = trainer.submit()       # at once: job_id, predicted_completion, bound (trainer.predict() refreshes it)
+    result = trainer.fit()          # blocks: result.metrics, result.checkpoint, result.metrics_dataframe
+
+Ray's options that mean nothing here are refused with one line
+(:class:`~pcs_ray.train.config.UnsupportedOptionError`) saying what to do instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pcs_ray.train.config import RunConfig, ScalingConfig, refuse
+from pcs_ray.train.result import Result
+from pcs_ray.train.trainer import Trainer
+
+REFUSED = {
+    "torch_config": "pcs-ray sets up torch.distributed itself (NCCL on GPUs, gloo on logical ones); drop torch_config",
+    "datasets": "Ray Data datasets do not travel with a pcs-ray job; build your DataLoader inside the training "
+                "function and pass it through train.torch.prepare_data_loader",
+    "dataset_config": "Ray Data datasets do not travel with a pcs-ray job; drop dataset_config",
+    "resume_from_checkpoint": "a pcs-ray job resumes from its own checkpoints; to start from another one, pass its "
+                              "folder in train_loop_config and load it in the training function",
+    "metadata": "pcs-ray keeps no checkpoint metadata; put what you need in the checkpoint's folder",
+}
+
+
+class TorchTrainer:
+    """Ray Train's ``TorchTrainer`` signature, then pcs-ray's own fields (as :class:`Trainer`'s):
+    ``steps`` (the job's total, in the loop's report steps), ``job_class``, ``tenant``, ``step_time``,
+    ``checkpoint_every``, ``min_runtime_s``, ``working_dir``, ``scaling`` and ``client``."""
+
+    def __init__(self, train_loop_per_worker: Callable | str, *, train_loop_config: dict | None = None,
+                 torch_config: Any = None, scaling_config: ScalingConfig | None = None,
+                 run_config: RunConfig | None = None, datasets: Any = None, dataset_config: Any = None,
+                 resume_from_checkpoint: Any = None, metadata: Any = None,
+                 steps: int | None = None, job_class: str = "A", tenant: str | None = None,
+                 step_time: float | None = None, checkpoint_every: int = 0, min_runtime_s: float | None = None,
+                 working_dir: str | Path | None = None, scaling: Any = None, client: Any = None) -> None:
+        given = {"torch_config": torch_config, "datasets": datasets, "dataset_config": dataset_config,
+                 "resume_from_checkpoint": resume_from_checkpoint, "metadata": metadata}
+        for name, value in given.items():
+            if value is not None:
+                raise refuse(f"TorchTrainer({name})", REFUSED[name])
+        self.scaling_config = scaling_config if scaling_config is not None else ScalingConfig()
+        self.run_config = run_config if run_config is not None else RunConfig()
+        if not self.scaling_config.use_gpu:
+            warnings.warn("ScalingConfig(use_gpu=False): each pcs-ray worker holds one GPU of the cluster all the "
+                          "same, and its device is that GPU (the CPU on a logical GPU)", stacklevel=2)
+        min_gpus, gpus = self.scaling_config.gpu_range()
+        self.trainer = Trainer(
+            train_loop_per_worker, config=train_loop_config, steps=steps, gpus=gpus, min_gpus=min_gpus,
+            name=self.run_config.name or "", working_dir=working_dir, step_time=step_time, job_class=job_class,
+            checkpoint_every=checkpoint_every, runtime_env=self.run_config.worker_runtime_env, scaling=scaling,
+            client=client, tenant=tenant, min_runtime_s=min_runtime_s, max_failures=self.run_config.max_failures)
+
+    def spec(self) -> dict:
+        """The job spec it submits: the one :class:`Trainer` makes of the same fields."""
+        return self.trainer.spec()
+
+    def submit(self):
+        """Submit once; returns at once with ``job_id``, ``predicted_completion`` and ``bound``."""
+        return self.trainer.submit()
+
+    @property
+    def job_id(self) -> int | None:
+        return self.trainer.job_id
+
+    def predict(self) -> dict:
+        """The job's refreshed prediction (``pcs-ray predict``)."""
+        return self.trainer.predict()
+
+    def fit(self, timeout: float | None = None) -> Result:
+        """Submit if not yet and block until the job ends: its :class:`Result`, or
+        :class:`~pcs_ray.train.trainer.TrainingFailedError` with the loop's last error line. With
+        ``RunConfig(storage_path=...)`` the result is also copied to ``storage_path/name`` (``Result.path``)."""
+        result = self.trainer.fit(timeout)
+        if self.run_config.storage_path is not None:
+            name = self.run_config.name or f"job-{result.job_id}"
+            result = result.keep_in(Path(self.run_config.storage_path).expanduser() / name)
+        return result

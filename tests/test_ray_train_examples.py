@@ -1,0 +1,170 @@
+"""Ray Train's own example, copied from the installed wheel with only its import lines changed, run as
+written (driver and loop, 2 workers) on a two-node ``pcs-ray up --local`` cluster with token auth.
+
+The cluster's processes are stopped by PID (``pcs-ray down``'s record) in the fixture.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pcs_ray.commands import local_cluster as lc
+
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
+              pytest.mark.slow]  # starts a local Ray cluster through the CLI
+
+ROOT = Path(__file__).resolve().parent.parent
+RAY_TRAIN = Path(importlib.util.find_spec("ray").submodule_search_locations[0]) / "train"
+LINEAR = RAY_TRAIN / "examples" / "pytorch" / "torch_linear_example.py"
+
+#: The only lines a Ray Train script changes to run under pcs-ray.
+PORTED = {
+    "import ray.train as train": "import pcs_ray.train as train",
+    "from ray.train import Checkpoint, RunConfig, ScalingConfig": "from pcs_ray.train import Checkpoint, RunConfig, ScalingConfig",
+    "from ray.train.torch import TorchTrainer": "from pcs_ray.train.torch import TorchTrainer",
+}
+
+
+def port(source: str) -> str:
+    """``source`` with its Ray Train import lines swapped for pcs-ray's, every other line as it was."""
+    return "".join(PORTED.get(line.rstrip("\n"), line.rstrip("\n")) + ("\n" if line.endswith("\n") else "")
+                   for line in source.splitlines(keepends=True))
+
+
+def changed_lines(before: str, after: str) -> set[tuple[str, str]]:
+    old, new = before.splitlines(), after.splitlines()
+    assert len(old) == len(new)
+    return {(a, b) for a, b in zip(old, new) if a != b}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train-examples")
+    token = tmp / "token"
+    token.write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "PCS_RAY_API")}
+    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
+    state = tmp / "state"
+    try:
+        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", "--nodes", "2", "--gpus-per-node",
+                             "1", "--state-dir", str(state), "--json"], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=ROOT, check=False)
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+        info = json.loads(next(line for line in up.stdout.splitlines() if line.startswith("{")))
+        yield {"env": {**env, "RAY_ADDRESS": info["address"], "PCS_RAY_API": info["api"]}, "up": info,
+               "state": state, "tmp": tmp}
+    finally:
+        if (state / lc.STATE_FILE).exists():
+            lc.down(state)
+
+
+def _status(env) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "status", "--json"], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, check=True)
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+
+
+def test_rays_torch_linear_example_runs_with_only_its_imports_changed(cluster):
+    original = LINEAR.read_text()
+    ported = port(original)
+    assert changed_lines(original, ported) == set(PORTED.items())  # every import line changed, nothing else
+    script = cluster["tmp"] / "torch_linear_example.py"
+    script.write_text(ported)
+    env = {**cluster["env"], "RAY_AUTH_MODE": "token"}  # a Ray driver of a token cluster, as its user runs it
+    run = subprocess.run([sys.executable, str(script), "--address", cluster["up"]["address"], "--num-workers", "2"],
+                         env=env, capture_output=True, text=True, timeout=420, cwd=script.parent, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    printed = ast.literal_eval(run.stdout.strip().splitlines()[-1])  # the example prints result.metrics
+
+    job = max(_status(cluster["env"])["jobs"], key=lambda j: j["id"])  # the one it submitted, the newest
+    assert job["state"] == "finished" and job["total_steps"] is None  # a Ray script gives no total
+    assert len(job["segments"][0]["gpus"]) == 2 and job["retries"] == 0
+    rows = [json.loads(line) for line in
+            (cluster["state"] / "logs" / str(job["id"]) / "attempt-1" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # one report per epoch, 3 epochs
+    last = {k: v for k, v in rows[-1].items() if k not in ("step", "attempt")}
+    assert printed == job["metrics"] == last and set(last) == {"loss"}  # Result.metrics: what the loop last reported
+
+
+ELASTIC = """
+import json, os, tempfile, time
+import torch
+import pcs_ray.train as train
+from pcs_ray.train import Checkpoint, RunConfig, ScalingConfig
+from pcs_ray.train.torch import TorchTrainer
+
+def train_func(config):
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = torch.load(os.path.join(d, "state.pt"), weights_only=True)["epoch"] + 1
+    for epoch in range(start, config["epochs"]):
+        time.sleep(config["epoch_s"])
+        with tempfile.TemporaryDirectory() as d:  # every rank reports a checkpoint, as Ray's examples do
+            torch.save({"epoch": epoch}, os.path.join(d, "state.pt"))
+            train.report({"epoch": epoch, "world": train.get_context().get_world_size()},
+                         checkpoint=Checkpoint.from_directory(d))
+
+if __name__ == "__main__":
+    trainer = TorchTrainer(train_func, train_loop_config={"epochs": 30, "epoch_s": 0.5},
+                           scaling_config=ScalingConfig(num_workers=(1, 2), use_gpu=True),
+                           run_config=RunConfig(name="elastic"))
+    print(json.dumps({"job": trainer.submit().id}), flush=True)
+    result = trainer.fit()
+    frame = result.metrics_dataframe
+    print(json.dumps({"metrics": result.metrics, "epochs": frame["epoch"].tolist(), "steps": frame["step"].tolist()}))
+"""
+
+
+def _cli(env, *args) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def test_an_elastic_torch_trainer_is_resized_by_a_rigid_arrival_and_resumes_from_its_own_checkpoints(cluster):
+    env = cluster["env"]
+    _cli(env, "config", "set", "--policy", "fair")  # equal shares: a second job takes one of the elastic job's GPUs
+    script = cluster["tmp"] / "elastic.py"
+    script.write_text(ELASTIC)
+    driver = subprocess.Popen([sys.executable, str(script)], env={**env, "RAY_AUTH_MODE": "token"}, cwd=script.parent,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        jid = json.loads(driver.stdout.readline())["job"]
+        deadline = time.monotonic() + 240
+        while not any(j["id"] == jid and len(j["gpus"]) == 2 and j["steps"] >= 3 for j in _status(env)["jobs"]):
+            assert time.monotonic() < deadline and driver.poll() is None, "the elastic job never trained on 2 GPUs"
+            time.sleep(1.0)
+        rigid = cluster["tmp"] / "rigid.yaml"
+        rigid.write_text("name: rigid\nworkload: tiny_cnn\nsteps: 20\ngpus: 1\nstep_time: 0.05\n"
+                         "params: {num_samples: 256}\n")
+        _cli(env, "submit", str(rigid))
+        out, err = driver.communicate(timeout=420)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out[-3000:] + err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    jobs = {j["name"]: j for j in _status(env)["jobs"]}
+    elastic, other = jobs["elastic"], jobs["rigid"]
+    assert elastic["state"] == "finished" and other["state"] in ("finished", "running", "queued")
+    counts = [len(s["gpus"]) for s in elastic["segments"]]
+    assert counts[0] == 2 and 1 in counts and elastic["preemptions"] >= 1  # resized at least once
+    assert all(s["from_step"] > 0 for s in elastic["segments"][1:]) and elastic["lost_steps"] == 0
+    # Each run resumed from the checkpoint the loop itself reported: epoch e is always step e + 1, none lost.
+    rows = [json.loads(line) for attempt in range(1, elastic["attempts"] + 1) for line in
+            (cluster["state"] / "logs" / str(elastic["id"]) / f"attempt-{attempt}" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["step"] == r["epoch"] + 1 for r in rows) and {r["epoch"] for r in rows} == set(range(30))
+    assert result["epochs"] == list(range(30)) and result["metrics"] == elastic["metrics"] and result["metrics"]["epoch"] == 29
