@@ -57,6 +57,20 @@ def _see(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
 
+async def _form(request: web.Request) -> dict | None:
+    """A POST's form fields (an empty form for a body of another type), or None when it cannot be read."""
+    if request.content_type not in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        return {}
+    try:
+        return dict(await request.post())
+    except (ValueError, UnicodeDecodeError, AssertionError, RuntimeError):
+        return None
+
+
+def _bad_form() -> web.Response:
+    return web.Response(status=400, text="the form could not be read", content_type="text/plain")
+
+
 def _form_text(form, name: str) -> str:
     value = form.get(name, "")
     return value.strip()[:MAX_NAME] if isinstance(value, str) else ""
@@ -120,11 +134,12 @@ class DashboardRoutes:
     async def _csrf_checked(self, request: web.Request) -> tuple[DashboardSession | None, dict, web.Response | None]:
         """The session of a POST, its form, or the refusal: 401 without a session, 403 without its CSRF token."""
         _, session = self.session_of(request)
-        form = dict(await request.post()) if request.content_type in (
-            "application/x-www-form-urlencoded", "multipart/form-data") else {}
-        if session is None:
-            return None, form, web.Response(status=401, text="sign in first: no valid dashboard session",
-                                            content_type="text/plain")
+        if session is None:  # refused before its body is read
+            return None, {}, web.Response(status=401, text="sign in first: no valid dashboard session",
+                                          content_type="text/plain")
+        form = await _form(request)
+        if form is None:
+            return None, {}, _bad_form()
         given = request.headers.get("X-CSRF-Token") or form.get("csrf")
         if not isinstance(given, str) or not self.sessions.csrf_ok(session, given):
             return None, form, web.Response(status=403, text="refused: missing or wrong CSRF token",
@@ -153,7 +168,9 @@ class DashboardRoutes:
         return _html(pages.login_page())
 
     async def login(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await _form(request)
+        if form is None:
+            return _bad_form()
         token = form.get("token", "")
         offered = token.strip().encode("utf-8", "replace") if isinstance(token, str) else b""
         user, tenant = _form_text(form, "user"), _form_text(form, "tenant")

@@ -104,7 +104,7 @@ def row(job: dict, now: float) -> str:
         f'<td data-col="user">{esc(job.get("user") or "")}</td>',
         f'<td data-col="state"><span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span></td>',
         f'<td data-col="gpus"{attrs(title=", ".join(job["gpus"]) or None)}>{held} / {esc(want)}</td>',
-        f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total=total)}>'
+        f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
         f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>',
         f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
         f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
