@@ -486,7 +486,9 @@ def check_http(server, token, req):
     elif auth != "token":
         # never served: 400 when the request itself is bad, 417 for an Expect header aiohttp answers before routing
         assert reply.status in (400, 401, 417), reply.status
-    if raw and reply.status >= 400:
+    if path.startswith("/dashboard") and (reply.getheader("Content-Type") or "").startswith("text/html"):
+        assert b"Traceback" not in raw  # the sign-in form again, saying why
+    elif raw and reply.status >= 400:
         try:
             message = json.loads(raw)["error"]["message"]
         except (ValueError, KeyError, TypeError):

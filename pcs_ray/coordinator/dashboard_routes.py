@@ -89,8 +89,7 @@ class DashboardRoutes:
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
-        r.add_get(PREFIX, self.root)
-        r.add_get(PREFIX + "/", self.root)
+        r.add_route("*", PREFIX, self.root)
         r.add_get(PREFIX + "/login", self.login_form)
         r.add_post(PREFIX + "/login", self.login)
         r.add_post(PREFIX + "/logout", self.logout)
@@ -118,6 +117,10 @@ class DashboardRoutes:
             response = await handler(request)
         except web.HTTPException as e:
             response = web.Response(status=e.status, text=e.text or e.reason, content_type="text/plain")
+        except Exception as e:  # a bug: one line for the browser, the traceback in the coordinator's log
+            log.exception("dashboard %s %s", request.method, request.path)
+            response = web.Response(status=500, text=f"the dashboard failed: {type(e).__name__}: {' '.join(str(e).split())}",
+                                    content_type="text/plain")
         for name, value in HEADERS.items():
             response.headers.setdefault(name, value)
         return response
@@ -154,6 +157,8 @@ class DashboardRoutes:
 
     # -- sign-in ---------------------------------------------------------------------------
     async def root(self, request: web.Request) -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            return await self.unknown(request)
         _, session = self.session_of(request)
         return _see(f"{PREFIX}/jobs" if session is not None else f"{PREFIX}/login")
 
@@ -190,8 +195,10 @@ class DashboardRoutes:
 
     async def unknown(self, request: web.Request) -> web.Response:
         _, session = self.session_of(request)
+        if request.path == PREFIX + "/" and request.method in ("GET", "HEAD"):
+            return _see(f"{PREFIX}/jobs" if session is not None else f"{PREFIX}/login")
         if session is None:
-            return _see(f"{PREFIX}/login") if request.method == "GET" else web.Response(
+            return _see(f"{PREFIX}/login") if request.method in ("GET", "HEAD") else web.Response(
                 status=401, text="sign in first: no valid dashboard session", content_type="text/plain")
         if request.method == "POST":
             _, _, refused = await self._csrf_checked(request)

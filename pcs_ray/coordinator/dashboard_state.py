@@ -52,7 +52,7 @@ def take_snapshot(host, layout: list[dict], history: list[dict]) -> dict:
         config = core.config()
         config.pop("cluster", None)
         tenants = core.tenants_view()
-        minimum = core.tenants.min_runtime() if core.tenants is not None else None
+        minimum = core.tenants.min_runtime if core.tenants is not None else None
         now = status["now"]
         for job in status["jobs"]:
             job["protected_until"] = None
