@@ -76,7 +76,9 @@ def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, 
     ``csrf``: the session's token; htmx sends it as ``X-CSRF-Token`` with every request it makes.
     ``live``: False for pages without polling (the sign-in form, a static report).
     """
-    script = f'<script src="{STATIC}/htmx.min.js"></script>' if live else ""
+    # The assets need a session: the sign-in form (``live`` False, no session yet) asks for none of them.
+    assets = (f'<link rel="icon" href="{STATIC}/favicon.svg"><link rel="stylesheet" href="{STATIC}/dashboard.css">'
+              f'<script src="{STATIC}/htmx.min.js"></script>') if live else ""
     headers = f" hx-headers='{esc(json.dumps({'X-CSRF-Token': csrf}))}'" if csrf else ""
     who = ""
     if csrf:
@@ -86,7 +88,7 @@ def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, 
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta name="htmx-config"{attrs(content=HTMX_CONFIG)}>'
             f"<title>{esc(title)} · pcs-ray</title>"
-            f'<link rel="stylesheet" href="{STATIC}/dashboard.css">{script}</head>'
+            f"{assets}</head>"
             f"<body{headers}>{top}<main>{body}</main></body></html>\n")
 
 
