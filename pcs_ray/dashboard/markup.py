@@ -70,15 +70,15 @@ def nav(current: str) -> str:
 
 
 def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, caller: str = "",
-          live: bool = True) -> str:
+          live: bool = True, styled: bool = True) -> str:
     """A whole page: head (the package's own CSS and htmx only), navigation, who is signed in, ``body``.
 
     ``csrf``: the session's token; htmx sends it as ``X-CSRF-Token`` with every request it makes.
-    ``live``: False for pages without polling (the sign-in form, a static report).
+    ``live``: False for pages without polling (the sign-in form, a static report). ``styled``: False for the
+    sign-in form, which asks for no asset (they need a session).
     """
-    # The assets need a session: the sign-in form (``live`` False, no session yet) asks for none of them.
     assets = (f'<link rel="icon" href="{STATIC}/favicon.svg"><link rel="stylesheet" href="{STATIC}/dashboard.css">'
-              f'<script src="{STATIC}/htmx.min.js"></script>') if live else ""
+              if styled else "") + (f'<script src="{STATIC}/htmx.min.js"></script>' if live else "")
     headers = f" hx-headers='{esc(json.dumps({'X-CSRF-Token': csrf}))}'" if csrf else ""
     who = ""
     if csrf:
