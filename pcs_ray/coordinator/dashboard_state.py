@@ -178,10 +178,14 @@ class SnapshotKeeper:
         self._config: tuple[tuple, list[dict]] | None = None
 
     def get(self) -> dict:
+        """The latest snapshot, retaken when too old. While one is being taken, the others asking get the one
+        before it rather than wait: they hold threads of the API's pool, which submissions need."""
         latest = self._latest
         if latest is not None and time.monotonic() - latest[0] < self.max_age_s:
             return latest[1]
-        with self._taking:  # one snapshot for all the dashboards that asked meanwhile
+        if not self._taking.acquire(blocking=latest is None):
+            return latest[1]
+        try:
             latest = self._latest
             if latest is not None and time.monotonic() - latest[0] < self.max_age_s:
                 return latest[1]
@@ -191,10 +195,13 @@ class SnapshotKeeper:
             self._latest = (time.monotonic(), snapshot)
             self.max_age_s = max(self.base_age_s, held / LOCK_SHARE)
             return snapshot
+        finally:
+            self._taking.release()
 
     def invalidate(self) -> None:
         """The next ``get`` takes a new snapshot (after an action, so its page shows its effect)."""
-        self._latest = None
+        with self._taking:
+            self._latest = None
 
     def layout(self) -> list[dict]:
         cluster = self.host.core.cluster  # a new core after a node loss has a new cluster
