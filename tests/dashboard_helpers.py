@@ -84,12 +84,13 @@ NOW = 1_800_000_000.0
 
 def job(jid: int, state: str = "queued", *, name: str | None = None, tenant: str | None = "t1", user: str | None = "al",
         gpus: list[str] | None = None, predicted: float | None = None, bound: float | None = None,
-        waiting: dict | None = None, segments: list[dict] | None = None, steps: int = 0, total: int = 100) -> dict:
+        waiting: dict | None = None, segments: list[dict] | None = None, steps: int = 0, total: int = 100,
+        start: float | None = None) -> dict:
     """A job view as ``Coordinator.status`` gives it."""
     return {"id": jid, "name": name or f"job-{jid}", "workload": "tiny_cnn", "class": "B", "state": state,
             "tenant": tenant, "user": user, "gpus": gpus or [], "demand": [1, max(1, len(gpus or [])) or 1],
             "steps": steps, "total_steps": total, "submit": NOW - 100, "start": segments[0]["start"] if segments else None,
-            "finish": None, "predicted_completion": predicted, "first_predicted": predicted, "bound": bound,
+            "finish": None, "predicted_completion": predicted, "predicted_start": start, "first_predicted": predicted, "bound": bound,
             "preemptions": 0, "lost_steps": 0, "attempts": len(segments or []), "error": None, "metrics": None,
             "segments": segments or [], "waiting": waiting, "protected_until": None}
 

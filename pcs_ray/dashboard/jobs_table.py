@@ -65,9 +65,9 @@ class JobsQuery:
 
 
 def predicted_start(job: dict) -> float | None:
-    """When the job starts: its first start once it ran; None for a queued job (the stored forecast holds
-    finishes only, so no start is shown that the forecast did not give)."""
-    return job.get("start")
+    """When the job starts: for a queued job the stored forecast's (when its latest whole play first gives it
+    GPUs; None until a play has), else its first start."""
+    return job.get("predicted_start") if job["state"] == "queued" else job.get("start")
 
 
 def select(jobs: list[dict], q: JobsQuery) -> tuple[list[dict], int, int]:
