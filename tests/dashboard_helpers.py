@@ -13,14 +13,14 @@ VOID = {"meta", "link", "input", "br", "img", "hr", "source", "col", "area", "ba
 class Element:
     tag: str
     attrs: dict[str, str]
-    children: list["Element"] = field(default_factory=list)
+    children: list[Element] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.parts) + "".join(c.text for c in self.children)
 
-    def all(self, tag: str | None = None, **want) -> list["Element"]:
+    def all(self, tag: str | None = None, **want) -> list[Element]:
         """Descendants with this tag (any if None) whose attributes hold ``want`` (``class_`` matches one class,
         ``data_x`` is ``data-x``; a value of True: the attribute is there)."""
         out = []
@@ -30,7 +30,7 @@ class Element:
             out += child.all(tag, **want)
         return out
 
-    def one(self, tag: str | None = None, **want) -> "Element":
+    def one(self, tag: str | None = None, **want) -> Element:
         found = self.all(tag, **want)
         assert len(found) == 1, f"{len(found)} <{tag} {want}>"
         return found[0]

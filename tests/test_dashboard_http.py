@@ -251,7 +251,11 @@ def test_the_api_still_wants_its_bearer_token(dash):
 
 
 def test_one_snapshot_serves_every_dashboard_and_records_each_jobs_forecast_when_it_changes(dash):
-    from pcs_ray.coordinator.dashboard_state import HISTORY_POINTS, JobHistory, SnapshotKeeper
+    from pcs_ray.coordinator.dashboard_state import (
+        HISTORY_POINTS,
+        JobHistory,
+        SnapshotKeeper,
+    )
 
     host, _ = dash
     keeper = SnapshotKeeper(host, max_age_s=60.0)

@@ -20,9 +20,9 @@ import time
 from array import array
 from collections import deque
 
-import pcs_ray.coordinator.views as views
 from pcs_ray.cluster.topology import TopologyError, read_topo
 from pcs_ray.contract import JobStatus
+from pcs_ray.coordinator import views
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.dashboard.history import CONFIG_KINDS, config_history
 from pcs_ray.dashboard.snapshot import nvlink_groups, speed_class

@@ -47,7 +47,7 @@ class JobsQuery:
     page: int = 1
 
     @classmethod
-    def parse(cls, query) -> "JobsQuery":
+    def parse(cls, query) -> JobsQuery:
         """From a request's query mapping; what cannot be read falls back to the default."""
         state = query.get("state", "")
         sort = query.get("sort", "id")
@@ -98,14 +98,14 @@ def row(job: dict, now: float) -> str:
     start, finish, bound = predicted_start(job), job.get("predicted_completion"), job.get("bound")
     waiting = job.get("waiting") or {}
     cells = [
-        f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
-        f' <span class="id">#{job["id"]}</span></td>',
+        (f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
+         f' <span class="id">#{job["id"]}</span></td>'),
         f'<td data-col="tenant">{esc(job.get("tenant") or "")}</td>',
         f'<td data-col="user">{esc(job.get("user") or "")}</td>',
         f'<td data-col="state"><span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span></td>',
         f'<td data-col="gpus"{attrs(title=", ".join(job["gpus"]) or None)}>{held} / {esc(want)}</td>',
-        f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
-        f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>',
+        (f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
+         f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>'),
         f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
         f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
         f'<td data-col="bound"{attrs(data__epoch=epoch(bound))}>{clock(bound, now)}</td>',

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 
 from pcs_ray.dashboard.charts import line_chart
 from pcs_ray.dashboard.jobs_table import JobsQuery, filters, reason_words, table
-from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc, flash, live_region, shell
+from pcs_ray.dashboard.markup import (
+    PREFIX,
+    attrs,
+    clock,
+    epoch,
+    esc,
+    flash,
+    live_region,
+    shell,
+)
 from pcs_ray.dashboard.snapshot import holders
 from pcs_ray.dashboard.timeline import timeline_svg
 
@@ -148,6 +157,10 @@ def _runs_table(job: dict, now: float) -> str:
             f'<th>Checkpoint step</th></tr></thead><tbody>{rows}</tbody></table>')
 
 
+def _time(cls: str, t: float | None, now: float) -> str:
+    return f"<span{attrs(data__epoch=epoch(t), class_=cls)}>{clock(t, now)}</span>"
+
+
 def _facts(job: dict, now: float) -> str:
     total = job.get("total_steps") or 0
     waiting = job.get("waiting") or {}
@@ -157,8 +170,9 @@ def _facts(job: dict, now: float) -> str:
             ("GPUs", esc(", ".join(job["gpus"]) or "none") + f' (demand {esc("–".join(map(str, job.get("demand") or [])))})'),
             ("Progress", f'<progress{attrs(max=max(total, 1), value=job["steps"])}></progress> {job["steps"]} / {total} steps'),
             ("Submitted", clock(job.get("submit"), now)),
-            ("Predicted finish", f'<span{attrs(data__epoch=epoch(job.get("predicted_completion")), class_="predicted-finish")}>'
-                                 f'{clock(job.get("predicted_completion"), now)}</span>'),
+            ("Start" if job["state"] != "queued" else "Predicted start",
+             _time("predicted-start", job.get("start") if job["state"] != "queued" else job.get("predicted_start"), now)),
+            ("Predicted finish", _time("predicted-finish", job.get("predicted_completion"), now)),
             ("Bound", f'<span{attrs(data__epoch=epoch(job.get("bound")), class_="bound")}>{clock(job.get("bound"), now)}</span>'),
             ("Finished", clock(job.get("finish"), now)),
             ("Why waiting", f'<span{attrs(data__code=waiting.get("code", ""), class_="reason")}>{esc(reason_words(waiting)) or "—"}</span>'),

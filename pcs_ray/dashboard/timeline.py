@@ -65,8 +65,8 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
     gpus = [g["name"] for node in snapshot["nodes"] for g in node["gpus"]]
     gpus += sorted(set(rows) - set(gpus))  # GPUs of runs on nodes lost since
     height = AXIS_H + ROW_H * (len(gpus) + (len(queued) + 1 if queued else 0)) + 10
-    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
-             f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>']
+    parts = [(f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
+              f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>')]
     for k in range(7):  # the time axis
         t = since + span * k / 6
         parts.append(f'<g class="tick"><line{attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height)}/>'
