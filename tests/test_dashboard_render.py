@@ -105,6 +105,10 @@ def test_filters_and_sorting():
     assert ids(state="running") == [3]
     assert ids(sort="predicted-finish") == [2, 3, 1, 4]  # a job without a forecast last
     assert ids(sort="predicted-finish", order="desc") == [1, 3, 2, 4]
+    ended = job(5, "cancelled", predicted=NOW + 99)
+    ended["finish"] = NOW - 5.5
+    cell = dom(pages.jobs_fragment(snapshot([ended]), JobsQuery(), SESSION)).one("td", data_col="predicted-finish")
+    assert float(cell.attrs["data-epoch"]) == NOW - 5.5  # an ended job: when it ended, not its last forecast
     assert ids(state="nonsense", sort="nonsense", page="x") == [1, 2, 3, 4]  # what cannot be read falls back
 
 
@@ -198,7 +202,7 @@ def test_tenants_waiting_on_quota_and_gpus_over_time():
     waiting = root.one("tr", data_tenant="a").one("td", data_col="waiting")
     assert (waiting.text, waiting.attrs["data-on-quota"]) == ("2", "1")
     points = root.one("svg", id="tenants-history").all("circle")
-    assert [float(c.attrs["data-y"]) for c in points] == [1.0, 2.0]
+    assert [float(c.attrs["data-y"]) for c in points] == [1.0, 2.0, 2.0]  # the last count holds until now
 
 
 def test_policy_page_and_config_history_from_journal_events():

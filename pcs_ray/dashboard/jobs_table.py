@@ -24,7 +24,7 @@ SORTS = {
     "gpus": lambda j: len(j["gpus"]),
     "progress": lambda j: j["steps"] / j["total_steps"] if j.get("total_steps") else 0.0,
     "predicted-start": lambda j: predicted_start(j),
-    "predicted-finish": lambda j: j.get("predicted_completion"),
+    "predicted-finish": lambda j: predicted_finish(j),
     "bound": lambda j: j.get("bound"),
     "preemptions": lambda j: j.get("preemptions", 0),
     "lost-steps": lambda j: j.get("lost_steps", 0),
@@ -70,6 +70,11 @@ def predicted_start(job: dict) -> float | None:
     return job.get("predicted_start") if job["state"] == "queued" else job.get("start")
 
 
+def predicted_finish(job: dict) -> float | None:
+    """The stored forecast's finish; once the job ended, when it did (as ``pcs-ray predict`` gives it)."""
+    return job.get("finish") if job["state"] in ("finished", "cancelled", "failed") else job.get("predicted_completion")
+
+
 def select(jobs: list[dict], q: JobsQuery) -> tuple[list[dict], int, int]:
     """The page's rows, how many jobs pass the filters, and the page actually shown (clamped)."""
     chosen = [j for j in jobs if (not q.state or j["state"] == q.state)
@@ -95,7 +100,7 @@ def row(job: dict, now: float) -> str:
     want = demand[1] if demand[0] in (None, demand[1]) else f"{demand[0]}–{demand[1]}"
     total = job.get("total_steps") or 0
     share = job["steps"] / total if total else 0.0
-    start, finish, bound = predicted_start(job), job.get("predicted_completion"), job.get("bound")
+    start, finish, bound = predicted_start(job), predicted_finish(job), job.get("bound")
     waiting = job.get("waiting") or {}
     cells = [
         (f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
