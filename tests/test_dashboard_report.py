@@ -9,7 +9,7 @@ import json
 import re
 
 from dashboard_helpers import dom
-from test_observability import Clock, _core
+from builders import Clock, coordinator
 
 
 def test_report_html_writes_the_pages_of_a_finished_run(tmp_path):
@@ -17,7 +17,7 @@ def test_report_html_writes_the_pages_of_a_finished_run(tmp_path):
 
     state = tmp_path / "state"
     clock = Clock()
-    core = _core(state / "journal.sqlite", clock, "fifo")
+    core = coordinator(gpus=4, per_node=2, journal=state / "journal.sqlite", clock=clock)
     core.set_tenants({"tenants": {"t1": {"quota": 2}, "t2": {"quota": 2}}})
     first, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1, "name": "<first>",
                             "tenant": "t1"})
