@@ -16,7 +16,7 @@ CALLS = [name for name, member in vars(CoordinatorAPI).items() if not name.start
 
 @pytest.mark.parametrize("host", [LocalCoordinator, CoordinatorService, Client], ids=lambda c: c.__name__)
 def test_every_host_answers_every_call_with_the_same_parameters(host):
-    assert len(CALLS) == 13
+    assert len(CALLS) == 14
     for name in CALLS:
         want = list(inspect.signature(getattr(CoordinatorAPI, name)).parameters)
         got = list(inspect.signature(getattr(host, name)).parameters)
@@ -24,7 +24,7 @@ def test_every_host_answers_every_call_with_the_same_parameters(host):
 
 
 def test_terminal_states_are_defined_once_and_views_carry_plain_strings():
-    assert TERMINAL == {JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED}
+    assert TERMINAL == {JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.TIMED_OUT}
     assert [s for s in JobStatus if s.done] == sorted(TERMINAL, key=list(JobStatus).index)
     assert {s for s in JobStatus if s.holds_gpus} == {JobStatus.RUNNING, JobStatus.STOPPING}
     assert "finished" in TERMINAL and JobStatus("stopping").holds_gpus

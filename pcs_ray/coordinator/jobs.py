@@ -46,6 +46,10 @@ class LiveJob:
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested
     cancel_requested: bool = False
+    # A guard's end in flight (``guards``: time limit, hang): its run is being stopped, then the job ends
+    # ``state`` with ``reason``, coded ``code`` (an ``EndCode``).
+    ending: dict | None = None
+    end_code: str | None = None  # why the coordinator itself ended it (an ``EndCode``), once ended
     failures: int = 0
     error: str | None = None
     note: str | None = None  # how it finished when not at its budget (user code that returned early)
