@@ -66,7 +66,7 @@ def end_reason(job: LiveJob) -> dict | None:
     """Why the coordinator itself ended (or is ending) the job: ``{code, text}`` (``contract.EndCode``), else None."""
     if job.end_code is not None:
         return {"code": job.end_code, "text": job.error}
-    if job.ending is not None:
+    if job.ending is not None and not job.done:
         return {"code": job.ending["code"], "text": job.ending["reason"]}
     return None
 
