@@ -37,6 +37,7 @@ from pathlib import Path
 
 import ray
 
+from executors import hang_dump
 from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
@@ -197,6 +198,7 @@ class _Pace:
 
         self.slowdown = request.slowdown if emulate and budget is None else 1.0
         self.budget, self.on_step, self.rank, self.timings = budget, on_step, rank, timings
+        self.report_timeout_s = request.report_timeout_s
         self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulate,
                                          budget, resolve) if rank == 0 else None
         self.last_step: int | None = None
@@ -232,6 +234,7 @@ class _Pace:
             self.step_time = (time.monotonic() - self.mark) / max(1, steps)
         self.timings["last_step_end"] = time.time()
         self.timings.setdefault("first_step", self.timings["last_step_end"])
+        hang_dump.arm(self.report_timeout_s)
         if self.progress is not None:
             self.progress.step_done(step, self.step_time)
         if self.telemetry is not None:
@@ -272,6 +275,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
     timings["start_step"] = start_step
     session = pace = budget = None
     notes: list[str] = []
+    hang_dump.arm(request.report_timeout_s)  # start-up counts: a run that never reports is a hang too
     try:
         device = _device()
         if device == "cpu" and builtin:
@@ -316,6 +320,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         return failed_outcome(request, error, start_step=start_step, timings=timings,
                               fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
     finally:
+        hang_dump.disarm()
         if pace is not None:
             pace.close()
         train_session.install(None)

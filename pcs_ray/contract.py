@@ -213,6 +213,9 @@ class RunRequest:
     # runtime_env and config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``); None for a built-in workload.
     code: dict | None = None
     log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
+    # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``executors.hang_dump``)
+    # just before the coordinator kills the run as hung; None: no timeout.
+    report_timeout_s: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
