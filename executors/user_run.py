@@ -25,6 +25,7 @@ compute since the previous one.
 from __future__ import annotations
 
 import base64
+import faulthandler
 import importlib
 import importlib.util
 import inspect
@@ -148,6 +149,7 @@ class UserRank:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
+            faulthandler.enable(file=2, all_threads=True)  # a fatal signal's stacks go to the log (rank_death reads them)
 
     def rendezvous(self) -> tuple[str, int]:
         return rendezvous_address()
