@@ -38,7 +38,7 @@ from pathlib import Path
 
 import ray
 
-from executors import hang_dump
+from executors import hang_dump, log_cap
 from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
@@ -117,7 +117,8 @@ class UserRank:
     afterwards still decides which device the run sees.
     """
 
-    def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None):
+    def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None,
+                 log_bytes: int | None = None):
         self.created = time.time()
         self._stop = threading.Event()
         self.log_path = None
@@ -128,13 +129,14 @@ class UserRank:
             import pcs_ray.train.session  # noqa: F401  (and the contract's package with it)
         self.warmed = time.time()
         if gpu is not None:
-            self.assign(gpu, rank, world_size, log_dir)
+            self.assign(gpu, rank, world_size, log_dir, log_bytes)
 
     def ready(self) -> bool:
         return True
 
-    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None) -> None:
-        """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``."""
+    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None, log_bytes: int | None = None) -> None:
+        """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``
+        (rotated past ``log_bytes``, ``executors.log_cap``)."""
         if self.gpu is not None:
             raise RuntimeError("a user rank process runs one run only")
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
@@ -143,12 +145,9 @@ class UserRank:
         if log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.log_path = Path(log_dir) / f"rank-{rank}.log"
-            sys.stdout.flush()
-            sys.stderr.flush()
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.close(fd)
+            log_cap.open_log(self.log_path)
+            if log_bytes:
+                log_cap.LogCap(self.log_path, log_bytes).start()  # ends with this process, which serves one run
             faulthandler.enable(file=2, all_threads=True)  # a fatal signal's stacks go to the log (rank_death reads them)
 
     def rendezvous(self) -> tuple[str, int]:
@@ -384,12 +383,12 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
     nodes = spares.nodes_of(request.gpus) if spares.per_key > 0 else {}
     for rank, slot in enumerate(request.gpus):
         actor = spares.take(nodes.get(slot), key)
-        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir))
+        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir, request.log_bytes))
         if actor is None:
             actor = RemoteUserRank.options(
                 num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
                 max_concurrency=2, max_restarts=0, runtime_env=env,
-            ).remote(slot, rank, world_size, request.log_dir)
+            ).remote(slot, rank, world_size, request.log_dir, request.log_bytes)
         actors.append(actor)
     spares.refill([nodes.get(slot) for slot in request.gpus], key, lambda node: _spare(node, env))
     master = actors[0].rendezvous.remote() if world_size > 1 else None

@@ -216,6 +216,7 @@ class RunRequest:
     # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``executors.hang_dump``)
     # just before the coordinator kills the run as hung; None: no timeout.
     report_timeout_s: float | None = None
+    log_bytes: int | None = None  # each rank's log is rotated past this size (``executors.log_cap``); None: never
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -55,6 +55,7 @@ class CoordinatorConfig:
     max_runtime_bound_s: float | None = RunLimits.max_runtime_bound_s  # the longest a job may set
     report_timeout_s: float | None = RunLimits.report_timeout_s  # a run silent this long is hung
     report_timeout_bound_s: float | None = RunLimits.report_timeout_bound_s  # the longest a job may set
+    log_bytes_per_rank: int | None = RunLimits.log_bytes_per_rank  # a user rank's log rotates past this size
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -75,7 +76,8 @@ class CoordinatorConfig:
         try:
             return RunLimits(lease_s=self.external_lease_s, max_runtime_s=self.max_runtime_s,
                              max_runtime_bound_s=self.max_runtime_bound_s, report_timeout_s=self.report_timeout_s,
-                             report_timeout_bound_s=self.report_timeout_bound_s)
+                             report_timeout_bound_s=self.report_timeout_bound_s,
+                             log_bytes_per_rank=self.log_bytes_per_rank)
         except ValueError as e:
             raise ConfigError(str(e)) from None
 

@@ -389,14 +389,17 @@ class Coordinator(CoordinatorState):
         if job.spec.executor == "external":
             return None
         slots = tuple(self.slot(g) for g in start.gpus)
-        return StartRun(job.job_id, start.kind, run_request(job, slots, self.checkpoint_root / str(job.job_id),
-                                                            self.limits.report_timeout(job.spec)))
+        return StartRun(job.job_id, start.kind, self._run_request(job, slots))
 
     def current_request(self, jid: int):
         """The run request of the job's current attempt, as it was launched (to adopt that run after a restart)."""
         job = self._job(jid)
         slots = tuple(self.slot(g) for g in job.gpus)
-        return run_request(job, slots, self.checkpoint_root / str(job.job_id), self.limits.report_timeout(job.spec))
+        return self._run_request(job, slots)
+
+    def _run_request(self, job: LiveJob, slots: tuple[GPUSlot, ...]):
+        return run_request(job, slots, self.checkpoint_root / str(job.job_id), self.limits.report_timeout(job.spec),
+                           self.limits.log_bytes_per_rank)
 
     # -- predictions -------------------------------------------------------------------
     def play_refresh(self, force: bool = False) -> None:

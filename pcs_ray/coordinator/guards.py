@@ -36,11 +36,12 @@ class RunLimits:
     max_runtime_bound_s: float | None = None
     report_timeout_s: float | None = 1800.0
     report_timeout_bound_s: float | None = 6 * 3600.0
+    log_bytes_per_rank: int | None = 64 * 1024 * 1024  # a user rank's log rotates past this (executors.log_cap)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {value}")
+                raise ValueError(f"{name} must be > 0, got {value}")
 
     def max_runtime(self, spec: JobFile) -> float | None:
         return spec.max_runtime_s if spec.max_runtime_s is not None else self.max_runtime_s
