@@ -235,3 +235,18 @@ def test_an_external_job_is_not_taken_for_hung_and_its_report_timeout_is_bounded
 def test_limits_must_be_positive():
     with pytest.raises(ValueError, match="lease_s"):
         RunLimits(lease_s=0)
+
+
+def test_the_readme_gives_each_settings_default_as_the_code_has_it():
+    import re
+    from pathlib import Path
+
+    from pcs_ray.commands.limits import LIMITS
+    from pcs_ray.coordinator.config import CoordinatorConfig
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for name in LIMITS:
+        row = re.search(rf"^\| `{name}` \| ([^|]+) \|", readme, re.M)
+        assert row, f"{name} is not in the README's guards table"
+        default = CoordinatorConfig.__dataclass_fields__[name].default
+        assert row.group(1).strip() == ("none" if default is None else f"{default:.12g}"), name
