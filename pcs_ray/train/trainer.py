@@ -27,7 +27,7 @@ from pcs_ray.client import Client, JobHandle
 
 
 class TrainingFailedError(RuntimeError):
-    """The job ended without finishing (failed or cancelled); the message carries why."""
+    """The job ended without finishing (failed, cancelled or timed out); the message carries why."""
 
 
 @dataclass(frozen=True)
