@@ -202,6 +202,8 @@ class _Pace:
         self.report_timeout_s = request.report_timeout_s
         self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulate,
                                          budget, resolve) if rank == 0 else None
+        if self.progress is not None:
+            self.progress.began(timings.get("start_step", 0))
         self.last_step: int | None = None
         self.step_time: float | None = None
         self.began = False

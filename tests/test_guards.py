@@ -215,12 +215,18 @@ def test_a_run_silent_past_its_report_timeout_is_killed_and_the_job_fails_with_t
     assert "after step 5" in done["error"] and f"pcs-ray logs {jid}" in done["error"]
 
 
-def test_a_run_that_never_reports_is_a_hang_counted_from_its_start():
+def test_a_run_whose_ranks_began_and_never_report_a_step_is_a_hang_and_start_up_is_not_a_silence():
     core, clock = make(report_timeout_s=100, gpus=1)
     jid, _ = core.submit(job())
-    clock.t += 100 + HANG_DUMP_MARGIN_S + 1
+    clock.t += 1000  # a long start-up (a runtime env's installs): no rank runs the loop yet
+    assert core.tick() == []
+    core.progress(jid, 0, None)  # the ranks began: not a step, and not a measurement
+    assert core.jobs[jid].reported_at is None and core.jobs[jid].steps == 0
+    clock.t += 100 + HANG_DUMP_MARGIN_S - 1
+    assert core.tick() == []
+    clock.t += 2
     assert core.tick() == [StopRun(jid, 1, "hang")]
-    assert "since it started" in view(core, jid)["end_reason"]["text"]
+    assert "no step since its ranks began" in view(core, jid)["end_reason"]["text"]
 
 
 def test_an_external_job_is_not_taken_for_hung_and_its_report_timeout_is_bounded():

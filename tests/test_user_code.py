@@ -167,12 +167,13 @@ def test_progress_goes_to_the_coordinator_in_the_jobs_own_units(tmp_path):
             self.report_progress = self
 
         def remote(self, job_id, step, step_time, **kw):
-            self.calls.append((job_id, step))
+            self.calls.append((step, step_time))
 
     target = Target()
     out = run_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
                         lambda: False, 0, 1, None, {})
-    assert out.status == "finished" and [s for _, s in target.calls] == [1, 2, 3, 4, 5]
+    assert out.status == "finished" and target.calls[0] == (0, None)  # its ranks began (hangs count from here)
+    assert [s for s, _ in target.calls[1:]] == [1, 2, 3, 4, 5] and all(t for _, t in target.calls[1:])
 
 
 def test_logs_are_read_per_attempt_and_rank_from_the_offsets_given():

@@ -103,6 +103,7 @@ class Coordinator(CoordinatorState):
         # External jobs' latest lease renewal (seconds since the epoch); not journaled: after a restart each
         # external job has a whole lease from then (``_lease_origin``) for its executor to speak again.
         self._renewed: dict[int, float] = {}
+        self._began: dict[int, tuple[int, float]] = {}  # job -> (attempt, when its ranks began), until a first step
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
                          speed=speed, keep_runs=keep_runs)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
@@ -169,11 +170,16 @@ class Coordinator(CoordinatorState):
             self._record("predicted", jid, completion=job.first_predicted)
 
     def progress(self, jid: int, step: int, step_time: float | None, emulated: bool = False) -> None:
-        """A runner's report; journaled at most every ``progress_journal_every`` seconds per job."""
+        """A runner's report; journaled at most every ``progress_journal_every`` seconds per job. A report
+        without a step time before the run's first step says only that a runner's ranks began
+        (``guards.hung`` counts from there); it changes nothing else."""
         job = self.jobs.get(jid)
         if job is None or not job.state.holds_gpus:
             return
         now = self.now()
+        if step_time is None and job.reported_at is None and job.spec.executor == "runner":
+            self._began[jid] = (job.attempt, now)
+            return
         if now - self._progress_logged.get(jid, -math.inf) >= self.progress_journal_every:
             self._progress_logged[jid] = now
             self._record("progress", jid, step=step, step_time=step_time, emulated=emulated)
@@ -293,7 +299,8 @@ class Coordinator(CoordinatorState):
                     ended = True
                     continue
             if job.state == JobStatus.RUNNING:
-                why = guards.hung(job, now, self.limits)
+                attempt, began = self._began.get(jid, (None, None))
+                why = guards.hung(job, now, self.limits, began if attempt == job.attempt else None)
                 if why is not None:
                     actions += self.guard_end(job, EndCode.HANG, why)
                     ended = True

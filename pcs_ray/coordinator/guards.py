@@ -10,9 +10,10 @@ whether a job crossed its line and why, in one line. The limits are the operator
   for ``lease_s`` (its driver died, or never connected) ends ``failed``; nothing runs to be stopped.
 * **Time limit**: the seconds a job held GPUs, over all its runs (waiting in the queue does not
   count). Reached, its run is asked to checkpoint and stop; it then ends ``timed_out``.
-* **Hang** (pcs-ray's runners): a run that reported no step for ``report_timeout_s`` (counted from its
-  start until its first report). Its ranks dump their stacks into their logs a little before
-  (``faulthandler``, armed at each report), then it is killed and the job ends ``failed``.
+* **Hang** (pcs-ray's runners): a run that reported no step for ``report_timeout_s`` (counted from when
+  its ranks began running its code until its first report: start-up is not a silence). Its ranks dump
+  their stacks into their logs a little before (``faulthandler``, armed at their start and at each
+  report), then it is killed and the job ends ``failed``.
 """
 
 from __future__ import annotations
@@ -80,14 +81,17 @@ def over_time(job: LiveJob, now: float, limits: RunLimits) -> str | None:
     return f"reached its time limit: held GPUs for {limit:g} s (max_runtime_s); stopped at its checkpoint"
 
 
-def hung(job: LiveJob, now: float, limits: RunLimits) -> str | None:
-    """Why a running job's run is taken for hung (None: it reports, or no timeout applies)."""
+def hung(job: LiveJob, now: float, limits: RunLimits, began: float | None = None) -> str | None:
+    """Why a running job's run is taken for hung (None: it reports, it is still starting, or no timeout
+    applies). ``began``: when its ranks began running its code; until then it is starting up (a runtime
+    env's installs may take long), which is not a silence."""
     timeout = limits.report_timeout(job.spec)
     if timeout is None or job.spec.executor == "external" or job.started_at is None:
         return None
-    since = job.reported_at if job.reported_at is not None and job.reported_at >= job.started_at else job.started_at
-    if now - since < timeout + HANG_DUMP_MARGIN_S:
+    reported = job.reported_at is not None and job.reported_at >= job.started_at
+    since = job.reported_at if reported else began
+    if since is None or now - since < timeout + HANG_DUMP_MARGIN_S:
         return None
-    what = "reported nothing since it started" if since == job.started_at else f"reported nothing after step {job.steps}"
+    what = f"reported nothing after step {job.steps}" if reported else "reported no step since its ranks began"
     return (f"hang: its run {what} for {now - since:.0f} s (report_timeout_s {timeout:g} s); "
             f"its ranks' stacks are in its logs (pcs-ray logs {job.job_id} --attempt {job.attempt}); killed")
