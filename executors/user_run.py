@@ -6,7 +6,9 @@ shipped by Ray to the rank's node, its ``env_vars`` and ``pip``), ended when the
 rank is pinned as the built-in runners are (the GPU's custom resource, ``CUDA_VISIBLE_DEVICES``)
 and also sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA's index 0 is NVML's index for that GPU.
 
-A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``), installs a
+A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``; rotated past the
+operator's ``log_bytes_per_rank``, ``executors.log_cap``; a fatal signal's stacks and, past the job's
+report timeout, a hung rank's stacks are written there too, ``executors.hang_dump``), installs a
 :class:`pcs_ray.train.session.Session`, joins ``torch.distributed`` when the run has several ranks,
 and calls the user's function with the job's ``config``. How the call ends is the run's outcome:
 
