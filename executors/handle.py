@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
+from executors import rank_death
 from executors.checkpoint import peek_step
 from pcs_ray.contract import RunOutcome, RunRequest
 
@@ -17,6 +19,11 @@ def rendezvous_address() -> tuple[str, int]:
     with socket.socket() as s:
         s.bind((host, 0))
         return host, s.getsockname()[1]
+
+
+def rank_log(request: RunRequest, rank: int) -> Path | None:
+    """Where a user run's rank writes its stdout and stderr (None: a built-in run's go to Ray's worker logs)."""
+    return Path(request.log_dir) / f"rank-{rank}.log" if request.log_dir else None
 
 
 def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
@@ -36,7 +43,7 @@ def watch_ranks(request: RunRequest, actors: list, runs: list) -> RunOutcome:
             try:
                 outcomes[rank] = ray.get(ready)
             except Exception as exc:
-                outcomes[rank] = failed_outcome(request, f"runner rank {rank} died (killed or crashed): {type(exc).__name__}")
+                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, exc, rank_log(request, rank)))
             if outcomes[rank].status == "failed":
                 break
     finally:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 
 import ray
 
+from executors import rank_death
 from executors.launch import RunHandle, launch as cold_launch
 from executors.runner import failed_outcome, rendezvous_address, train_rank
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
@@ -281,7 +282,7 @@ def _watch_warm(request: RunRequest, actors: list, runs: list) -> RunOutcome:
             try:
                 outcomes[rank] = ray.get(ref)
             except Exception as exc:
-                outcomes[rank] = failed_outcome(request, f"runner rank {rank} died (killed or crashed): {type(exc).__name__}")
+                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, exc))
             if outcomes[rank].status == "failed" and failed_at is None:
                 failed_at = time.monotonic()
     failed = [o for o in outcomes.values() if o.status == "failed"]

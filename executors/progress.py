@@ -33,6 +33,17 @@ class ProgressReporter:
     _last_step: int | None = None
     _times: list = field(default_factory=list)
 
+    def began(self, step: int) -> None:
+        """The run's ranks are up and its code starts (no step time: not a measurement): the coordinator
+        counts a hang from here (``pcs_ray.coordinator.guards``). The first step is still reported at once."""
+        target = self.resolve() if self.resolve is not None else self.target
+        if target is None:
+            return
+        try:
+            target.report_progress.remote(self.job_id, step, None, emulated=self.emulated)
+        except Exception as exc:  # as for a step: a dead coordinator must not stop training
+            log.warning("start report for %s failed: %s", self.job_id, exc)
+
     def step_done(self, step: int, step_time_s: float) -> None:
         self._times.append(step_time_s)
         now = time.monotonic()

@@ -18,6 +18,10 @@ hands the GPUs on. New trials are parked (PAUSED) until admitted. An inner
 scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial shrinks
 the sweep's demand so its GPUs go to other apps. Progress (iterations x
 measured time per iteration) flows back so predictions use real speeds.
+The driver holds the sweep's GPUs on a lease it renews from a thread of its own
+(``executors.tune_lease``): a driver that dies loses them within the
+coordinator's lease. A sweep the coordinator ended (its lease lapsed, its time
+limit, a cancel) stops the experiment, with the reason in the driver's log.
 
 The coordinator is whatever :class:`~pcs_ray.contract.CoordinatorAPI` is
 passed in (``pcs_ray.client.Client`` through Ray, or an in-process one); this
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from executors.tune_lease import LeaseKeeper, LockedCalls
 from executors.tune_pin import PinnedTrainable
 from pcs_ray.contract import CoordinatorAPI, JobStatus
 
@@ -85,7 +90,8 @@ class PCSTuneScheduler(TrialScheduler):
     ) -> None:
         if num_trials < 1 or iterations < 1 or gpus_per_trial < 1:
             raise ValueError("a sweep needs num_trials, iterations and gpus_per_trial >= 1")
-        self.coordinator = coordinator
+        self.coordinator = LockedCalls(coordinator)  # shared with the lease's thread
+        self.lease: LeaseKeeper | None = None
         self.num_trials, self.iterations, self.gpt, self.cpus = num_trials, iterations, gpus_per_trial, cpus_per_trial
         self.iteration_time = iteration_time
         self.trial_startup_s = trial_startup_s  # actor start + restore, per trial start: estimate, then measured
@@ -117,7 +123,7 @@ class PCSTuneScheduler(TrialScheduler):
 
     def __getstate__(self) -> dict:
         # Tune pickles its config for experiment restore; the live link to the coordinator stays here.
-        return {**self.__dict__, "coordinator": None}
+        return {**self.__dict__, "coordinator": None, "lease": None}
 
     # -- the app -----------------------------------------------------------------
     def register(self) -> dict:
@@ -126,6 +132,9 @@ class PCSTuneScheduler(TrialScheduler):
             began = time.monotonic()
             handle = self.coordinator.submit(self.spec)
             self.job_id = handle.id
+            self.lease = LeaseKeeper(self.coordinator, self.job_id)
+            self.lease.renew()  # learns the lease's length
+            self.lease.start()
             self.first_prediction = self.predict()
             self.first_prediction_s = time.monotonic() - began
         return self.first_prediction
@@ -255,6 +264,9 @@ class PCSTuneScheduler(TrialScheduler):
         a = self._assignment
         if a is None:
             return
+        if JobStatus(a["state"]).done:
+            self._ended_by_coordinator(tc, a)
+            return
         if a["state"] == JobStatus.RUNNING:
             allowed = set(a["gpus"])
         elif a["state"] == JobStatus.STOPPING:
@@ -293,6 +305,18 @@ class PCSTuneScheduler(TrialScheduler):
                 self.job_id, a["attempt"], "preempted", self.steps_done(), self._step_time(a))
             self._polled = time.monotonic()
 
+    def _ended_by_coordinator(self, tc, a: dict) -> None:
+        """The coordinator ended the sweep while trials remain: stop the experiment, saying why."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.lease is not None:
+            self.lease.stop()
+        job = next((j for j in self.coordinator.status()["jobs"] if j["id"] == self.job_id), {})
+        why = (job.get("end_reason") or {}).get("text") or job.get("error") or "no reason given"
+        logger.error("pcs-ray ended sweep %s (%s): %s; stopping its trials", self.job_id, a["state"], why)
+        tc.request_stop_experiment()
+
     def _trial_ended(self, tc, trial: Trial) -> None:
         self.stopped.add(trial.trial_id)
         self.placed.pop(trial.trial_id, None)
@@ -301,6 +325,8 @@ class PCSTuneScheduler(TrialScheduler):
             return
         if len(self.order) >= self.num_trials and all(t.status in ENDED or t.trial_id in self.stopped for t in self.order):
             self._finished = True
+            if self.lease is not None:
+                self.lease.stop()
             self._poll(force=True)
             a = self._assignment
             if JobStatus(a["state"]).holds_gpus:

@@ -6,7 +6,9 @@ shipped by Ray to the rank's node, its ``env_vars`` and ``pip``), ended when the
 rank is pinned as the built-in runners are (the GPU's custom resource, ``CUDA_VISIBLE_DEVICES``)
 and also sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA's index 0 is NVML's index for that GPU.
 
-A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``), installs a
+A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``; rotated past the
+operator's ``log_bytes_per_rank``, ``executors.log_cap``; a fatal signal's stacks and, past the job's
+report timeout, a hung rank's stacks are written there too, ``executors.hang_dump``), installs a
 :class:`pcs_ray.train.session.Session`, joins ``torch.distributed`` when the run has several ranks,
 and calls the user's function with the job's ``config``. How the call ends is the run's outcome:
 
@@ -25,6 +27,7 @@ compute since the previous one.
 from __future__ import annotations
 
 import base64
+import faulthandler
 import importlib
 import importlib.util
 import inspect
@@ -37,6 +40,7 @@ from pathlib import Path
 
 import ray
 
+from executors import hang_dump, log_cap
 from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
@@ -115,7 +119,8 @@ class UserRank:
     afterwards still decides which device the run sees.
     """
 
-    def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None):
+    def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None,
+                 log_bytes: int | None = None):
         self.created = time.time()
         self._stop = threading.Event()
         self.log_path = None
@@ -126,13 +131,14 @@ class UserRank:
             import pcs_ray.train.session  # noqa: F401  (and the contract's package with it)
         self.warmed = time.time()
         if gpu is not None:
-            self.assign(gpu, rank, world_size, log_dir)
+            self.assign(gpu, rank, world_size, log_dir, log_bytes)
 
     def ready(self) -> bool:
         return True
 
-    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None) -> None:
-        """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``."""
+    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None, log_bytes: int | None = None) -> None:
+        """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``
+        (rotated past ``log_bytes``, ``executors.log_cap``)."""
         if self.gpu is not None:
             raise RuntimeError("a user rank process runs one run only")
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
@@ -141,12 +147,10 @@ class UserRank:
         if log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.log_path = Path(log_dir) / f"rank-{rank}.log"
-            sys.stdout.flush()
-            sys.stderr.flush()
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.close(fd)
+            log_cap.open_log(self.log_path)
+            if log_bytes:
+                log_cap.LogCap(self.log_path, log_bytes).start()  # ends with this process, which serves one run
+            faulthandler.enable(file=2, all_threads=True)  # a fatal signal's stacks go to the log (rank_death reads them)
 
     def rendezvous(self) -> tuple[str, int]:
         return rendezvous_address()
@@ -197,8 +201,11 @@ class _Pace:
 
         self.slowdown = request.slowdown if emulate and budget is None else 1.0
         self.budget, self.on_step, self.rank, self.timings = budget, on_step, rank, timings
+        self.report_timeout_s = request.report_timeout_s
         self.progress = ProgressReporter(request.reporter, request.job_id, request.report_interval_s, emulate,
                                          budget, resolve) if rank == 0 else None
+        if self.progress is not None:
+            self.progress.began(timings.get("start_step", 0))
         self.last_step: int | None = None
         self.step_time: float | None = None
         self.began = False
@@ -232,6 +239,7 @@ class _Pace:
             self.step_time = (time.monotonic() - self.mark) / max(1, steps)
         self.timings["last_step_end"] = time.time()
         self.timings.setdefault("first_step", self.timings["last_step_end"])
+        hang_dump.arm(self.report_timeout_s)
         if self.progress is not None:
             self.progress.step_done(step, self.step_time)
         if self.telemetry is not None:
@@ -272,6 +280,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
     timings["start_step"] = start_step
     session = pace = budget = None
     notes: list[str] = []
+    hang_dump.arm(request.report_timeout_s)  # start-up counts: a run that never reports is a hang too
     try:
         device = _device()
         if device == "cpu" and builtin:
@@ -317,6 +326,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         return failed_outcome(request, error, start_step=start_step, timings=timings,
                               fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
     finally:
+        hang_dump.disarm()
         if pace is not None:
             pace.close()
         train_session.install(None)
@@ -386,12 +396,12 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
     nodes = spares.nodes_of(request.gpus) if spares.per_key > 0 else {}
     for rank, slot in enumerate(request.gpus):
         actor = spares.take(nodes.get(slot), key)
-        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir))
+        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir, request.log_bytes))
         if actor is None:
             actor = RemoteUserRank.options(
                 num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
                 max_concurrency=2, max_restarts=0, runtime_env=env,
-            ).remote(slot, rank, world_size, request.log_dir)
+            ).remote(slot, rank, world_size, request.log_dir, request.log_bytes)
         actors.append(actor)
     spares.refill([nodes.get(slot) for slot in request.gpus], key, lambda node: _spare(node, env))
     master = actors[0].rendezvous.remote() if world_size > 1 else None

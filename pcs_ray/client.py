@@ -233,6 +233,10 @@ class Client:
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         return self._call("set_demand", int(job_id), gpus, steps)
 
+    def renew_lease(self, job_id: int) -> dict:
+        """Keep an external job's GPUs: its executor lives (``CoordinatorAPI.renew_lease``)."""
+        return self._call("renew_lease", int(job_id))
+
     # -- the operator ------------------------------------------------------------------
     def config(self) -> dict:
         """The policy configuration in force."""

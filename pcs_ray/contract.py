@@ -31,6 +31,7 @@ class JobStatus(StrEnum):
     FINISHED = "finished"
     CANCELLED = "cancelled"
     FAILED = "failed"  # failed more often than the coordinator retries
+    TIMED_OUT = "timed_out"  # ran its ``max_runtime_s`` (asked to checkpoint, then stopped)
 
     @property
     def done(self) -> bool:
@@ -42,8 +43,16 @@ class JobStatus(StrEnum):
 
 
 #: The states a job never leaves.
-TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED})
+TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.TIMED_OUT})
 _HOLDING = frozenset({JobStatus.RUNNING, JobStatus.STOPPING})
+
+
+class EndCode(StrEnum):
+    """Why the coordinator itself ended a job (a view's ``end_reason.code``); stable strings, the text is for people."""
+
+    DRIVER_LOST = "driver-lost"  # an external executor (a Tune sweep's driver) stopped renewing its lease
+    TIME_LIMIT = "time-limit"  # the job ran its ``max_runtime_s``
+    HANG = "hang"  # its run reported nothing for ``report_timeout_s``
 
 
 # -- errors ----------------------------------------------------------------------
@@ -121,6 +130,11 @@ class CoordinatorAPI(Protocol):
 
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         """An external job changed size (most GPUs, total steps); returns its new assignment."""
+
+    def renew_lease(self, job_id: int) -> dict:
+        """An external executor says it lives: an ``executor: external`` job whose executor renews nothing
+        (this call, a progress report, an acknowledgement, a demand) for the coordinator's lease (``lease_s``
+        in the reply) ends ``failed`` and its GPUs go back. Returns its assignment."""
 
     def config(self) -> dict:
         """The policy configuration in force: the policy's parameters, where it came from, since when."""
@@ -208,6 +222,10 @@ class RunRequest:
     # runtime_env and config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``); None for a built-in workload.
     code: dict | None = None
     log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
+    # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``executors.hang_dump``)
+    # just before the coordinator kills the run as hung; None: no timeout.
+    report_timeout_s: float | None = None
+    log_bytes: int | None = None  # each rank's log is rotated past this size (``executors.log_cap``); None: never
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -24,7 +24,7 @@ def test_every_host_answers_every_call_with_the_same_parameters(host):
 
 
 def test_terminal_states_are_defined_once_and_views_carry_plain_strings():
-    assert TERMINAL == {JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED}
+    assert TERMINAL == {JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.TIMED_OUT}
     assert [s for s in JobStatus if s.done] == sorted(TERMINAL, key=list(JobStatus).index)
     assert {s for s in JobStatus if s.holds_gpus} == {JobStatus.RUNNING, JobStatus.STOPPING}
     assert "finished" in TERMINAL and JobStatus("stopping").holds_gpus

@@ -167,12 +167,13 @@ def test_progress_goes_to_the_coordinator_in_the_jobs_own_units(tmp_path):
             self.report_progress = self
 
         def remote(self, job_id, step, step_time, **kw):
-            self.calls.append((job_id, step))
+            self.calls.append((step, step_time))
 
     target = Target()
     out = run_rank(_request(tmp_path, _mlp(), steps=5, reporter=target, report_interval_s=0.0),
                         lambda: False, 0, 1, None, {})
-    assert out.status == "finished" and [s for _, s in target.calls] == [1, 2, 3, 4, 5]
+    assert out.status == "finished" and target.calls[0] == (0, None)  # its ranks began (hangs count from here)
+    assert [s for s, _ in target.calls[1:]] == [1, 2, 3, 4, 5] and all(t for _, t in target.calls[1:])
 
 
 def test_logs_are_read_per_attempt_and_rank_from_the_offsets_given():
@@ -271,3 +272,35 @@ def test_the_coordinator_counts_steps_redone_fails_user_errors_at_once_and_keeps
     core.run_ended(good_id, 1, "finished", step=5, metrics={"loss": 0.5})
     view = core.job_view(good_id)
     assert view["metrics"] == {"loss": 0.5} and view["checkpoint"] == str(tmp_path / "c2" / str(good_id) / "latest")
+
+
+def test_a_rank_silent_past_its_report_timeout_dumps_its_stacks_and_one_that_reports_does_not(tmp_path, capfd):
+    code = _write(tmp_path, """
+        import time
+        import pcs_ray.train as train
+        def loop(config):
+            for step in range(1, 6):  # reports every 0.1 s: each report re-arms the dump
+                time.sleep(0.1)
+                train.report({}, step=step)
+            stuck_in_a_dead_loader()
+        def stuck_in_a_dead_loader():
+            time.sleep(1.2)
+    """)
+    out = run_rank(_request(tmp_path, code, steps=5, report_timeout_s=0.5), lambda: False, 0, 1, None, {})
+    err = capfd.readouterr().err
+    assert out.status == "finished"
+    assert err.count("Timeout (0:00:00.500000)!") == 1  # once, while it was stuck, not while it reported
+    assert "in stuck_in_a_dead_loader" in err and "in loop" in err
+
+
+def test_the_stack_dump_is_disarmed_when_the_run_ends(tmp_path, capfd):
+    import time
+
+    code = _write(tmp_path, """
+        import pcs_ray.train as train
+        def loop(config):
+            train.report({}, step=1)
+    """)
+    out = run_rank(_request(tmp_path, code, steps=1, report_timeout_s=0.3), lambda: False, 0, 1, None, {})
+    time.sleep(0.6)  # past the timeout armed at its report
+    assert out.status == "finished" and "Timeout" not in capfd.readouterr().err

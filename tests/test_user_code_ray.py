@@ -1,5 +1,6 @@
 """The user's own code on Ray: a fresh pinned process per rank with its runtime_env, logs per rank,
-DDP over gloo, a stop at a checkpoint and a resume on another world size, a grace-period kill."""
+DDP over gloo, a stop at a checkpoint and a resume on another world size, a grace-period kill, a hang,
+a rank killed by SIGKILL."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def loop(config):
         w += g
         step += 1
         time.sleep(config["sleep"])
+        if step == config.get("hang_at"):  # a dead data loader: reports its step, then nothing ever again
+            train.report({}, step=step)
+            time.sleep(3600)
+        if step == config.get("die_at") and not os.path.exists(config["marker"]):  # killed once, as by the OOM killer
+            open(config["marker"], "w").close()
+            os.kill(os.getpid(), 9)
         if config.get("ignore_stops"):
             train.report({}, step=step)
             continue
@@ -168,3 +175,31 @@ def test_an_elastic_user_job_is_resized_by_a_second_arrival_and_loses_no_step(co
 
 def _steps(client, jid) -> int:
     return next(j for j in client.status()["jobs"] if j["id"] == jid)["steps"]
+
+
+def test_a_hung_run_is_killed_with_its_stacks_logged_and_a_rank_killed_by_sigkill_is_told_in_words(
+        coordinator, ray_local, env, tmp_path):
+    from pcs_ray.client import Client
+    from pcs_ray.cluster import ClusterSpec
+
+    _, _, code_dir, _, _ = env
+    client = Client(coordinator=coordinator(ClusterSpec.homogeneous(2, 2), policy="fifo"))
+    spec = {"entrypoint": "loop.py:loop", "working_dir": str(code_dir), "steps": 20, "gpus": 1, "step_time": 0.05}
+    hung = client.submit({**spec, "name": "hung", "report_timeout_s": 5, "config": {"sleep": 0.05, "hang_at": 3}})
+    dies = client.submit({**spec, "name": "dies", "config": {"sleep": 0.05, "die_at": 5,
+                                                             "marker": str(tmp_path / "died-once")}})
+    after = client.submit({**spec, "name": "after", "config": {"sleep": 0.05}})  # waits for a GPU
+    _until(lambda: _steps(client, hung.id) >= 1, timeout=120)  # reports are throttled: step 3 may never arrive
+    hung_at = time.time()  # at most two 0.05 s steps before it hangs
+    gone = client.wait(hung.id, timeout=60)
+    detected_s = gone["finish"] - hung_at
+    assert gone["state"] == "failed" and gone["end_reason"]["code"] == "hang" and gone["gpus"] == [], gone
+    assert detected_s <= 5 + 10, detected_s
+    log = client.logs(hung.id, 1)["ranks"]["0"]["text"]
+    assert "Timeout (0:00:05)!" in log and "in loop" in log  # every thread's stack, the loop's sleep among them
+    finals = {h.id: client.wait(h.id, timeout=240) for h in (dies, after)}
+    assert finals[after.id]["state"] == "finished"  # the hung run's GPU went back to the pool
+    died = finals[dies.id]
+    assert died["state"] == "finished" and died["attempts"] == 2, died
+    assert died["error"].startswith("rank 0 died: killed by signal 9 (SIGKILL: out of memory?"), died["error"]
+    print({"hang_detected_after_s": round(detected_s, 2), "report_timeout_s": 5})

@@ -14,8 +14,9 @@ from rich.live import Live
 
 from pcs_ray.client import Client
 from pcs_ray.commands.format import status_table
+from pcs_ray.contract import TERMINAL
 
-ENDED = ("finished", "cancelled", "failed")
+ENDED = tuple(sorted(TERMINAL))
 
 
 def follow(client: Client, arrivals: list[tuple[float, dict]], began: float, deadline_s: float, live: bool,

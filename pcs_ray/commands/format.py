@@ -45,6 +45,9 @@ def gpu_list(names: list[str]) -> str:
     return ",".join(out) or "-"
 
 
+#: The states whose job view carries an error worth showing.
+ENDED_WITH_ERROR = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT})
+
 # Columns a narrow terminal loses first (the reasons and errors stay whole under the table)
 DROPPABLE = ("class", "bound", "step s", "preempt", "skips", "error", "tenant")
 
@@ -64,7 +67,7 @@ class StatusTable:
                 + ["class", "state", "GPUs", "progress", "step s", "predicted finish", "bound", "preempt"]
                 + (["skips"] if any(j.get("skips") for j in jobs) else [])
                 + (["why waiting"] if any(j.get("waiting") for j in jobs) else [])
-                + (["error"] if any(j["state"] == JobStatus.FAILED for j in jobs) else []))
+                + (["error"] if any(j["state"] in ENDED_WITH_ERROR for j in jobs) else []))
 
     def cells(self, job: dict) -> dict[str, str]:
         now = self.status["now"]
@@ -80,7 +83,7 @@ class StatusTable:
             "bound": "-" if done else clock(job["bound"]), "preempt": str(job["preemptions"]),
             "skips": f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "",
             "why waiting": why["code"] if why else "",
-            "error": last_line(job["error"]) if job["state"] == JobStatus.FAILED else "",
+            "error": last_line(job["error"]) if job["state"] in ENDED_WITH_ERROR else "",
         }
 
     def table(self, columns: list[str], rows: list[dict[str, str]]) -> Table:
@@ -103,8 +106,8 @@ class StatusTable:
         for job in self.status["jobs"]:
             if job.get("waiting"):
                 lines.append(f"job {job['id']} waits: {job['waiting']['code']}: {job['waiting']['text']}")
-            if "error" in dropped and job["state"] == JobStatus.FAILED:
-                lines.append(f"job {job['id']} failed: {last_line(job['error'])}")
+            if "error" in dropped and job["state"] in ENDED_WITH_ERROR:
+                lines.append(f"job {job['id']} {job['state'].replace('_', ' ')}: {last_line(job['error'])}")
             if "skips" in dropped and job.get("skips"):
                 lines.append(f"job {job['id']} skipped {job['skips']} time(s): {job['skip_reason']}")
         return lines

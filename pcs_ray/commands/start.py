@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from pcs_ray.commands.limits import LIMIT, parse_limits
 from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
@@ -28,6 +29,7 @@ def start_cmd(
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
     api_port: Annotated[int, API_PORT] = 0,
+    limit: Annotated[list[str] | None, LIMIT] = None,
 ) -> None:
     """Start the coordinator on a Ray cluster (or report the one already running).
 
@@ -43,15 +45,16 @@ def start_cmd(
     from pcs_ray.api.actor_ref import NAMESPACE
 
     config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace,
-                                               api_host=api_host, api_port=api_port)
+                                               api_host=api_host, api_port=api_port, limits=parse_limits(limit))
     print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
           f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
     print(f"dashboard: {dashboard_line(info.get('api'))}")
 
 
 def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,
-                       api_host: str = "127.0.0.1", api_port: int = 0):
+                       api_host: str = "127.0.0.1", api_port: int = 0, limits: dict | None = None):
     """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
+    ``limits``: its guards (``CoordinatorConfig`` fields, ``pcs_ray.commands.limits``), checked before it starts.
 
     ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
     Returns the config, its ``ping`` and the configuration in force; progress goes to stderr.
@@ -74,8 +77,9 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     cluster = cluster_from_ray_nodes(ray.nodes(), declared)
     config = CoordinatorConfig(
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
-        wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host, api_port=api_port,
+        wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host, api_port=api_port, **(limits or {}),
     )
+    config.limits()  # a bad limit fails here, not inside the actor
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)
     actor = start_coordinator(config, pin_here=pin_node is None) if pin_node is None else _start_on(config, pin_node)

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from pcs_ray.commands.limits import LIMIT, parse_limits
 from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.commands.views import print_json
@@ -38,6 +39,7 @@ def up_cmd(
                                                       "[default: its GPUs, at least 1].", show_default=False)] = None,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
     api_port: Annotated[int, API_PORT] = 0,
+    limit: Annotated[list[str] | None, LIMIT] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Start a head and N-1 worker Ray nodes on this machine, token authentication on, and the coordinator on the head.
@@ -53,6 +55,7 @@ def up_cmd(
     from pcs_ray.commands.start import launch_coordinator
     from pcs_ray.cluster.discovery import nvml_inventory
 
+    limits = parse_limits(limit)
     if not local:
         raise lc.LocalClusterError("only --local is supported: real machines join with `pcs-ray node-resources` "
                                    "(cloudlab/README.md)")
@@ -85,7 +88,7 @@ def up_cmd(
         connect(record.address)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
         _, info, _ = launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head,
-                                        api_host=api_host, api_port=api_port)
+                                        api_host=api_host, api_port=api_port, limits=limits)
         ray.shutdown()
         record.api = info.get("api") or ""
         lc.save(record, state / lc.STATE_FILE)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import ray
 
 from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
-from pcs_ray.contract import Action, JobStatus, StartRun, StopRun
+from pcs_ray.contract import Action, EndCode, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.http_advert import serve_api
@@ -147,7 +147,10 @@ class CoordinatorService(CoordinatorHost):
             action = actions.pop(0)
             if isinstance(action, StopRun):
                 run = self.runs.get(action.job_id)
-                if run is not None and run.attempt == action.attempt and run.kill_at is None:
+                if run is not None and run.attempt == action.attempt and action.reason == EndCode.HANG:
+                    run.handle.kill()  # a hung run cannot checkpoint; its ranks dumped their stacks already
+                    run.kill_at = float("inf")
+                elif run is not None and run.attempt == action.attempt and run.kill_at is None:
                     run.handle.request_stop()
                     run.kill_at = time.monotonic() + self.config.grace_s
             elif isinstance(action, StartRun) and not self.draining:

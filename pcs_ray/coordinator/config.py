@@ -22,6 +22,7 @@ from pcs_ray import policies
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.core import BRANCH_MAX_AGE_S, Coordinator
+from pcs_ray.coordinator.guards import RunLimits
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
@@ -48,6 +49,13 @@ class CoordinatorConfig:
     api_host: str = "127.0.0.1"  # the interface the HTTP API listens on (loopback: this node only)
     api_port: int = 0  # 0: the port it had before a restart when free, else any
     forecast_refresh_max_age_s: float = BRANCH_MAX_AGE_S  # a submission's forecast branches from a refresh younger than this
+    # What keeps a job from holding GPUs it no longer uses (pcs_ray.coordinator.guards; seconds, None: no limit):
+    external_lease_s: float = RunLimits.lease_s  # an external executor silent this long loses its job's GPUs
+    max_runtime_s: float | None = RunLimits.max_runtime_s  # a job's time limit unless it sets its own
+    max_runtime_bound_s: float | None = RunLimits.max_runtime_bound_s  # the longest a job may set
+    report_timeout_s: float | None = RunLimits.report_timeout_s  # a run silent this long is hung
+    report_timeout_bound_s: float | None = RunLimits.report_timeout_bound_s  # the longest a job may set
+    log_bytes_per_rank: int | None = RunLimits.log_bytes_per_rank  # a user rank's log rotates past this size
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -63,6 +71,15 @@ class CoordinatorConfig:
             return self
         choice = choose_policy()
         return replace(self, policy=choice.policy, wfq=choice.wfq)
+
+    def limits(self) -> RunLimits:
+        try:
+            return RunLimits(lease_s=self.external_lease_s, max_runtime_s=self.max_runtime_s,
+                             max_runtime_bound_s=self.max_runtime_bound_s, report_timeout_s=self.report_timeout_s,
+                             report_timeout_bound_s=self.report_timeout_bound_s,
+                             log_bytes_per_rank=self.log_bytes_per_rank)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def journal_path(self) -> Path:
@@ -140,7 +157,7 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
         clock=clock, workloads=registered_workloads(), default_step_time=config.default_step_time,
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
         progress_journal_every=config.progress_journal_every, policies=coordinator_policy, keep_runs=keep_runs,
-        branch_max_age_s=config.forecast_refresh_max_age_s,
+        branch_max_age_s=config.forecast_refresh_max_age_s, limits=config.limits(),
     )
 
 

@@ -22,9 +22,10 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.contract import (Action, ConfigError, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun,
+from pcs_ray.contract import (Action, ConfigError, EndCode, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun,
                               UnknownJobError)
 import pcs_ray.coordinator.external as external
+import pcs_ray.coordinator.guards as guards
 import pcs_ray.coordinator.views as views
 from pcs_ray.coordinator.decisions import Start, diff, hand_overs, run_request
 from pcs_ray.coordinator.jobs import LiveJob
@@ -57,7 +58,8 @@ class Coordinator(CoordinatorState):
     it the policy cannot be swapped (:meth:`set_policy`). ``keep_runs``: after
     a restart, the host says which runs still train (:meth:`settle_runs`). ``branch_max_age_s``: a
     submission's forecast branches from the latest refresh play while that play's state is younger
-    than this (seconds; 0: every forecast is a fresh play), see :meth:`play_submission`.
+    than this (seconds; 0: every forecast is a fresh play), see :meth:`play_submission`. ``limits``: the
+    operator's lease, time limit and hang timeout (:class:`~.guards.RunLimits`), checked by :meth:`tick`.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Coordinator(CoordinatorState):
         policies: PolicyFactory | None = None,
         keep_runs: bool = False,
         branch_max_age_s: float = BRANCH_MAX_AGE_S,
+        limits: guards.RunLimits | None = None,
     ) -> None:
         if not branch_max_age_s >= 0:
             raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
@@ -97,10 +100,16 @@ class Coordinator(CoordinatorState):
         self._progress_logged: dict[int, float] = {}
         self._telemetry_logged: dict[tuple[int, int], float] = {}
         self.decision_s: deque[float] = deque(maxlen=100_000)  # wall seconds of each decide() (load benches read it)
+        self.limits = limits if limits is not None else guards.RunLimits()
+        # External jobs' latest lease renewal (seconds since the epoch); not journaled: after a restart each
+        # external job has a whole lease from then (``_lease_origin``) for its executor to speak again.
+        self._renewed: dict[int, float] = {}
+        self._began: dict[int, tuple[int, float]] = {}  # job -> (attempt, when its ranks began), until a first step
         super().__init__(cluster, policy, journal, placement=placement, clock=clock, policies=policies,
                          speed=speed, keep_runs=keep_runs)
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
             self.speed.load(speeds_path)
+        self._lease_origin = self.now()
 
     # -- events --------------------------------------------------------------------
     def submit(
@@ -122,10 +131,13 @@ class Coordinator(CoordinatorState):
             raw, "job spec", capacity=self.cluster.num_gpus, workloads=self.workloads
         )
         spec = admitted_spec(spec, caller, self.tenants)
+        guards.check_request(spec, self.limits)
         if spec.fewest_gpus > self.cluster.num_gpus:
             raise JobSpecError(f"job spec: gpus: the job needs {spec.fewest_gpus} GPUs; the cluster has {self.cluster.num_gpus}")
         jid = self.next_id
         self._record("submit", jid, spec=spec.to_dict(), t1=self.speed.estimate(spec), submission_id=submission_id)
+        if spec.executor == "external":
+            self._renewed[jid] = self.now()
         actions = self.decide()
         self.jobs[jid].bound = self._bound(jid)
         if refresh:
@@ -159,11 +171,16 @@ class Coordinator(CoordinatorState):
             self._record("predicted", jid, completion=job.first_predicted)
 
     def progress(self, jid: int, step: int, step_time: float | None, emulated: bool = False) -> None:
-        """A runner's report; journaled at most every ``progress_journal_every`` seconds per job."""
+        """A runner's report; journaled at most every ``progress_journal_every`` seconds per job. A report
+        without a step time before the run's first step says only that a runner's ranks began
+        (``guards.hung`` counts from there); it changes nothing else."""
         job = self.jobs.get(jid)
         if job is None or not job.state.holds_gpus:
             return
         now = self.now()
+        if step_time is None and job.reported_at is None and job.spec.executor == "runner":
+            self._began[jid] = (job.attempt, now)
+            return
         if now - self._progress_logged.get(jid, -math.inf) >= self.progress_journal_every:
             self._progress_logged[jid] = now
             self._record("progress", jid, step=step, step_time=step_time, emulated=emulated)
@@ -232,6 +249,8 @@ class Coordinator(CoordinatorState):
             self._write_history(job)
         elif job.cancel_requested:
             self._record("cancelled", jid, step=step, **ran)
+        elif job.ending is not None:  # a guard stopped it for good (guard_end)
+            self._record(job.ending["state"], jid, step=step, error=job.ending["reason"], code=job.ending["code"], **ran)
         elif status == "failed" and (fatal and job.code_failures >= job.spec.max_failures or not fatal
                                      and job.state == JobStatus.RUNNING and job.failures + 1 >= self.max_failures):
             self._record("failed", jid, step=step, error=error, **ran)
@@ -246,10 +265,66 @@ class Coordinator(CoordinatorState):
         return True
 
     def tick(self) -> list[Action]:
-        """Called periodically: act when the policy asked for a review (a lease or round expiry)."""
+        """Called periodically: end the jobs past a guard's line (:mod:`.guards`), and act when the policy
+        asked for a review (a lease or round expiry)."""
+        ended, actions = self.check_guards()
         review = self.model.review_time()
-        if review is not None and review <= self.now():
-            return self.decide()
+        if ended or (review is not None and review <= self.now()):
+            return actions + self.decide()
+        return actions
+
+    # -- guards: leases, time limits, hangs ------------------------------------------------
+    def renew_lease(self, jid: int) -> None:
+        """An external job's executor spoke: its lease runs ``limits.lease_s`` from now."""
+        job = self.jobs.get(jid)
+        if job is not None and not job.done and job.spec.executor == "external":
+            self._renewed[jid] = self.now()
+
+    def check_guards(self) -> tuple[bool, list[Action]]:
+        """End every job past its lease, its time limit or its report timeout (:mod:`.guards`): whether any
+        was (then decide: GPUs may be free), and the runs to stop."""
+        now = self.now()
+        ended = False
+        actions: list[Action] = []
+        for jid, job in list(self.active.items()):
+            if job.spec.executor == "external":
+                why = guards.lease_lapsed(job, self._renewed.get(jid, self._lease_origin), now, self.limits)
+                if why is not None:
+                    actions += self.guard_end(job, EndCode.DRIVER_LOST, why)
+                    ended = True
+                    continue
+            if job.ending is not None or job.cancel_requested:
+                continue
+            if job.state.holds_gpus:
+                why = guards.over_time(job, now, self.limits)
+                if why is not None:
+                    actions += self.guard_end(job, EndCode.TIME_LIMIT, why, JobStatus.TIMED_OUT)
+                    ended = True
+                    continue
+            if job.state == JobStatus.RUNNING:
+                attempt, began = self._began.get(jid, (None, None))
+                why = guards.hung(job, now, self.limits, began if attempt == job.attempt else None)
+                if why is not None:
+                    actions += self.guard_end(job, EndCode.HANG, why)
+                    ended = True
+        return ended, actions
+
+    def guard_end(self, job: LiveJob, code: EndCode, reason: str, state: JobStatus = JobStatus.FAILED) -> list[Action]:
+        """The one place a guard ends a job. An external job whose executor is gone (or a job with no run)
+        ends now: nothing runs to be stopped, so a hand-over of its GPUs completes at once. A running job's
+        run is stopped (``StopRun`` with ``code`` as its reason: a hung run's host kills it at once), and
+        the job ends ``state`` when that run's end comes in (:meth:`record_run_end`).
+        Retries under ``max_failures`` hook in here: a job retried would be requeued instead of ended."""
+        jid = job.job_id
+        if code == EndCode.DRIVER_LOST or not job.state.holds_gpus:
+            final = JobStatus.CANCELLED if job.cancel_requested else state
+            self._record(final.value, jid, step=job.steps, error=reason, code=code.value)
+            self._renewed.pop(jid, None)
+            return []
+        self._record("ending", jid, state=state.value, code=code.value, reason=reason)
+        if job.state == JobStatus.RUNNING:
+            self._record("stop", jid, attempt=job.attempt, reason=code.value)
+            return [StopRun(jid, job.attempt, code.value)]
         return []
 
     def set_demand(self, jid: int, *, gpus: int | None = None, steps: int | None = None) -> list[Action]:
@@ -324,13 +399,17 @@ class Coordinator(CoordinatorState):
         if job.spec.executor == "external":
             return None
         slots = tuple(self.slot(g) for g in start.gpus)
-        return StartRun(job.job_id, start.kind, run_request(job, slots, self.checkpoint_root / str(job.job_id)))
+        return StartRun(job.job_id, start.kind, self._run_request(job, slots))
 
     def current_request(self, jid: int):
         """The run request of the job's current attempt, as it was launched (to adopt that run after a restart)."""
         job = self._job(jid)
         slots = tuple(self.slot(g) for g in job.gpus)
-        return run_request(job, slots, self.checkpoint_root / str(job.job_id))
+        return self._run_request(job, slots)
+
+    def _run_request(self, job: LiveJob, slots: tuple[GPUSlot, ...]):
+        return run_request(job, slots, self.checkpoint_root / str(job.job_id), self.limits.report_timeout(job.spec),
+                           self.limits.log_bytes_per_rank)
 
     # -- predictions -------------------------------------------------------------------
     def play_refresh(self, force: bool = False) -> None:
@@ -515,8 +594,11 @@ class Coordinator(CoordinatorState):
     def assignment(self, jid: int) -> dict:
         """What an external executor may use now (see :mod:`.external`)."""
         job = self._job(jid)
-        target = self.model.gpus(jid) if job.state == JobStatus.STOPPING and jid in self.model else job.gpus
-        return external.assignment(job, target, self.resource)
+        if job.state != JobStatus.STOPPING:
+            target = job.gpus
+        else:  # a job withdrawn from the model (cancelled, or ended by a guard) keeps none
+            target = self.model.gpus(jid) if jid in self.model else ()
+        return {**external.assignment(job, target, self.resource), "lease_s": self.limits.lease_s}
 
     def slot(self, gid: int) -> GPUSlot:
         return GPUSlot(self.cluster.node_of(gid).name, self.cluster.gpu(gid).index)

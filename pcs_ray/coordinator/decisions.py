@@ -102,9 +102,12 @@ def start_kind(job: LiveJob, gpus: tuple[int, ...]) -> str:
     return "migrate" if len(last) == len(gpus) else "resize"
 
 
-def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path) -> RunRequest:
+def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path,
+                report_timeout_s: float | None = None, log_bytes: int | None = None) -> RunRequest:
     """What a runner needs for the job's current (just journaled) attempt; a user run's logs go to
-    ``STATE_DIR/logs/<job>/attempt-<k>/`` beside ``STATE_DIR/checkpoints/<job>``."""
+    ``STATE_DIR/logs/<job>/attempt-<k>/`` beside ``STATE_DIR/checkpoints/<job>``. ``report_timeout_s``:
+    the job's, after which its ranks dump their stacks (``pcs_ray.coordinator.guards``); ``log_bytes``: each
+    rank's log is rotated past this size."""
     spec = job.spec
     code = None
     if spec.user_code:
@@ -115,6 +118,7 @@ def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path) -
         checkpoint_dir=str(checkpoint_dir), params=dict(spec.params), slowdown=job.slowdown,
         checkpoint_every=spec.checkpoint_every, attempt=job.attempt, code=code,
         log_dir=str(log_dir(checkpoint_dir, job.attempt)) if code is not None else None,
+        report_timeout_s=report_timeout_s, log_bytes=log_bytes if code is not None else None,
     )
 
 

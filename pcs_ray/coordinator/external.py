@@ -8,6 +8,12 @@ once nothing of it runs outside ``target`` it acknowledges with
 ``target`` as a new ``attempt``. It reports its end the same way
 (``finished``, ``failed``), and a change of size (trials stopped early) with
 ``set_demand``: the GPUs it no longer needs go back to the policy at once.
+
+It holds the job on a lease (``lease_s`` in the assignment, the operator's ``external_lease_s``): every
+call it makes about the job but :func:`assignment` renews it (``renew_lease``, ``report_progress``,
+``external_ended``, ``set_demand``). A job whose executor is silent longer than that (its driver died or
+never connected) ends ``failed``, ``end_reason.code`` ``driver-lost``, and its GPUs go back at once
+(``pcs_ray.coordinator.guards``). When the job is cancelled or ended while it runs, ``target`` is empty.
 """
 
 from __future__ import annotations

@@ -127,6 +127,7 @@ class CoordinatorHost(ABC):
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
         with self.lock:
+            self.core.renew_lease(int(job_id))
             self.core.progress(int(job_id), int(step), step_time_s, bool(emulated))
             if overruns:
                 job = self.core.jobs.get(int(job_id))
@@ -146,13 +147,20 @@ class CoordinatorHost(ABC):
     def external_ended(self, job_id: int, attempt: int, status: str, step: int,
                        step_time_s: float | None = None) -> dict:
         with self.lock:
+            self.core.renew_lease(int(job_id))
             self._execute(self.core.run_ended(int(job_id), int(attempt), status, int(step), step_time_s))
             self.core.play_refresh()
             return self.core.assignment(int(job_id))
 
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         with self.lock:
+            self.core.renew_lease(int(job_id))
             self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
+            return self.core.assignment(int(job_id))
+
+    def renew_lease(self, job_id: int) -> dict:
+        with self.lock:
+            self.core.renew_lease(int(job_id))
             return self.core.assignment(int(job_id))
 
     def dashboard_ticket(self, user: str, tenant: str | None = None) -> dict:

@@ -53,6 +53,10 @@ class LiveJob:
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested
     cancel_requested: bool = False
+    # A guard's end in flight (``guards``: time limit, hang): its run is being stopped, then the job ends
+    # ``state`` with ``reason``, coded ``code`` (an ``EndCode``).
+    ending: dict | None = None
+    end_code: str | None = None  # why the coordinator itself ended it (an ``EndCode``), once ended
     failures: int = 0  # runs lost to something other than its code (a dead runner): retried by the coordinator
     code_failures: int = 0  # runs whose loop raised and that were restarted under its ``max_failures``
     error: str | None = None

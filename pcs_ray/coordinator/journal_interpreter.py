@@ -70,6 +70,9 @@ class JournalInterpreter:
             self._withdrawn(job)
             if job.state == JobStatus.QUEUED:
                 self._terminate(job, JobStatus.CANCELLED, t)
+        elif kind == "ending":  # a guard stops the job's run for good (time limit, hang)
+            job.ending = {k: data[k] for k in ("state", "code", "reason")}
+            self._withdrawn(job)
         elif kind in ("requeue", "lost"):
             job.emulated = job.emulated or data.get("emulated", False)
             if kind == "requeue":
@@ -99,6 +102,7 @@ class JournalInterpreter:
             job.metrics = data.get("metrics", job.metrics)
             job.checkpoint = data.get("checkpoint", job.checkpoint)
             job.close_segment(t, data.get("error"))
+            job.end_code = data.get("code", job.end_code)
             self._terminate(job, JobStatus(kind), t)
 
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:

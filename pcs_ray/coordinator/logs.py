@@ -1,6 +1,7 @@
 """What a user run printed: each rank's stdout and stderr, read back in pieces for ``pcs-ray logs``.
 
-Ranks write ``STATE_DIR/logs/<job>/attempt-<k>/rank-<r>.log`` (``executors.user_run``). A reader
+Ranks write ``STATE_DIR/logs/<job>/attempt-<k>/rank-<r>.log`` (``executors.user_run``), rotated to
+``rank-<r>.log.1`` past the operator's ``log_bytes_per_rank`` (``executors.log_cap``). A reader
 asks for one attempt (default: the newest) from byte offsets it got last time, so ``--follow``
 fetches only what is new, and no reply is larger than ``limit`` bytes per rank.
 """
@@ -45,7 +46,8 @@ def read_logs(root: str | Path, job_id: int, attempt: int | None = None, offsets
             rank = _RANK.search(path.name).group(1)
             size = path.stat().st_size
             start = (offsets or {}).get(rank)
-            start = max(0, size - limit) if start is None else min(int(start), size)
+            # An offset past the end: the log was rotated (executors.log_cap) since; its new part is read from the top.
+            start = max(0, size - limit) if start is None else int(start) if int(start) <= size else 0
             with open(path, "rb") as f:
                 f.seek(start)
                 data = f.read(limit)

@@ -3,7 +3,7 @@
 :func:`readings` computes what to show from the core (pure, testable without
 Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 
-* ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled so far)
+* ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled, timed out so far)
 * ``pcs_ray_wfq_queue_length{queue}``: active apps in each WFQ queue (``waiting`` tag: those without GPUs)
 * ``pcs_ray_gpus{state}``: GPUs allocated and idle
 * ``pcs_ray_waiting_jobs{reason}``: queued and stopping jobs by why they wait (``pcs_ray.policies.reasons.WaitCode``)

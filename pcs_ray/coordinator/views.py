@@ -53,6 +53,7 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
         "predicted_start": w(job.predicted_start) if job.state.value == "queued" else None,
         "first_predicted": w(job.first_predicted), "bound": w(job.bound), "preemptions": job.preemptions,
         "attempts": job.attempt, "retries": job.code_failures, "error": job.error, "note": job.note, "lost_steps": job.lost_steps,
+        "end_reason": end_reason(job),
         "metrics": job.metrics, "checkpoint": job.checkpoint, "skips": job.skips, "skip_reason": job.skip_reason,
         "segments": [
             {**s, "start": w(s["start"]), "end": w(s["end"]), "gpus": [gpu_name(g) for g in s["gpus"]]}
@@ -60,6 +61,15 @@ def job_view(job: LiveJob, epoch: float, gpu_name: Callable[[int], str],
         ],
         "energy": job_energy(job, watts, now if now is not None else (job.finish or 0.0)),
     }
+
+
+def end_reason(job: LiveJob) -> dict | None:
+    """Why the coordinator itself ended (or is ending) the job: ``{code, text}`` (``contract.EndCode``), else None."""
+    if job.end_code is not None:
+        return {"code": job.end_code, "text": job.error}
+    if job.ending is not None and not job.done:
+        return {"code": job.ending["code"], "text": job.ending["reason"]}
+    return None
 
 
 def prediction(job: LiveJob, epoch: float, placement: dict | None = None, uncertainty: dict | None = None) -> dict:

@@ -20,6 +20,8 @@
     user: alice
     min_runtime_s: 600      # optional: keep a run this long before preempting it (within the operator's bound)
     max_failures: 2         # optional: a loop that raises is restarted from its newest checkpoint this many times
+    max_runtime_s: 86400    # optional: GPU-holding time in all; then it checkpoints and ends timed_out
+    report_timeout_s: 1800  # optional: a run silent this long is a hang (stacks logged, killed, job failed)
     executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
                             # the GPUs the coordinator assigns and acknowledges each change
 
@@ -108,6 +110,12 @@ class JobFile(BaseModel):
                                         description="seconds a run is kept before preemption, within the operator's bound")
     max_failures: int = Field(default=0, ge=0, le=MAX_RETRIES,
                               description="times a loop that raises is restarted from its newest checkpoint")
+    max_runtime_s: float | None = Field(default=None, gt=0, le=365 * 86400, allow_inf_nan=False,
+                                        description="seconds it may hold GPUs in all, then it checkpoints and ends timed_out "
+                                                    "(within the operator's bound)")
+    report_timeout_s: float | None = Field(default=None, gt=0, le=7 * 86400, allow_inf_nan=False,
+                                           description="a run that reports no step for this long is hung: its stacks "
+                                                       "are logged, it is killed (within the operator's bound)")
 
     @model_validator(mode="before")
     @classmethod

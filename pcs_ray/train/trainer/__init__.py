@@ -28,7 +28,7 @@ from pcs_ray.train.session import CheckpointPath
 
 
 class TrainingFailedError(RuntimeError):
-    """The job ended without finishing (failed or cancelled); the message carries why."""
+    """The job ended without finishing (failed, cancelled or timed out); the message carries why."""
 
 
 def entrypoint_of(function: Callable, working_dir: str | Path | None) -> tuple[str, str] | None:
