@@ -85,6 +85,14 @@ def test_a_torch_trainer_submits_the_job_a_trainer_of_the_same_fields_makes():
     assert "steps" not in TorchTrainer(loop, scaling_config=ScalingConfig(use_gpu=True), client=object()).spec()
 
 
+def test_both_trainers_carry_the_guards_a_job_file_sets():
+    guarded = TorchTrainer(loop, scaling_config=ScalingConfig(use_gpu=True), steps=5, client=object(),
+                           max_runtime_s=3600, report_timeout_s=120).spec()
+    assert guarded == Trainer(loop, steps=5, min_gpus=1, max_runtime_s=3600, report_timeout_s=120, client=object()).spec()
+    assert (guarded["max_runtime_s"], guarded["report_timeout_s"]) == (3600, 120)
+    parse_job(guarded, check_files=False)
+
+
 def test_use_gpu_false_is_said_not_dropped():
     with pytest.warns(UserWarning, match="holds one GPU"):
         TorchTrainer(loop, client=object())

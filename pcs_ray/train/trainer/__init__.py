@@ -60,20 +60,23 @@ class Trainer:
     """A training function, its config and its GPU demand, as one pcs-ray job (see the module doc).
 
     ``tenant``: the tenant whose quota it runs on (default: the client's, ``$PCS_RAY_TENANT``); the job's user is
-    the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s`` and ``max_failures`` (times a loop
-    that raises is restarted from its newest checkpoint): as in a job file.
+    the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s``, ``max_failures`` (times a loop
+    that raises is restarted from its newest checkpoint), ``max_runtime_s`` (a time limit) and ``report_timeout_s``
+    (silence that counts as a hang): as in a job file.
     """
 
     def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int | None = None,
                  gpus: int = 1, min_gpus: int | None = None, name: str = "", working_dir: str | Path | None = None,
                  step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
                  runtime_env: dict | None = None, scaling: Any = None, client: Any = None,
-                 tenant: str | None = None, min_runtime_s: float | None = None, max_failures: int = 0) -> None:
+                 tenant: str | None = None, min_runtime_s: float | None = None, max_failures: int = 0,
+                 max_runtime_s: float | None = None, report_timeout_s: float | None = None) -> None:
         self.train_loop, self.working_dir = train_loop, working_dir
         self.fields = {"steps": steps, "gpus": gpus, "min_gpus": min_gpus, "name": name, "step_time": step_time,
                        "class": job_class, "checkpoint_every": checkpoint_every, "config": dict(config or {}),
                        "runtime_env": runtime_env, "scaling": scaling, "tenant": tenant,
-                       "min_runtime_s": min_runtime_s, "max_failures": max_failures or None}
+                       "min_runtime_s": min_runtime_s, "max_failures": max_failures or None,
+                       "max_runtime_s": max_runtime_s, "report_timeout_s": report_timeout_s}
         self._client = client
         self.handle: JobHandle | None = None
 

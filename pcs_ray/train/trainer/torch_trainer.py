@@ -41,7 +41,8 @@ REFUSED = {
 class TorchTrainer:
     """Ray Train's ``TorchTrainer`` signature, then pcs-ray's own fields (as :class:`Trainer`'s):
     ``steps`` (the job's total, in the loop's report steps), ``job_class``, ``tenant``, ``step_time``,
-    ``checkpoint_every``, ``min_runtime_s``, ``working_dir``, ``scaling`` and ``client``."""
+    ``checkpoint_every``, ``min_runtime_s``, ``max_runtime_s`` (a time limit, as Slurm's ``--time``),
+    ``report_timeout_s`` (silence that counts as a hang), ``working_dir``, ``scaling`` and ``client``."""
 
     def __init__(self, train_loop_per_worker: Callable | str, *, train_loop_config: dict | None = None,
                  torch_config: Any = None, scaling_config: ScalingConfig | None = None,
@@ -49,6 +50,7 @@ class TorchTrainer:
                  resume_from_checkpoint: Any = None, metadata: Any = None,
                  steps: int | None = None, job_class: str = "A", tenant: str | None = None,
                  step_time: float | None = None, checkpoint_every: int = 0, min_runtime_s: float | None = None,
+                 max_runtime_s: float | None = None, report_timeout_s: float | None = None,
                  working_dir: str | Path | None = None, scaling: Any = None, client: Any = None) -> None:
         given = {"torch_config": torch_config, "datasets": datasets, "dataset_config": dataset_config,
                  "resume_from_checkpoint": resume_from_checkpoint, "metadata": metadata}
@@ -65,7 +67,8 @@ class TorchTrainer:
             train_loop_per_worker, config=train_loop_config, steps=steps, gpus=gpus, min_gpus=min_gpus,
             name=self.run_config.name or "", working_dir=working_dir, step_time=step_time, job_class=job_class,
             checkpoint_every=checkpoint_every, runtime_env=self.run_config.worker_runtime_env, scaling=scaling,
-            client=client, tenant=tenant, min_runtime_s=min_runtime_s, max_failures=self.run_config.max_failures)
+            client=client, tenant=tenant, min_runtime_s=min_runtime_s, max_failures=self.run_config.max_failures,
+            max_runtime_s=max_runtime_s, report_timeout_s=report_timeout_s)
 
     def spec(self) -> dict:
         """The job spec it submits: the one :class:`Trainer` makes of the same fields."""
