@@ -173,7 +173,8 @@ def test_logical_gpus_run_each_step_in_the_emulated_devices_time(tmp_path):
     assert budget_s == pytest.approx(10.0 * reference_step_s("tiny_cnn", {}))
     assert any(f"{budget_s:.4g} s per step" in n for n in out.notes)
     assert out.overruns == 0, out.notes
-    mean = sum(args[2] for args, _ in target.calls) / 3  # a late wake-up is paid back at the next step
+    assert target.calls[0][0][1:] == (0, None)  # the loop began: no step time yet
+    mean = sum(args[2] for args, _ in target.calls[1:]) / 3  # a late wake-up is paid back at the next step
     assert budget_s * 0.95 <= mean <= budget_s * 1.5
 
 
@@ -184,7 +185,8 @@ def test_a_machine_too_small_for_its_emulated_gpus_reports_every_overrun(tmp_pat
     # the first step is warm-up; each later one leaves the run further behind
     assert out.overruns == 2 and out.late_steps == 2
     assert any("over a step behind its device on 2 of 3 steps" in n for n in out.notes)
-    assert [kw.get("overruns") for _, kw in target.calls] == [None, 1, 2]
+    assert target.calls[0][0][1:] == (0, None)  # the loop began
+    assert [kw.get("overruns") for _, kw in target.calls[1:]] == [None, 1, 2]
 
 
 class _FakeActor:
@@ -220,6 +222,8 @@ def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
     assert target.calls == [(("j", 1, 0.5), {"emulated": True})]  # first step at once, then at most one per interval
     target = _FakeActor()
     run_training(_request(tmp_path, total_steps=4, reporter=target, report_interval_s=0.0))
-    assert [args[1] for args, _ in target.calls] == [1, 2, 3, 4]
+    assert target.calls[0][0][1:] == (0, None)  # the loop began (the hang guard's clock starts), then each step
+    assert [args[1] for args, _ in target.calls[1:]] == [1, 2, 3, 4]
     # (an "overruns" count comes along only when the machine could not keep up with the emulated GPU)
-    assert all(args[2] > 0 and kw["emulated"] is True and set(kw) <= {"emulated", "overruns"} for args, kw in target.calls)
+    assert all(args[2] > 0 and kw["emulated"] is True and set(kw) <= {"emulated", "overruns"}
+               for args, kw in target.calls[1:])
