@@ -22,11 +22,11 @@ import sys
 
 import typer
 
-GROUP_NAMES = ("simulate", "up", "live", "logs", "calibrate", "replay", "report", "config", "tenants", "demo", "solve",
+GROUP_NAMES = ("simulate", "up", "live", "logs", "dashboard", "calibrate", "replay", "report", "config", "tenants", "demo", "solve",
                "power", "slowruns", "data")
 # Commands whose group alone serves them (their first argument -> the group's module).
 CLIENT_GROUPS = {"submit": "live", "status": "live", "predict": "live", "cancel": "live", "config": "config",
-                 "tenants": "tenants", "logs": "logs"}
+                 "tenants": "tenants", "logs": "logs", "dashboard": "dashboard"}
 
 # Errors a user can fix; anything else is a bug and keeps its traceback. Every typed user error
 # (WorkloadError, ConfigError, ClusterSpecError, the coordinator's refusals) is a ValueError.

@@ -249,6 +249,16 @@ class Client:
         """Apply a tenants file (a mapping as ``pcs_ray.tenants.spec`` reads it) to the running coordinator."""
         return self._call("set_tenants", dict(tenants), self._caller(caller))
 
+    def dashboard_ticket(self, user: str | None = None, tenant: str | None = None) -> dict:
+        """A one-time dashboard sign-in link for ``user`` and ``tenant`` (default: this client's identity);
+        ``url`` is the whole link (joined to the API's address when the coordinator did not know its own)."""
+        user = self.identity.user if user is None else user
+        tenant = self.identity.tenant if tenant is None else tenant
+        reply = dict(self._call("dashboard_ticket", user, tenant))
+        if not reply.get("url") and self.http is not None:
+            reply["url"] = self.http.url.rstrip("/") + reply["path"]
+        return reply
+
     def wait(self, job_id: int, timeout: float | None = None, poll_s: float = 0.5) -> dict:
         """Block until the job is finished, cancelled or failed; returns its final status."""
         deadline = None if timeout is None else time.monotonic() + timeout

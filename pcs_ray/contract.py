@@ -136,6 +136,12 @@ class CoordinatorAPI(Protocol):
         next decision on the ``tenants`` policy wraps the policy in force. Returns :meth:`tenants`."""
 
 
+    def dashboard_ticket(self, user: str, tenant: str | None = None) -> dict:
+        """A single-use ticket that signs one browser in to the dashboard as ``user`` of ``tenant`` (valid
+        two minutes): ``{"ticket", "expires", "path", "url"}``, ``url`` the whole link where the host
+        knows its HTTP address (else None: the client joins its own)."""
+
+
 # -- actions ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class StartRun:

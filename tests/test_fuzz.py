@@ -227,7 +227,7 @@ CLI_VALUES = ["0", "1", "3", "-1", "1e9", "nan", "abc", "", "fifo", "pcs-bal", "
 #: Every command and subcommand, fuzzed with its own options and real values (no --help: the command runs).
 CLI_COMMANDS = ["simulate", "up", "down", "start", "submit", "status", "predict", "cancel", "stop", "node-resources",
                 "logs", "calibrate", "replay", "report", "demo", "solve", "data", "config show", "config set",
-                "tenants show", "tenants apply", "power fit", "slow-runs fit"]
+                "tenants show", "tenants apply", "power fit", "slow-runs fit", "dashboard"]
 SCRATCH_STATE = "/nonexistent-pcs-ray-fuzz"  # up and down never see a real state folder (they start and stop clusters)
 
 
@@ -428,7 +428,7 @@ def _args_for(call: str):
 
 
 HTTP_CALLS = ["submit", "status", "predict", "cancel", "logs", "report_progress", "assignment", "external_ended",
-              "set_demand", "config", "set_config", "tenants", "set_tenants", "ping"]
+              "set_demand", "config", "set_config", "tenants", "set_tenants", "dashboard_ticket", "ping"]
 header_text = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=40)
 
 
@@ -438,7 +438,10 @@ def http_requests(draw):
     path = draw(st.one_of(
         st.just(f"/v1/{call}"), st.just(f"/v1/{call}?job_id=1"),
         st.sampled_from(["/", "/v1/", "/v1", "/v1/drain", "/v1/__class__", "/v1/../v1/status", "/v1/status/x",
-                         "/v1/%00", "/v1/st%61tus", "//v1/status", "/v1/status?job_id=%ff", "/v2/status"]),
+                         "/v1/%00", "/v1/st%61tus", "//v1/status", "/v1/status?job_id=%ff", "/v2/status",
+                         "/dashboard", "/dashboard/jobs", "/dashboard/login", "/dashboard/login?ticket=x",
+                         "/dashboard/jobs/1/cancel", "/dashboard/fragment/jobs", "/dashboard/static/htmx.min.js",
+                         "/dashboard/snapshot.json", "/dashboard/%00"]),
         header_text.map(lambda t: "/" + "".join(c for c in t if c not in " ?#")),
         st.text(max_size=8).map(lambda t: f"/v1/{call}?job_id={quote(t)}")))
     method = draw(st.sampled_from(["POST", "POST", "POST", "GET", "GET", "PUT", "DELETE", "PATCH", "HEAD",
@@ -475,10 +478,17 @@ def check_http(server, token, req):
     finally:
         conn.close()
     assert reply.status < 500, (reply.status, raw[:500])
-    if auth != "token":
+    if path.startswith("/dashboard"):
+        # no session cookie: only the sign-in form is served; a page redirects to it, anything else is refused
+        assert reply.status in (400, 401, 417) or reply.status == 303 and reply.getheader("Location") == "/dashboard/login" \
+            or reply.status == 200 and path == "/dashboard/login" and method in ("GET", "HEAD"), reply.status
+        assert b"data-job-id" not in raw
+    elif auth != "token":
         # never served: 400 when the request itself is bad, 417 for an Expect header aiohttp answers before routing
         assert reply.status in (400, 401, 417), reply.status
-    if raw and reply.status >= 400:
+    if path.startswith("/dashboard") and (reply.getheader("Content-Type") or "").startswith("text/html"):
+        assert b"Traceback" not in raw  # the sign-in form again, saying why
+    elif raw and reply.status >= 400:
         try:
             message = json.loads(raw)["error"]["message"]
         except (ValueError, KeyError, TypeError):

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address
+from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 from pcs_ray.commands.views import print_json
@@ -46,6 +46,7 @@ def start_cmd(
                                                api_host=api_host, api_port=api_port)
     print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
           f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
+    print(f"dashboard: {dashboard_line(info.get('api'))}")
 
 
 def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,

@@ -34,3 +34,10 @@ def coordinator_client(address: str | None):
     from pcs_ray.client import Client
 
     return Client(cluster_address(address), on_wait=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def dashboard_line(api: str | None) -> str:
+    """Where the coordinator's dashboard is (its API's address) and how to sign in, or why there is none."""
+    if not api:
+        return "off (the coordinator serves no HTTP API: no token found)"
+    return f"{api.rstrip('/')}/dashboard/ (sign in with the cluster's token, or `pcs-ray dashboard` for a one-time link)"

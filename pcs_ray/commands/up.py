@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT
+from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.commands.views import print_json
 
@@ -99,7 +99,7 @@ def up_cmd(
         return
     print(f"Ray cluster up: {len(record.nodes)} node(s), {sum(n.gpus for n in record.nodes)} GPU(s), coordinator on "
           f"{record.nodes[0].name}\n  address    {record.address}\n  api        {record.api or 'off (no token found)'}\n"
-          f"  dashboard  {record.dashboard}\n"
+          f"  dashboard  {dashboard_line(record.api)}\n  ray        {record.dashboard} (Ray's own dashboard)\n"
           f"  state      {state}/{lc.STATE_FILE} (pcs-ray down --state-dir {state})\n  clients    {lc.client_hint(record)}")
 
 

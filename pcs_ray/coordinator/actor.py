@@ -36,6 +36,7 @@ from pcs_ray.coordinator.config import CoordinatorConfig, build_core
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.http_advert import serve_api
 from pcs_ray.coordinator.metrics_export import RayMetrics, readings
+from pcs_ray.dashboard.markup import PREFIX as DASHBOARD
 
 DEFAULT_LAUNCHER = CoordinatorConfig.launcher  # the cold launcher; with it, warm_pool switches to the pool
 LOOP_WAIT_S = 0.2
@@ -341,6 +342,10 @@ class CoordinatorService(CoordinatorHost):
     def ping(self) -> dict:
         return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "reattached": self.core.reattached,
                 "epoch": self.core.epoch, "pid": os.getpid(), "api": self.api_address()}
+
+    def _dashboard_url(self, ticket: str) -> str | None:
+        url = self.api_address()
+        return None if url is None else f"{url}{DASHBOARD}/login?ticket={ticket}"
 
     def api_address(self) -> str | None:
         """The URL of this coordinator's HTTP API (``None``: not served, see ``serve_api``)."""

@@ -16,8 +16,10 @@ from collections import deque
 import numpy as np
 
 from pcs_ray.contract import Action, Submitted
+from pcs_ray.dashboard.markup import PREFIX as DASHBOARD
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
+from pcs_ray.coordinator.dashboard_sessions import DashboardSessions
 from pcs_ray.coordinator.logs import read_logs
 from pcs_ray.tenants.identity import Caller
 from pcs_ray.tenants.ownership import check_operator
@@ -35,6 +37,7 @@ class CoordinatorHost(ABC):
         self.late_steps: dict[int, int] = {}  # per job, from its ended runs: steps late on their own but caught up
         # Per submission: seconds waiting for the lock, and holding it (load benches split what a client sees).
         self.submit_s: deque[tuple[float, float]] = deque(maxlen=100_000)
+        self.dashboard = DashboardSessions()  # its sign-in tickets and sessions (pcs_ray.coordinator.dashboard_routes)
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -146,6 +149,18 @@ class CoordinatorHost(ABC):
         with self.lock:
             self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
             return self.core.assignment(int(job_id))
+
+    def dashboard_ticket(self, user: str, tenant: str | None = None) -> dict:
+        """A one-time sign-in link's ticket for the dashboard (valid ``TICKET_TTL_S``), for the caller
+        (``user``, ``tenant``) the browser then acts as; ``path``: the link without the host."""
+        who = Caller.from_wire({"user": user, "tenant": tenant})
+        ticket, expires = self.dashboard.issue_ticket(who)
+        return {"ticket": ticket, "expires": expires, "path": f"{DASHBOARD}/login?ticket={ticket}",
+                "url": self._dashboard_url(ticket)}
+
+    def _dashboard_url(self, ticket: str) -> str | None:
+        """The whole link, where the host knows the URL its HTTP API is served on."""
+        return None
 
     # -- the operator ------------------------------------------------------------------
     def config(self) -> dict:

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from pcs_ray.api.wire import CALLS, MAX_BODY, PREFIX, READ_ONLY, UNAUTHORIZED, encode, error_body, status_of
 from pcs_ray.contract import CoordinatorAPI, CoordinatorError
+from pcs_ray.coordinator.dashboard_routes import DashboardRoutes
 
 log = logging.getLogger("pcs_ray.coordinator.http")
 
@@ -94,6 +95,8 @@ class ApiServer:
         self._calls = {name: getattr(type(target), name).__get__(target) for name in CALLS
                        if callable(getattr(type(target), name, None))}
         self._signatures = {name: inspect.signature(call) for name, call in self._calls.items()}
+        # The dashboard, for a host that keeps its sign-in sessions (``CoordinatorHost.dashboard``).
+        self.dashboard = DashboardRoutes(target, self._token, self._pool) if hasattr(target, "dashboard") else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -134,6 +137,8 @@ class ApiServer:
     async def _listen(self) -> None:
         app = web.Application(client_max_size=self.max_body, middlewares=[self._guard])
         app.router.add_route("*", PREFIX + "{call}", self._call)
+        if self.dashboard is not None:
+            self.dashboard.add_to(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -146,11 +151,16 @@ class ApiServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.dashboard is not None:
+            self.dashboard.close()
 
     # -- requests ----------------------------------------------------------------------
     @web.middleware
     async def _guard(self, request: web.Request, handler):
-        """Authentication first (nothing is served without the token), then one-line JSON for every refusal."""
+        """Authentication first (nothing is served without the token), then one-line JSON for every refusal.
+        The dashboard's paths guard themselves (sessions signed in with the same token, see ``dashboard_routes``)."""
+        if self.dashboard is not None and self.dashboard.owns(request.path):
+            return await self.dashboard.guard(request, handler)
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
         offered = token.strip().encode("utf-8", "replace")  # a header of non-UTF-8 bytes is just a wrong token

@@ -123,6 +123,14 @@ class Journal:
         ):
             yield Event(seq, t, kind, job_id, json.loads(data))
 
+    def events_of(self, kinds: tuple[str, ...]) -> Iterator[Event]:
+        """The events of these kinds only, in order (the dashboard's configuration history)."""
+        marks = ", ".join("?" * len(kinds))
+        for seq, t, kind, job_id, data in self._db.execute(
+            f"SELECT seq, t, kind, job_id, data FROM events WHERE kind IN ({marks}) ORDER BY seq", tuple(kinds)
+        ):
+            yield Event(seq, t, kind, job_id, json.loads(data))
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
 

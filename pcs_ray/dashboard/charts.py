@@ -1,0 +1,55 @@
+"""Small SVG line charts: a job's predicted finish over time against its actual finish, and its progress."""
+
+from __future__ import annotations
+
+from pcs_ray.dashboard.markup import attrs, clock, epoch, esc
+
+W, H, PAD_L, PAD_B, PAD_T = 640, 220, 80, 24, 10
+
+
+def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]], *, now: float,
+               y_time: bool = False, level: tuple[str, float] | None = None, empty: str = "nothing yet") -> str:
+    """``series``: (css class, points (x = unix seconds, y)); ``level``: a horizontal line (class, y),
+    e.g. the actual finish. ``y_time``: y values are unix seconds, labelled as clock times."""
+    points = [p for _, pts in series for p in pts]
+    if not points:
+        return (f'<svg{attrs(id=svg_id, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {W} 40", width=W, height=40)}>'
+                f'<text{attrs(x=8, y=24)}>{esc(empty)}</text></svg>')
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points] + ([level[1]] if level else [])
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1.0)
+    y0, y1 = min(ys), max(max(ys), min(ys) + 1.0)
+    pad = (y1 - y0) * 0.05
+    y0, y1 = y0 - pad, y1 + pad
+
+    def px(x: float) -> float:
+        return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - 10)
+
+    def py(y: float) -> float:
+        return PAD_T + (1 - (y - y0) / (y1 - y0)) * (H - PAD_T - PAD_B)
+
+    def ylabel(y: float) -> str:
+        return clock(y, now) if y_time else f"{y:.4g}"
+
+    out = [f'<svg{attrs(id=svg_id, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {W} {H}", width=W, height=H)}>']
+    for k in range(3):
+        y = y0 + (y1 - y0) * k / 2
+        out.append(f'<g class="tick"><line{attrs(x1=PAD_L, x2=W - 10, y1=f"{py(y):.1f}", y2=f"{py(y):.1f}")}/>'
+                   f'<text{attrs(x=4, y=f"{py(y) + 4:.1f}")}>{esc(ylabel(y))}</text></g>')
+    for k in range(3):
+        x = x0 + (x1 - x0) * k / 2
+        out.append(f'<text class="xlabel"{attrs(x=f"{px(x):.1f}", y=H - 6)}>{esc(clock(x, now))}</text>')
+    if level is not None:
+        cls, y = level
+        out.append(f'<line{attrs(class_=cls, x1=PAD_L, x2=W - 10, y1=f"{py(y):.1f}", y2=f"{py(y):.1f}", data__t=epoch(y))}>'
+                   f"<title>{esc(cls)}: {esc(ylabel(y))}</title></line>")
+    for cls, pts in series:
+        if not pts:
+            continue
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(f'<polyline{attrs(class_=cls, points=path)}/>')
+        for x, y in pts:
+            out.append(f'<circle{attrs(class_=cls, cx=f"{px(x):.1f}", cy=f"{py(y):.1f}", r=2.5, data__t=epoch(x), data__y=repr(float(y)))}>'
+                       f"<title>{esc(clock(x, now))}: {esc(ylabel(y))}</title></circle>")
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,168 @@
+"""The jobs page's table: filters, sorting and a page of at most ``PAGE_ROWS`` rows, whatever the number of jobs.
+
+A row holds one job's name, tenant, user, state, GPUs held / demand, progress,
+predicted start and finish, the policy's bound, the typed reason a queued job
+waits (in words, the code in ``data-code``), preemptions and lost steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
+
+PAGE_ROWS = 100
+STATES = ("queued", "running", "stopping", "finished", "cancelled", "failed")
+# Sort keys: the column, and how a job reads for it (missing values sort last).
+SORTS = {
+    "id": lambda j: j["id"],
+    "name": lambda j: j["name"].lower(),
+    "tenant": lambda j: (j.get("tenant") or "").lower(),
+    "user": lambda j: (j.get("user") or "").lower(),
+    "state": lambda j: j["state"],
+    "gpus": lambda j: len(j["gpus"]),
+    "progress": lambda j: j["steps"] / j["total_steps"] if j.get("total_steps") else 0.0,
+    "predicted-start": lambda j: predicted_start(j),
+    "predicted-finish": lambda j: j.get("predicted_completion"),
+    "bound": lambda j: j.get("bound"),
+    "preemptions": lambda j: j.get("preemptions", 0),
+    "lost-steps": lambda j: j.get("lost_steps", 0),
+    "submit": lambda j: j.get("submit"),
+}
+COLUMNS = (("name", "Name"), ("tenant", "Tenant"), ("user", "User"), ("state", "State"), ("gpus", "GPUs"),
+           ("progress", "Progress"), ("predicted-start", "Start"), ("predicted-finish", "Finish"),
+           ("bound", "Bound"), ("reason", "Why waiting"), ("preemptions", "Preempted"), ("lost-steps", "Lost steps"))
+
+
+@dataclass(frozen=True)
+class JobsQuery:
+    """What the page was asked for (``?state=&tenant=&user=&sort=&order=&page=``), cleaned."""
+
+    state: str = ""
+    tenant: str = ""
+    user: str = ""
+    sort: str = "id"
+    order: str = "asc"
+    page: int = 1
+
+    @classmethod
+    def parse(cls, query) -> "JobsQuery":
+        """From a request's query mapping; what cannot be read falls back to the default."""
+        state = query.get("state", "")
+        sort = query.get("sort", "id")
+        try:
+            page = max(1, int(query.get("page", "1")))
+        except ValueError:
+            page = 1
+        return cls(state if state in STATES else "", query.get("tenant", "")[:100], query.get("user", "")[:100],
+                   sort if sort in SORTS else "id", "desc" if query.get("order") == "desc" else "asc", page)
+
+    def url(self, path: str = f"{PREFIX}/jobs", **change) -> str:
+        values = {**self.__dict__, **change}
+        kept = {k: v for k, v in values.items() if v not in ("", None) and not (k == "page" and v == 1)}
+        return path + ("?" + urlencode(kept) if kept else "")
+
+
+def predicted_start(job: dict) -> float | None:
+    """When the job starts: its first start once it ran; None for a queued job (the stored forecast holds
+    finishes only, so no start is shown that the forecast did not give)."""
+    return job.get("start")
+
+
+def select(jobs: list[dict], q: JobsQuery) -> tuple[list[dict], int, int]:
+    """The page's rows, how many jobs pass the filters, and the page actually shown (clamped)."""
+    chosen = [j for j in jobs if (not q.state or j["state"] == q.state)
+              and (not q.tenant or (j.get("tenant") or "") == q.tenant)
+              and (not q.user or (j.get("user") or "") == q.user)]
+    key = SORTS[q.sort]
+    present = [j for j in chosen if key(j) is not None]
+    missing = [j for j in chosen if key(j) is None]
+    present.sort(key=lambda j: (key(j), j["id"]), reverse=q.order == "desc")
+    ordered = present + missing
+    total = len(ordered)
+    pages = max(1, -(-total // PAGE_ROWS))
+    page = min(q.page, pages)
+    return ordered[(page - 1) * PAGE_ROWS: page * PAGE_ROWS], total, page
+
+
+def reason_words(waiting: dict | None) -> str:
+    return "" if not waiting else waiting.get("text") or waiting.get("code", "")
+
+
+def row(job: dict, now: float) -> str:
+    held, demand = len(job["gpus"]), job.get("demand") or [None, None]
+    want = demand[1] if demand[0] in (None, demand[1]) else f"{demand[0]}–{demand[1]}"
+    total = job.get("total_steps") or 0
+    share = job["steps"] / total if total else 0.0
+    start, finish, bound = predicted_start(job), job.get("predicted_completion"), job.get("bound")
+    waiting = job.get("waiting") or {}
+    cells = [
+        f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
+        f' <span class="id">#{job["id"]}</span></td>',
+        f'<td data-col="tenant">{esc(job.get("tenant") or "")}</td>',
+        f'<td data-col="user">{esc(job.get("user") or "")}</td>',
+        f'<td data-col="state"><span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span></td>',
+        f'<td data-col="gpus"{attrs(title=", ".join(job["gpus"]) or None)}>{held} / {esc(want)}</td>',
+        f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
+        f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>',
+        f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
+        f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
+        f'<td data-col="bound"{attrs(data__epoch=epoch(bound))}>{clock(bound, now)}</td>',
+        f'<td data-col="reason"{attrs(data__code=waiting.get("code", ""))}>{esc(reason_words(waiting))}</td>',
+        f'<td data-col="preemptions">{job.get("preemptions", 0)}</td>',
+        f'<td data-col="lost-steps">{job.get("lost_steps", 0)}</td>',
+    ]
+    return (f'<tr{attrs(data__job__id=job["id"], data__state=job["state"], data__tenant=job.get("tenant") or "", data__user=job.get("user") or "")}>'
+            + "".join(cells) + "</tr>")
+
+
+def header(q: JobsQuery) -> str:
+    out = []
+    for key, label in COLUMNS:
+        if key in SORTS:
+            order = "desc" if q.sort == key and q.order == "asc" else "asc"
+            mark = (" ▲" if q.order == "asc" else " ▼") if q.sort == key else ""
+            out.append(f'<th{attrs(data__col=key)}><a{attrs(href=q.url(sort=key, order=order, page=1))}>'
+                       f"{label}{mark}</a></th>")
+        else:
+            out.append(f'<th{attrs(data__col=key)}>{label}</th>')
+    return "<tr>" + "".join(out) + "</tr>"
+
+
+def pager(q: JobsQuery, total: int, page: int) -> str:
+    pages = max(1, -(-total // PAGE_ROWS))
+    first = (page - 1) * PAGE_ROWS + 1 if total else 0
+    last = min(total, page * PAGE_ROWS)
+    prev = f'<a rel="prev"{attrs(href=q.url(page=page - 1))}>‹ previous</a>' if page > 1 else ""
+    nxt = f'<a rel="next"{attrs(href=q.url(page=page + 1))}>next ›</a>' if page < pages else ""
+    return (f'<nav class="pager"{attrs(data__page=page, data__pages=pages)}>{prev}'
+            f'<span>rows {first}–{last} of <span data-total="{total}">{total}</span>, page {page} of {pages}</span>'
+            f"{nxt}</nav>")
+
+
+def filters(q: JobsQuery, jobs: list[dict]) -> str:
+    """The filter form (a GET: it changes nothing)."""
+    tenants = sorted({j.get("tenant") or "" for j in jobs} - {""})
+    users = sorted({j.get("user") or "" for j in jobs} - {""})
+
+    def select_of(name: str, options, chosen: str) -> str:
+        opts = [f'<option value=""{" selected" if not chosen else ""}>any {name}</option>']
+        opts += [f'<option{attrs(value=o, selected="selected" if o == chosen else None)}>{esc(o)}</option>'
+                 for o in options]
+        return f'<label>{name} <select{attrs(name=name)}>{"".join(opts)}</select></label>'
+
+    return (f'<form id="filters" method="get"{attrs(action=f"{PREFIX}/jobs")}>'
+            + select_of("state", STATES, q.state) + select_of("tenant", tenants, q.tenant)
+            + select_of("user", users, q.user)
+            + f'<input type="hidden" name="sort"{attrs(value=q.sort)}><input type="hidden" name="order"{attrs(value=q.order)}>'
+            + '<button type="submit">Filter</button></form>')
+
+
+def table(snapshot: dict, q: JobsQuery) -> str:
+    """The live part: the table of the page asked for, its total and its pager."""
+    rows, total, page = select(snapshot["jobs"], q)
+    now = snapshot["now"]
+    body = "".join(row(j, now) for j in rows)
+    return (f'<table id="jobs"><thead>{header(q)}</thead><tbody>{body}</tbody></table>'
+            + pager(q, total, page))

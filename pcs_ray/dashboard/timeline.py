@@ -1,0 +1,109 @@
+"""The forecast timeline: an SVG Gantt with one row per GPU, the past as it ran, the present and the forecast.
+
+* past bars: each ended run of a job (its journal segments) on each GPU it held;
+* running bars: each run going on now, from its start to now;
+* predicted bars: a running job from now to its predicted finish on the GPUs it holds, carrying the
+  policy's bound; the finish is the coordinator's stored forecast (what ``pcs-ray predict`` prints),
+  read from the job view, never computed here.
+
+Queued jobs have no GPUs until placement gives them some, and the stored forecast keeps their finish
+only, so they are listed below the GPU rows (``g.queued``) with their predicted finish and bound.
+The view is bounded: runs that ended before the window and queued jobs past ``MAX_QUEUED`` are left out.
+"""
+
+from __future__ import annotations
+
+from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
+
+PAST_S = 1800.0  # how far back the window reaches
+MIN_FUTURE_S = 600.0
+MAX_FUTURE_S = 7 * 24 * 3600.0
+MAX_QUEUED = 50
+LABEL_W, WIDTH, ROW_H, AXIS_H = 110, 1100, 22, 24
+
+
+def _bars(snapshot: dict, since: float) -> tuple[dict[str, list[dict]], list[dict]]:
+    """Per GPU its bars, and the queued jobs with a forecast (earliest finish first, at most MAX_QUEUED)."""
+    now = snapshot["now"]
+    rows: dict[str, list[dict]] = {}
+    queued = []
+    for job in snapshot["jobs"]:
+        for seg in job.get("segments", ()):
+            end = seg["end"]
+            if end is not None and end < since:
+                continue
+            kind = "past" if end is not None else "running"
+            for gpu in seg["gpus"]:
+                rows.setdefault(gpu, []).append({"kind": kind, "job": job, "start": seg["start"],
+                                                 "finish": end if end is not None else now})
+        finish = job.get("predicted_completion")
+        if job["state"] in ("running", "stopping") and finish is not None:
+            for gpu in job["gpus"]:
+                rows.setdefault(gpu, []).append({"kind": "predicted", "job": job, "start": now, "finish": finish,
+                                                 "bound": job.get("bound")})
+        elif job["state"] == "queued" and finish is not None:
+            queued.append(job)
+    queued.sort(key=lambda j: (j["predicted_completion"], j["id"]))
+    return rows, queued[:MAX_QUEUED]
+
+
+def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX + "/jobs/") -> str:
+    now = snapshot["now"]
+    since = now - past_s
+    rows, queued = _bars(snapshot, since)
+    ends = [b["finish"] for bars in rows.values() for b in bars] + [j["predicted_completion"] for j in queued]
+    until = min(max([now + MIN_FUTURE_S] + ends), now + MAX_FUTURE_S)
+    span = until - since
+    inner = WIDTH - LABEL_W - 10
+
+    def x(t: float) -> float:
+        return LABEL_W + max(0.0, min(1.0, (t - since) / span)) * inner
+
+    gpus = [g["name"] for node in snapshot["nodes"] for g in node["gpus"]]
+    gpus += sorted(set(rows) - set(gpus))  # GPUs of runs on nodes lost since
+    height = AXIS_H + ROW_H * (len(gpus) + (len(queued) + 1 if queued else 0)) + 10
+    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
+             f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>']
+    for k in range(7):  # the time axis
+        t = since + span * k / 6
+        parts.append(f'<g class="tick"><line{attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height)}/>'
+                     f'<text{attrs(x=f"{x(t):.1f}", y=12)}>{esc(clock(t, now))}</text></g>')
+    for i, gpu in enumerate(gpus):
+        y = AXIS_H + i * ROW_H
+        parts.append(f'<g class="row"{attrs(data__gpu=gpu)}><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>{esc(gpu)}</text>')
+        for bar in sorted(rows.get(gpu, ()), key=lambda b: b["start"]):
+            parts.append(_bar(bar, x, y, now, job_link))
+        parts.append("</g>")
+    if queued:
+        y0 = AXIS_H + len(gpus) * ROW_H
+        parts.append(f'<g class="queued"><text class="label"{attrs(x=4, y=y0 + ROW_H - 7)}>queued: predicted finish</text>')
+        for i, job in enumerate(queued):
+            y = y0 + (i + 1) * ROW_H
+            finish, bound = job["predicted_completion"], job.get("bound")
+            title = f'{job["name"]} (#{job["id"]}, queued): predicted finish {clock(finish, now)}, bound {clock(bound, now)}'
+            parts.append(
+                f'<g class="queued-job"{attrs(data__job__id=job["id"], data__finish=epoch(finish), data__bound=epoch(bound))}>'
+                f'<title>{esc(title)}</title><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>#{job["id"]} {esc(job["name"][:12])}</text>'
+                f'<circle class="finish"{attrs(cx=f"{x(finish):.1f}", cy=y + ROW_H / 2, r=5)}/>'
+                + (f'<line class="bound"{attrs(x1=f"{x(bound):.1f}", x2=f"{x(bound):.1f}", y1=y + 3, y2=y + ROW_H - 3)}/>'
+                   if bound is not None else "") + "</g>")
+        parts.append("</g>")
+    parts.append(f'<line id="now"{attrs(x1=f"{x(now):.1f}", x2=f"{x(now):.1f}", y1=AXIS_H - 6, y2=height, data__t=epoch(now))}/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bar(bar: dict, x, y: float, now: float, job_link: str) -> str:
+    job = bar["job"]
+    start, finish = bar["start"], bar["finish"]
+    x0, x1 = x(start), x(finish)
+    kind = bar["kind"]
+    what = {"past": "ran", "running": "running since", "predicted": "predicted until"}[kind]
+    title = f'{job["name"]} (#{job["id"]}) {what} {clock(start if kind != "predicted" else finish, now)}'
+    extra = {}
+    if kind == "predicted":
+        extra["data__bound"] = epoch(bar.get("bound"))
+        title += f', bound {clock(bar.get("bound"), now)}'
+    rect = (f'<rect{attrs(class_=f"bar {kind}", x=f"{x0:.1f}", y=y + 3, width=f"{max(1.0, x1 - x0):.1f}", height=ROW_H - 6, data__job__id=job["id"], data__start=epoch(start), data__finish=epoch(finish), **extra)}>'
+            f"<title>{esc(title)}</title></rect>")
+    return f'<a{attrs(href=job_link + str(job["id"]))}>{rect}</a>'
