@@ -517,6 +517,23 @@ def test_a_post_without_its_csrf_token_is_refused(browser, cluster):
     assert urlsplit(page.url).path == "/dashboard/jobs"  # still signed in: the refused logout ended nothing
 
 
+def test_the_tenants_and_policy_pages_show_the_tenants_file_in_force(browser, cluster):
+    job = cluster.submit(tiny("counted", 3000))["id"]
+    cluster.wait(lambda: cluster.jobs()[job]["state"] == "running", 90, "the job to run")
+    page = browser.signed_in(BOB)
+    page.goto(f"{cluster.base}/dashboard/tenants")
+    vision = page.locator("table#tenants tr[data-tenant='vision']")
+    assert vision.locator("td[data-col='quota']").inner_text().strip() == "2"
+    assert page.locator("table#tenants tr[data-tenant='speech'] td[data-col='quota']").inner_text().strip() == "2"
+    until(page, "() => document.querySelector(\"tr[data-tenant='vision'] td[data-col='used']\").innerText.trim() === '1'",
+          None, LIVE_S, "vision's one running GPU on the tenants page")
+    assert {c: vision.locator(f"td[data-col='{c}']").count() for c in ("borrowed", "lent", "waiting", "protected")} == {
+        "borrowed": 1, "lent": 1, "waiting": 1, "protected": 1}
+    page.goto(f"{cluster.base}/dashboard/policy")
+    assert "tenants" in page.locator("#policy").inner_text().lower()
+    assert "tenants" in page.locator("table#config-history").inner_text().lower()
+
+
 def test_no_page_asks_another_host_for_anything(browser, cluster):
     job = cluster.submit(tiny("offline", 3000))["id"]
     page = browser.signed_in()
