@@ -25,9 +25,12 @@ from pcs_ray.commands.live import JSON_OUT
 from pcs_ray.commands.views import strict_json
 
 
-def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[dict, list[str]]:
+def journal_status(state_dir: Path, cluster_spec: Path | None = None,
+                   config_events: list | None = None) -> tuple[dict, list[str]]:
     """A ``status``-shaped dict (absolute times) and the GPU names, from the journal replayed through the
-    coordinator's own interpreter (``Ledger``) and views. ``policy``: the one the latest start journaled."""
+    coordinator's own interpreter (``Ledger``) and views. ``policy``: the one the latest start journaled.
+    ``config_events``: filled with the ``(t, kind, data)`` of the events that changed the configuration."""
+    from pcs_ray.dashboard.history import CONFIG_KINDS
     from pcs_ray.cluster import load_cluster_spec
     from pcs_ray.coordinator import views
     from pcs_ray.coordinator.journal import Journal
@@ -53,6 +56,8 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None) -> tuple[d
             for ev in journal.events():
                 ledger.apply(ev.t, ev.kind, ev.job_id, ev.data)
                 last = ev.t
+                if config_events is not None and ev.kind in CONFIG_KINDS:
+                    config_events.append((ev.t, ev.kind, ev.data))
         except (KeyError, TypeError, AttributeError) as e:  # a record this version cannot read
             raise ValueError(f"{source}: record {ev.seq} ({ev.kind}) cannot be read: {type(e).__name__} {e}") from None
         finally:
@@ -79,15 +84,19 @@ def report_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and the plots [default: STATE_DIR/report].",
                                              show_default=False)] = None,
     cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Names the GPUs (default: STATE_DIR/cluster-spec.yaml).")] = None,
+    html: Annotated[bool, typer.Option("--html", help="Also write the dashboard's pages (timeline, jobs, cluster, "
+                                       "tenants, policy) as static HTML under OUT/html, readable offline.")] = False,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
-    """Plot a run from its journal: GPU timeline, JCT CDF, predicted vs actual JCT."""
+    """Plot a run from its journal: GPU timeline, JCT CDF, predicted vs actual JCT (and, with --html, the
+    dashboard's pages as they stood at the journal's last event)."""
     from pcs_ray.cluster import ClusterSpec, NodeSpec, GPUSpec, sim_uuid
     from pcs_ray.commands.demo_plot import plot_report
     from pcs_ray.commands.demo_report import build_report
 
     state_dir = state_dir.expanduser()
-    status, names = journal_status(state_dir, cluster_spec)
+    config_events: list = []
+    status, names = journal_status(state_dir, cluster_spec, config_events)
     if not status["jobs"]:
         raise ValueError(f"the journal in {state_dir} holds no jobs")
     nodes: dict[str, int] = {}
@@ -113,11 +122,50 @@ def report_cmd(
               "predictions": sum(j["predicted_jct_s"] is not None for j in report["jobs"]),
               "skips": sum(s["skips"] for s in report["skips"]), "jobs_skipped": len(report["skips"]),
               "energy_j": report["summary"]["energy_j"], "energy_sources": report["summary"]["energy_sources"]}
+    if html:
+        from pcs_ray.dashboard.static_report import write_pages
+
+        pages = write_pages(journal_snapshot(status, cluster, config_events, cluster_spec or state_dir / "cluster-spec.yaml"),
+                            folder / "html")
+        result["html"] = str(folder / "html" / "timeline.html")
+        result["html_pages"] = len([p for p in pages if p.suffix == ".html"])
     print(strict_json(result) if as_json else
           f"{result['jobs']} job(s), {result['finished']} finished, {result['predictions']} with a prediction at "
           f"submission: {folder}/timeline.png (GPU timeline, predicted vs actual), {folder}/jct-cdf.png"
           + (f"; {result['skips']} skipped start(s) of {result['jobs_skipped']} job(s) (RUSH): " + "; ".join(
-              f"job {s['id']} x{s['skips']} ({s['last_reason']})" for s in report["skips"]) if report["skips"] else ""))
+              f"job {s['id']} x{s['skips']} ({s['last_reason']})" for s in report["skips"]) if report["skips"] else "")
+          + (f"; dashboard pages: {result['html']} (and {result['html_pages'] - 1} more beside it)" if html else ""))
+
+
+def journal_snapshot(status: dict, cluster, config_events: list, spec_path: Path) -> dict:
+    """The dashboard's snapshot (``pcs_ray.dashboard.snapshot``) of a run at its journal's last event: its jobs
+    as ``journal_status`` rebuilt them, its GPUs (NVLink groups where the cluster spec gives topologies), and
+    the configuration history. The journal keeps no forecast but the one at submission, so no bar is predicted."""
+    from pcs_ray.cluster import load_cluster_spec
+    from pcs_ray.coordinator.dashboard_state import cluster_layout
+    from pcs_ray.dashboard.history import config_history
+
+    history = config_history(config_events, None)
+    tenants = next((data["tenants"] for _, kind, data in reversed(config_events) if kind == "tenants"), None)
+    since = next((h["t"] for h in reversed(history) if h["kind"] == "tenants apply"), None)
+    usage: dict[str, dict] = {}
+    for job in status["jobs"]:
+        if job["state"] not in ("finished", "cancelled", "failed"):
+            row = usage.setdefault(job["tenant"] or "", {"jobs": 0, "waiting": 0, "gpus": 0})
+            row["jobs"] += 1
+            row["waiting"] += job["state"] == "queued"
+            row["gpus"] += len(job["gpus"])
+    latest = history[-1] if history else {"t": status["epoch"], "source": "start"}
+    policy = dict(status.get("policy") or {})
+    if latest.get("kind") == "config set":
+        policy = {"policy": latest["what"]}
+    for job in status["jobs"]:
+        job.setdefault("waiting", None)
+        job.setdefault("protected_until", None)
+    spec = load_cluster_spec(spec_path) if spec_path.is_file() else cluster
+    return {"now": status["now"], "jobs": status["jobs"], "nodes": cluster_layout(spec),
+            "config": {"policy": policy, "placement": None, "source": latest.get("source"), "since": latest["t"]},
+            "tenants": {"tenants": tenants, "since": since, "usage": usage}, "history": history}
 
 
 def _plot_cdf(report: dict, path: Path) -> None:

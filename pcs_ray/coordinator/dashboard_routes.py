@@ -45,7 +45,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
-STATIC = {"htmx.min.js": "application/javascript", "htmx.LICENSE": "text/plain", "dashboard.css": "text/css"}
+STATIC = {"htmx.min.js": "application/javascript", "htmx.LICENSE": "text/plain", "dashboard.css": "text/css",
+          "favicon.svg": "image/svg+xml"}
 LIVE_PAGES = ("cluster", "jobs", "timeline", "tenants", "policy")
 
 

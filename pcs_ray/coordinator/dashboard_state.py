@@ -1,25 +1,34 @@
 """The dashboard's view of a live coordinator: snapshots taken under the lock, shared, and the jobs' history.
 
-``take_snapshot`` copies what the pages show (``pcs_ray.dashboard.snapshot``
-says what) while holding the host's lock, and nothing else: rendering happens
-after, outside it. ``SnapshotKeeper`` takes at most one snapshot every
-``max_age_s`` however many dashboards ask (one in flight at a time; the others
-wait for it), and keeps each active job's predicted finish, bound and step at
+``take_snapshot`` copies the jobs and asks why queued jobs wait while holding
+the host's lock, and nothing else: their views (``pcs_ray.dashboard.snapshot``
+says what a snapshot holds) and the pages are built after it is released.
+``SnapshotKeeper`` takes at most one snapshot every ``max_age_s`` however many
+dashboards ask (one in flight at a time; the others wait for it), less often
+when a snapshot held the lock long (``LOCK_SHARE``), and keeps each active job's predicted finish, bound and step at
 each snapshot where they changed: the job page's prediction-over-time chart.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import gc
 import math
 import threading
 import time
 from array import array
 
+import pcs_ray.coordinator.views as views
 from pcs_ray.cluster.topology import TopologyError, read_topo
+from pcs_ray.contract import JobStatus
+from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.dashboard.history import CONFIG_KINDS, config_history
 from pcs_ray.dashboard.snapshot import nvlink_groups, speed_class
 
 SNAPSHOT_MAX_AGE_S = 0.5  # with the pages' 1 s poll, what a page shows is at most 1.5 s old
+LOCK_SHARE = 0.1  # snapshots hold the coordinator's lock at most this share of the time: at 10,000 jobs a
+#                   snapshot is retaken less often than every SNAPSHOT_MAX_AGE_S rather than slow the cluster
 HISTORY_POINTS = 64  # per job; when full, every other point goes (the whole life at half the resolution)
 HISTORY_JOBS = 20_000  # jobs whose history is kept (the oldest go first)
 _FIELDS = 4  # t, predicted, bound, steps (NaN: none)
@@ -43,26 +52,56 @@ def cluster_layout(cluster) -> list[dict]:
     return nodes
 
 
-def take_snapshot(host, layout: list[dict], history: list[dict]) -> dict:
-    """What every page renders from, copied under ``host``'s lock (``host.status`` is the view
-    ``pcs-ray status`` gives, forecasts included)."""
+@contextlib.contextmanager
+def _no_collection():
+    """No garbage collection while the jobs are copied under the lock: a collection that the copies'
+    allocations set off would walk the whole heap (the engine's every job) while calls wait."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _copy(job: LiveJob) -> LiveJob:
+    """A job as it is now, safe to read once the lock is released (what its events mutate is copied)."""
+    out = copy.copy(job)
+    out.segments = [dict(seg) for seg in job.segments]
+    out.energy = dict(job.energy)
+    return out
+
+
+def take_snapshot(host, layout: list[dict], history: list[dict]) -> tuple[dict, float]:
+    """What every page renders from, and the seconds the host's lock was held for it.
+
+    Under the lock only the jobs are copied and the reasons queued jobs wait are asked of the policy;
+    the job views (``Coordinator.status``'s, built by the same function) are built after it is released."""
     with host.lock:
-        status = host.status()
+        got = time.perf_counter()
+        host.refresh_views()
         core = host.core
+        now = core.clock()
+        with _no_collection():
+            jobs = [_copy(job) for job in core.jobs.values()]
+        waiting = core.waiting()
         config = core.config()
-        config.pop("cluster", None)
         tenants = core.tenants_view()
         minimum = core.tenants.min_runtime if core.tenants is not None else None
-        now = status["now"]
-        for job in status["jobs"]:
-            job["protected_until"] = None
-            if minimum is not None and minimum.active and job["state"] == "running" and job["segments"]:
-                live = core.jobs.get(job["id"])
-                if live is not None:
-                    until = job["segments"][-1]["start"] + minimum.of(live.spec)
-                    job["protected_until"] = until if until > now else None
-    return {"now": now, "jobs": status["jobs"], "nodes": layout, "config": config, "tenants": tenants,
-            "history": history}
+        epoch, gpu_name, watts = core.epoch, core.gpu_name, core.gpu_watts
+        held = time.perf_counter() - got
+    config.pop("cluster", None)
+    out = []
+    for job in jobs:
+        view = views.job_view(job, epoch, gpu_name, watts, now - epoch)
+        view["waiting"] = waiting.get(job.job_id)
+        view["protected_until"] = None
+        if minimum is not None and minimum.active and job.state == JobStatus.RUNNING and job.segments:
+            until = epoch + job.segments[-1]["start"] + minimum.of(job.spec)
+            view["protected_until"] = until if until > now else None
+        out.append(view)
+    return {"now": now, "jobs": out, "nodes": layout, "config": config, "tenants": tenants, "history": history}, held
 
 
 class JobHistory:
@@ -113,7 +152,7 @@ class SnapshotKeeper:
     """The latest snapshot of ``host``, retaken when older than ``max_age_s``; thread-safe."""
 
     def __init__(self, host, max_age_s: float = SNAPSHOT_MAX_AGE_S) -> None:
-        self.host, self.max_age_s = host, max_age_s
+        self.host, self.max_age_s, self.base_age_s = host, max_age_s, max_age_s
         self.history = JobHistory()
         self._taking = threading.Lock()
         self._latest: tuple[float, dict] | None = None
@@ -128,9 +167,10 @@ class SnapshotKeeper:
             latest = self._latest
             if latest is not None and time.monotonic() - latest[0] < self.max_age_s:
                 return latest[1]
-            snapshot = take_snapshot(self.host, self.layout(), self.config_history())
+            snapshot, held = take_snapshot(self.host, self.layout(), self.config_history())
             self.history.record(snapshot)
             self._latest = (time.monotonic(), snapshot)
+            self.max_age_s = max(self.base_age_s, held / LOCK_SHARE)
             return snapshot
 
     def invalidate(self) -> None:

@@ -74,6 +74,10 @@ class CoordinatorHost(ABC):
                 out["runners"] = runners
             return out
 
+    def refresh_views(self) -> None:
+        """Under the lock: bring forecasts up to date before a view is copied (the actor's loop does it in the
+        background; an in-process host without one does it here)."""
+
     def _runners(self) -> list[dict] | None:
         """Each GPU's runner (warm or cold, its memory), where a host keeps a pool."""
         return None

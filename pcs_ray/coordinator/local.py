@@ -29,6 +29,9 @@ class LocalCoordinator(CoordinatorHost):
             self.core.play_refresh()  # no background loop here refreshes them
             return super().predict(job_id)
 
+    def refresh_views(self) -> None:
+        self.core.play_refresh()  # no background loop here refreshes them
+
     def status(self) -> dict:
         with self.lock:
             self.core.play_refresh()  # a submission forecasts only its own job

@@ -38,7 +38,8 @@ def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]],
                    f'<text{attrs(x=4, y=f"{py(y) + 4:.1f}")}>{esc(ylabel(y))}</text></g>')
     for k in range(3):
         x = x0 + (x1 - x0) * k / 2
-        out.append(f'<text class="xlabel"{attrs(x=f"{px(x):.1f}", y=H - 6)}>{esc(clock(x, now))}</text>')
+        anchor = ("start", "middle", "end")[k]
+        out.append(f'<text class="xlabel"{attrs(x=f"{px(x):.1f}", y=H - 6, text__anchor=anchor)}>{esc(clock(x, now))}</text>')
     if level is not None:
         cls, y = level
         out.append(f'<line{attrs(class_=cls, x1=PAD_L, x2=W - 10, y1=f"{py(y):.1f}", y2=f"{py(y):.1f}", data__t=epoch(y))}>'

@@ -70,13 +70,15 @@ def nav(current: str) -> str:
 
 
 def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, caller: str = "",
-          live: bool = True) -> str:
+          live: bool = True, styled: bool = True) -> str:
     """A whole page: head (the package's own CSS and htmx only), navigation, who is signed in, ``body``.
 
     ``csrf``: the session's token; htmx sends it as ``X-CSRF-Token`` with every request it makes.
-    ``live``: False for pages without polling (the sign-in form, a static report).
+    ``live``: False for pages without polling (the sign-in form, a static report). ``styled``: False for the
+    sign-in form, which asks for no asset (they need a session).
     """
-    script = f'<script src="{STATIC}/htmx.min.js"></script>' if live else ""
+    assets = (f'<link rel="icon" href="{STATIC}/favicon.svg"><link rel="stylesheet" href="{STATIC}/dashboard.css">'
+              if styled else "") + (f'<script src="{STATIC}/htmx.min.js"></script>' if live else "")
     headers = f" hx-headers='{esc(json.dumps({'X-CSRF-Token': csrf}))}'" if csrf else ""
     who = ""
     if csrf:
@@ -86,7 +88,7 @@ def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, 
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta name="htmx-config"{attrs(content=HTMX_CONFIG)}>'
             f"<title>{esc(title)} · pcs-ray</title>"
-            f'<link rel="stylesheet" href="{STATIC}/dashboard.css">{script}</head>'
+            f"{assets}</head>"
             f"<body{headers}>{top}<main>{body}</main></body></html>\n")
 
 

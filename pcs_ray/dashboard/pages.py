@@ -55,7 +55,7 @@ def login_page(error: str | None = None, user: str = "", tenant: str = "") -> st
             '<button type="submit">Sign in</button></form>'
             "<p class=\"hint\">The token is the Ray cluster's (<code>~/.ray/auth_token</code>); "
             "<code>pcs-ray dashboard</code> prints a one-time link instead.</p>")
-    return shell("Sign in", body, live=False)
+    return shell("Sign in", body, live=False, styled=False)
 
 
 # -- cluster ---------------------------------------------------------------------------

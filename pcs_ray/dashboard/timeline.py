@@ -16,6 +16,7 @@ from __future__ import annotations
 from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
 
 PAST_S = 1800.0  # how far back the window reaches
+MIN_PAST_S = 120.0
 MIN_FUTURE_S = 600.0
 MAX_FUTURE_S = 7 * 24 * 3600.0
 MAX_QUEUED = 50
@@ -49,8 +50,9 @@ def _bars(snapshot: dict, since: float) -> tuple[dict[str, list[dict]], list[dic
 
 def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX + "/jobs/") -> str:
     now = snapshot["now"]
-    since = now - past_s
-    rows, queued = _bars(snapshot, since)
+    rows, queued = _bars(snapshot, now - past_s)
+    starts = [b["start"] for bars in rows.values() for b in bars]
+    since = max(now - past_s, min(starts + [now - MIN_PAST_S]))  # a young cluster's runs are not squeezed
     ends = [b["finish"] for bars in rows.values() for b in bars] + [j["predicted_completion"] for j in queued]
     until = min(max([now + MIN_FUTURE_S] + ends), now + MAX_FUTURE_S)
     span = until - since
@@ -67,7 +69,8 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
     for k in range(7):  # the time axis
         t = since + span * k / 6
         parts.append(f'<g class="tick"><line{attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height)}/>'
-                     f'<text{attrs(x=f"{x(t):.1f}", y=12)}>{esc(clock(t, now))}</text></g>')
+                     f'<text{attrs(x=f"{x(t):.1f}", y=12, text__anchor="end" if k == 6 else "middle" if k else "start")}>'
+                     f"{esc(clock(t, now))}</text></g>")
     for i, gpu in enumerate(gpus):
         y = AXIS_H + i * ROW_H
         parts.append(f'<g class="row"{attrs(data__gpu=gpu)}><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>{esc(gpu)}</text>')

@@ -10,7 +10,7 @@ text is for people and may change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pcs_ray.jobs.state import JobState, Snapshot
@@ -33,7 +33,7 @@ class WaitReason:
     text: str
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "code": self.code.value}
+        return {"code": self.code.value, "text": self.text}  # status builds one per waiting job: no asdict
 
 
 def gpus_plural(n: int) -> str:
