@@ -245,3 +245,33 @@ def test_the_api_still_wants_its_bearer_token(dash):
     cookie, _ = sign_in(server)
     status, _, _ = request(server, "GET", "/v1/status", cookie=cookie)
     assert status == 401
+
+
+def test_one_snapshot_serves_every_dashboard_and_records_each_jobs_forecast_when_it_changes(dash):
+    from pcs_ray.coordinator.dashboard_state import HISTORY_POINTS, JobHistory, SnapshotKeeper
+
+    host, _ = dash
+    keeper = SnapshotKeeper(host, max_age_s=60.0)
+    first = keeper.get()
+    assert keeper.get() is first  # younger than max_age_s: the same snapshot
+    keeper.invalidate()
+    assert keeper.get() is not first
+    history = JobHistory()
+    for k in range(3 * HISTORY_POINTS):
+        snap = {"now": float(k), "jobs": [{"id": 1, "state": "queued", "predicted_completion": 100.0 + k // 2,
+                                           "bound": None, "steps": 0}]}
+        history.record(snap)
+    points = history.of(1)
+    assert len(points) <= HISTORY_POINTS and points[0]["t"] == 0.0 and points[-1]["predicted"] == 100.0 + (3 * HISTORY_POINTS - 1) // 2
+    assert all(a["predicted"] != b["predicted"] for a, b in zip(points, points[1:]))  # only changes are kept
+
+
+def test_a_snapshot_that_holds_the_lock_long_is_retaken_less_often(dash, monkeypatch):
+    import pcs_ray.coordinator.dashboard_state as state
+
+    host, _ = dash
+    keeper = state.SnapshotKeeper(host, max_age_s=0.5)
+    real = state.take_snapshot
+    monkeypatch.setattr(state, "take_snapshot", lambda *a: (real(*a)[0], 0.3))  # as if it held the lock 0.3 s
+    keeper.get()
+    assert keeper.max_age_s == pytest.approx(0.3 / state.LOCK_SHARE)

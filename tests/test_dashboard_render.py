@@ -181,6 +181,20 @@ def test_tenants_quota_used_borrowed_lent_waiting_protected():
     assert (rows["b"]["borrowed"], rows["b"]["lent"], rows["b"]["protected"]) == ("0", "2", "0")
 
 
+def test_tenants_waiting_on_quota_and_gpus_over_time():
+    tenants = {"tenants": {"tenants": {"a": {"quota": 2}}}, "since": NOW - 100,
+               "usage": {"a": {"jobs": 3, "waiting": 2, "gpus": 2}}}
+    quota = {"code": "tenant-quota", "text": "its tenant holds its quota"}
+    snap = snapshot([job(1, tenant="a", waiting=quota), job(2, tenant="a", waiting={"code": "queue", "text": "q"})],
+                    tenants=tenants)
+    snap["tenant_history"] = [{"t": NOW - 60, "used": {"a": 1}}, {"t": NOW - 10, "used": {"a": 2}}]
+    root = dom(pages.tenants_page(snap, SESSION))
+    waiting = root.one("tr", data_tenant="a").one("td", data_col="waiting")
+    assert (waiting.text, waiting.attrs["data-on-quota"]) == ("2", "1")
+    points = root.one("svg", id="tenants-history").all("circle")
+    assert [float(c.attrs["data-y"]) for c in points] == [1.0, 2.0]
+
+
 def test_policy_page_and_config_history_from_journal_events():
     events = [(0.0, "init", {"epoch": NOW - 1000, "policy": {"policy": "pcs-bal", "queues": 3}}),
               (10.0, "submit", {}),

@@ -18,6 +18,7 @@ import math
 import threading
 import time
 from array import array
+from collections import deque
 
 import pcs_ray.coordinator.views as views
 from pcs_ray.cluster.topology import TopologyError, read_topo
@@ -31,6 +32,7 @@ LOCK_SHARE = 0.1  # snapshots hold the coordinator's lock at most this share of 
 #                   snapshot is retaken less often than every SNAPSHOT_MAX_AGE_S rather than slow the cluster
 HISTORY_POINTS = 64  # per job; when full, every other point goes (the whole life at half the resolution)
 HISTORY_JOBS = 20_000  # jobs whose history is kept (the oldest go first)
+TENANT_POINTS = 500  # changes of the tenants' GPUs kept
 _FIELDS = 4  # t, predicted, bound, steps (NaN: none)
 
 
@@ -148,34 +150,58 @@ def _same(old, new) -> bool:
     return all((a == b) or (math.isnan(a) and math.isnan(b)) for a, b in zip(old, new))
 
 
+class TenantHistory:
+    """GPUs each tenant held at each snapshot where any changed (the last ``TENANT_POINTS``)."""
+
+    def __init__(self) -> None:
+        self.points: deque[dict] = deque(maxlen=TENANT_POINTS)
+
+    def record(self, snapshot: dict) -> list[dict]:
+        used = {name or "": row.get("gpus", 0) for name, row in (snapshot["tenants"].get("usage") or {}).items()}
+        declared = ((snapshot["tenants"].get("tenants") or {}).get("tenants") or {})
+        used.update({name: used.get(name, 0) for name in declared})
+        if not self.points or self.points[-1]["used"] != used:
+            self.points.append({"t": snapshot["now"], "used": used})
+        return list(self.points)
+
+
 class SnapshotKeeper:
     """The latest snapshot of ``host``, retaken when older than ``max_age_s``; thread-safe."""
 
     def __init__(self, host, max_age_s: float = SNAPSHOT_MAX_AGE_S) -> None:
         self.host, self.max_age_s, self.base_age_s = host, max_age_s, max_age_s
         self.history = JobHistory()
+        self.tenants = TenantHistory()
         self._taking = threading.Lock()
         self._latest: tuple[float, dict] | None = None
         self._layout: tuple[object, list[dict]] | None = None
         self._config: tuple[tuple, list[dict]] | None = None
 
     def get(self) -> dict:
+        """The latest snapshot, retaken when too old. While one is being taken, the others asking get the one
+        before it rather than wait: they hold threads of the API's pool, which submissions need."""
         latest = self._latest
         if latest is not None and time.monotonic() - latest[0] < self.max_age_s:
             return latest[1]
-        with self._taking:  # one snapshot for all the dashboards that asked meanwhile
+        if not self._taking.acquire(blocking=latest is None):
+            return latest[1]
+        try:
             latest = self._latest
             if latest is not None and time.monotonic() - latest[0] < self.max_age_s:
                 return latest[1]
             snapshot, held = take_snapshot(self.host, self.layout(), self.config_history())
             self.history.record(snapshot)
+            snapshot["tenant_history"] = self.tenants.record(snapshot)
             self._latest = (time.monotonic(), snapshot)
             self.max_age_s = max(self.base_age_s, held / LOCK_SHARE)
             return snapshot
+        finally:
+            self._taking.release()
 
     def invalidate(self) -> None:
         """The next ``get`` takes a new snapshot (after an action, so its page shows its effect)."""
-        self._latest = None
+        with self._taking:
+            self._latest = None
 
     def layout(self) -> list[dict]:
         cluster = self.host.core.cluster  # a new core after a node loss has a new cluster

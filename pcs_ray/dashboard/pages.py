@@ -206,7 +206,7 @@ def logs_fragment(job_id: int, logs: dict | None, session: Session | None = None
         label = f'attempt {logs["attempt"]}'
     else:
         label = "no logs yet (built-in workloads log to Ray's worker logs)"
-    inner = f'<p class="hint">{esc(label)}</p><pre id="logs">{esc(text)}</pre>'
+    inner = f'<p class="hint">{esc(label)}</p><pre id="logs"><span>{esc(text)}</span></pre>'
     return _live("logs-live", f"{FRAGMENT}/jobs/{job_id}/logs", inner, session)
 
 
@@ -239,6 +239,11 @@ def tenant_rows(snapshot: dict) -> list[dict]:
         if until is not None and until > now:
             key = job.get("tenant") or ""
             protected[key] = protected.get(key, 0) + 1
+    on_quota: dict[str, int] = {}
+    for job in snapshot["jobs"]:
+        if job["state"] == "queued" and (job.get("waiting") or {}).get("code") == "tenant-quota":
+            key = job.get("tenant") or ""
+            on_quota[key] = on_quota.get(key, 0) + 1
     names = list(declared) + sorted(set(usage) - set(declared) - {""}) + ([""] if "" in usage else [])
     rows = []
     for name in names:
@@ -247,12 +252,21 @@ def tenant_rows(snapshot: dict) -> list[dict]:
         rows.append({"tenant": name, "quota": quota, "used": used,
                      "borrowed": max(0, used - quota) if quota is not None else 0,
                      "idle": max(0, quota - used) if quota is not None else 0,
-                     "waiting": usage.get(name, {}).get("waiting", 0), "protected": protected.get(name, 0)})
+                     "waiting": usage.get(name, {}).get("waiting", 0), "on_quota": on_quota.get(name, 0),
+                     "protected": protected.get(name, 0)})
     borrowed = sum(r["borrowed"] for r in rows) + sum(r["used"] for r in rows if r["quota"] is None)
     for r in rows:  # borrowers hold idle quota, counted against the lenders in order
         r["lent"] = min(r["idle"], borrowed)
         borrowed -= r["lent"]
     return rows
+
+
+def _tenant_cell(row: dict, col: str) -> str:
+    value = "—" if row[col] is None else row[col]
+    if col == "waiting":  # how many of them wait on their tenant's quota (code tenant-quota)
+        quota = row["on_quota"]
+        return f'<td{attrs(data__col=col, data__on__quota=quota, title=f"{quota} of them on quota")}>{value}</td>'
+    return f"<td{attrs(data__col=col)}>{value}</td>"
 
 
 def tenants_fragment(snapshot: dict, session: Session | None = None) -> str:
@@ -262,16 +276,25 @@ def tenants_fragment(snapshot: dict, session: Session | None = None) -> str:
     else:
         rows = "".join(
             f'<tr{attrs(data__tenant=r["tenant"])}><td data-col="tenant">{esc(r["tenant"] or "guests (no tenant)")}</td>'
-            + "".join(f'<td{attrs(data__col=c)}>{"—" if r[c] is None else r[c]}</td>'
-                      for c in ("quota", "used", "borrowed", "lent", "waiting", "protected"))
+            + "".join(_tenant_cell(r, c) for c in ("quota", "used", "borrowed", "lent", "waiting", "protected"))
             + "</tr>" for r in tenant_rows(snapshot))
         since = view.get("since")
         inner = ((f'<p>Tenants file in force since {clock(since, snapshot["now"])}.</p>' if since else
                   "<p>No tenants file is in force: usage by the tenants jobs name.</p>")
                  + '<table id="tenants"><thead><tr><th>Tenant</th><th>Quota</th><th>Used</th><th>Borrowed</th>'
                  '<th>Lent</th><th>Waiting jobs</th><th>Protected runs</th></tr></thead>'
-                 f"<tbody>{rows}</tbody></table>")
+                 f"<tbody>{rows}</tbody></table>" + _tenant_chart(snapshot))
     return _live("tenants-live", f"{FRAGMENT}/tenants", inner, session)
+
+
+def _tenant_chart(snapshot: dict) -> str:
+    """GPUs each tenant held over time (one series per tenant, as seen at each snapshot while a dashboard was open)."""
+    history = snapshot.get("tenant_history") or []
+    names = sorted({name for point in history for name in point["used"]})
+    series = [(f"series-{i % 6}", [(p["t"], float(p["used"].get(name, 0))) for p in history]) for i, name in enumerate(names)]
+    legend = "".join(f'<span{attrs(class_=f"series-{i % 6}")}>{esc(name or "guests")}</span>' for i, name in enumerate(names))
+    return ("<h2>GPUs held over time</h2>" + f'<p class="legend">{legend}</p>'
+            + line_chart("tenants-history", series, now=snapshot["now"], empty="no history yet"))
 
 
 def tenants_page(snapshot: dict, session: Session | None = None) -> str:
