@@ -6,9 +6,10 @@ Brings up `pcs-ray up --local --cluster-spec examples/clusters/laptop.yaml
 --placement combined` (2 nodes x 4 logical GPUs, a private token file, a
 temporary state folder), applies a tenants file of two teams, submits the
 examples as their users would (`examples/jobs/*.yaml`, `examples/user-code/mlp.yaml`),
-lets the cluster run for ``--settle`` seconds, signs in through the one-time
-link `pcs-ray dashboard` prints, and saves a PNG of every page (cluster, jobs,
-timeline, tenants, policy, and the user-code job's own page) with the system's
+signs in through the one-time link `pcs-ray dashboard` prints, watches the
+jobs page while the cluster runs for ``--settle`` seconds, and saves a PNG of
+every page (cluster, jobs, timeline, tenants, policy, and a running job's own
+page, the user-code job's where it runs) with the system's
 Chromium through Playwright. The cluster is stopped at the end (`pcs-ray down`).
 Prints one JSON object: the files written and the jobs they show.
 """
@@ -59,7 +60,10 @@ def one_json(stdout: str) -> dict:
     return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
 
 
-def shoot(link: str, out: Path, job_page: int | None, chromium: str) -> list[str]:
+def shoot(link: str, out: Path, prefer: int, settle: float, chromium: str) -> tuple[list[str], int | None]:
+    """Sign in, keep the jobs page open while the cluster runs ``settle`` seconds (the dashboard keeps each job's
+    prediction history while it is watched), then shoot every page and one running job's own page (``prefer``
+    when it is running)."""
     from playwright.sync_api import sync_playwright
 
     written = []
@@ -70,6 +74,11 @@ def shoot(link: str, out: Path, job_page: int | None, chromium: str) -> list[str
         if "/dashboard/login" in page.evaluate("location.pathname"):
             raise SystemExit(f"error: the one-time link did not sign in: {page.locator('p.error').all_inner_texts()}")
         base = link.split("/dashboard/", 1)[0]
+        page.goto(f"{base}/dashboard/jobs")
+        page.wait_for_timeout(1000 * settle)
+        running = [int(i) for i in page.locator("table#jobs tbody tr[data-state=running]").evaluate_all(
+            "rs => rs.map(r => r.dataset.jobId)")]
+        job_page = prefer if prefer in running or not running else running[0]
         targets = [(name, f"{base}/dashboard/{name}") for name in PAGES]
         if job_page is not None:
             targets.append(("job", f"{base}/dashboard/jobs/{job_page}"))
@@ -80,7 +89,7 @@ def shoot(link: str, out: Path, job_page: int | None, chromium: str) -> list[str
             page.screenshot(path=str(path), full_page=True)
             written.append(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path))
         browser.close()
-    return written
+    return written, job_page
 
 
 def main() -> None:
@@ -112,17 +121,16 @@ def main() -> None:
             reply = one_json(cli("submit", ROOT / path, "--json", who=who))
             jobs.append({"id": reply["id"], "file": path, "user": who[0], "tenant": who[1]})
             time.sleep(3)
-        time.sleep(args.settle)
         printed = cli("dashboard", who=("alice", "vision"))
         links = re.findall(r"https?://\S+/dashboard/login\?ticket=\S+", printed)
         if not links:
             raise SystemExit(f"error: `pcs-ray dashboard` printed no sign-in link: {printed.strip()[:300]}")
         user_code = next(j["id"] for j in jobs if "user-code" in j["file"])
-        written = shoot(links[0], args.out, user_code, chromium)
+        written, shown = shoot(links[0], args.out, user_code, args.settle, chromium)
         states = {j["id"]: j["state"] for j in one_json(cli("status", "--json"))["jobs"]}
     finally:
         cli("down", "--state-dir", state)
-    print(strict_json.dumps({"screenshots": written, "jobs": [{**j, "state": states.get(j["id"])} for j in jobs]},
+    print(strict_json.dumps({"screenshots": written, "job_page": shown, "jobs": [{**j, "state": states.get(j["id"])} for j in jobs]},
                             indent=1))
 
 
