@@ -13,14 +13,14 @@ VOID = {"meta", "link", "input", "br", "img", "hr", "source", "col", "area", "ba
 class Element:
     tag: str
     attrs: dict[str, str]
-    children: list["Element"] = field(default_factory=list)
+    children: list[Element] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.parts) + "".join(c.text for c in self.children)
 
-    def all(self, tag: str | None = None, **want) -> list["Element"]:
+    def all(self, tag: str | None = None, **want) -> list[Element]:
         """Descendants with this tag (any if None) whose attributes hold ``want`` (``class_`` matches one class,
         ``data_x`` is ``data-x``; a value of True: the attribute is there)."""
         out = []
@@ -30,7 +30,7 @@ class Element:
             out += child.all(tag, **want)
         return out
 
-    def one(self, tag: str | None = None, **want) -> "Element":
+    def one(self, tag: str | None = None, **want) -> Element:
         found = self.all(tag, **want)
         assert len(found) == 1, f"{len(found)} <{tag} {want}>"
         return found[0]
@@ -84,12 +84,13 @@ NOW = 1_800_000_000.0
 
 def job(jid: int, state: str = "queued", *, name: str | None = None, tenant: str | None = "t1", user: str | None = "al",
         gpus: list[str] | None = None, predicted: float | None = None, bound: float | None = None,
-        waiting: dict | None = None, segments: list[dict] | None = None, steps: int = 0, total: int = 100) -> dict:
+        waiting: dict | None = None, segments: list[dict] | None = None, steps: int = 0, total: int = 100,
+        start: float | None = None) -> dict:
     """A job view as ``Coordinator.status`` gives it."""
     return {"id": jid, "name": name or f"job-{jid}", "workload": "tiny_cnn", "class": "B", "state": state,
             "tenant": tenant, "user": user, "gpus": gpus or [], "demand": [1, max(1, len(gpus or [])) or 1],
             "steps": steps, "total_steps": total, "submit": NOW - 100, "start": segments[0]["start"] if segments else None,
-            "finish": None, "predicted_completion": predicted, "first_predicted": predicted, "bound": bound,
+            "finish": None, "predicted_completion": predicted, "predicted_start": start, "first_predicted": predicted, "bound": bound,
             "preemptions": 0, "lost_steps": 0, "attempts": len(segments or []), "error": None, "metrics": None,
             "segments": segments or [], "waiting": waiting, "protected_until": None}
 

@@ -127,9 +127,12 @@ def test_the_timeline_and_jobs_show_the_forecast_predict_gives(dash):
     for bar in bars:
         told = host.predict(int(bar.attrs["data-job-id"]))
         assert float(bar.attrs["data-finish"]) == pytest.approx(told["predicted_completion"], abs=1.0)
-    queued = {int(g.attrs["data-job-id"]): float(g.attrs["data-finish"]) for g in svg.all("g", class_="queued-job")}
-    for jid, finish in queued.items():
-        assert finish == pytest.approx(host.predict(jid)["predicted_completion"], abs=1.0)
+    queued = {int(g.attrs["data-job-id"]): g for g in svg.all("g", class_="queued-job")}
+    assert queued
+    for jid, lane in queued.items():
+        told = host.predict(jid)
+        assert float(lane.attrs["data-finish"]) == pytest.approx(told["predicted_completion"], abs=1.0)
+        assert float(lane.one("rect", class_="predicted").attrs["data-start"]) == pytest.approx(told["predicted_start"], abs=1.0)
     _, _, jobs = request(server, "GET", "/dashboard/jobs", cookie=cookie)
     for row in dom(jobs).one("table", id="jobs").one("tbody").all("tr"):
         cell = row.one("td", data_col="predicted-finish")
@@ -248,7 +251,11 @@ def test_the_api_still_wants_its_bearer_token(dash):
 
 
 def test_one_snapshot_serves_every_dashboard_and_records_each_jobs_forecast_when_it_changes(dash):
-    from pcs_ray.coordinator.dashboard_state import HISTORY_POINTS, JobHistory, SnapshotKeeper
+    from pcs_ray.coordinator.dashboard_state import (
+        HISTORY_POINTS,
+        JobHistory,
+        SnapshotKeeper,
+    )
 
     host, _ = dash
     keeper = SnapshotKeeper(host, max_age_s=60.0)
@@ -275,3 +282,20 @@ def test_a_snapshot_that_holds_the_lock_long_is_retaken_less_often(dash, monkeyp
     monkeypatch.setattr(state, "take_snapshot", lambda *a: (real(*a)[0], 0.3))  # as if it held the lock 0.3 s
     keeper.get()
     assert keeper.max_age_s == pytest.approx(0.3 / state.LOCK_SHARE)
+
+
+def test_queued_jobs_carry_the_start_the_forecast_gives_them(tmp_path):
+    host = local_host(tmp_path, gpus=4, per_node=4)
+    ids = [host.submit({"workload": "tiny_cnn", "steps": 300, "gpus": 4, "name": f"j{i}"}).id for i in range(4)]
+    jobs = {j["id"]: j for j in host.status()["jobs"]}
+    queued = [jid for jid in ids if jobs[jid]["state"] == "queued"]
+    assert queued and all(jobs[jid]["predicted_start"] is not None for jid in queued)
+    for jid in queued:
+        told = host.predict(jid)
+        assert told["predicted_start"] == jobs[jid]["predicted_start"] < told["predicted_completion"]
+    assert all(jobs[jid]["predicted_start"] is None for jid in ids if jid not in queued)
+    engine = host.core.model.engine
+    fork = engine.fork(placement=False).play_forward()
+    whole = engine.play_ahead(placement=False)
+    assert fork == whole and fork.starts == {j: t for j, t in whole.starts.items() if j in fork.starts}
+    assert {host.core.wall(t) for t in whole.starts.values()} >= {jobs[jid]["predicted_start"] for jid in queued}

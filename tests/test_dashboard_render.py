@@ -40,10 +40,11 @@ def test_every_page_has_the_navigation_and_polls_its_own_fragment():
 def test_jobs_rows_carry_the_contract_cells_and_exact_epochs():
     waiting = {"code": "gpus", "text": "needs at least 2 GPUs; 0 free, 1 earlier job running"}
     snap = snapshot([running(1, ["node0:0", "node0:1"]), job(2, predicted=NOW + 600.25, bound=NOW + 1200.5,
-                                                             waiting=waiting, tenant="t2", user="bo")])
+                                                             waiting=waiting, tenant="t2", user="bo", start=NOW + 300.5),
+                     job(3)])
     root = dom(pages.jobs_page(snap, JobsQuery(), SESSION))
     rows = root.one("table", id="jobs").one("tbody").all("tr")
-    assert [r.attrs["data-job-id"] for r in rows] == ["1", "2"]
+    assert [r.attrs["data-job-id"] for r in rows] == ["1", "2", "3"]
     queued = rows[1]
     assert (queued.attrs["data-state"], queued.attrs["data-tenant"], queued.attrs["data-user"]) == ("queued", "t2", "bo")
     cols = {td.attrs["data-col"]: td for td in queued.all("td")}
@@ -51,12 +52,14 @@ def test_jobs_rows_carry_the_contract_cells_and_exact_epochs():
                          "bound", "reason", "preemptions", "lost-steps"}
     assert float(cols["predicted-finish"].attrs["data-epoch"]) == NOW + 600.25
     assert float(cols["bound"].attrs["data-epoch"]) == NOW + 1200.5
-    assert cols["predicted-start"].attrs["data-epoch"] == ""  # the stored forecast gives no start for a queued job
+    assert float(cols["predicted-start"].attrs["data-epoch"]) == NOW + 300.5  # the forecast's start
+    unforecast = {td.attrs["data-col"]: td for td in rows[2].all("td")}
+    assert unforecast["predicted-start"].attrs["data-epoch"] == unforecast["predicted-finish"].attrs["data-epoch"] == ""
     assert cols["reason"].attrs["data-code"] == "gpus" and "needs at least 2 GPUs" in cols["reason"].text
     started = {td.attrs["data-col"]: td for td in rows[0].all("td")}
     assert float(started["predicted-start"].attrs["data-epoch"]) == NOW - 60
     assert started["gpus"].text.strip() == "2 / 1–2" and started["reason"].attrs["data-code"] == ""
-    assert root.one(data_total=True).attrs["data-total"] == "2"
+    assert root.one(data_total=True).attrs["data-total"] == "3"
 
 
 def test_what_users_name_is_text_never_markup():
@@ -102,6 +105,10 @@ def test_filters_and_sorting():
     assert ids(state="running") == [3]
     assert ids(sort="predicted-finish") == [2, 3, 1, 4]  # a job without a forecast last
     assert ids(sort="predicted-finish", order="desc") == [1, 3, 2, 4]
+    ended = job(5, "cancelled", predicted=NOW + 99)
+    ended["finish"] = NOW - 5.5
+    cell = dom(pages.jobs_fragment(snapshot([ended]), JobsQuery(), SESSION)).one("td", data_col="predicted-finish")
+    assert float(cell.attrs["data-epoch"]) == NOW - 5.5  # an ended job: when it ended, not its last forecast
     assert ids(state="nonsense", sort="nonsense", page="x") == [1, 2, 3, 4]  # what cannot be read falls back
 
 
@@ -131,7 +138,7 @@ def test_timeline_draws_past_running_and_predicted_bars_from_the_stored_forecast
     past = job(5, "finished", gpus=[], segments=[{"start": NOW - 900, "end": NOW - 300, "gpus": ["node1:0"],
                                                    "kind": "start", "from_step": 0}])
     snap = snapshot([running(1, ["node0:0", "node0:1"], predicted=NOW + 321.5, bound=NOW + 999.25), past,
-                     job(2, predicted=NOW + 700, bound=NOW + 1500)])
+                     job(2, predicted=NOW + 700, bound=NOW + 1500, start=NOW + 321.5)])
     svg = dom(pages.timeline_page(snap, SESSION)).one("svg", id="timeline")
     rows = {r.attrs["data-gpu"]: r for r in svg.all("g", class_="row")}
     assert len(rows) == 8
@@ -144,6 +151,9 @@ def test_timeline_draws_past_running_and_predicted_bars_from_the_stored_forecast
     assert float(svg.one("line", id="now").attrs["data-t"]) == NOW
     queued = svg.one("g", class_="queued-job")
     assert queued.attrs["data-job-id"] == "2" and float(queued.attrs["data-finish"]) == NOW + 700
+    bar = queued.one("rect", class_="predicted")  # from the start the forecast gives it to its predicted finish
+    assert (float(bar.attrs["data-start"]), float(bar.attrs["data-finish"]), float(bar.attrs["data-bound"])) == (
+        NOW + 321.5, NOW + 700, NOW + 1500)
 
 
 def test_job_page_runs_history_logs_and_cancel():
@@ -192,7 +202,7 @@ def test_tenants_waiting_on_quota_and_gpus_over_time():
     waiting = root.one("tr", data_tenant="a").one("td", data_col="waiting")
     assert (waiting.text, waiting.attrs["data-on-quota"]) == ("2", "1")
     points = root.one("svg", id="tenants-history").all("circle")
-    assert [float(c.attrs["data-y"]) for c in points] == [1.0, 2.0]
+    assert [float(c.attrs["data-y"]) for c in points] == [1.0, 2.0, 2.0]  # the last count holds until now
 
 
 def test_policy_page_and_config_history_from_journal_events():

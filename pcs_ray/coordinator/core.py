@@ -36,6 +36,7 @@ from pcs_ray.jobs.jobfile import JobFile, parse_job
 from pcs_ray.tenants.ownership import check_cancel, check_operator
 import pcs_ray.train.store as store
 from pcs_ray.forecast import BranchPoints
+from pcs_ray.forecast.result import starts_of
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.cluster.resources import gpu_resource
 from pcs_ray.tenants.spec import TenantsError, tenants_from_dict
@@ -361,8 +362,10 @@ class Coordinator(CoordinatorState):
         if not (force or self._predictions_stale) or not self.active:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
-        for jid, t in self.model.play_ahead().items():
-            self._set_forecast(jid, t)
+        finish = self.model.play_ahead()
+        starts = starts_of(finish)
+        for jid, t in finish.items():
+            self._set_forecast(jid, t, starts)
         self._forecast_at.clear()
         self._predictions_stale = False
 
@@ -391,8 +394,9 @@ class Coordinator(CoordinatorState):
         if finish is None or jid not in finish:
             finish, age = self.model.play_ahead(until=jid), None
         job.forecast_basis, job.refresh_age = ("fresh", None) if age is None else ("branch", age)
+        starts = starts_of(finish)  # a fresh play's; a branch keeps finishes only, the next refresh gives starts
         for other, t in finish.items():
-            if self._set_forecast(other, t):
+            if self._set_forecast(other, t, starts):
                 self._forecast_at[other] = self.changes
 
     def begin_play_refresh(self) -> tuple[int, Callable[..., dict[int, float]]] | None:
@@ -414,9 +418,10 @@ class Coordinator(CoordinatorState):
         """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_play_refresh`).
         A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
         nothing happened since the play began."""
+        starts = starts_of(finish)
         for jid, t in finish.items():
             if self._forecast_at.get(jid, -1) <= began:
-                self._set_forecast(jid, t)
+                self._set_forecast(jid, t, starts)
         self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
         if self.changes == began:
             self._predictions_stale = False
@@ -424,12 +429,17 @@ class Coordinator(CoordinatorState):
         if refreshed is not None and refreshed[0].done and refreshed[1] is self.policy:
             self._branches = refreshed
 
-    def _set_forecast(self, jid: int, t: float) -> bool:
-        """An active job's predicted finish (its first one is kept as the prediction at submission)."""
+    def _set_forecast(self, jid: int, t: float, starts: dict[int, float] | None = None) -> bool:
+        """An active job's predicted finish (its first one is kept as the prediction at submission) and, for
+        a queued one, its predicted start from a whole play's ``starts`` (None: a play that gave none)."""
         job = self.active.get(jid)
         if job is None:
             return False
         job.predicted = t
+        if job.state != JobStatus.QUEUED:
+            job.predicted_start = None
+        elif starts is not None:
+            job.predicted_start = starts.get(jid)
         if job.first_predicted is None:
             job.first_predicted = t
         return True

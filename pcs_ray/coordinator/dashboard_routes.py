@@ -186,7 +186,7 @@ class DashboardRoutes:
         return self._signed_in(Caller(user, tenant or None))
 
     async def logout(self, request: web.Request) -> web.Response:
-        session, _, refused = await self._csrf_checked(request)
+        _, _, refused = await self._csrf_checked(request)
         if refused is not None:
             return refused
         self.sessions.close(request.cookies.get(COOKIE))

@@ -8,6 +8,8 @@ the event loop. Every request must carry the Ray cluster's token
 is refused with 401 before its body is read. Bodies are bounded
 (:data:`~pcs_ray.api.wire.MAX_BODY`), and a malformed request gets a 4xx
 with a one-line JSON error. The wire format is :mod:`pcs_ray.api.wire`.
+The web dashboard is served beside the calls, under ``/dashboard/``, guarded
+by sessions signed in with the same token (:mod:`.dashboard_routes`).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ class LiveJob:
     finish: float | None = None
     preemptions: int = 0
     predicted: float | None = None
+    predicted_start: float | None = None  # while queued: when the latest whole play first gives it GPUs
     first_predicted: float | None = None
     forecast_basis: str | None = None  # how first_predicted was played: "branch" (from a refresh play) or "fresh"
     refresh_age: float | None = None  # for "branch": seconds between the refresh play's state and the submission

@@ -8,15 +8,17 @@ W, H, PAD_L, PAD_B, PAD_T = 640, 220, 80, 24, 10
 
 
 def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]], *, now: float,
-               y_time: bool = False, level: tuple[str, float] | None = None, empty: str = "nothing yet") -> str:
+               y_time: bool = False, level: tuple[str, float] | None = None, empty: str = "nothing yet",
+               floor: float | None = None) -> str:
     """``series``: (css class, points (x = unix seconds, y)); ``level``: a horizontal line (class, y),
-    e.g. the actual finish. ``y_time``: y values are unix seconds, labelled as clock times."""
+    e.g. the actual finish. ``y_time``: y values are unix seconds, labelled as clock times. ``floor``: the
+    y axis reaches down to it (0 for counts)."""
     points = [p for _, pts in series for p in pts]
     if not points:
         return (f'<svg{attrs(id=svg_id, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {W} 40", width=W, height=40)}>'
                 f'<text{attrs(x=8, y=24)}>{esc(empty)}</text></svg>')
     xs = [p[0] for p in points]
-    ys = [p[1] for p in points] + ([level[1]] if level else [])
+    ys = [p[1] for p in points] + ([level[1]] if level else []) + ([floor] if floor is not None else [])
     x0, x1 = min(xs), max(max(xs), min(xs) + 1.0)
     y0, y1 = min(ys), max(max(ys), min(ys) + 1.0)
     pad = (y1 - y0) * 0.05

@@ -24,7 +24,7 @@ SORTS = {
     "gpus": lambda j: len(j["gpus"]),
     "progress": lambda j: j["steps"] / j["total_steps"] if j.get("total_steps") else 0.0,
     "predicted-start": lambda j: predicted_start(j),
-    "predicted-finish": lambda j: j.get("predicted_completion"),
+    "predicted-finish": lambda j: predicted_finish(j),
     "bound": lambda j: j.get("bound"),
     "preemptions": lambda j: j.get("preemptions", 0),
     "lost-steps": lambda j: j.get("lost_steps", 0),
@@ -47,7 +47,7 @@ class JobsQuery:
     page: int = 1
 
     @classmethod
-    def parse(cls, query) -> "JobsQuery":
+    def parse(cls, query) -> JobsQuery:
         """From a request's query mapping; what cannot be read falls back to the default."""
         state = query.get("state", "")
         sort = query.get("sort", "id")
@@ -65,9 +65,14 @@ class JobsQuery:
 
 
 def predicted_start(job: dict) -> float | None:
-    """When the job starts: its first start once it ran; None for a queued job (the stored forecast holds
-    finishes only, so no start is shown that the forecast did not give)."""
-    return job.get("start")
+    """When the job starts: for a queued job the stored forecast's (when its latest whole play first gives it
+    GPUs; None until a play has), else its first start."""
+    return job.get("predicted_start") if job["state"] == "queued" else job.get("start")
+
+
+def predicted_finish(job: dict) -> float | None:
+    """The stored forecast's finish; once the job ended, when it did (as ``pcs-ray predict`` gives it)."""
+    return job.get("finish") if job["state"] in ("finished", "cancelled", "failed") else job.get("predicted_completion")
 
 
 def select(jobs: list[dict], q: JobsQuery) -> tuple[list[dict], int, int]:
@@ -95,17 +100,17 @@ def row(job: dict, now: float) -> str:
     want = demand[1] if demand[0] in (None, demand[1]) else f"{demand[0]}–{demand[1]}"
     total = job.get("total_steps") or 0
     share = job["steps"] / total if total else 0.0
-    start, finish, bound = predicted_start(job), job.get("predicted_completion"), job.get("bound")
+    start, finish, bound = predicted_start(job), predicted_finish(job), job.get("bound")
     waiting = job.get("waiting") or {}
     cells = [
-        f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
-        f' <span class="id">#{job["id"]}</span></td>',
+        (f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
+         f' <span class="id">#{job["id"]}</span></td>'),
         f'<td data-col="tenant">{esc(job.get("tenant") or "")}</td>',
         f'<td data-col="user">{esc(job.get("user") or "")}</td>',
         f'<td data-col="state"><span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span></td>',
         f'<td data-col="gpus"{attrs(title=", ".join(job["gpus"]) or None)}>{held} / {esc(want)}</td>',
-        f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
-        f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>',
+        (f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
+         f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>'),
         f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
         f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
         f'<td data-col="bound"{attrs(data__epoch=epoch(bound))}>{clock(bound, now)}</td>',

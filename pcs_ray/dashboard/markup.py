@@ -51,18 +51,6 @@ def clock(t: float | None, now: float | None = None) -> str:
     return time.strftime(fmt, time.localtime(t))
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    s = int(round(abs(seconds)))
-    sign = "-" if seconds < 0 else ""
-    if s < 60:
-        return f"{sign}{s} s"
-    if s < 3600:
-        return f"{sign}{s // 60} min {s % 60:02d} s"
-    return f"{sign}{s // 3600} h {s % 3600 // 60:02d} min"
-
-
 def nav(current: str) -> str:
     links = "".join(f'<a{attrs(href=f"{PREFIX}/{key}", class_="current" if key == current else None)}>{label}</a>'
                     for key, label in PAGES)

@@ -12,8 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pcs_ray.dashboard.charts import line_chart
-from pcs_ray.dashboard.jobs_table import JobsQuery, filters, reason_words, table
-from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc, flash, live_region, shell
+from pcs_ray.dashboard.jobs_table import (
+    JobsQuery,
+    filters,
+    predicted_finish,
+    reason_words,
+    table,
+)
+from pcs_ray.dashboard.markup import (
+    PREFIX,
+    attrs,
+    clock,
+    epoch,
+    esc,
+    flash,
+    live_region,
+    shell,
+)
 from pcs_ray.dashboard.snapshot import holders
 from pcs_ray.dashboard.timeline import timeline_svg
 
@@ -148,6 +163,10 @@ def _runs_table(job: dict, now: float) -> str:
             f'<th>Checkpoint step</th></tr></thead><tbody>{rows}</tbody></table>')
 
 
+def _time(cls: str, t: float | None, now: float) -> str:
+    return f"<span{attrs(data__epoch=epoch(t), class_=cls)}>{clock(t, now)}</span>"
+
+
 def _facts(job: dict, now: float) -> str:
     total = job.get("total_steps") or 0
     waiting = job.get("waiting") or {}
@@ -157,8 +176,9 @@ def _facts(job: dict, now: float) -> str:
             ("GPUs", esc(", ".join(job["gpus"]) or "none") + f' (demand {esc("–".join(map(str, job.get("demand") or [])))})'),
             ("Progress", f'<progress{attrs(max=max(total, 1), value=job["steps"])}></progress> {job["steps"]} / {total} steps'),
             ("Submitted", clock(job.get("submit"), now)),
-            ("Predicted finish", f'<span{attrs(data__epoch=epoch(job.get("predicted_completion")), class_="predicted-finish")}>'
-                                 f'{clock(job.get("predicted_completion"), now)}</span>'),
+            ("Start" if job["state"] != "queued" else "Predicted start",
+             _time("predicted-start", job.get("start") if job["state"] != "queued" else job.get("predicted_start"), now)),
+            ("Predicted finish", _time("predicted-finish", predicted_finish(job), now)),
             ("Bound", f'<span{attrs(data__epoch=epoch(job.get("bound")), class_="bound")}>{clock(job.get("bound"), now)}</span>'),
             ("Finished", clock(job.get("finish"), now)),
             ("Why waiting", f'<span{attrs(data__code=waiting.get("code", ""), class_="reason")}>{esc(reason_words(waiting)) or "—"}</span>'),
@@ -291,10 +311,16 @@ def _tenant_chart(snapshot: dict) -> str:
     """GPUs each tenant held over time (one series per tenant, as seen at each snapshot while a dashboard was open)."""
     history = snapshot.get("tenant_history") or []
     names = sorted({name for point in history for name in point["used"]})
-    series = [(f"series-{i % 6}", [(p["t"], float(p["used"].get(name, 0))) for p in history]) for i, name in enumerate(names)]
+    now = snapshot["now"]
+    series = []
+    for i, name in enumerate(names):
+        points = [(p["t"], float(p["used"].get(name, 0))) for p in history]
+        if points and points[-1][0] < now:
+            points.append((now, points[-1][1]))  # the last count holds until now
+        series.append((f"series-{i % 6}", points))
     legend = "".join(f'<span{attrs(class_=f"series-{i % 6}")}>{esc(name or "guests")}</span>' for i, name in enumerate(names))
     return ("<h2>GPUs held over time</h2>" + f'<p class="legend">{legend}</p>'
-            + line_chart("tenants-history", series, now=snapshot["now"], empty="no history yet"))
+            + line_chart("tenants-history", series, now=now, empty="no history yet", floor=0.0))
 
 
 def tenants_page(snapshot: dict, session: Session | None = None) -> str:

@@ -6,9 +6,10 @@
   policy's bound; the finish is the coordinator's stored forecast (what ``pcs-ray predict`` prints),
   read from the job view, never computed here.
 
-Queued jobs have no GPUs until placement gives them some, and the stored forecast keeps their finish
-only, so they are listed below the GPU rows (``g.queued``) with their predicted finish and bound.
-The view is bounded: runs that ended before the window and queued jobs past ``MAX_QUEUED`` are left out.
+Queued jobs have no GPUs until placement gives them some, so their predicted bars (from the start the
+forecast gives them to their predicted finish, with the bound) are drawn below the GPU rows, one lane a
+job (``g.queued-job``). The view is bounded: runs that ended before the window and queued jobs past
+``MAX_QUEUED`` (earliest predicted finish first) are left out.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
     gpus = [g["name"] for node in snapshot["nodes"] for g in node["gpus"]]
     gpus += sorted(set(rows) - set(gpus))  # GPUs of runs on nodes lost since
     height = AXIS_H + ROW_H * (len(gpus) + (len(queued) + 1 if queued else 0)) + 10
-    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
-             f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>']
+    parts = [(f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
+              f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>')]
     for k in range(7):  # the time axis
         t = since + span * k / 6
         parts.append(f'<g class="tick"><line{attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height)}/>'
@@ -79,17 +80,19 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
         parts.append("</g>")
     if queued:
         y0 = AXIS_H + len(gpus) * ROW_H
-        parts.append(f'<g class="queued"><text class="label"{attrs(x=4, y=y0 + ROW_H - 7)}>queued: predicted finish</text>')
+        parts.append(f'<g class="queued"><text class="label"{attrs(x=4, y=y0 + ROW_H - 7)}>queued: predicted runs</text>')
         for i, job in enumerate(queued):
             y = y0 + (i + 1) * ROW_H
-            finish, bound = job["predicted_completion"], job.get("bound")
+            finish, bound, start = job["predicted_completion"], job.get("bound"), job.get("predicted_start")
             title = f'{job["name"]} (#{job["id"]}, queued): predicted finish {clock(finish, now)}, bound {clock(bound, now)}'
+            mark = (_bar({"kind": "predicted", "job": job, "start": start, "finish": finish, "bound": bound}, x, y, now,
+                         job_link) if start is not None else
+                    f'<circle class="finish"{attrs(cx=f"{x(finish):.1f}", cy=y + ROW_H / 2, r=5)}/>')
             parts.append(
                 f'<g class="queued-job"{attrs(data__job__id=job["id"], data__finish=epoch(finish), data__bound=epoch(bound))}>'
                 f'<title>{esc(title)}</title><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>#{job["id"]} {esc(job["name"][:12])}</text>'
-                f'<circle class="finish"{attrs(cx=f"{x(finish):.1f}", cy=y + ROW_H / 2, r=5)}/>'
-                + (f'<line class="bound"{attrs(x1=f"{x(bound):.1f}", x2=f"{x(bound):.1f}", y1=y + 3, y2=y + ROW_H - 3)}/>'
-                   if bound is not None else "") + "</g>")
+                + mark + (f'<line class="bound"{attrs(x1=f"{x(bound):.1f}", x2=f"{x(bound):.1f}", y1=y + 3, y2=y + ROW_H - 3)}/>'
+                          if bound is not None else "") + "</g>")
         parts.append("</g>")
     parts.append(f'<line id="now"{attrs(x1=f"{x(now):.1f}", x2=f"{x(now):.1f}", y1=AXIS_H - 6, y2=height, data__t=epoch(now))}/>')
     parts.append("</svg>")
@@ -101,8 +104,9 @@ def _bar(bar: dict, x, y: float, now: float, job_link: str) -> str:
     start, finish = bar["start"], bar["finish"]
     x0, x1 = x(start), x(finish)
     kind = bar["kind"]
-    what = {"past": "ran", "running": "running since", "predicted": "predicted until"}[kind]
-    title = f'{job["name"]} (#{job["id"]}) {what} {clock(start if kind != "predicted" else finish, now)}'
+    title = {"past": f"ran {clock(start, now)} to {clock(finish, now)}", "running": f"running since {clock(start, now)}",
+             "predicted": f"predicted {clock(start, now)} to {clock(finish, now)}"}[kind]
+    title = f'{job["name"]} (#{job["id"]}) {title}'
     extra = {}
     if kind == "predicted":
         extra["data__bound"] = epoch(bar.get("bound"))

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Callable
 
 from pcs_ray.forecast.decision import Decision, Front
+from pcs_ray.forecast.result import Forecast
 from pcs_ray.jobs.moves import charged_stall, finish_time, service_left
 from pcs_ray.placement.base import Placement
 from pcs_ray.policies.base import top_up
@@ -99,7 +100,8 @@ class QueuePlay:
         self.dirty = set()
         self.busy, self.demand, self.left_jobs = engine.busy, engine.demand, len(active)
         self.memo = {} if memo is None else memo  # (usable per queue, head per queue) -> shares, fill
-        self.finish = {}
+        self.finish = Forecast()
+        self.starts = self.finish.starts  # jobs holding nothing now: when the play first gives them GPUs
         self.place = None if placement is None else placement.fork()
         self.sd = {jid: j.slowdown for jid, j in active.items()} if placement is not None else None
         self.log = []  # (time, job) of every finish, in event order
@@ -136,7 +138,7 @@ class QueuePlay:
         other.freed_after = list(self.freed_after)
         other.after_at = list(self.after_at)
         other.place = None if self.place is None else self.place.fork()
-        other.log, other.finish = [], {}
+        other.log, other.finish, other.starts = [], {}, {}
         return other
 
     def branch(self, job: JobState, since: float) -> "QueuePlay":
@@ -363,7 +365,7 @@ class QueuePlay:
             self.after[q] = None
         self.dirty.clear()
         now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
-        rem, cnt, anc, stl, sta, sd = self.rem, self.cnt, self.anc, self.stl, self.sta, self.sd
+        rem, cnt, anc, stl, sta, sd, starts = self.rem, self.cnt, self.anc, self.stl, self.sta, self.sd, self.starts
         busy = self.busy
         if sd is not None:
             self._commit_placed(moved, merged)
@@ -381,6 +383,8 @@ class QueuePlay:
                 anc[jid] = now
             busy += n - had
             if n:
+                if not had and jid not in starts:
+                    starts[jid] = now
                 stall = stl[jid] = charged_stall(now, stall, sta[jid], job.start_cost, job.move_cost, overhead)
                 sta[jid] = True
                 end = eta[jid] = finish_time(now, stall, remaining, speedup[n] / slowdown)
@@ -397,6 +401,7 @@ class QueuePlay:
         timed at its new rate."""
         now, overhead, eta, heap, jobs = self.now, self.overhead, self.eta, self.heap, self.jobs
         rem, cnt, anc, stl, sta, sd, place = self.rem, self.cnt, self.anc, self.stl, self.sta, self.sd, self.place
+        starts = self.starts
         busy = self.busy
         changed = []
         for jid, n in moved:
@@ -410,6 +415,8 @@ class QueuePlay:
                     remaining = service_left(job.spec.speedup[had] / sd[jid], eta[jid], now, stall)
                 anc[jid] = now
             if n:
+                if not had and jid not in starts:
+                    starts[jid] = now
                 stl[jid] = charged_stall(now, stall, sta[jid], job.start_cost, job.move_cost, overhead)
                 sta[jid] = True
             busy += n - had

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from pcs_ray.forecast.queue_play import QueuePlay, plays_itself, queue_play
+from pcs_ray.forecast.result import Forecast
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.jobs.moves import charged_stall, finish_time, service_left
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
@@ -403,7 +404,8 @@ class Engine:
         known by then (each the very number the whole play gives: a play never revises one).
         A new job's forecast then costs the events up to its own finish, not the whole queue's.
         """
-        finish: dict[int, float] = {}
+        finish = Forecast()
+        waiting = [job for job in self.active.values() if not job.alloc and job.start_time is None]
         while self.active:
             if self.review_at is None and self.busy == self.demand:
                 # Every job holds all it can use and nothing is due: no work-
@@ -423,4 +425,6 @@ class Engine:
                 if not self.active or until in finish:
                     break
             self.reallocate()
+        # Jobs that never ran: when this play first gave them GPUs (a run again after a preemption is not told).
+        finish.starts.update((job.spec.job_id, job.start_time) for job in waiting if job.start_time is not None)
         return finish
