@@ -6,6 +6,10 @@ which starts Ray once per session (again for a module that finds it gone) with l
 four (custom resources ``node0_gpu0`` … ``node1_gpu3``, see
 ``pcs_ray.cluster.resources``), no dashboard and a small object store. Token
 authentication is switched off for this private instance only.
+
+The dashboard's browser tests take ``chromium`` (the system's headless Chromium,
+see ``browser.py``): where there is none they skip, and the run ends with one
+line saying so and how to run them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import sys
 
 import pytest
 from loopback_head import ray_head  # noqa: F401  (a fixture: the modules that submit through Ray's job API take it)
+
+import browser
 
 LOGICAL_NODES = {"node0": 4, "node1": 4}
 #: Fixtures that start Ray: a test that takes one is slow whether or not its module says so.
@@ -104,3 +110,32 @@ def ray_local(_ray_session, tmp_path_factory):
             _temp_dir=str(tmp_path_factory.mktemp("ray")) if len(str(tmp_path_factory.getbasetemp())) < 60 else None,
         )
     yield ray
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """The system's headless Chromium under Playwright, once per module (its event loop ends with the
+    module, so no other module's asyncio code runs beside it); skips (fails when
+    ``PCS_RAY_BROWSER_TESTS=required``) where there is none."""
+    why = browser.missing()
+    if why is not None:
+        if browser.required():
+            pytest.fail(why.replace(browser.SKIP_PREFIX, "browser tests are required but cannot run", 1), pytrace=False)
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chrome = browser.launch(playwright)
+        try:
+            yield chrome
+        finally:
+            chrome.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One clear line when browser tests were skipped for want of a browser (and how to run them)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if browser.SKIP_PREFIX in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} browser test(s) SKIPPED, no browser: {browser.HOW_TO_RUN}",
+                                    yellow=True, bold=True)
