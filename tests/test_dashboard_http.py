@@ -299,3 +299,29 @@ def test_queued_jobs_carry_the_start_the_forecast_gives_them(tmp_path):
     whole = engine.play_ahead(placement=False)
     assert fork == whole and fork.starts == {j: t for j, t in whole.starts.items() if j in fork.starts}
     assert {host.core.wall(t) for t in whole.starts.values()} >= {jobs[jid]["predicted_start"] for jid in queued}
+
+
+def test_dashboards_polling_one_snapshot_share_one_rendering_of_each_fragment(dash, monkeypatch):
+    """Twenty open jobs pages cost the coordinator's process one rendering per snapshot, not twenty; another
+    query is its own rendering, and every session gets the same fragment."""
+    from pcs_ray.dashboard import pages
+
+    _, server = dash
+    rendered: list[str] = []
+    real = pages.jobs_fragment
+
+    def counted(snapshot, q, session=None):
+        rendered.append(q.url())
+        return real(snapshot, q, session)
+
+    monkeypatch.setattr(pages, "jobs_fragment", counted)
+    sessions = [sign_in(server, user, tenant)[0] for user, tenant in (("al", "t1"), ("bo", "t2"), ("cy", "t1"))]
+    for attempt in range(5):  # a snapshot is retaken every 0.5 s: find a window where all asks land in one
+        rendered.clear()
+        began = time.monotonic()
+        bodies = [request(server, "GET", "/dashboard/fragment/jobs", cookie=c)[2] for c in sessions * 2]
+        other = request(server, "GET", "/dashboard/fragment/jobs?state=queued", cookie=sessions[0])[2]
+        if time.monotonic() - began < 0.25:
+            break
+    assert len(rendered) == 2 and "state=queued" not in rendered[0] and "state=queued" in rendered[1], rendered
+    assert len(set(bodies)) == 1 and 'data-job-id="1"' in bodies[0] and other != bodies[0]

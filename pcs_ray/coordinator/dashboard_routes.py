@@ -48,6 +48,7 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 STATIC = {"htmx.min.js": "application/javascript", "htmx.LICENSE": "text/plain", "dashboard.css": "text/css",
           "favicon.svg": "image/svg+xml"}
 LIVE_PAGES = ("cluster", "jobs", "timeline", "tenants", "policy")
+SHARED_RENDERINGS = 256  # distinct fragments (path and query) kept per snapshot
 
 
 def _html(body: str, status: int = 200) -> web.Response:
@@ -87,6 +88,10 @@ class DashboardRoutes:
         self.keeper = SnapshotKeeper(target)
         self.render_pool = ThreadPoolExecutor(max_workers=render_workers, thread_name_prefix="pcs-ray-dashboard")
         self.ttl = int(self.sessions.ttl_s)
+        # A live fragment is the same for every session that asks with the same query: one rendering per
+        # snapshot serves them all (the snapshot it belongs to, and its renderings by path and query).
+        self._shared_of: dict | None = None
+        self._shared: dict[str, asyncio.Future] = {}
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -234,9 +239,22 @@ class DashboardRoutes:
             snapshot = await self._snapshot()
             who = self.view_session(session)
             if name == "jobs":
-                return _html(await self._render(pages.jobs_fragment, snapshot, JobsQuery.parse(request.query), who))
-            return _html(await self._render(getattr(pages, f"{name}_fragment"), snapshot, who))
+                q = JobsQuery.parse(request.query)
+                return _html(await self._render_shared(snapshot, q.url(name), pages.jobs_fragment, snapshot, q, who))
+            return _html(await self._render_shared(snapshot, name, getattr(pages, f"{name}_fragment"), snapshot, who))
         return fragment
+
+    async def _render_shared(self, snapshot: dict, key: str, build, *args) -> str:
+        """``build(*args)`` rendered once per snapshot and ``key`` however many dashboards poll it: 20 open
+        jobs pages cost one rendering a snapshot, not twenty, in the coordinator's process."""
+        if self._shared_of is not snapshot:
+            self._shared_of, self._shared = snapshot, {}
+        pending = self._shared.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._render(build, *args))
+            if len(self._shared) < SHARED_RENDERINGS:
+                self._shared[key] = pending
+        return await asyncio.shield(pending)
 
     async def snapshot_json(self, request: web.Request) -> web.Response:
         _, session = self.session_of(request)
