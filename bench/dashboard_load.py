@@ -39,18 +39,18 @@ import multiprocessing as mp
 import os
 import random
 import re
-import sys
 import tempfile
 import threading
 import time
 import urllib.parse
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from coordinator_latency import Clock, random_job
+from coordinator_latency import latency as summary
 
-from bench.coordinator_latency import Clock, random_job, summary  # noqa: E402
-from pcs_ray.api import strict_json  # noqa: E402
+from pcs_ray.api import strict_json
+
+
 
 TOKEN = "bench-" + "0" * 58
 TARGET_RATIO = 1.10

@@ -17,20 +17,18 @@ Prints one JSON object: the files written and the jobs they show.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import secrets
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import Cli, cli_env, up_local
 
-from pcs_ray.api import strict_json  # noqa: E402
+from pcs_ray.api import strict_json
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                "--disable-component-update", "--disable-sync"]
@@ -40,24 +38,6 @@ EXAMPLES = [("examples/jobs/one-gpu.yaml", ("alice", "vision")), ("examples/jobs
             ("examples/jobs/rigid-4gpu.yaml", ("alice", "vision")), ("examples/user-code/mlp.yaml", ("bob", "speech")),
             ("examples/jobs/one-gpu.yaml", ("carol", "vision"))]
 PAGES = ("cluster", "jobs", "timeline", "tenants", "policy")
-
-
-class Cli:
-    def __init__(self, env: dict) -> None:
-        self.env = env
-
-    def __call__(self, *args, who=("ops", "")) -> str:
-        env = {**self.env, "PCS_RAY_USER": who[0], "PCS_RAY_TENANT": who[1]}
-        proc = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *map(str, args)], env=env, capture_output=True,
-                              text=True, timeout=300, cwd=ROOT)
-        if proc.returncode:
-            raise SystemExit(f"error: pcs-ray {' '.join(map(str, args))} exited {proc.returncode}: "
-                             f"{proc.stderr.strip()[-600:]}")
-        return proc.stdout
-
-
-def one_json(stdout: str) -> dict:
-    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
 
 
 def shoot(link: str, out: Path, prefer: int, settle: float, chromium: str) -> tuple[list[str], int | None]:
@@ -106,30 +86,23 @@ def main() -> None:
     (work / "token").write_text(secrets.token_hex(32))
     (work / "token").chmod(0o600)
     (work / "tenants.yaml").write_text(TENANTS)
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS",
-                                                             "PCS_RAY_API")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(work / "token"), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
-    cli = Cli(env)
-    state = work / "state"
-    up = one_json(cli("up", "--local", "--cluster-spec", ROOT / "examples" / "clusters" / "laptop.yaml",
-                      "--placement", "combined", "--state-dir", state, "--json"))
-    cli.env.update(RAY_ADDRESS=up["address"], PCS_RAY_API=up["api"])
-    try:
+    cli = Cli(cli_env(work / "token", RAY_USAGE_STATS_ENABLED="0", PCS_RAY_USER="ops", PCS_RAY_TENANT=""))
+    with up_local(cli, work / "state", "--cluster-spec", ROOT / "examples" / "clusters" / "laptop.yaml",
+                  "--placement", "combined") as cluster:
+        cli.env.update(RAY_ADDRESS=cluster.up["address"], PCS_RAY_API=cluster.up["api"])
         cli("tenants", "apply", work / "tenants.yaml")
         jobs = []
-        for path, who in EXAMPLES:
-            reply = one_json(cli("submit", ROOT / path, "--json", who=who))
-            jobs.append({"id": reply["id"], "file": path, "user": who[0], "tenant": who[1]})
+        for path, (user, tenant) in EXAMPLES:
+            reply = cli.json("submit", ROOT / path, env={"PCS_RAY_USER": user, "PCS_RAY_TENANT": tenant})
+            jobs.append({"id": reply["id"], "file": path, "user": user, "tenant": tenant})
             time.sleep(3)
-        printed = cli("dashboard", who=("alice", "vision"))
+        printed = cli("dashboard", env={"PCS_RAY_USER": "alice", "PCS_RAY_TENANT": "vision"}).stdout
         links = re.findall(r"https?://\S+/dashboard/login\?ticket=\S+", printed)
         if not links:
             raise SystemExit(f"error: `pcs-ray dashboard` printed no sign-in link: {printed.strip()[:300]}")
         user_code = next(j["id"] for j in jobs if "user-code" in j["file"])
         written, shown = shoot(links[0], args.out, user_code, args.settle, chromium)
-        states = {j["id"]: j["state"] for j in one_json(cli("status", "--json"))["jobs"]}
-    finally:
-        cli("down", "--state-dir", state)
+        states = {j["id"]: j["state"] for j in cli.json("status")["jobs"]}
     print(strict_json.dumps({"screenshots": written, "job_page": shown, "jobs": [{**j, "state": states.get(j["id"])} for j in jobs]},
                             indent=1))
 
