@@ -241,3 +241,14 @@ def invoke(capsys, *args) -> tuple[int, str, str]:
     code = cli.run([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "a condition", every: float = 0.05):
+    """``predicate()``'s first true value, asked every ``every`` seconds; an AssertionError naming ``what``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
+        time.sleep(every)
+    return value

@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+from builders import wait_until
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # a local Ray cluster through the CLI, and a browser
@@ -97,14 +98,7 @@ class Cluster:
         return {j["id"]: j for j in self.api.call("status")["jobs"]}
 
     def wait(self, predicate, timeout: float, what: str, every: float = 0.3):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
-            time.sleep(every)
+        return wait_until(predicate, timeout, what, every)
 
     def settle(self) -> None:
         """The operator cancels every job left, and waits until none holds a GPU."""

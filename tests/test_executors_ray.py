@@ -10,6 +10,7 @@ import torch
 
 from pcs_ray.contract import GPUSlot, RunRequest
 from executors.checkpoint import load_checkpoint, peek_step
+from builders import wait_until
 
 pytestmark = pytest.mark.slow  # runners as Ray actors
 
@@ -42,15 +43,6 @@ def ray_env(ray_local):
 def _request(job, gpus, directory, **kw) -> RunRequest:
     kw.setdefault("params", PARAMS)
     return RunRequest(job, "tiny_cnn", kw.pop("total_steps", TOTAL), tuple(GPUSlot(n, i) for n, i in gpus), str(directory), **kw)
-
-
-def _wait_until(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
-    return value
 
 
 def _max_step(ray, recorder, job):
@@ -94,7 +86,7 @@ def test_preempted_three_times_on_different_gpus_matches_uninterrupted_run(ray_e
     for attempt in range(4):
         if attempt < 3:
             start = peek_step(tmp_path) or 0
-            _wait_until(lambda: _max_step(ray, recorder, "pre") >= start + 3)
+            wait_until(lambda: _max_step(ray, recorder, "pre") >= start + 3)
         if attempt == 1:
             outcome = launch_module.stop(handle, grace_s=60)  # the blocking helper; stops well within the grace
         else:
@@ -126,12 +118,12 @@ def test_pinned_runner_killed_resumes_from_its_last_checkpoint(ray_env, referenc
     assert env["cuda_visible_devices"] == "1"
     assert env["resources"] == {"node1_gpu1": 1.0}  # num_gpus=0: no Ray GPU, just the chosen one
     assert ray.available_resources().get("node1_gpu1", 0) == 0
-    _wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
+    wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
     handle.kill()
     outcome = handle.outcome(timeout=60)
     assert outcome.status == "failed" and "died" in outcome.error
     assert outcome.step >= 8 and outcome.step % 4 == 0 and outcome.step == peek_step(tmp_path)
-    _wait_until(lambda: ray.available_resources().get("node1_gpu1", 0) == 1, timeout=30)  # the GPU is free again
+    wait_until(lambda: ray.available_resources().get("node1_gpu1", 0) == 1, timeout=30)  # the GPU is free again
     resumed = launch_module.launch(_request("kill", [("node0", 2)], tmp_path)).outcome(timeout=120)
     assert (resumed.status, resumed.start_step, resumed.step) == ("finished", outcome.step, TOTAL)
     assert _same(reference, tmp_path)
@@ -140,7 +132,7 @@ def test_pinned_runner_killed_resumes_from_its_last_checkpoint(ray_env, referenc
 def test_stop_kills_a_runner_that_misses_the_grace_period(ray_env, tmp_path):
     _, launch_module, _ = ray_env
     handle = launch_module.launch(_request("slow", [("node0", 3)], tmp_path, slowdown=5000.0, reporter=None))
-    _wait_until(lambda: ray_env[0].get(handle.actors[0].boundaries_passed.remote()) >= 1)  # inside a ~25 s step
+    wait_until(lambda: ray_env[0].get(handle.actors[0].boundaries_passed.remote()) >= 1)  # inside a ~25 s step
     began = time.monotonic()
     outcome = launch_module.stop(handle, grace_s=1.0)
     assert outcome.status == "failed" and time.monotonic() - began < 30
@@ -153,7 +145,7 @@ def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, pool, tmp
     reference = launch_module.launch(_request("ddp-ref", [("node0", 2), ("node0", 3)], tmp_path / "whole", total_steps=12))
     parts = tmp_path / "parts"
     first = pool.launch(_request("ddp", [("node0", 0), ("node1", 1)], parts, total_steps=12, slowdown=SLOW, reporter=recorder, report_interval_s=0.0))
-    _wait_until(lambda: _max_step(ray, recorder, "ddp") >= 3)
+    wait_until(lambda: _max_step(ray, recorder, "ddp") >= 3)
     first.request_stop()
     stopped = first.outcome(timeout=120)
     assert stopped.status == "preempted" and 0 < stopped.step < 12
@@ -208,11 +200,11 @@ def test_a_dead_warm_runner_is_replaced_and_its_job_resumes_on_the_new_one(ray_e
     gpu = GPUSlot("node1", 1)
     handle = pool.launch(_request("wkill", [("node1", 1)], tmp_path, slowdown=SLOW, checkpoint_every=4))
     before = ray.get(handle.actors[0].info.remote())
-    _wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
+    wait_until(lambda: (peek_step(tmp_path) or 0) >= 8)
     handle.kill()
     outcome = handle.outcome(timeout=60)
     assert outcome.status == "failed" and "died" in outcome.error and outcome.step % 4 == 0
-    replaced = _wait_until(lambda: [r for r in pool.describe() if (r["node"], r["gpu"]) == (gpu.node, gpu.index)
+    replaced = wait_until(lambda: [r for r in pool.describe() if (r["node"], r["gpu"]) == (gpu.node, gpu.index)
                                     and r["replaced"] == 1 and r["state"] == "ready"], timeout=180)
     assert replaced[0]["pid"] != before["pid"] and replaced[0]["rss_mb"] > 100
     resumed = pool.launch(_request("wkill", [("node1", 1)], tmp_path)).outcome(timeout=120)
@@ -231,7 +223,7 @@ def test_a_new_pool_adopts_a_run_that_outlived_its_coordinator_and_stops_the_oth
     stale = _request("stale", [("node1", 0)], tmp_path / "stale", slowdown=4 * SLOW, attempt=1, total_steps=500)
     first = [pool.launch(kept), pool.launch(stale)]
     for handle in first:
-        _wait_until(lambda: (ray.get(handle.actors[0].runs_state.remote())["step"] or 0) >= 3)
+        wait_until(lambda: (ray.get(handle.actors[0].runs_state.remote())["step"] or 0) >= 3)
     successor = WarmPool([GPUSlot(n, i) for n, i in WARM], keep_runs=True)
     try:
         found = successor.survivors()

@@ -15,13 +15,13 @@ import secrets
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pcs_ray.commands import local_cluster as lc
 from pcs_ray.contract import TERMINAL
+from builders import wait_until
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # starts local Ray clusters through the CLI
@@ -61,17 +61,6 @@ def _json(stdout: str) -> dict:
 
 def _jobs(env) -> dict[int, dict]:
     return {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
-
-
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {what}")
-        time.sleep(1.0)
 
 
 def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
@@ -133,7 +122,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
     job = tmp_path / "ddp.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 1500\ngpus: 2\nmin_gpus: 1\ncheckpoint_every: 100\n")
     jid = _json(_cli(env, "submit", job, "--json").stdout)["id"]
-    running = _wait(lambda: (j := _jobs(env)[jid])["state"] == "running" and j["steps"] >= 250 and j,
+    running = wait_until(lambda: (j := _jobs(env)[jid])["state"] == "running" and j["steps"] >= 250 and j,
                     120, "the DDP job to pass two checkpoints")
     assert sorted(running["gpus"]) == ["node0:0", "node1:0"]  # one rank on each raylet
     record = lc.load(state)
@@ -141,7 +130,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
     workers = {pid: node.leader for node in record.nodes for pid in lc.session_pids(node.leader) if _is_ray_worker(pid)}
     assert workers and {pid: _niceness(pid) for pid in workers} == {pid: _niceness(lead) for pid, lead in workers.items()}
     assert lc.kill_node(record.nodes[1])  # the worker node dies as a machine would (SIGKILL, all at once)
-    final = _wait(lambda: (j := _jobs(env)[jid])["state"] in TERMINAL and j, 180,
+    final = wait_until(lambda: (j := _jobs(env)[jid])["state"] in TERMINAL and j, 180,
                   "the job to finish on the node left")
     assert final["state"] == "finished" and final["steps"] == 1500, (final["error"], final["attempts"], final["segments"])
     assert final["segments"][0]["gpus"] == ["node0:0", "lost:1"] and final["segments"][-1]["gpus"] == ["node0:0"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import pcs_ray.train.store as store
+from builders import wait_until
 from pcs_ray.contract import GPUSlot, RunRequest
 
 LOOP = '''
@@ -85,17 +86,10 @@ def _request(code_dir, root: Path, gpus, steps=20, reporter=None, **config) -> R
                       log_dir=str(root / "logs" / "u1" / "attempt-1"), report_interval_s=0.0, reporter=reporter)
 
 
-def _until(predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_two_rank_user_run_stops_at_its_checkpoint_and_resumes_on_one_gpu(env, tmp_path):
     ray, recorder, code_dir, launch, _ = env
     first = launch(_request(code_dir, tmp_path, [("node0", 2), ("node1", 3)], reporter=recorder))
-    _until(lambda: ray.get(recorder.top.remote("u1")) >= 3)
+    wait_until(lambda: ray.get(recorder.top.remote("u1")) >= 3, timeout=90)
     first.request_stop()
     stopped = first.outcome(timeout=120)
     assert stopped.status == "preempted" and 3 <= stopped.step < 20 and stopped.runner == "cold"
@@ -121,7 +115,7 @@ def test_a_two_rank_user_run_stops_at_its_checkpoint_and_resumes_on_one_gpu(env,
 def test_a_loop_that_ignores_the_stop_is_killed_after_the_grace_and_resumes_from_its_checkpoint(env, tmp_path):
     ray, recorder, code_dir, launch, stop = env
     handle = launch(_request(code_dir, tmp_path, [("node0", 3)], steps=400, ignore_stops=True, sleep=0.05, reporter=recorder))
-    _until(lambda: ray.get(recorder.top.remote("u1")) >= 5)
+    wait_until(lambda: ray.get(recorder.top.remote("u1")) >= 5, timeout=90)
     outcome = stop(handle, grace_s=1.0)
     assert outcome.status == "failed" and outcome.step == 0  # never checkpointed: resumes from the start
 
@@ -155,7 +149,7 @@ def test_an_elastic_user_job_is_resized_by_a_second_arrival_and_loses_no_step(co
     spec = {"entrypoint": "loop.py:loop", "working_dir": str(code_dir), "steps": 120, "gpus": 4, "min_gpus": 1,
             "config": {"sleep": 0.05}, "step_time": 0.05, "name": "elastic"}
     a = client.submit(spec)
-    _until(lambda: _steps(client, a.id) >= 10, timeout=120)
+    wait_until(lambda: _steps(client, a.id) >= 10, timeout=120)
     b = client.submit({**spec, "steps": 30, "gpus": 2, "min_gpus": 2, "name": "second"})
     finals = [client.wait(h.id, timeout=300) for h in (a, b)]
     assert [f["state"] for f in finals] == ["finished", "finished"], [f["error"] for f in finals]
@@ -189,7 +183,7 @@ def test_a_hung_run_is_killed_with_its_stacks_logged_and_a_rank_killed_by_sigkil
     dies = client.submit({**spec, "name": "dies", "config": {"sleep": 0.05, "die_at": 5,
                                                              "marker": str(tmp_path / "died-once")}})
     after = client.submit({**spec, "name": "after", "config": {"sleep": 0.05}})  # waits for a GPU
-    _until(lambda: _steps(client, hung.id) >= 1, timeout=120)  # reports are throttled: step 3 may never arrive
+    wait_until(lambda: _steps(client, hung.id) >= 1, timeout=120)  # reports are throttled: step 3 may never arrive
     hung_at = time.time()  # at most two 0.05 s steps before it hangs
     gone = client.wait(hung.id, timeout=60)
     detected_s = gone["finish"] - hung_at
