@@ -178,6 +178,20 @@ def test_job_page_runs_history_logs_and_cancel():
     assert not dom(pages.job_page(j, history, NOW, None, SESSION, may_cancel=False)).all("form", id="cancel")
 
 
+def test_job_page_draws_the_loss_its_loop_reports_against_its_steps():
+    j = running(7, ["node0:0"])
+    reports = [{"step": 1, "attempt": 2, "acc": 0.1, "loss": 0.9}, {"step": 2, "attempt": 2, "loss": 0.5, "note": "x"},
+               {"step": 4, "attempt": 2, "loss": 0.25, "acc": 0.7}]
+    root = dom(pages.job_page(j, [], NOW, {"attempt": 2, "ranks": {}, "metrics": reports}, SESSION))
+    points = root.one("svg", id="reported").all("circle", class_="reported")
+    assert [(c.attrs["data-step"], float(c.attrs["data-y"])) for c in points] == [("1", 0.9), ("2", 0.5), ("4", 0.25)]
+    assert "loss by step" in root.text
+    accuracy = pages.reported_curve([{"step": 3, "attempt": 1, "acc": 0.5, "ok": True}])
+    assert accuracy == ("acc", [(3.0, 0.5)])  # no loss: the first number it reports, never a flag
+    assert pages.reported_curve([{"step": 3, "attempt": 1, "note": "warming up"}]) is None
+    assert not dom(pages.job_page(j, [], NOW, None, SESSION)).all("svg", id="reported")  # no reports, no chart
+
+
 def test_tenants_quota_used_borrowed_lent_waiting_protected():
     tenants = {"tenants": {"tenants": {"a": {"quota": 4}, "b": {"quota": 4}}}, "since": NOW - 100,
                "usage": {"a": {"jobs": 3, "waiting": 1, "gpus": 6}, "b": {"jobs": 1, "waiting": 0, "gpus": 1}}}

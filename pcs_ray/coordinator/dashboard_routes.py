@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from importlib import resources
 
 from aiohttp import web
@@ -292,7 +293,7 @@ class DashboardRoutes:
         job = job_by_id(snapshot, job_id)
         if job is None:
             return _html(await self._render(pages.not_found_page, f"no job with id {job_id}", who), 404)
-        logs = await self._logs(job_id)
+        logs = await self._logs(job_id, metrics=True)
         history = self.keeper.history.of(job_id)
         may = self.may_cancel(snapshot, job, session.caller)
         return _html(await self._render(pages.job_page, job, history, snapshot["now"], logs, who, may, message,
@@ -313,12 +314,15 @@ class DashboardRoutes:
         job = job_by_id(snapshot, job_id)
         if job is None:
             return web.Response(status=404, text=f"no job with id {job_id}", content_type="text/plain")
+        reports = (await self._logs(job_id, metrics=True) or {}).get("metrics")
         return _html(await self._render(pages.job_fragment, job, self.keeper.history.of(job_id), snapshot["now"],
-                                        self.view_session(session)))
+                                        self.view_session(session), reports))
 
-    async def _logs(self, job_id: int) -> dict | None:
+    async def _logs(self, job_id: int, metrics: bool = False) -> dict | None:
+        """The job's logs (and with ``metrics``, its current run's reports), or None where there are none."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, self.target.logs, job_id)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, partial(self.target.logs, job_id,
+                                                                                      metrics=metrics))
         except (CoordinatorError, OSError):
             return None
 

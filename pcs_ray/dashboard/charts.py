@@ -1,4 +1,5 @@
-"""Small SVG line charts: a job's predicted finish over time against its actual finish, and its progress."""
+"""Small SVG line charts: a job's predicted finish over time against its actual finish, its progress, and
+the metrics its loop reports against its steps."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ W, H, PAD_L, PAD_B, PAD_T = 640, 220, 80, 24, 10
 
 def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]], *, now: float,
                y_time: bool = False, level: tuple[str, float] | None = None, empty: str = "nothing yet",
-               floor: float | None = None) -> str:
+               floor: float | None = None, x_steps: bool = False) -> str:
     """``series``: (css class, points (x = unix seconds, y)); ``level``: a horizontal line (class, y),
     e.g. the actual finish. ``y_time``: y values are unix seconds, labelled as clock times. ``floor``: the
-    y axis reaches down to it (0 for counts)."""
+    y axis reaches down to it (0 for counts). ``x_steps``: x values are the job's steps, not times."""
     points = [p for _, pts in series for p in pts]
     if not points:
         return (f'<svg{attrs(id=svg_id, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {W} 40", width=W, height=40)}>'
@@ -33,6 +34,9 @@ def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]],
     def ylabel(y: float) -> str:
         return clock(y, now) if y_time else f"{y:.4g}"
 
+    def xlabel(x: float) -> str:
+        return f"step {x:.0f}" if x_steps else clock(x, now)
+
     out = [f'<svg{attrs(id=svg_id, xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {W} {H}", width=W, height=H)}>']
     for k in range(3):
         y = y0 + (y1 - y0) * k / 2
@@ -41,7 +45,7 @@ def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]],
     for k in range(3):
         x = x0 + (x1 - x0) * k / 2
         anchor = ("start", "middle", "end")[k]
-        out.append(f'<text class="xlabel"{attrs(x=f"{px(x):.1f}", y=H - 6, text__anchor=anchor)}>{esc(clock(x, now))}</text>')
+        out.append(f'<text class="xlabel"{attrs(x=f"{px(x):.1f}", y=H - 6, text__anchor=anchor)}>{esc(xlabel(x))}</text>')
     if level is not None:
         cls, y = level
         out.append(f'<line{attrs(class_=cls, x1=PAD_L, x2=W - 10, y1=f"{py(y):.1f}", y2=f"{py(y):.1f}", data__t=epoch(y))}>'
@@ -52,7 +56,8 @@ def line_chart(svg_id: str, series: list[tuple[str, list[tuple[float, float]]]],
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         out.append(f'<polyline{attrs(class_=cls, points=path)}/>')
         for x, y in pts:
-            out.append(f'<circle{attrs(class_=cls, cx=f"{px(x):.1f}", cy=f"{py(y):.1f}", r=2.5, data__t=epoch(x), data__y=repr(float(y)))}>'
-                       f"<title>{esc(clock(x, now))}: {esc(ylabel(y))}</title></circle>")
+            where = {"data__step": f"{x:.0f}"} if x_steps else {"data__t": epoch(x)}
+            out.append(f'<circle{attrs(class_=cls, cx=f"{px(x):.1f}", cy=f"{py(y):.1f}", r=2.5, **where, data__y=repr(float(y)))}>'
+                       f"<title>{esc(xlabel(x))}: {esc(ylabel(y))}</title></circle>")
     out.append("</svg>")
     return "".join(out)

@@ -188,17 +188,36 @@ def _facts(job: dict, now: float) -> str:
     return "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
-def _metrics(job: dict, history: list[dict], now: float) -> str:
-    """Progress over time (steps at each refresh seen) and the metrics the run reported at its end."""
+def reported_curve(reports: list[dict] | None) -> tuple[str, list[tuple[float, float]]] | None:
+    """The metric to draw from the reports a user loop made (``loss`` where there is one, else the first
+    number it reports) and its points (step, value); None when it reported no number."""
+    rows = [r for r in reports or () if isinstance(r.get("step"), (int, float))]
+    names = [k for r in rows for k, v in r.items()
+             if k not in ("step", "attempt") and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not names:
+        return None
+    name = "loss" if "loss" in names else names[0]
+    return name, [(float(r["step"]), float(r[name])) for r in rows
+                  if isinstance(r.get(name), (int, float)) and not isinstance(r[name], bool)]
+
+
+def _metrics(job: dict, history: list[dict], now: float, reports: list[dict] | None = None) -> str:
+    """Progress over time (steps at each refresh seen), the metric the loop reports against its steps (its
+    current run's reports), and the metrics the run reported at its end."""
     steps = [(h["t"], float(h["steps"])) for h in history if h.get("steps") is not None]
     chart = line_chart("metrics", [("steps", steps)], now=now, empty="no progress seen yet")
+    curve = reported_curve(reports)
+    if curve is not None:
+        chart += (f'<h3>{esc(curve[0])} by step (this run\'s reports)</h3>'
+                  + line_chart("reported", [("reported", curve[1])], now=now, x_steps=True))
     final = job.get("metrics") or {}
     numbers = "".join(f'<tr{attrs(data__metric=k)}><td>{esc(k)}</td><td>{esc(v)}</td></tr>' for k, v in sorted(final.items()))
     table_ = f'<table id="final-metrics"><tbody>{numbers}</tbody></table>' if numbers else ""
     return chart + table_
 
 
-def job_fragment(job: dict, history: list[dict], now: float, session: Session | None = None) -> str:
+def job_fragment(job: dict, history: list[dict], now: float, session: Session | None = None,
+                 reports: list[dict] | None = None) -> str:
     predicted = [(h["t"], h["predicted"]) for h in history if h.get("predicted") is not None]
     if job.get("first_predicted") is not None and job.get("submit") is not None:
         predicted = [(job["submit"], job["first_predicted"])] + [p for p in predicted if p[0] > job["submit"]]
@@ -208,7 +227,7 @@ def job_fragment(job: dict, history: list[dict], now: float, session: Session | 
              + "<h2>Predicted finish over time</h2>"
              + line_chart("prediction-history", [("predicted", predicted)], now=now, y_time=True, level=actual,
                           empty="no prediction yet")
-             + "<h2>Progress and metrics</h2>" + _metrics(job, history, now)
+             + "<h2>Progress and metrics</h2>" + _metrics(job, history, now, reports)
              + "<h2>Runs</h2>" + _runs_table(job, now) + "</div>")
     return _live("job-live", f"{FRAGMENT}/jobs/{job['id']}", inner, session)
 
@@ -237,7 +256,8 @@ def job_page(job: dict, history: list[dict], now: float, logs: dict | None, sess
         cancel = (f'<form id="cancel" method="post"{attrs(action=PREFIX + "/jobs/" + str(job["id"]) + "/cancel")}>'
                   f'<input type="hidden" name="csrf"{attrs(value=session.csrf)}><button type="submit">Cancel job</button></form>')
     body = (f'<h1>{esc(job["name"])} <small>#{job["id"]}</small></h1>' + flash(message, error) + cancel
-            + job_fragment(job, history, now, session) + "<h2>Logs</h2>" + logs_fragment(job["id"], logs, session))
+            + job_fragment(job, history, now, session, (logs or {}).get("metrics"))
+            + "<h2>Logs</h2>" + logs_fragment(job["id"], logs, session))
     return _page(f'Job {job["id"]}', "jobs", body, session)
 
 
