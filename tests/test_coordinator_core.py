@@ -45,6 +45,7 @@ def test_lease_style_preemption_is_a_stop_then_a_start_after_the_stop_completes(
     actions = core.run_ended(long_id, 1, "preempted", step=120, step_time=0.1)
     assert list(starts(actions)) == [short_id]
     assert core.jobs[long_id].preemptions == 1 and core.jobs[long_id].steps == 120
+    assert core.jobs[long_id].segments[-1]["stopped_for"] == "preempt"  # the run keeps why it was stopped
     clock.t += 2
     actions = core.run_ended(short_id, 1, "finished", step=10)
     [start] = actions
@@ -63,6 +64,7 @@ def test_resize_when_an_elastic_job_gets_fewer_gpus():
     got = starts(acts)
     assert len(got[a]) == 2 and len(got[b]) == 2 and not set(got[a]) & set(got[b])
     assert {x.kind for x in acts} == {"resize", "start"}
+    assert core.jobs[a].segments[0]["stopped_for"] == "resize"
 
 
 def test_stale_outcomes_are_ignored():

@@ -178,6 +178,16 @@ def test_job_page_runs_history_logs_and_cancel():
     assert not dom(pages.job_page(j, history, NOW, None, SESSION, may_cancel=False)).all("form", id="cancel")
 
 
+def test_a_run_says_why_the_coordinator_stopped_it_while_its_job_waits():
+    j = job(7, "queued")
+    j["segments"] = [{"start": NOW - 500, "end": NOW - 400, "gpus": ["node1:1"], "kind": "start", "from_step": 0,
+                      "stopped_for": "preempt"}]
+    assert [(r["why"], r["step"]) for r in pages.runs({**j, "steps": 30})] == [("preempted", 30)]
+    j["segments"].append({"start": NOW - 300, "end": NOW - 200, "gpus": ["node0:0"], "kind": "migrate", "from_step": 30,
+                          "error": "RuntimeError: boom"})
+    assert [r["why"] for r in pages.runs({**j, "steps": 40})] == ["preempted", "failed"]  # not "migrated"
+
+
 def test_job_page_draws_the_loss_its_loop_reports_against_its_steps():
     j = running(7, ["node0:0"])
     reports = [{"step": 1, "attempt": 2, "acc": 0.1, "loss": 0.9}, {"step": 2, "attempt": 2, "loss": 0.5, "note": "x"},

@@ -99,7 +99,10 @@ class LiveJob:
         self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
 
     def requeued(self, t: float, error: str | None = None) -> None:
-        """Its run ended without finishing the job (stopped, lost or failed, ``error`` saying why): back to the queue."""
+        """Its run ended without finishing the job (stopped, lost or failed, ``error`` saying why): back to the queue.
+        A run the coordinator stopped keeps why (``stopped_for``: preempt, migrate, resize, ...) with it."""
+        if self.state == JobStatus.STOPPING and self.stop_reason and self.segments and self.segments[-1]["end"] is None:
+            self.segments[-1]["stopped_for"] = self.stop_reason
         self.close_segment(t, error)
         self.state, self.gpus, self.reported_at, self.started_at = JobStatus.QUEUED, (), None, None
 

@@ -130,6 +130,10 @@ def timeline_page(snapshot: dict, session: Session | None = None) -> str:
 
 
 # -- one job ---------------------------------------------------------------------------
+#: Why the coordinator stopped a run (the journal's stop reasons), as the runs table says it.
+STOPPED_FOR = {"preempt": "preempted", "migrate": "migrated", "resize": "resized", "cancel": "cancelled"}
+
+
 def runs(job: dict) -> list[dict]:
     """Each run of the job: attempt, GPUs, start, end, why it stopped and the step it stopped at
     (where the next run resumed from its checkpoint, or the job's last step)."""
@@ -139,6 +143,9 @@ def runs(job: dict) -> list[dict]:
         nxt = segments[i + 1] if i + 1 < len(segments) else None
         if seg["end"] is None:
             why, step = job["state"], None
+        elif seg.get("error") or seg.get("stopped_for"):
+            why = "failed" if seg.get("error") else STOPPED_FOR.get(seg["stopped_for"], seg["stopped_for"])
+            step = nxt.get("from_step") if nxt is not None else job["steps"]
         elif nxt is not None:
             why = {"resume": "preempted", "migrate": "migrated", "resize": "resized"}.get(nxt["kind"], "stopped")
             step = nxt.get("from_step")
