@@ -199,6 +199,8 @@ def test_job_page_draws_the_loss_its_loop_reports_against_its_steps():
     accuracy = pages.reported_curve([{"step": 3, "attempt": 1, "acc": 0.5, "ok": True}])
     assert accuracy == ("acc", [(3.0, 0.5)])  # no loss: the first number it reports, never a flag
     assert pages.reported_curve([{"step": 3, "attempt": 1, "note": "warming up"}]) is None
+    many = pages.reported_curve([{"step": s, "attempt": 1, "loss": 1 / s} for s in range(1, 100_002)])[1]
+    assert len(many) <= pages.CURVE_POINTS + 1 and many[0] == (1.0, 1.0) and many[-1] == (100_001.0, 1 / 100_001)
     assert not dom(pages.job_page(j, [], NOW, None, SESSION)).all("svg", id="reported")  # no reports, no chart
 
 

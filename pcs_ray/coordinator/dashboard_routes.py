@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import resources
@@ -50,6 +51,7 @@ STATIC = {"htmx.min.js": "application/javascript", "htmx.LICENSE": "text/plain",
           "favicon.svg": "image/svg+xml"}
 LIVE_PAGES = ("cluster", "jobs", "timeline", "tenants", "policy")
 SHARED_RENDERINGS = 256  # distinct fragments (path and query) kept per snapshot
+REPORTS_MAX_AGE_S = 2.0  # a job's reports are read again once this old
 
 
 def _html(body: str, status: int = 200) -> web.Response:
@@ -93,6 +95,7 @@ class DashboardRoutes:
         # snapshot serves them all (the snapshot it belongs to, and its renderings by path and query).
         self._shared_of: dict | None = None
         self._shared: dict[str, asyncio.Future] = {}
+        self._reports_of: dict[int, tuple[float, list[dict] | None]] = {}  # job id -> (when read, its reports)
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -314,9 +317,21 @@ class DashboardRoutes:
         job = job_by_id(snapshot, job_id)
         if job is None:
             return web.Response(status=404, text=f"no job with id {job_id}", content_type="text/plain")
-        reports = (await self._logs(job_id, metrics=True) or {}).get("metrics")
+        reports = await self._reports(job_id)
         return _html(await self._render(pages.job_fragment, job, self.keeper.history.of(job_id), snapshot["now"],
                                         self.view_session(session), reports))
+
+    async def _reports(self, job_id: int) -> list[dict] | None:
+        """The job's current run's reports, read at most every ``REPORTS_MAX_AGE_S`` however many of its
+        pages are open (a run may log 100,000 of them; each open page polls every second)."""
+        kept = self._reports_of.get(job_id)
+        if kept is not None and time.monotonic() - kept[0] < REPORTS_MAX_AGE_S:
+            return kept[1]
+        reports = (await self._logs(job_id, metrics=True) or {}).get("metrics")
+        if len(self._reports_of) >= SHARED_RENDERINGS:
+            self._reports_of.clear()
+        self._reports_of[job_id] = (time.monotonic(), reports)
+        return reports
 
     async def _logs(self, job_id: int, metrics: bool = False) -> dict | None:
         """The job's logs (and with ``metrics``, its current run's reports), or None where there are none."""

@@ -195,6 +195,9 @@ def _facts(job: dict, now: float) -> str:
     return "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
+CURVE_POINTS = 400  # points of a reported metric drawn at most
+
+
 def reported_curve(reports: list[dict] | None) -> tuple[str, list[tuple[float, float]]] | None:
     """The metric to draw from the reports a user loop made (``loss`` where there is one, else the first
     number it reports) and its points (step, value); None when it reported no number."""
@@ -204,8 +207,10 @@ def reported_curve(reports: list[dict] | None) -> tuple[str, list[tuple[float, f
     if not names:
         return None
     name = "loss" if "loss" in names else names[0]
-    return name, [(float(r["step"]), float(r[name])) for r in rows
-                  if isinstance(r.get(name), (int, float)) and not isinstance(r[name], bool)]
+    points = [(float(r["step"]), float(r[name])) for r in rows
+              if isinstance(r.get(name), (int, float)) and not isinstance(r[name], bool)]
+    every = -(-len(points) // CURVE_POINTS)  # a run may log 100,000 reports: the chart keeps every n-th and the last
+    return name, points if every <= 1 else points[::every] + ([points[-1]] if (len(points) - 1) % every else [])
 
 
 def _metrics(job: dict, history: list[dict], now: float, reports: list[dict] | None = None) -> str:
