@@ -141,27 +141,33 @@ def get_coordinator():
 class Client:
     """A connection to the coordinator of the Ray cluster at ``address`` (default: this process's).
 
-    Outside the cluster it speaks HTTP to the coordinator's API when one is advertised (``$PCS_RAY_API``, or the
-    state folder's advert for that cluster, see :mod:`pcs_ray.api.advert`), without joining Ray. A process
-    already on the cluster (a runner, a Ray job that called ``ray.init``), or a ``coordinator`` handle, uses the
-    actor; so does a client that finds no advert. ``api``: the API's URL, instead of looking for it; it and
-    ``$PCS_RAY_API`` are used even on the cluster: the caller chose them. ``identity``: who calls (default :meth:`Caller.from_env`).
+    Outside the cluster it speaks HTTP to the coordinator's API, without joining Ray, where it finds one
+    (:mod:`pcs_ray.api.discovery`: ``$PCS_RAY_API``, the advert in ``state_dir`` for that cluster, or the API's
+    well-known ports on the cluster's host). A process already on the cluster (a runner, a Ray job that called
+    ``ray.init``), or a ``coordinator`` handle, uses the actor; so does a client that finds no API, after telling
+    ``on_fallback`` (one line). ``api``: the API's URL, instead of looking for it; it and ``$PCS_RAY_API`` are used
+    even on the cluster: the caller chose them. ``identity``: who calls (default :meth:`Caller.from_env`).
     ``on_wait``: told (one line) when an HTTP call waits for an API that does not answer yet.
     """
 
     def __init__(self, address: str | None = None, coordinator=None, api: str | None = None,
-                 identity: Caller | None = None, on_wait=None) -> None:
+                 identity: Caller | None = None, on_wait=None, state_dir: str | Path | None = None,
+                 on_fallback=None) -> None:
         self.identity = identity if identity is not None else Caller.from_env()
         self.actor = self.http = None
-        if coordinator is None and (api is not None or os.environ.get(API_ENV, "").strip() or not _on_ray()):
-            from pcs_ray.api.advert import find_api
+        explicit = os.environ.get(API_ENV, "").strip()
+        if coordinator is None and (api is not None or explicit or not _on_ray()):
+            from pcs_ray.api import discovery
 
-            url = api or find_api(address)
-            if url is not None:
+            found = None if api else discovery.discover(address, state_dir)
+            if api is not None or found is not None:
                 from pcs_ray.api.transport import HttpTransport
 
-                self.http = HttpTransport(url, rediscover=None if api else lambda: find_api(address), on_wait=on_wait)
+                self.http = HttpTransport(api or found.url, on_wait=on_wait,
+                                          rediscover=None if api else discovery.rediscover(address, state_dir, found))
                 return
+            if on_fallback is not None and not discovery.through_ray():
+                on_fallback(discovery.not_found(address, state_dir))
         if coordinator is None:
             from pcs_ray.api.actor_ref import NAMESPACE
 

@@ -16,10 +16,13 @@ TOKEN = "test-token-" + "0" * 40
 
 
 class ServedCoordinator(LocalCoordinator):
-    """The in-process host with the actor's ``ping``, so the server serves every call it serves live."""
+    """The in-process host with the actor's ``ping``, so the server serves every call it serves live
+    (``ray_address``: the Ray cluster it says it serves, as the actor does)."""
+
+    ray_address: str | None = None
 
     def ping(self) -> dict:
-        return {"jobs": len(self.core.jobs), "pid": os.getpid()}
+        return {"jobs": len(self.core.jobs), "pid": os.getpid(), "ray_address": self.ray_address}
 
 
 def local_host(state: Path, gpus: int = 8, per_node: int = 4, **options) -> ServedCoordinator:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from api_helpers import TOKEN, local_host, served
 
-from pcs_ray.api.advert import API_ENV, find_api, read_advert, remove_advert, write_advert
+from pcs_ray.api.advert import API_ENV, read_advert, remove_advert, write_advert
+from pcs_ray.api.discovery import find_api
 from pcs_ray.api.transport import HttpTransport
 from pcs_ray.api.wire import CALLS, MAX_BODY, encode
 from pcs_ray.client import Client
@@ -159,24 +160,25 @@ def test_calls_are_the_hosts_methods_even_where_an_attribute_shadows_one(tmp_pat
 
 # -- finding the API -----------------------------------------------------------------------------
 def test_clients_find_the_api_from_the_env_or_the_advert_for_their_cluster(tmp_path, monkeypatch):
+    """(The well-known ports are not asked here: ``ports=()``; see test_api_discovery.py.)"""
     monkeypatch.delenv(API_ENV, raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert find_api(None, tmp_path) is None
+    assert find_api(None, tmp_path, ports=()) is None
     write_advert(tmp_path, "http://127.0.0.1:1234", "127.0.0.1:6379", 42)
     assert (tmp_path / "api.json").stat().st_mode & 0o777 == 0o600
-    assert find_api(None, tmp_path) == "http://127.0.0.1:1234"
-    assert find_api("127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
-    assert find_api("ray://127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
-    assert find_api("localhost:6379", tmp_path) == "http://127.0.0.1:1234"
-    assert find_api("10.0.0.9:6379", tmp_path) is None  # another cluster's coordinator
-    assert find_api("127.0.0.1:6380", tmp_path) is None
+    assert find_api(None, tmp_path, ports=()) == "http://127.0.0.1:1234"
+    assert find_api("127.0.0.1:6379", tmp_path, ports=()) == "http://127.0.0.1:1234"
+    assert find_api("ray://127.0.0.1:6379", tmp_path, ports=()) == "http://127.0.0.1:1234"
+    assert find_api("localhost:6379", tmp_path, ports=()) == "http://127.0.0.1:1234"
+    assert find_api("10.0.0.9:6379", tmp_path, ports=()) is None  # another cluster's coordinator
+    assert find_api("127.0.0.1:6380", tmp_path, ports=()) is None
     write_advert(tmp_path, "http://127.0.0.1:1234", "192.0.2.2:6379", 42)  # Ray names the node by its IP
-    assert find_api("127.0.0.1:6379", tmp_path) == "http://127.0.0.1:1234"
-    assert find_api("192.0.2.3:6379", tmp_path) is None
+    assert find_api("127.0.0.1:6379", tmp_path, ports=()) == "http://127.0.0.1:1234"
+    assert find_api("192.0.2.3:6379", tmp_path, ports=()) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
-    assert find_api(None, tmp_path) is None
+    assert find_api(None, tmp_path, ports=()) is None
     monkeypatch.setenv(API_ENV, "http://127.0.0.1:999")
-    assert find_api("10.0.0.9:6379", tmp_path) == "http://127.0.0.1:999"
+    assert find_api("10.0.0.9:6379", tmp_path, ports=()) == "http://127.0.0.1:999"
     remove_advert(tmp_path, pid=7)  # someone else's: kept
     assert read_advert(tmp_path) is not None
     remove_advert(tmp_path, pid=42)
@@ -191,7 +193,7 @@ def test_a_restarted_coordinator_is_found_again_and_a_retried_submission_lands_o
     first = served(host)
     server = first.__enter__()
     write_advert(tmp_path, server.url, None, os.getpid())
-    transport = HttpTransport(server.url, retry_s=30.0, rediscover=lambda: find_api(None, tmp_path))
+    transport = HttpTransport(server.url, retry_s=30.0, rediscover=lambda: find_api(None, tmp_path, ports=()))
     client = Client(api=server.url)
     client.http = transport
     spec = {"workload": "tiny_cnn", "steps": 20}
@@ -220,7 +222,7 @@ def test_a_stopped_coordinator_is_reported_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
     with served(local_host(tmp_path)) as server:
         url = server.url
-    transport = HttpTransport(url, retry_s=30.0, rediscover=lambda: find_api(None, tmp_path))  # no advert left
+    transport = HttpTransport(url, retry_s=30.0, rediscover=lambda: find_api(None, tmp_path, ports=()))  # no advert left
     began = time.monotonic()
     with pytest.raises(ConnectionError, match="stopped"):
         transport.call("status")
@@ -252,8 +254,6 @@ def test_a_restarted_coordinator_takes_its_old_port_and_rewrites_the_advert(tmp_
     try:
         assert second.advertised == first.advertised and read_advert(tmp_path)["pid"] == os.getpid()
         assert Client(api=second.advertised).status()["jobs"] == []
-        taken = serve_api(host, SimpleNamespace(**{**vars(config), "api_port": second.server.port}))
-        assert taken is None  # a port the operator named and another process holds: off, and the actor runs on
     finally:
         second.close()
     assert read_advert(tmp_path) is None

@@ -117,7 +117,7 @@ def test_status_explain_prints_the_placement_breakdown(capsys, monkeypatch):
         def predict(self, jid):
             return {"id": jid, "placement": why if jid == 3 else None}
 
-    monkeypatch.setattr(live, "coordinator_client", lambda address: FakeClient())
+    monkeypatch.setattr(live, "coordinator_client", lambda *where: FakeClient())
     assert run(["status", "--explain", "3"]) == 0
     out = capsys.readouterr().out
     assert "pal chose node0:1 node0:2" in out and "locality" in out and "100%" in out and "too-few-free x2" in out
@@ -137,7 +137,7 @@ def test_predict_says_how_the_submissions_forecast_was_played(capsys, monkeypatc
         def predict(self, jid):
             return {"id": jid, "state": "queued", "predicted_completion": None, "bound": None, **replies[jid]}
 
-    monkeypatch.setattr(live, "coordinator_client", lambda address: FakeClient())
+    monkeypatch.setattr(live, "coordinator_client", lambda *where: FakeClient())
     said = {}
     for jid in replies:
         assert run(["predict", str(jid)]) == 0

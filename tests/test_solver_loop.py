@@ -71,7 +71,7 @@ def test_history_solve_pick_and_config_set_on_the_coordinator(tmp_path, monkeypa
     chosen = WFQConfig.from_dict(written["front"][chosen_index]["config"])
     capsys.readouterr()
 
-    monkeypatch.setattr("pcs_ray.commands.config.coordinator_client", lambda address: link)
+    monkeypatch.setattr("pcs_ray.commands.config.coordinator_client", lambda *where: link)
     assert link.config()["policy"] == {"policy": "fifo"}
     assert run(["config", "set", "--json"]) == 0
     reply = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -273,6 +273,6 @@ def test_predict_says_in_words_that_a_job_has_no_total(tmp_path, monkeypatch, ca
     import pcs_ray.commands.live as live
 
     core, jid, _ = _crashing(tmp_path)
-    monkeypatch.setattr(live, "coordinator_client", lambda address: type("C", (), {"predict": lambda self, j: core.prediction(j)})())
+    monkeypatch.setattr(live, "coordinator_client", lambda *where: type("C", (), {"predict": lambda self, j: core.prediction(j)})())
     live.predict_cmd(jid)
     assert "no total steps given: predicted as if it took" in capsys.readouterr().out

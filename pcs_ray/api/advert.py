@@ -1,21 +1,31 @@
-"""Where a coordinator says its API listens, and how a client finds it.
+"""Where a coordinator says its API listens: its advert in the state folder, and the well-known ports.
 
-The coordinator writes ``STATE_DIR/api.json`` (the URL, the Ray cluster it
-serves, its PID) whenever it starts, so a restarted one is found again; ``pcs-ray
-stop`` and ``pcs-ray down`` remove it. A client takes ``$PCS_RAY_API`` first, else
-the advert in the default state folder when it is for the Ray cluster the
-client was pointed at (``--address`` / ``$RAY_ADDRESS``, or any when none is).
+The coordinator listens on the first free port of ``DEFAULT_API_PORT`` and the
+``API_PORT_SPAN - 1`` after it, on the node it runs on (the head), as Ray's
+own job API is found at the head's port 8265; and it writes
+``STATE_DIR/api.json`` (the URL, the Ray cluster it serves, its PID) whenever it
+starts, so a restarted one is found again. ``pcs-ray stop`` and ``pcs-ray down``
+remove the advert. How a client uses both: :mod:`pcs_ray.api.discovery`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 from pathlib import Path
 
 API_ENV = "PCS_RAY_API"
+THROUGH_RAY = "ray"  # $PCS_RAY_API=ray: no HTTP, join the cluster as a Ray driver
 ADVERT = "api.json"
 DEFAULT_STATE_DIR = "~/.pcs-ray"
+DEFAULT_API_PORT = 8270
+API_PORT_SPAN = 10  # a coordinator whose port another holds takes the next free one of these
+
+
+def well_known_ports(first: int = DEFAULT_API_PORT) -> range:
+    return range(first, min(first + API_PORT_SPAN, 65536))
 
 
 def advert_path(state_dir: str | Path | None = None) -> Path:
@@ -53,24 +63,35 @@ def _host_port(address: str) -> tuple[str, str]:
     return host.strip("[]"), port
 
 
+def host_of(address: str) -> str:
+    """The host of a Ray address (``host:port``, ``ray://host:port``, ``[v6]:port``)."""
+    return _host_port(address)[0]
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def same_cluster(target: str, advertised: str) -> bool:
-    """Whether the cluster a client was pointed at is the one an advert names: the same address, or the same
-    port where the client names this machine by loopback (``up`` records 127.0.0.1, Ray gives the coordinator
-    this node's IP)."""
+    """Whether the cluster a client was pointed at is the one an advert names: the same port on the same host,
+    where the client may name it by loopback (``up`` records 127.0.0.1, Ray gives the coordinator this node's
+    IP) or by a name that resolves to the advertised IP."""
     (ht, pt), (ha, pa) = _host_port(target), _host_port(advertised)
-    return pt == pa and (ht == ha or ht in ("localhost", "::1") or ht.startswith("127."))
-
-
-def find_api(address: str | None = None, state_dir: str | Path | None = None) -> str | None:
-    """The API's URL: ``$PCS_RAY_API``, else the state folder's advert for the cluster at ``address``
-    (``None``: whichever it serves); ``None`` when neither says."""
-    explicit = os.environ.get(API_ENV, "").strip()
-    if explicit:
-        return explicit
-    found = read_advert(state_dir)
-    if found is None:
-        return None
-    target = address or os.environ.get("RAY_ADDRESS")
-    if target and target != "auto" and not same_cluster(target, str(found.get("ray_address") or "")):
-        return None
-    return found["url"]
+    if pt != pa or not ha:
+        return False
+    if ht == ha or is_loopback(ht):
+        return True
+    if _is_ip(ht):
+        return False
+    try:
+        return socket.gethostbyname(ht) == ha
+    except OSError:
+        return False

@@ -15,6 +15,7 @@ import typer
 
 from pcs_ray.commands.format import clock
 from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client, register_group
+from pcs_ray.commands.target import CLIENT_STATE_DIR
 from pcs_ray.commands.views import strict_json
 
 CONFIG_HELP = """
@@ -29,10 +30,11 @@ front and writes it where the coordinator reads it ($PCS_RAY_WFQ_CONFIG, default
 
 def show_cmd(
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Print the policy in force (with its parameters), the placement, and where and when the policy came from."""
-    reply = coordinator_client(address).config()
+    reply = coordinator_client(address, state_dir).config()
     print(strict_json(reply) if as_json else describe(reply))
 
 
@@ -44,6 +46,7 @@ def set_cmd(
         "--policy", help="A policy by name instead of a file: pcs-jct, pcs-bal, pcs-pred, fifo, srsf, las, srtf, "
         "themis, themis-lease, afs, afs-l, fair.", show_default=False)] = None,
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Swap the running coordinator's scheduling policy.
@@ -64,7 +67,7 @@ def set_cmd(
             raise ConfigError(f"give a WFQ configuration FILE or --policy NAME (`pcs-ray solve --set` has written "
                               f"no configuration to {wfq_file})")
     choice = choose_policy(policy, wfq_file)  # checked before connecting
-    reply = coordinator_client(address).set_config(choice.policy, choice.wfq)
+    reply = coordinator_client(address, state_dir).set_config(choice.policy, choice.wfq)
     print(strict_json(reply) if as_json else describe(reply))
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import ADDRESS, coordinator_client
+from pcs_ray.commands.target import ADDRESS, CLIENT_STATE_DIR, coordinator_client
 
 
 def dashboard_cmd(
@@ -18,6 +19,7 @@ def dashboard_cmd(
     tenant: Annotated[str | None, typer.Option("--tenant", help="The tenant it acts for [default: $PCS_RAY_TENANT].",
                                                show_default=False)] = None,
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
 ) -> None:
     """Print a link that signs one browser in to the coordinator's dashboard (once, within two minutes).
 
@@ -26,7 +28,7 @@ def dashboard_cmd(
     user and tenant given here, as the CLI's own calls do: a cancel of a job of
     another tenant is refused. Without a link, sign in with the cluster's token.
     """
-    client = coordinator_client(address)
+    client = coordinator_client(address, state_dir)
     reply = client.dashboard_ticket(user, tenant)
     url = reply.get("url")
     if not url:

@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 
 from pcs_ray.commands.format import clock, explanation_table, status_table, when
-from pcs_ray.commands.target import ADDRESS, API_HOST, JSON_OUT, cluster_address, coordinator_client
+from pcs_ray.commands.target import (ADDRESS, API_HOST, CLIENT_STATE_DIR, JSON_OUT, cluster_address,
+                                     coordinator_client)
 from pcs_ray.contract import JobStatus
 from pcs_ray.commands.views import print_json
 
@@ -28,6 +29,7 @@ __all__ = ["ADDRESS", "API_HOST", "JSON_OUT", "cluster_address", "coordinator_cl
 def submit_cmd(
     job_file: Annotated[Path, typer.Argument(help="Job spec (YAML): workload, steps, gpus, class, params ...")],
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Block until the job ends; print predicted vs actual completion.")] = False,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
@@ -35,7 +37,7 @@ def submit_cmd(
     from pcs_ray.jobs.jobfile import load_job
 
     load_job(job_file)  # a bad file fails before connecting
-    client = coordinator_client(address)
+    client = coordinator_client(address, state_dir)
     handle = client.submit(job_file)
     now = time.time()
     reply = {"id": handle.id, "predicted_completion": handle.predicted_completion, "bound": handle.bound}
@@ -62,6 +64,7 @@ def submit_cmd(
 
 def status_cmd(
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     watch: Annotated[float, typer.Option("--watch", help="Refresh every N seconds until interrupted (0: once).")] = 0.0,
     as_json: Annotated[bool, JSON_OUT] = False,
     explain: Annotated[int | None, typer.Option(
@@ -69,7 +72,7 @@ def status_cmd(
         "and what filters rejected.", show_default=False)] = None,
 ) -> None:
     """The live table: every job, its state, GPUs, progress and predicted finish (and why a failed job failed)."""
-    client = coordinator_client(address)
+    client = coordinator_client(address, state_dir)
     if explain is not None:
         why = client.predict(explain)["placement"]
         if as_json:
@@ -97,11 +100,12 @@ def status_cmd(
 def predict_cmd(
     job_id: Annotated[int, typer.Argument(help="Job id from `pcs-ray submit`.")],
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """A job's current predicted completion, its p10-p90 range and worst-case bound (refreshed on every
     cluster event), and which of the forecast's inputs are still estimates rather than measurements."""
-    reply = coordinator_client(address).predict(job_id)
+    reply = coordinator_client(address, state_dir).predict(job_id)
     if as_json:
         print_json(reply)
     else:
@@ -127,9 +131,10 @@ def predict_cmd(
 def cancel_cmd(
     job_id: Annotated[int, typer.Argument(help="Job id to cancel.")],
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
 ) -> None:
     """Cancel a job (a running one is stopped at its next step boundary)."""
-    view = coordinator_client(address).cancel(job_id)
+    view = coordinator_client(address, state_dir).cancel(job_id)
     print(f"job {job_id}: {view['state']}" + (" (cancel requested)" if JobStatus(view["state"]).holds_gpus else ""))
 
 

@@ -352,8 +352,7 @@ def node_names(spec: Path) -> list[str]:
 
 
 def client_hint(record: ClusterRecord) -> str:
-    api = f" PCS_RAY_API={shlex.quote(record.api)}" if record.api else ""
-    return (f"pcs-ray commands find it (with another --state-dir: export "
-            f"RAY_ADDRESS={shlex.quote(record.address)}{api}); "
+    return (f"pcs-ray commands find it (with another --state-dir: pass that --state-dir, or its address, "
+            f"--address {shlex.quote(record.address)} or $RAY_ADDRESS); "
             f"the token is in {record.token_source} (elsewhere set {TOKEN} or {TOKEN_PATH}; pcs-ray sets "
             f"{AUTH_MODE}=token when it finds one)")

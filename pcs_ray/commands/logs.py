@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pcs_ray.commands.target import ADDRESS, coordinator_client
+from pcs_ray.commands.target import ADDRESS, CLIENT_STATE_DIR, coordinator_client
 from pcs_ray.contract import TERMINAL
 
 FOLLOW_POLL_S = 1.0
@@ -34,13 +35,14 @@ def logs_cmd(
     rank: Annotated[int | None, typer.Option("--rank", help="Only this rank's output.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the run writes, until the job ends.")] = False,
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
 ) -> None:
     """Print what a job's training function wrote to stdout and stderr, rank by rank.
 
     Each run (attempt) of the job has its own logs, kept under the coordinator's state dir
     (`logs/<job>/attempt-<k>/rank-<r>.log`). With several ranks each line is prefixed `[rank r]`.
     """
-    client = coordinator_client(address)
+    client = coordinator_client(address, state_dir)
     reply = client.logs(job_id, attempt)
     if reply["attempt"] is None:
         job = client.job(job_id)

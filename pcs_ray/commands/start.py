@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from pcs_ray.api.advert import DEFAULT_API_PORT
 from pcs_ray.commands.limits import LIMIT, parse_limits
 from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address, dashboard_line
 from pcs_ray.placement import PLACEMENTS
@@ -28,7 +29,7 @@ def start_cmd(
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Journal, checkpoints and job history (must be reachable from every node for checkpoints).")] = Path("~/.pcs-ray"),
     grace: Annotated[float, typer.Option("--grace", help="Seconds a runner gets to checkpoint and stop before it is killed.")] = 30.0,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
-    api_port: Annotated[int, API_PORT] = 0,
+    api_port: Annotated[int, API_PORT] = DEFAULT_API_PORT,
     limit: Annotated[list[str] | None, LIMIT] = None,
 ) -> None:
     """Start the coordinator on a Ray cluster (or report the one already running).
@@ -52,7 +53,7 @@ def start_cmd(
 
 
 def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,
-                       api_host: str = "127.0.0.1", api_port: int = 0, limits: dict | None = None):
+                       api_host: str = "127.0.0.1", api_port: int = DEFAULT_API_PORT, limits: dict | None = None):
     """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
     ``limits``: its guards (``CoordinatorConfig`` fields, ``pcs_ray.commands.limits``), checked before it starts.
 

@@ -9,31 +9,48 @@ from pathlib import Path
 
 import typer
 
-ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up --local` started with the default --state-dir, else the running local cluster).")
+from pcs_ray.api.advert import ADVERT, well_known_ports
+
+_PORTS = f"{well_known_ports()[0]}-{well_known_ports()[-1]}"
+
+ADDRESS = typer.Option("--address", help="Ray cluster address (default: $RAY_ADDRESS, else the cluster `pcs-ray up "
+                       "--local` started with --state-dir, else the running local cluster). Given only this, a command "
+                       f"finds the coordinator's API on the cluster's head (ports {_PORTS}).")
+CLIENT_STATE_DIR = typer.Option("--state-dir", help="The coordinator's state folder (as given to `up` or `start`), "
+                                "whose advert says where its API listens and whose cluster.json (`up`'s) gives the "
+                                "address [default: ~/.pcs-ray].", show_default=False)
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
 API_HOST = typer.Option("--api-host", help="Interface the coordinator's HTTP API listens on. The default, loopback, "
                         "serves this node only; another (0.0.0.0: all) lets any machine that can reach it and holds the "
                         "cluster's token submit, cancel and reconfigure.")
-API_PORT = typer.Option("--api-port", min=0, max=65535, help="Port of the coordinator's HTTP API (0: the port it had "
-                        "before a restart when free, else any; the URL is advertised either way).")
+API_PORT = typer.Option("--api-port", min=0, max=65535, help="First port the coordinator's HTTP API tries: it takes the "
+                        "first free one of P to P+9 (a restart keeps the one it had), else any free one (the URL is "
+                        f"advertised in the state folder either way; clients given only the cluster's address look on "
+                        f"{_PORTS}). 0: any free port.")
 
 
-def cluster_address(address: str | None) -> str | None:
-    """``--address``, else ``$RAY_ADDRESS``, else the cluster `pcs-ray up --local` recorded in ~/.pcs-ray, else
-    ``None`` (Ray's own lookup of a local cluster)."""
+def cluster_address(address: str | None, state_dir: Path | None = None) -> str | None:
+    """``--address``, else ``$RAY_ADDRESS``, else the cluster `pcs-ray up --local` recorded in ``state_dir``
+    (default ~/.pcs-ray), else ``None`` (Ray's own lookup of a local cluster)."""
     if address or os.environ.get("RAY_ADDRESS"):
         return address
     try:
-        return json.loads((Path("~/.pcs-ray/cluster.json").expanduser()).read_text())["address"]
+        return json.loads((Path(state_dir or "~/.pcs-ray").expanduser() / "cluster.json").read_text())["address"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def coordinator_client(address: str | None):
-    """A client of the coordinator at ``address`` that says on stderr when it waits for an API that does not answer."""
+def coordinator_client(address: str | None, state_dir: Path | None = None):
+    """A client of the coordinator at ``address`` (or the one ``state_dir`` records) that says on stderr when it
+    waits for an API that does not answer, and when it finds none and joins Ray instead."""
     from pcs_ray.client import Client
 
-    return Client(cluster_address(address), on_wait=lambda line: print(line, file=sys.stderr, flush=True))
+    target = cluster_address(address, state_dir)
+    if state_dir is not None and target is None and not (state_dir.expanduser() / ADVERT).is_file():
+        raise FileNotFoundError(f"nothing in {state_dir} says where its coordinator is (no {ADVERT}, no cluster.json): "
+                                f"is it the folder given to `up` or `start`? (or pass --address)")
+    say = lambda line: print(line, file=sys.stderr, flush=True)
+    return Client(target, state_dir=state_dir, on_wait=say, on_fallback=say)
 
 
 def dashboard_line(api: str | None) -> str:

@@ -16,6 +16,7 @@ import typer
 
 from pcs_ray.commands.format import clock
 from pcs_ray.commands.live import ADDRESS, JSON_OUT, coordinator_client, register_group
+from pcs_ray.commands.target import CLIENT_STATE_DIR
 from pcs_ray.commands.views import strict_json
 
 TENANTS_HELP = """
@@ -35,11 +36,12 @@ apply that leaves out a tenant that still has active jobs is refused.
 
 def show_cmd(
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Print the tenants file in force (quotas, weights, limits, minimum runtime, operators) and each tenant's
     active jobs and GPUs."""
-    reply = coordinator_client(address).tenants()
+    reply = coordinator_client(address, state_dir).tenants()
     print(strict_json(reply) if as_json else describe(reply))
 
 
@@ -48,6 +50,7 @@ def apply_cmd(
                                                  "suffix): tenants, min_runtime_s, max_min_runtime_s, "
                                                  "reclaim_young_runs, operators.")],
     address: Annotated[str | None, ADDRESS] = None,
+    state_dir: Annotated[Path | None, CLIENT_STATE_DIR] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Apply a tenants file to the running coordinator.
@@ -58,7 +61,7 @@ def apply_cmd(
     from pcs_ray.tenants.spec import load_tenants
 
     checked = load_tenants(tenants_file)  # a bad file fails before connecting
-    reply = coordinator_client(address).set_tenants(checked.model_dump(mode="json"))
+    reply = coordinator_client(address, state_dir).set_tenants(checked.model_dump(mode="json"))
     print(strict_json(reply) if as_json else describe(reply))
 
 

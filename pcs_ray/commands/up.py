@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from pcs_ray.api.advert import DEFAULT_API_PORT
 from pcs_ray.commands.limits import LIMIT, parse_limits
 from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT, dashboard_line
 from pcs_ray.placement import PLACEMENTS
@@ -38,7 +39,7 @@ def up_cmd(
     cpus_per_node: Annotated[int | None, typer.Option("--cpus-per-node", min=1, max=1024, help="Ray CPUs per node "
                                                       "[default: its GPUs, at least 1].", show_default=False)] = None,
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
-    api_port: Annotated[int, API_PORT] = 0,
+    api_port: Annotated[int, API_PORT] = DEFAULT_API_PORT,
     limit: Annotated[list[str] | None, LIMIT] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:

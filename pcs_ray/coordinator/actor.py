@@ -344,7 +344,8 @@ class CoordinatorService(CoordinatorHost):
 
     def ping(self) -> dict:
         return {"jobs": len(self.core.jobs), "recovered": self.core.recovered, "reattached": self.core.reattached,
-                "epoch": self.core.epoch, "pid": os.getpid(), "api": self.api_address()}
+                "epoch": self.core.epoch, "pid": os.getpid(), "api": self.api_address(),
+                "ray_address": self.api.ray_address if self.api is not None else None}
 
     def _dashboard_url(self, ticket: str) -> str | None:
         url = self.api_address()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pcs_ray import policies
+from pcs_ray.api.advert import DEFAULT_API_PORT
 from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.core import BRANCH_MAX_AGE_S, Coordinator
@@ -47,7 +48,7 @@ class CoordinatorConfig:
     restart_overhead: float = 3.0
     progress_journal_every: float = 5.0
     api_host: str = "127.0.0.1"  # the interface the HTTP API listens on (loopback: this node only)
-    api_port: int = 0  # 0: the port it had before a restart when free, else any
+    api_port: int = DEFAULT_API_PORT  # the first free of it and the next few, else any (0: any; see http_advert)
     forecast_refresh_max_age_s: float = BRANCH_MAX_AGE_S  # a submission's forecast branches from a refresh younger than this
     # What keeps a job from holding GPUs it no longer uses (pcs_ray.coordinator.guards; seconds, None: no limit):
     external_lease_s: float = RunLimits.lease_s  # an external executor silent this long loses its job's GPUs
