@@ -7,16 +7,21 @@ Each sample is one whole CLI process, as a user runs it (interpreter start,
 imports, the call, the output), timed wall-clock. A round is ``submit`` (a job
 that goes on to be cancelled), ``status --json``, ``predict ID --json`` and
 ``cancel ID``, with ``status --help`` beside them: the same process without
-the call (interpreter start and imports). The HTTP path finds the API from ``$PCS_RAY_API``; the driver
-path is the same CLI with no API advertised to it, so it joins the cluster as
-a Ray driver, as every command did before the API (``--before PYTHONPATH``
-times another checkout's CLI instead). Submissions are ``executor: external``
+the call (interpreter start and imports). Three ways to the coordinator, each
+its own rounds: ``address``, commands given only the cluster's address
+(``$RAY_ADDRESS``; ``--up`` starts the cluster with a state folder of its own,
+not ~/.pcs-ray, so they find the API on its well-known ports, as a user of a
+cluster started elsewhere does); ``http``, the API's URL given
+(``$PCS_RAY_API``); and ``driver``, joining the cluster as a Ray driver
+(``$PCS_RAY_API=ray``, or ``--before PYTHONPATH``: another checkout's CLI,
+given the address). Submissions are ``executor: external``
 jobs so that no runner process starts between samples on an idle cluster;
 ``--busy N`` then submits N one-GPU training jobs, waits until they train, and
 times the same rounds beside them. Prints one JSON object: per command, the
 median and p90 in seconds and the samples, and ``floors``: the calls alone,
 from one process, to say where the time goes. Timings come from a shared machine: its load average
-is printed with them.
+(1, 5 and 15 minutes) is printed before and after each phase, and the median of the 1-minute one over the
+phase's samples beside each way's figures.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -31,6 +37,9 @@ from pathlib import Path
 
 from common import ROOT, Cli, cli_env, summary, up_local
 from pcs_ray.api import strict_json
+from pcs_ray.api.discovery import discover
+
+JOINED = "joining the Ray cluster as a driver"  # what a command says when it finds no API
 
 TARGETS_S = {"idle": 0.5, "busy": 1.0}
 COMMANDS = ("status", "predict", "submit", "cancel")
@@ -41,7 +50,10 @@ def timed(cli: Cli, *args: str) -> tuple[float, subprocess.CompletedProcess]:
     """One command's wall-clock seconds, and what it printed."""
     began = time.perf_counter()
     out = cli(*args)
-    return time.perf_counter() - began, out
+    took = time.perf_counter() - began
+    if cli.env.get("PCS_RAY_API") != "ray" and JOINED in out.stderr:
+        raise RuntimeError(f"pcs-ray {args[0]} found no API and joined Ray: {out.stderr.strip()[-300:]}")
+    return took, out
 
 
 def times(values: list[float]) -> dict:
@@ -49,9 +61,12 @@ def times(values: list[float]) -> dict:
 
 
 def rounds(cli: Cli, job: Path, n: int) -> dict:
-    """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s)."""
+    """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s), and the
+    1-minute load average's median over the rounds."""
     samples: dict[str, list[float]] = {c: [] for c in (*COMMANDS, "cli_without_the_call")}
+    load = []
     for _ in range(n):
+        load.append(os.getloadavg()[0])
         samples["cli_without_the_call"].append(timed(cli, "status", "--help")[0])  # same moment, same load
         took, out = timed(cli, "submit", str(job), "--json")
         samples["submit"].append(took)
@@ -60,7 +75,7 @@ def rounds(cli: Cli, job: Path, n: int) -> dict:
         samples["predict"].append(timed(cli, "predict", jid, "--json")[0])
         samples["cancel"].append(timed(cli, "cancel", jid)[0])
         acknowledge(cli.env, int(jid))
-    return {c: times(v) for c, v in samples.items()}
+    return {**{c: times(v) for c, v in samples.items()}, "load_average_1m_median": round(statistics.median(load), 2)}
 
 
 def acknowledge(env: dict, jid: int) -> None:
@@ -114,16 +129,21 @@ def measure(args, state: Path, tmp: Path) -> dict:
     ADVERTISED.update(record)
     if not record.get("api"):
         raise RuntimeError(f"{state}/cluster.json advertises no API (no token where the coordinator runs?)")
+    address = Cli(cli_env(RAY_ADDRESS=record["address"]))
     http = Cli(cli_env(RAY_ADDRESS=record["address"], PCS_RAY_API=record["api"]))
-    driver = Cli(cli_env(pythonpath=args.before, RAY_ADDRESS=record["address"]))
+    through_ray = {"PCS_RAY_API": "ray"} if Path(args.before).resolve() == ROOT else {}
+    driver = Cli(cli_env(pythonpath=args.before, RAY_ADDRESS=record["address"], **through_ray))
     job = tmp / "external.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 1000\ngpus: 1\nexecutor: external\n")
+    found = discover(record["address"])
     out: dict = {"cpus": os.cpu_count(), "address": record["address"], "api": record["api"],
-                 "targets_median_s": TARGETS_S, "idle": {}, "load_average": {}}
+                 "found_from_address": found and found._asdict(), "targets_median_s": TARGETS_S, "idle": {},
+                 "load_average": {"start": os.getloadavg()}}
 
     def phase(name: str) -> None:
-        """One phase's rounds over HTTP, the floors, and the driver path, with the load around them."""
+        """One phase's rounds each way, the floors, with the load around them."""
         out["load_average"][f"{name}_before"] = os.getloadavg()
+        out[name]["address"] = rounds(address, job, args.calls)
         out[name]["http"] = rounds(http, job, args.calls)
         out[name]["floors"] = floors(http.env, args.calls)
         if args.driver_calls:
@@ -137,7 +157,8 @@ def measure(args, state: Path, tmp: Path) -> dict:
         phase("busy")
         for jid in ids:
             http("cancel", jid)
-    out["met"] = {phase: {c: out[phase]["http"][c]["median_s"] <= TARGETS_S[phase] for c in COMMANDS}
+    out["met"] = {phase: {way: {c: out[phase][way][c]["median_s"] <= TARGETS_S[phase] for c in ("status", "predict")}
+                          for way in ("address", "http")}
                   for phase in ("idle", "busy") if phase in out}
     return out
 

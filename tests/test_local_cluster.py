@@ -106,6 +106,31 @@ def test_the_cli_talks_http_and_finds_a_killed_coordinator_again(cluster, tmp_pa
     assert refused.returncode == 2 and refused.stderr.startswith("error: the pcs-ray coordinator's API at")
 
 
+WITHOUT_RAY = """
+import sys
+from pcs_ray.cli import run
+code = run(sys.argv[1:])
+print("RAY IMPORTED" if "ray" in sys.modules else "NO RAY", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_commands_given_only_the_address_or_the_state_dir_reach_the_api_without_ray(cluster):
+    """A cluster started with its own --state-dir: its API took a well-known port on the head, where a command
+    given only the address finds it; given only --state-dir, the advert there. Neither joins Ray."""
+    from pcs_ray.api.advert import well_known_ports
+
+    up, env = cluster["up"], {k: v for k, v in cluster["env"].items() if k != "PCS_RAY_API"}
+    assert int(up["api"].rsplit(":", 1)[1]) in well_known_ports()
+    no_address = {k: v for k, v in env.items() if k != "RAY_ADDRESS"}
+    for where, argv in ((env, ["status", "--json"]), (env, ["config", "show"]),
+                        (no_address, ["status", "--json", "--state-dir", str(cluster["state"])])):
+        out = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv], env=where, capture_output=True, text=True,
+                             timeout=120, cwd=ROOT, check=False)
+        assert out.returncode == 0, (argv, out.stderr[-2000:])
+        assert "NO RAY" in out.stderr and "joining the Ray cluster" not in out.stderr, (argv, out.stderr[-2000:])
+
+
 def _is_ray_worker(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
