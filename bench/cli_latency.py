@@ -18,7 +18,8 @@ given the address). Submissions are ``executor: external``
 jobs so that no runner process starts between samples on an idle cluster;
 ``--busy N`` then submits N one-GPU training jobs, waits until they train, and
 times the same rounds beside them. Prints one JSON object: per command, the
-median and p90 in seconds and the samples, and ``floors``: the calls alone,
+median and p90 in seconds, the samples, the median CPU time its process used
+(user and system, which a loaded machine's waits do not inflate), and ``floors``: the calls alone,
 from one process, to say where the time goes. Timings come from a shared machine: its load average
 (1, 5 and 15 minutes) is printed before and after each phase, and the median of the 1-minute one over the
 phase's samples beside each way's figures.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -46,36 +48,48 @@ COMMANDS = ("status", "predict", "submit", "cancel")
 ADVERTISED: dict = {}
 
 
-def timed(cli: Cli, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    """One command's wall-clock seconds, and what it printed."""
+def timed(cli: Cli, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """One command's wall-clock seconds, the CPU seconds its process used (user and system: what the load
+    average does not inflate), and what it printed."""
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     out = cli(*args)
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if cli.env.get("PCS_RAY_API") != "ray" and JOINED in out.stderr:
         raise RuntimeError(f"pcs-ray {args[0]} found no API and joined Ray: {out.stderr.strip()[-300:]}")
-    return took, out
+    return took, after.ru_utime - cpu.ru_utime + after.ru_stime - cpu.ru_stime, out
 
 
-def times(values: list[float]) -> dict:
-    return summary(values, ("median", "p90", "n", "samples"), unit="s", digits=3)
+def times(values: list[float], cpu: list[float]) -> dict:
+    return {**summary(values, ("median", "p90", "n", "samples"), unit="s", digits=3),
+            "cpu_median_s": round(statistics.median(cpu), 3)}
 
 
 def rounds(cli: Cli, job: Path, n: int) -> dict:
-    """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s), and the
-    1-minute load average's median over the rounds."""
-    samples: dict[str, list[float]] = {c: [] for c in (*COMMANDS, "cli_without_the_call")}
+    """``n`` rounds of submit, status, predict and cancel; each command's median, p90 and samples (s), its median
+    CPU time, and the 1-minute load average's median over the rounds."""
+    names = (*COMMANDS, "cli_without_the_call")
+    samples: dict[str, list[float]] = {c: [] for c in names}
+    cpu: dict[str, list[float]] = {c: [] for c in names}
     load = []
+
+    def one(name: str, *args: str) -> subprocess.CompletedProcess:
+        took, used, out = timed(cli, *args)
+        samples[name].append(took)
+        cpu[name].append(used)
+        return out
+
     for _ in range(n):
         load.append(os.getloadavg()[0])
-        samples["cli_without_the_call"].append(timed(cli, "status", "--help")[0])  # same moment, same load
-        took, out = timed(cli, "submit", str(job), "--json")
-        samples["submit"].append(took)
+        one("cli_without_the_call", "status", "--help")  # same moment, same load
+        out = one("submit", "submit", str(job), "--json")
         jid = str(json.loads(out.stdout.strip().splitlines()[-1])["id"])
-        samples["status"].append(timed(cli, "status", "--json")[0])
-        samples["predict"].append(timed(cli, "predict", jid, "--json")[0])
-        samples["cancel"].append(timed(cli, "cancel", jid)[0])
+        one("status", "status", "--json")
+        one("predict", "predict", jid, "--json")
+        one("cancel", "cancel", jid)
         acknowledge(cli.env, int(jid))
-    return {**{c: times(v) for c, v in samples.items()}, "load_average_1m_median": round(statistics.median(load), 2)}
+    return {**{c: times(samples[c], cpu[c]) for c in names}, "load_average_1m_median": round(statistics.median(load), 2)}
 
 
 def acknowledge(env: dict, jid: int) -> None:
@@ -83,14 +97,15 @@ def acknowledge(env: dict, jid: int) -> None:
     and every round meets the same idle cluster. Untimed, over HTTP."""
     from pcs_ray.client import Client
 
-    client = Client(api=env.get("PCS_RAY_API") or ADVERTISED["api"])
+    client = Client(api=ADVERTISED["api"])
     view = client.assignment(jid)
     if view["state"] == "stopping":
         client.external_ended(jid, view["attempt"], "preempted", view["steps"])
 
 
 def floors(env: dict, n: int) -> dict:
-    """The calls themselves, made ``n`` times from one process over HTTP (ms): what the API adds."""
+    """The calls themselves, made ``n`` times from one process over HTTP, and finding the API from the address
+    alone (ms): what the API and its discovery add."""
     from pcs_ray.client import Client
 
     client = Client(api=env["PCS_RAY_API"])
@@ -106,6 +121,12 @@ def floors(env: dict, n: int) -> dict:
         out[f"{name}_call_ms"] = summary(took, ("median", "p90"), digits=2, scale=1000)
     client.cancel(jid)
     acknowledge(env, jid)
+    took = []
+    for _ in range(n):  # what a command given only the address spends finding the API (advert, then ports)
+        began = time.perf_counter()
+        discover(env["RAY_ADDRESS"])
+        took.append(time.perf_counter() - began)
+    out["find_from_address_ms"] = summary(took, ("median", "p90"), digits=2, scale=1000)
     return out
 
 

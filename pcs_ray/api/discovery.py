@@ -154,5 +154,5 @@ def not_found(address: str | None, state_dir: str | Path | None = None) -> str:
     ports = well_known_ports()
     where = f"{host_of(target) if target else '127.0.0.1'} ports {ports[0]}-{ports[-1]}"
     return (f"pcs-ray: no coordinator API found (no advert for this cluster in {state_dir or '~/.pcs-ray'}, none "
-            f"on {where}): joining the Ray cluster as a driver, which takes a second or two; set $PCS_RAY_API "
-            f"to the API's URL where it listens elsewhere")
+            f"on {where}): joining the Ray cluster as a driver, which takes a second or two (from another machine, "
+            f"the coordinator needs `pcs-ray start --api-host 0.0.0.0`; elsewhere, set $PCS_RAY_API to its URL)")
