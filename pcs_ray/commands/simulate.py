@@ -205,9 +205,9 @@ def simulate_cmd(
     labels = [[c.label(run.label) for run in plan.runs] for c, plan in zip(grid, plans)]
     fanout = _ray_fanout(run_one, address)
     outcomes = run_plans(plans, labels, predict=opts.predict, overhead=opts.overhead, workers=opts.workers,
-                         fanout=fanout)
+                         explain=opts.per_job is not None, fanout=fanout)
     if opts.per_job is not None:
-        write_per_job(opts.per_job, [(label, o.result, o.placement) for names, runs in zip(labels, outcomes)
+        write_per_job(opts.per_job, [(label, o.result, o.why) for names, runs in zip(labels, outcomes)
                                      for label, o in zip(names, runs)])
     if opts.as_json:
         if len(plans) > 1:  # each run as one alone prints itself: its metrics and what it ran on

@@ -20,12 +20,13 @@ class Outcome:
     label: str
     result: SimResult
     summary: dict  # metrics, the policy's parameters and, with a placement, its summary
-    placement: object = None  # the run's placement, which can explain each job's GPUs
+    why: dict[int, dict | None] | None = None  # with a placement and ``explain``: why each job got its GPUs
 
 
-def run_one(plan: Plan, index: int, predict: bool, overhead: float, workers: int,
+def run_one(plan: Plan, index: int, predict: bool, overhead: float, workers: int, explain: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Outcome:
-    """``plan.runs[index]`` on the plan's jobs: the unit of work, in this process or as a Ray task."""
+    """``plan.runs[index]`` on the plan's jobs: the unit of work, in this process or as a Ray task. With
+    ``explain``, its placement's explanation of each job (the placement itself stays where it ran)."""
     run = plan.runs[index]
     setup = plan.setup_for(run)
     placed = setup.new() if setup is not None else None
@@ -47,11 +48,12 @@ def run_one(plan: Plan, index: int, predict: bool, overhead: float, workers: int
         summary["placement"] = {**placed.describe(), **placed.summary(), "chosen_by": plan.chosen_by(run)}
     if plan.run_variability is not None:
         summary.update(runs=placed.replay.runs, slow_runs=placed.replay.slow_runs)
-    return Outcome(run.label, result, summary, placed)
+    why = {r.job_id: placed.explain(r.job_id) for r in result.records} if explain and placed is not None else None
+    return Outcome(run.label, result, summary, why)
 
 
 def run_plans(plans: list[Plan], labels: list[list[str]], *, predict: bool, overhead: float, workers: int,
-              fanout=None) -> list[list[Outcome]]:
+              explain: bool = False, fanout=None) -> list[list[Outcome]]:
     """Every run of every plan, one after another in this process, or with ``fanout`` (a
     ``solver.fanout.RayFanOut`` of ``run_one``) as Ray tasks, each plan shipped once.
 
@@ -76,11 +78,11 @@ def run_plans(plans: list[Plan], labels: list[list[str]], *, predict: bool, over
 
         if fanout is not None:
             shipped = [fanout.put(plan) for plan in plans]
-            fanout.run([((p, i), (shipped[p], i, predict, overhead, workers)) for p, i in keys], finished)
+            fanout.run([((p, i), (shipped[p], i, predict, overhead, workers, explain)) for p, i in keys], finished)
         else:
             for p, i in keys:
                 task = progress.add_task(plans[p].runs[i].label, total=len(plans[p].jobs), unit="jobs")
-                outcome = run_one(plans[p], i, predict, overhead, workers,
+                outcome = run_one(plans[p], i, predict, overhead, workers, explain,
                                   lambda done, total, task=task: progress.update(task, completed=done))
                 progress.remove_task(task)
                 finished((p, i), outcome)
