@@ -7,10 +7,10 @@ import csv
 import json
 
 import pytest
+from builders import invoke
 
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.commands.simulate_grid import combinations, integers, listed
-from builders import invoke
 
 SMALL = ["simulate", "--workload", "themis1", "--num-apps", "30", "--gpus", "16"]
 PLACED = [*SMALL, "--gpus-per-node", "4", "--profile", "longhorn"]
@@ -18,14 +18,11 @@ PLACED = [*SMALL, "--gpus-per-node", "4", "--profile", "longhorn"]
 
 def given(**values) -> dict:
     """The command's options as the CLI passes them, nothing else given."""
-    base = dict(
-        trace=None, workload=None, num_apps=None, load=None, seed=None, gpus=16, gpus_per_node=4, cluster=None,
-        policy=None, pcs_config=None, speedup=None, overhead=0.0, predict=True, per_job=None, placement=None,
-        profile=None, profile_seed=None, topology=None, locality_penalty=None, workers=1, semantics=None,
-        run_variability=None, skip_threshold=None, as_json=False, power=None, power_budget_kw=None, pcr=None,
-        energy_unit=None,
-    )
-    return {**base, **values}
+    unset = ("trace", "workload", "num_apps", "load", "seed", "cluster", "policy", "pcs_config", "speedup", "per_job",
+             "placement", "profile", "profile_seed", "topology", "locality_penalty", "semantics", "run_variability",
+             "skip_threshold", "power", "power_budget_kw", "pcr", "energy_unit")
+    return {**dict.fromkeys(unset), "gpus": 16, "gpus_per_node": 4, "overhead": 0.0, "predict": True, "workers": 1,
+            "as_json": False, **values}
 
 
 def without_wall(data):
@@ -70,10 +67,10 @@ def test_one_combination_keeps_todays_defaults_and_labels():
 
 
 @pytest.mark.parametrize("values, fragment", [
-    (dict(seed=["1,x"]), "--seed takes integers, got 'x'"),
-    (dict(profile_seed=["1.5"]), "--profile-seed takes integers, got '1.5'"),
-    (dict(seed=[" , "]), "--seed is empty"),
-    (dict(placement=[","]), "--placement is empty"),
+    ({"seed": ["1,x"]}, "--seed takes integers, got 'x'"),
+    ({"profile_seed": ["1.5"]}, "--profile-seed takes integers, got '1.5'"),
+    ({"seed": [" , "]}, "--seed is empty"),
+    ({"placement": [","]}, "--placement is empty"),
 ])
 def test_bad_values_are_usage_errors(values, fragment):
     with pytest.raises(UsageError, match=fragment.replace(".", r"\.")):

@@ -10,7 +10,9 @@ import typer
 from typer.core import TyperCommand
 
 from pcs_ray.commands.simulate_grid import combinations
-from pcs_ray.commands.simulate_options import DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, Speedup
+from pcs_ray.commands.simulate_options import (
+    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, Speedup,
+)
 from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
 from pcs_ray.data import names
 
