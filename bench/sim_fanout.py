@@ -7,7 +7,8 @@ generation, the runs, output): in one process; on the cluster with ``--address``
 workers already there); and in one process again after the cluster went down. Each node gets
 ``--cpus-per-node`` Ray CPUs (one task at a time each), so 2 nodes x 1 CPU match this machine's 2 cores:
 the speed-up is at most 2, less what Ray's own processes and other users of the machine take (``load_avg``
-before and after says how busy it was). ``identical``: every figure but ``wall_s`` is the same in the
+before and after says how busy it was). ``solver_on_cluster``: a short ``pcs-ray solve --address`` on the same
+cluster, its backend (``ray``: its evaluations ran as Ray tasks there) and simulations. ``identical``: every figure but ``wall_s`` is the same in the
 one-process and the cluster runs.
 
 Usage: python bench/sim_fanout.py [--num-apps 500] [--gpus 64] [--policies fifo,srsf,pcs-bal,themis]
@@ -17,6 +18,7 @@ Usage: python bench/sim_fanout.py [--num-apps 500] [--gpus 64] [--policies fifo,
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import statistics
@@ -46,6 +48,17 @@ def timed(cli: Cli, args: list, what: str) -> tuple[float, dict]:
     return wall, out
 
 
+def solve_on(cli: Cli, address: str, out: Path) -> dict:
+    """A short ``pcs-ray solve --address``: that its evaluations ran as Ray tasks there, and how long it took."""
+    log("solve on the cluster ...")
+    t0 = time.perf_counter()
+    cli("solve", "--num-apps", 100, "--gpus", 16, "--generations", 1, "--population", 4, "--samples", 2,
+        "--test-samples", 1, "--address", address, "--out", out, timeout=3600)
+    front = json.loads(out.read_text())
+    return {"backend": front["backend"], "simulations": front["simulations_this_run"],
+            "wall_s": round(time.perf_counter() - t0, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-apps", type=int, default=500)
@@ -72,6 +85,7 @@ def main() -> None:
         on = [*simulate, "--address", cluster.up["address"]]
         cold, on_cluster = timed(cli, on, "cluster, cold")
         warm, on_warm = timed(cli, on, "cluster, warm")
+        solver = solve_on(cli, cluster.up["address"], work / "front.json")
     one_again, _ = timed(cli, simulate, "one process again")
     load_after = os.getloadavg()
     one = statistics.fmean([one_first, one_again])
@@ -89,6 +103,7 @@ def main() -> None:
         "ratio_warm": round(one / warm, 2),
         "run_wall_sum_s": {"one_process": round(sum(r["wall_s"] for r in runs), 2),
                            "cluster_warm": round(sum(r["wall_s"] for r in on_warm["runs"]), 2)},
+        "solver_on_cluster": solver,
         "identical": without_wall(here) == without_wall(on_cluster) == without_wall(on_warm),
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in load_after],
