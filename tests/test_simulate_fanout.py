@@ -147,3 +147,17 @@ def test_ray_tasks_give_the_same_numbers_as_this_process(capsys, ray_local, monk
     assert without_wall(on_ray) == without_wall(here)
     per_job = (tmp_path / "ray.csv").read_text()
     assert per_job == (tmp_path / "here.csv").read_text() and "variability=" in per_job  # placements explained
+
+
+def test_a_ray_task_that_fails_raises_its_own_error(ray_local):
+    import statistics
+
+    from solver.fanout import RayFanOut
+
+    got = {}
+    fan_out = RayFanOut(statistics.fmean)  # a function every worker imports as it is
+    fan_out.run([("mean", ([1, 2],))], got.__setitem__)
+    assert got == {"mean": 1.5}
+    with pytest.raises(statistics.StatisticsError) as raised:
+        fan_out.run([("none", ([],))], got.__setitem__)
+    assert type(raised.value) is statistics.StatisticsError  # the task's own exception, not Ray's wrapper of it
