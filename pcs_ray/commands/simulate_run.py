@@ -74,7 +74,7 @@ def run_plans(plans: list[Plan], labels: list[list[str]], *, predict: bool, over
             if overall is not None:
                 progress.update(overall, advance=1)
                 progress.console.print(f"[{len(found)}/{len(keys)}] {labels[key[0]][key[1]]}: "
-                                       f"{outcome.result.wall_s:.1f} s", highlight=False)
+                                       f"{outcome.result.wall_s:.1f} s", highlight=False, markup=False)
 
         if fanout is not None:
             shipped = [fanout.put(plan) for plan in plans]
