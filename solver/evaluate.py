@@ -6,10 +6,10 @@ canonical JSON (``space.config_key``) or a baseline policy name (``fifo``,
 simulator, predictions on, and its objective values are cached; a
 candidate's value on a sample set is the mean over the set's samples.
 
-The Ray backend fans the missing pairs out as ``ray.remote`` tasks on
-whatever cluster is connected (``ray.init()`` finds one, or starts a local
-instance), one CPU each, no pool of its own; each sample is put in the
-object store once. Both backends run the same function on the same inputs,
+The Ray backend fans the missing pairs out as Ray tasks (``solver.fanout``,
+which ``pcs-ray simulate`` shares) on whatever cluster is connected
+(``ray.init()`` finds one, or starts a local instance); each sample is put in
+the object store once. Both backends run the same function on the same inputs,
 so they give identical numbers.
 """
 
@@ -23,6 +23,7 @@ from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
 from solver.cache import EvaluationCache, Key
+from solver.fanout import RayFanOut, run_in_process
 from solver.objectives import Objective, measure, parse_objectives
 
 Samples = dict[str, list[list[JobSpec]]]  # split name -> samples
@@ -49,23 +50,21 @@ class SerialBackend:
 
     def run(self, tasks: list[Key], samples: Samples, capacity: int, labels: list[str],
             on_result: Callable[[Key, tuple[float, ...]], None]) -> None:
-        for key in tasks:
-            spec, split, i = key
-            on_result(key, simulate_spec(spec, samples[split][i], capacity, labels))
+        calls = [(key, (key[0], samples[key[1]][key[2]], capacity, labels)) for key in tasks]
+        run_in_process(simulate_spec, calls, on_result)
 
 
 class RayBackend:
-    """Ray tasks on the connected cluster; results handed back as they finish."""
+    """Ray tasks on the connected cluster (``solver.fanout``); results handed back as they finish."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None) -> None:
         import ray
 
-        self._ray = ray
         if not ray.is_initialized():
             ray.init(address=address, log_to_driver=False, configure_logging=False)
-        self._task = ray.remote(num_cpus=1, max_retries=2)(simulate_spec)
+        self._fanout = RayFanOut(simulate_spec, max_retries=2)
         self._refs: dict[tuple[str, int], object] = {}
         self._shipped: int | None = None
 
@@ -75,23 +74,17 @@ class RayBackend:
             self._shipped = id(samples)
         ref = self._refs.get((split, i))
         if ref is None:
-            ref = self._refs[(split, i)] = self._ray.put(samples[split][i])
+            ref = self._refs[(split, i)] = self._fanout.put(samples[split][i])
         return ref
 
     def cluster_cpus(self) -> float:
-        return float(self._ray.cluster_resources().get("CPU", 0.0))
+        return self._fanout.cluster_cpus()
 
     def run(self, tasks: list[Key], samples: Samples, capacity: int, labels: list[str],
             on_result: Callable[[Key, tuple[float, ...]], None]) -> None:
-        ray = self._ray
-        pending = {
-            self._task.remote(spec, self._sample_ref(samples, split, i), capacity, labels): (spec, split, i)
-            for spec, split, i in tasks
-        }
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                on_result(pending.pop(ref), tuple(ray.get(ref)))
+        calls = [((spec, split, i), (spec, self._sample_ref(samples, split, i), capacity, labels))
+                 for spec, split, i in tasks]
+        self._fanout.run(calls, lambda key, values: on_result(key, tuple(values)))
 
 
 class Evaluator:

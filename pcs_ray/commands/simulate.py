@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from typer.core import TyperCommand
 
+from pcs_ray.commands.simulate_grid import combinations
 from pcs_ray.commands.simulate_options import (
-    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, SimulateOptions, Speedup,
+    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, Speedup,
 )
 from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
 from pcs_ray.data import names
@@ -90,8 +92,15 @@ Output: a comparison table on stdout (average JCT also normalised to the first p
 p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
 apps); with **--power** an `energy` object (`kwh`, `jobs_per_kwh`, `avg_kw`, `peak_kw`: busy GPUs draw their
 app's power for its class on those GPUs, idle GPUs the profile's idle power, from the first event to the
-last); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`. Prediction errors are null with **--no-predict**. Progress is shown on stderr
-when it is a terminal.
+last); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`; with several placements or
+seeds `{{"runs": [...]}}` where each run carries its own `workload`. Prediction errors are null with **--no-predict**.
+Progress is shown on stderr when it is a terminal: each run's jobs, and a line as each run finishes.
+
+Several at once: **--placement**, **--seed** and **--profile-seed** each take several values (repeatable or
+comma-separated); every policy runs on every combination of them, and the table shows one comparison per
+placement x seed. With **--address ADDR** (or `RAY_ADDRESS`) naming a Ray cluster (`pcs-ray up --local`
+prints one), each run is a Ray task on it, one CPU each; without, they run one after another in this process.
+The results are the same either way (only `wall_s` differs).
 """
 
 
@@ -107,9 +116,9 @@ def simulate_cmd(
     load: Annotated[float | None, typer.Option(
         "--load", metavar="X", help=f"Offered load of generated apps, > 0 (1.0 keeps every GPU busy on average)  "
         f"[default: {DEFAULT_LOAD}]", show_default=False)] = None,
-    seed: Annotated[int | None, typer.Option(
-        "--seed", metavar="S", help=f"Random seed of the generator  [default: {DEFAULT_SEED}]",
-        show_default=False)] = None,
+    seed: Annotated[list[str] | None, typer.Option(
+        "--seed", metavar="S", help=f"Random seed of the generator; repeatable or comma-separated, one workload "
+        f"each  [default: {DEFAULT_SEED}]", show_default=False)] = None,
     gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
     gpus_per_node: Annotated[int | None, typer.Option(
         "--gpus-per-node", metavar="N", help="GPUs per node (the last node may be smaller)  [default: all on one node]",
@@ -133,15 +142,16 @@ def simulate_cmd(
     per_job: Annotated[Path | None, typer.Option(
         "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds; with --placement also each job's GPUs and why: each score's factor and share, filter rejections).",
         show_default=False)] = None,
-    placement: Annotated[str | None, typer.Option(
-        "--placement", metavar="NAME", help="Which GPUs each app gets, for every policy (see below)  [default: none: all GPUs equal; "
-        "the VAHRM family on its paper placement]",
+    placement: Annotated[list[str] | None, typer.Option(
+        "--placement", metavar="NAME", help="Which GPUs each app gets, for every policy (see below); repeatable or "
+        "comma-separated, every policy on each  [default: none: all GPUs equal; the VAHRM family on its paper placement]",
         show_default=False)] = None,
     profile: Annotated[str | None, typer.Option(
         "--profile", metavar="NAME|FILE", help=f"GPU variability profile: {', '.join(names('profile'))} or a CSV.",
         show_default=False)] = None,
-    profile_seed: Annotated[int, typer.Option(
-        "--profile-seed", metavar="N", help="Seed for sampling the profile onto the cluster's GPUs.")] = 0,
+    profile_seed: Annotated[list[str] | None, typer.Option(
+        "--profile-seed", metavar="N", help="Seed for sampling the profile onto the cluster's GPUs; repeatable or "
+        "comma-separated  [default: 0]", show_default=False)] = None,
     topology: Annotated[str | None, typer.Option(
         "--topology", metavar="NAME|FILE", help="`nvidia-smi topo -m` output applied to every node: a bundled "
         "name (e.g. dgx1-v100) or a file.", show_default=False)] = None,
@@ -180,25 +190,51 @@ def simulate_cmd(
         "--tenants", metavar="TRACE=QUOTA,...|FILE", help="Traces as tenants of one cluster of their summed quotas "
         "(or a tenants file naming traces): runs static, shared and flat side by side, one --policy inside each "
         "tenant  [default policy: pcs-bal]", show_default=False)] = None,
+    address: Annotated[str | None, typer.Option(
+        "--address", metavar="ADDR", help="Ray cluster to run each policy x placement x seed on, as Ray tasks  "
+        "[default: $RAY_ADDRESS; without either, one after another in this process]", show_default=False)] = None,
 ) -> None:
     if tenants is not None:
         _simulate_tenants(tenants, locals())
         return
-    opts = SimulateOptions(**{k: v for k, v in locals().items() if k != "tenants"}).checked()
+    grid = combinations({k: v for k, v in locals().items() if k not in ("tenants", "address")})
+    opts = grid[0].options
     # Imported here so `pcs-ray --help` stays fast (they pull in the simulator and the workload readers).
     from pcs_ray.commands.simulate_plan import make_plan
-    from pcs_ray.commands.simulate_run import run_plan
+    from pcs_ray.commands.simulate_run import run_one, run_plans
 
-    plan = make_plan(opts)
-    outcomes = run_plan(plan, predict=opts.predict, overhead=opts.overhead, workers=opts.workers)
+    plans = [make_plan(c.options) for c in grid]
+    labels = [[c.label(run.label) for run in plan.runs] for c, plan in zip(grid, plans)]
+    fanout = _ray_fanout(run_one, address)
+    outcomes = run_plans(plans, labels, predict=opts.predict, overhead=opts.overhead, workers=opts.workers,
+                         explain=opts.per_job is not None, fanout=fanout)
     if opts.per_job is not None:
-        write_per_job(opts.per_job, [(o.label, o.result, o.placement) for o in outcomes])
-    summaries = [o.summary for o in outcomes]
+        write_per_job(opts.per_job, [(label, o.result, o.why) for names, runs in zip(labels, outcomes)
+                                     for label, o in zip(names, runs)])
     if opts.as_json:
-        single = len(summaries) == 1
-        print_json({**summaries[0], "workload": plan.about} if single else {"runs": summaries, "workload": plan.about})
+        if len(plans) > 1:  # each run as one alone prints itself: its metrics and what it ran on
+            print_json({"runs": [{**o.summary, "workload": plan.about} for plan, runs in zip(plans, outcomes)
+                                 for o in runs]})
+        elif len(outcomes[0]) == 1:
+            print_json({**outcomes[0][0].summary, "workload": plans[0].about})
+        else:
+            print_json({"runs": [o.summary for o in outcomes[0]], "workload": plans[0].about})
     else:
-        stdout_console().print(comparison_table(summaries, plan.title))
+        console = stdout_console()
+        for plan, runs in zip(plans, outcomes):
+            console.print(comparison_table([o.summary for o in runs], plan.title))
+
+
+def _ray_fanout(fn, address: str | None):
+    """A fan-out of ``fn`` over the Ray cluster ``--address`` or ``$RAY_ADDRESS`` names (joined with its token),
+    or None (this process) when neither does."""
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        return None
+    from pcs_ray.client import connect
+    from solver.fanout import RayFanOut
+
+    connect(address)
+    return RayFanOut(fn)
 
 
 def _simulate_tenants(value: str, given: dict) -> None:
@@ -207,7 +243,7 @@ def _simulate_tenants(value: str, given: dict) -> None:
     from pcs_ray.commands.simulate_tenants import run, setups_table
 
     allowed = {"tenants", "policy", "speedup", "predict", "overhead", "as_json", "value", "given"}
-    defaults = {"gpus": 64, "profile_seed": 0, "workers": 1}
+    defaults = {"gpus": 64, "workers": 1}
     extra = [k for k, v in given.items() if k not in allowed and v not in (None, False) and defaults.get(k) != v]
     if extra:
         raise UsageError(f"--tenants does not combine with --{extra[0].replace('_', '-')}")

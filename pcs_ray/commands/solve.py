@@ -40,8 +40,8 @@ threshold vector is reachable (T reaches only some; the artifact's pcs-bal for t
 Objectives (**--objectives**, comma-separated METRIC:MEASURE, all minimised): metric `jct`,
 `pred_err` or `unfairness`; measure `avg` or a percentile `pNN`, e.g. `jct:avg,pred_err:p99`.
 
-Simulations run as Ray tasks on the connected cluster (`ray.init()` finds one through RAY_ADDRESS
-or `ray start`, else starts a local instance), or in this process with **--serial**; the results are
+Simulations run as Ray tasks on the connected cluster (**--address**, else `ray.init()` finds one through
+RAY_ADDRESS or `ray start`, else starts a local instance), or in this process with **--serial**; the results are
 identical. Every simulation is cached in the checkpoint folder (default `OUT.ckpt`) together with the
 population after each generation: rerunning the same command resumes where it stopped.
 
@@ -189,7 +189,8 @@ def register(app: typer.Typer) -> None:
         fresh: Annotated[bool, typer.Option("--fresh", help="Ignore an existing checkpoint and start over.")] = False,
         serial: Annotated[bool, typer.Option("--serial", help="Simulate in this process instead of Ray tasks.")] = False,
         ray_address: Annotated[str | None, typer.Option(
-            "--ray-address", metavar="ADDR", help="Ray cluster to use ('local' starts a new one)  [default: auto]",
+            "--ray-address", "--address", metavar="ADDR", help="Ray cluster to use ('local' starts a new one)  "
+            "[default: $RAY_ADDRESS, else auto]",
             show_default=False)] = None,
         front: Annotated[Path | None, typer.Option(
             "--front", metavar="FILE.json", help="Front file to pick from.", show_default=False)] = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -47,14 +48,14 @@ def per_job_row(label: str, record, why: dict | None = None) -> list:
     ]
 
 
-def write_per_job(path: Path, runs: list[tuple[str, object, object]]) -> None:
-    """``runs``: (label, simulation result, placement or None) triples, written in order."""
+def write_per_job(path: Path, runs: list[tuple[str, object, Mapping[int, dict | None] | None]]) -> None:
+    """``runs``: (label, simulation result, its placement's explanation by job id or None) triples, in order."""
     with path.open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(PER_JOB_COLUMNS)
-        for label, result, placement in runs:
+        for label, result, explained in runs:
             for record in result.records:
-                why = placement.explain(record.job_id) if placement is not None else None
+                why = explained.get(record.job_id) if explained is not None else None
                 out.writerow(per_job_row(label, record, why))
 
 
