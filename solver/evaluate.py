@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from solver.cache import EvaluationCache, Key
-from solver.objectives import Objective, measure, parse_objectives
+from pcs_ray.solver.cache import EvaluationCache, Key
+from pcs_ray.solver.objectives import Objective, measure, parse_objectives
 
 Samples = dict[str, list[list[JobSpec]]]  # split name -> samples
 Progress = Callable[[int, int], None]  # (done, total) simulations of one batch

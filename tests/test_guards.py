@@ -131,7 +131,7 @@ def test_a_lapsed_lease_is_journaled_and_a_restart_gives_live_sweeps_a_whole_lea
 
 
 def test_the_lease_keeper_renews_while_it_runs_and_the_job_ends_once_it_stops():
-    from executors.tune_lease import LeaseKeeper
+    from pcs_ray.executors.tune_lease import LeaseKeeper
 
     core, _ = make(lease_s=0.6, clock=time.time)
     host = LocalCoordinator(core)

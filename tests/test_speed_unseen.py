@@ -185,7 +185,7 @@ def test_the_example_job_files_declare_what_their_emulated_devices_run(name):
     from pathlib import Path
 
     from pcs_ray.jobs.jobfile import load_job
-    from workloads import device_model as dm
+    from pcs_ray.workloads import device_model as dm
 
     spec = load_job(Path(__file__).resolve().parent.parent / "examples" / "jobs" / f"{name}.yaml")
     speed = SpeedModel()

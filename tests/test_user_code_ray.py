@@ -72,8 +72,8 @@ def env(ray_local, tmp_path_factory):
 
     code_dir = tmp_path_factory.mktemp("code")
     (code_dir / "loop.py").write_text(LOOP)
-    from executors.launch import launch, stop
-    from executors.user_spares import SPARES
+    from pcs_ray.executors.launch import launch, stop
+    from pcs_ray.executors.user_spares import SPARES
 
     yield ray, Recorder.remote(), code_dir, launch, stop
     SPARES.clear()

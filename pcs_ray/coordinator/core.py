@@ -41,7 +41,7 @@ from pcs_ray.forecast import BranchPoints
 from pcs_ray.forecast.result import starts_of
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.cluster.resources import gpu_resource
-from workloads.history import append_history
+from pcs_ray.workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
 TELEMETRY_JOURNAL_EVERY_S = 60.0

@@ -37,7 +37,7 @@ class RunLimits:
     max_runtime_bound_s: float | None = None
     report_timeout_s: float | None = 1800.0
     report_timeout_bound_s: float | None = 6 * 3600.0
-    log_bytes_per_rank: int | None = 64 * 1024 * 1024  # a user rank's log rotates past this (executors.log_cap)
+    log_bytes_per_rank: int | None = 64 * 1024 * 1024  # a user rank's log rotates past this (pcs_ray.executors.log_cap)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

@@ -9,7 +9,7 @@ system pays must be in it, and every forecast charges it. It keeps
   step's cost: batch size, sequence length ...). Unmeasured counts follow
   from a measured one through the device model's step times of that shape
   (its declared scaling, floored by a rank's share of the batch:
-  ``workloads.device_model.emulated_step_s``), or the declared scaling
+  ``pcs_ray.workloads.device_model.emulated_step_s``), or the declared scaling
   alone for a workload the model lacks; an unmeasured shape starts from the
   device model's reference time, corrected by what other shapes of the same
   workload measured, else from the job's own ``step_time`` estimate (scaled
@@ -155,8 +155,8 @@ class Stat:
 
 
 def _device_model():
-    """``workloads.device_model`` (torch-free), imported on first use."""
-    from workloads import device_model
+    """``pcs_ray.workloads.device_model`` (torch-free), imported on first use."""
+    from pcs_ray.workloads import device_model
 
     return device_model
 
