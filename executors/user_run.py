@@ -40,12 +40,15 @@ from pathlib import Path
 
 import ray
 
+import pcs_ray
 from pcs_ray.executors import hang_dump, log_cap
 from pcs_ray.executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
 
 TRACEBACK_LINES = 12  # of the user's traceback kept in the outcome (the status view shows them)
+#: pcs-ray's own folders: a traceback's frames there are not the user's (whose folders may share their names).
+OUR_FOLDERS = tuple(str(Path(p).resolve().parent) + os.sep for p in (__file__, pcs_ray.__file__))
 
 
 def runtime_env(request: RunRequest) -> dict:
@@ -102,8 +105,7 @@ def load_function(code: dict):
 def _user_traceback(exc: BaseException) -> str:
     """The last lines of the traceback, from the first frame outside pcs-ray on."""
     frames = traceback.extract_tb(exc.__traceback__)
-    ours = (os.sep + "executors" + os.sep, os.sep + "pcs_ray" + os.sep)
-    while len(frames) > 1 and any(p in frames[0].filename for p in ours):
+    while len(frames) > 1 and os.path.realpath(frames[0].filename).startswith(OUR_FOLDERS):
         frames.pop(0)
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     text = "".join(lines).rstrip().splitlines()

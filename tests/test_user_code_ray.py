@@ -1,6 +1,6 @@
 """The user's own code on Ray: a fresh pinned process per rank with its runtime_env, logs per rank,
 DDP over gloo, a stop at a checkpoint and a resume on another world size, a grace-period kill, a hang,
-a rank killed by SIGKILL."""
+a rank killed by SIGKILL, a working_dir whose own packages share pcs-ray's folder names."""
 
 from __future__ import annotations
 
@@ -77,6 +77,41 @@ def env(ray_local, tmp_path_factory):
 
     yield ray, Recorder.remote(), code_dir, launch, stop
     SPARES.clear()
+
+
+SHADOWING_LOOP = '''
+import executors.launch
+import workloads
+import pcs_ray.train as train
+
+def loop(config):
+    import pcs_ray.workloads.catalog as ours  # pcs-ray's own, imported after the user's
+    train.report({"owner": workloads.OWNER, "launch": executors.launch.OWNER}, step=1)
+    print("user", workloads.__file__, executors.launch.__file__, flush=True)
+    print("ours", ours.__file__, sorted(ours.registered_workloads())[:1], flush=True)
+    train.report({}, step=train.get_context().total_steps)
+'''
+
+
+def test_the_users_own_workloads_and_executors_packages_are_what_its_code_imports(env, tmp_path):
+    """A working_dir with packages named as pcs-ray's repository folders: the user's are imported, and
+    pcs-ray's own (its runner, its training contract, a module it imports later) still work."""
+    _, _, _, launch, _ = env
+    code_dir = tmp_path / "code"
+    for pkg, body in (("workloads", "OWNER = 'user'\n"), ("executors", "")):
+        (code_dir / pkg).mkdir(parents=True)
+        (code_dir / pkg / "__init__.py").write_text(body)
+    (code_dir / "executors" / "launch.py").write_text("OWNER = 'user'\n")
+    (code_dir / "loop.py").write_text(SHADOWING_LOOP)
+    request = _request(code_dir, tmp_path, [("node0", 0)], steps=2)
+    outcome = launch(request).outcome(timeout=120)
+    assert (outcome.status, outcome.step) == ("finished", 2), outcome
+    log = (tmp_path / "logs" / "u1" / "attempt-1" / "rank-0.log").read_text()
+    user = next(line.split() for line in log.splitlines() if line.startswith("user "))
+    assert all("working_dir_files" in path for path in user[1:]), log  # Ray's unpacked copy of the user's folder
+    assert user[1].endswith("/workloads/__init__.py") and user[2].endswith("/executors/launch.py")
+    ours = next(line for line in log.splitlines() if line.startswith("ours "))
+    assert "working_dir_files" not in ours and "/workloads/catalog.py" in ours, log
 
 
 def _request(code_dir, root: Path, gpus, steps=20, reporter=None, **config) -> RunRequest:
