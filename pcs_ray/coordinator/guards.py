@@ -13,7 +13,8 @@ whether a job crossed its line and why, in one line. The limits are the operator
 * **Hang** (pcs-ray's runners): a run that reported no step for ``report_timeout_s`` (counted from when
   its ranks began running its code until its first report: start-up is not a silence). Its ranks dump
   their stacks into their logs a little before (``faulthandler``, armed at their start and at each
-  report), then it is killed and the job ends ``failed``.
+  report), then it is killed: retried from its newest checkpoint while the job's ``max_failures`` allow
+  (a hang counts as a failure of its code), else the job ends ``failed``.
 """
 
 from __future__ import annotations

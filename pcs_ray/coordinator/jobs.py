@@ -52,13 +52,14 @@ class LiveJob:
     bound: float | None = None
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested
+    stop_why: str | None = None  # a guard's stop that the job outlives (a hang retried): why, in one line
     cancel_requested: bool = False
     # A guard's end in flight (``guards``: time limit, hang): its run is being stopped, then the job ends
     # ``state`` with ``reason``, coded ``code`` (an ``EndCode``).
     ending: dict | None = None
     end_code: str | None = None  # why the coordinator itself ended it (an ``EndCode``), once ended
     failures: int = 0  # runs lost to something other than its code (a dead runner): retried by the coordinator
-    code_failures: int = 0  # runs whose loop raised and that were restarted under its ``max_failures``
+    code_failures: int = 0  # runs whose loop raised or hung and that were restarted under its ``max_failures``
     error: str | None = None
     note: str | None = None  # how it finished when not at its budget (user code that returned early)
     metrics: dict | None = None  # what a user run last reported, once the job finished
@@ -90,13 +91,13 @@ class LiveJob:
         self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
         self.start_step = self.steps
         self.runner = None  # until the host says which runners its launch found
-        self.stop_reason, self.stop_at = None, None
+        self.stop_reason, self.stop_at, self.stop_why = None, None, None
         if self.first_start is None:
             self.first_start = t
         self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind, "from_step": self.steps})
 
-    def stopping(self, reason: str, t: float | None = None) -> None:
-        self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
+    def stopping(self, reason: str, t: float | None = None, why: str | None = None) -> None:
+        self.state, self.stop_reason, self.stop_at, self.stop_why = JobStatus.STOPPING, reason, t, why
 
     def requeued(self, t: float, error: str | None = None) -> None:
         """Its run ended without finishing the job (stopped, lost or failed, ``error`` saying why): back to the queue.

@@ -109,7 +109,7 @@ class JobFile(BaseModel):
     min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
                                         description="seconds a run is kept before preemption, within the operator's bound")
     max_failures: int = Field(default=0, ge=0, le=MAX_RETRIES,
-                              description="times a loop that raises is restarted from its newest checkpoint")
+                              description="times a loop that raises or hangs is restarted from its newest checkpoint")
     max_runtime_s: float | None = Field(default=None, gt=0, le=365 * 86400, allow_inf_nan=False,
                                         description="seconds it may hold GPUs in all, then it checkpoints and ends timed_out "
                                                     "(within the operator's bound)")
