@@ -110,6 +110,7 @@ class JournalInterpreter:
         job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
         if step_time and job.gpus:
             job.step_time = step_time
+            job.paced(t, step)
 
     def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
         job.ended(state, t)
