@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -222,6 +223,7 @@ def main(argv=None) -> int:
                 log(f"{name}: {results[name]}")
         finally:
             ray.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
     errors = [r.get("error_at_tenth_pct") for r in results.values()]
     out = {
         "loops": results,
