@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from common import ROOT, log, start_ray
+
 from pcs_ray.api import strict_json
 
 TENTH = 0.1
@@ -107,9 +108,9 @@ def sized(spec: dict, name: str, steps: int) -> dict:
 @contextlib.contextmanager
 def coordinator(ray, state_dir: Path):
     """A client of a fresh coordinator (its own state folder: it has run nothing), ended afterwards."""
+    from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
     from pcs_ray.client import Client
     from pcs_ray.cluster import ClusterSpec
-    from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
     from pcs_ray.coordinator.actor import start_coordinator
     from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
 

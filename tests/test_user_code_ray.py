@@ -82,14 +82,14 @@ def env(ray_local, tmp_path_factory):
 
 
 SHADOWING_LOOP = '''
-import executors.launch
+from executors import launch  # the user's own executors/launch.py, named as pcs-ray's module is
 import workloads
 import pcs_ray.train as train
 
 def loop(config):
     import pcs_ray.workloads.catalog as ours  # pcs-ray's own, imported after the user's
-    train.report({"owner": workloads.OWNER, "launch": executors.launch.OWNER}, step=1)
-    print("user", workloads.__file__, executors.launch.__file__, flush=True)
+    train.report({"owner": workloads.OWNER, "launch": launch.OWNER}, step=1)
+    print("user", workloads.__file__, launch.__file__, flush=True)
     print("ours", ours.__file__, sorted(ours.registered_workloads())[:1], flush=True)
     train.report({}, step=train.get_context().total_steps)
 '''
