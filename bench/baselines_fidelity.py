@@ -29,7 +29,7 @@ from pcs_ray.data import data_dir, locate, names
 from pcs_ray.sim.metrics import per_job_errors, summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_trace
+from pcs_ray.workloads.traces import read_trace
 from common import log
 
 REF = data_dir() / "pcs" / "reference"

@@ -3,7 +3,7 @@
     PYTHONPATH=. python bench/coordinator_load.py [--nodes 4] [--gpus-per-node 64] [--jobs 10000]
 
 Brings up `pcs-ray up --local` (token auth on, a private token file),
-replaces its coordinator by one whose runners are ``executors.standin`` (they
+replaces its coordinator by one whose runners are ``pcs_ray.executors.standin`` (they
 start, report progress, checkpoint and stop like real ones), submits
 ``--jobs`` jobs through ``pcs_ray.client.Client`` one after another, and
 prints one JSON object: submissions per second, submit→prediction latency
@@ -142,7 +142,7 @@ def measure(args, address: str, tmp: Path, out: dict) -> None:
         out["variability"] = args.variability
         config = CoordinatorConfig(cluster=cluster_dict(cluster),
                                    state_dir=str(tmp / "load-state"), policy=args.policy, wfq=None,
-                                   placement="packed-sticky", grace_s=5.0, launcher="executors.standin:launch")
+                                   placement="packed-sticky", grace_s=5.0, launcher="pcs_ray.executors.standin:launch")
         time.sleep(2.0)
         actor = start_coordinator(config, pin_here=False, strategy=NodeAffinitySchedulingStrategy(head, soft=False))
     pid = ray.get(actor.ping.remote())["pid"]

@@ -1,6 +1,6 @@
-"""Real CPU seconds per training step of each workload, alone and under contention: what ``workloads.device_model`` is set from.
+"""Real CPU seconds per training step of each workload, alone and under contention: what ``pcs_ray.workloads.device_model`` is set from.
 
-The nominal emulated GPU (``workloads.device_model``) must be slow enough that
+The nominal emulated GPU (``pcs_ray.workloads.device_model``) must be slow enough that
 a step's real CPU work fits inside its budget even when every logical GPU of
 the demo (8 ranks) trains at once on this machine's cores. This prints, as
 one JSON object, each workload's median step time (``threads`` = 1, the
@@ -34,7 +34,7 @@ CASES = {
 
 
 def _time_steps(workload: str, batch: int, seconds: float, start_at: float | None = None) -> list[float]:
-    from executors.training import TrainingSession
+    from pcs_ray.executors.training import TrainingSession
 
     session = TrainingSession(workload, {"batch_size": batch, "num_samples": 1024, "seed": 0})
     for _ in range(2):

@@ -3,7 +3,7 @@
 * ``models``: TSMVA vs single-stage power models on the Longhorn records,
   MAPE (mean over applications) on held-out runs and held-out GPUs
   (``pcs_ray.power.tsmva.evaluate``), beside the paper's Table VI / Fig. 5.
-* ``mixes``: the nine workloads of ``workloads.energy`` (Philly VC 0e4a51,
+* ``mixes``: the nine workloads of ``pcs_ray.workloads.energy`` (Philly VC 0e4a51,
   2,465 jobs, SR 1) on 96 Longhorn-like GPUs (24 nodes x 4: the trace's
   nominal load is 59 GPUs, 0.61 of 96, before variability slowdowns; variability
   profile and power profile ``longhorn`` sampled with the same seed, PCR 1:
@@ -65,8 +65,8 @@ from pcs_ray.power.meter import EnergyMeter
 from pcs_ray.policies.power_aware import WEEK
 from pcs_ray.power.profile import load_power_profile
 from pcs_ray.sim.run import simulate
-from workloads.energy import MIXES, energy_mix
-from workloads.traces import read_trace
+from pcs_ray.workloads.energy import MIXES, energy_mix
+from pcs_ray.workloads.traces import read_trace
 from common import log
 
 BASELINES = ("vu-fcfs", "vu-fcfs-b", "cva-fcfs", "cva-fcfs-b", "cgva-fcfs", "cgva-fcfs-b")
@@ -212,7 +212,7 @@ def avg_run(per_mix: dict, run: str, key: str) -> float:
 
 
 def run_pcs(seed: int, per_node: int = 4) -> dict:
-    from workloads.generator import generate_workload
+    from pcs_ray.workloads.generator import generate_workload
 
     jobs = generate_workload("themis1", 500, 64, load=0.9, seed=4567)
     classes = sorted({j.job_class for j in jobs})

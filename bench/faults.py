@@ -255,7 +255,7 @@ def mid_submission(client, restart, count: int = 40) -> tuple[dict, list[int]]:
 
 
 def _peek(directory: Path) -> int:
-    from executors.checkpoint import peek_step
+    from pcs_ray.executors.checkpoint import peek_step
 
     return peek_step(directory) or 0
 
@@ -307,7 +307,7 @@ def journal_faults() -> dict:
 
 
 def disk_full_fault() -> dict:
-    from executors import checkpoint
+    from pcs_ray.executors import checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint.save_checkpoint(tmp, {"step": 100})

@@ -22,7 +22,7 @@ forecast within 10 % once it has reported 10 % of its steps. Every list
 reports the error (PCS's: ``|actual - predicted| / predicted`` of the JCT)
 at submission, at a tenth of the steps and at mid-life. An emulation overrun is a step
 that left its run more than one step behind its emulated device's schedule
-(``executors.emulation``); ``emulation_late_steps`` counts the steps that
+(``pcs_ray.executors.emulation``); ``emulation_late_steps`` counts the steps that
 ran over their own budget and were caught up on the schedule, shown beside
 it. Prints one JSON object (stdout);
 progress goes to stderr. Wall-clock on a shared 2-core machine: say what

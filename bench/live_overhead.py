@@ -10,7 +10,7 @@
       and stops the trial actor -> the FIFO scheduler resumes the paused
       trial in a new actor (Tune cannot choose GPUs) -> restored.
 
-    Both train through the same ``executors.training.TrainingSession`` and
+    Both train through the same ``pcs_ray.executors.training.TrainingSession`` and
     write the same checkpoint format. A cycle is measured from the end of
     the last training step before the preemption to the moment the resumed
     process has restored its state and could train (``cycle_s``); the time
@@ -21,7 +21,7 @@
     reported step to be paused without losing work).
 
     Warm runners (issue 12): the same cycle handed to the warm pool's runners
-    (``executors.pool``: one long-lived process per GPU, nothing to start or
+    (``pcs_ray.executors.pool``: one long-lived process per GPU, nothing to start or
     import; ``pcs_ray_warm``, ``warm_over_tune_median``, target <= 0.2), and
     a job's fresh start on warm runners against a cold start (``job_start``,
     from the launch call to ready to train; target <= 1 s median). The pool's
@@ -75,7 +75,7 @@ def bench_pcs_ray(workload: str, params: dict, cycles: int, steps_between: int, 
     import ray
 
     from pcs_ray.contract import GPUSlot, RunRequest
-    from executors.launch import launch
+    from pcs_ray.executors.launch import launch
 
     if pool is not None:
         launch = pool.launch
@@ -145,7 +145,7 @@ def bench_job_start(workload: str, params: dict, starts: int, work: Path, pool) 
     alternated: ``start_s`` is from the launch call to the state built and restored, ready to train;
     ``to_first_step_s`` adds the first (emulated) step."""
     from pcs_ray.contract import RunRequest
-    from executors.launch import launch
+    from pcs_ray.executors.launch import launch
 
     gpus = warm_gpus()
     out: dict[str, list] = {"warm": [], "cold": []}
@@ -170,8 +170,8 @@ def tune_trainable(config: dict) -> None:
     """The same training as a runner, as a Tune function trainable (checkpoints on the pause steps)."""
     from ray import tune
 
-    from executors.checkpoint import load_checkpoint, save_checkpoint
-    from executors.training import TrainingSession
+    from pcs_ray.executors.checkpoint import load_checkpoint, save_checkpoint
+    from pcs_ray.executors.training import TrainingSession
 
     started = time.time()
     session = TrainingSession(config["workload"], config["params"])
@@ -248,7 +248,7 @@ def bench_tune(workload: str, params: dict, cycles: int, steps_between: int, wor
 
 
 def bench_preempt_resume(args) -> dict:
-    from executors.pool import WarmPool
+    from pcs_ray.executors.pool import WarmPool
 
     params = {"seed": 0, "batch_size": args.batch_size, "threads": args.threads}
     with tempfile.TemporaryDirectory(prefix="pcs-live-") as tmp:

@@ -56,7 +56,7 @@ from pcs_ray.policies import build_policy
 from pcs_ray.policies.fifo import FIFOPolicy
 from pcs_ray.sim.semantics import SEMANTICS, StrictPriority, with_semantics
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.traces import read_sia_philly
 from common import log
 
 DATA = data_dir()

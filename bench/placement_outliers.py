@@ -47,8 +47,8 @@ from pcs_ray.policies import build_policy
 from pcs_ray.power.profile import load_power_profile
 from pcs_ray.sim.semantics import with_semantics
 from pcs_ray.sim.run import simulate
-from workloads.generator import generate_workload
-from workloads.traces import read_sia_philly, read_trace
+from pcs_ray.workloads.generator import generate_workload
+from pcs_ray.workloads.traces import read_sia_philly, read_trace
 from common import log
 
 PLACEMENTS = ["packed-sticky", "packed-nonsticky", "pm-first", "pal", "combined", "energy", "combined-sized",

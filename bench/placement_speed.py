@@ -35,7 +35,7 @@ from pcs_ray.placement import create_placement, read_topo
 from pcs_ray.placement.bandwidth import default_regression, subset_table
 from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.jobs.state import JobState, Snapshot
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.traces import read_sia_philly
 from common import log
 
 DATA = data_dir()

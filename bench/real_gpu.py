@@ -5,7 +5,7 @@ figures; a summary line ends the output. Exit status: 0 all passed, 1 any failed
 not run, for want of CUDA, NVML or time, fails), 2 a bad option.
 
 * ``user_pinning``: a user-code job (``examples/user-code/train_mlp.py`` behind a probe) run as pcs-ray
-  runs it (a fresh Ray actor per rank, ``executors.user_run.launch_user``) on one GPU: inside the run,
+  runs it (a fresh Ray actor per rank, ``pcs_ray.executors.user_run.launch_user``) on one GPU: inside the run,
   ``CUDA_VISIBLE_DEVICES`` is that GPU's index, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and the loop's device
   is ``cuda:0``; the run finishes its steps.
 * ``pinned_uuid``: the UUID of CUDA device 0 inside that run (torch's, cross-checked with NVML's for
@@ -15,7 +15,7 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
   starts at the stopped run's step and the loop loads exactly that checkpoint (no step lost or redone).
   The loop is an MLP on cuBLAS GEMMs with ``CUBLAS_WORKSPACE_CONFIG`` set and
   ``torch.use_deterministic_algorithms(True)`` (errors, not warnings), so bitwise equality is expected.
-* ``builtin_resume:<workload>``: each built-in workload (``executors.training.run_training``) stopped and
+* ``builtin_resume:<workload>``: each built-in workload (``pcs_ray.executors.training.run_training``) stopped and
   resumed is bitwise equal to its uninterrupted run; kernels torch flags as nondeterministic are named.
 * ``preflight``: the product's GPU preflight (``pcs-ray doctor``) passes on every GPU of this machine:
   a process pinned to each sees one CUDA device whose UUID is NVML's for that index.
@@ -58,7 +58,7 @@ from pcs_ray.contract import TERMINAL
 
 EXAMPLE_LOOP = ROOT / "examples" / "user-code" / "train_mlp.py"
 DEFAULT_WORKLOADS = "tiny_cnn,resnet18,mobilenet_v2,vgg11,transformer"
-CUBLAS_WORKSPACE = ":4096:8"  # as executors.training: deterministic cuBLAS GEMMs need it before the first handle
+CUBLAS_WORKSPACE = ":4096:8"  # as pcs_ray.executors.training: deterministic cuBLAS GEMMs need it before the first handle
 
 #: What a pinned user run records about itself, then the example loop it runs (paced so a stop lands mid-run).
 PROBE_SOURCE = '''"""pcs-ray real-GPU check: what this rank sees of its GPU, then examples/user-code/train_mlp.py's loop."""
@@ -71,7 +71,7 @@ from pathlib import Path
 import torch
 
 import pcs_ray.train as train
-from executors.preflight import seen_here
+from pcs_ray.executors.preflight import seen_here
 from pcs_ray.api import strict_json
 
 
@@ -210,7 +210,7 @@ def _median(values):
 
 
 def _start_ray(node_name: str, gpus: int, temp_dir: str):
-    from executors.emulation import RAY_WORKER_ENV
+    from pcs_ray.executors.emulation import RAY_WORKER_ENV
 
     os.environ.update(RAY_WORKER_ENV)
     # Rank processes import pcs-ray from this checkout, whatever their working dir (a user run's is its own).
@@ -277,7 +277,7 @@ def _energy(readings: list[dict]) -> dict:
 
 def _step_times(ray, pool, recorder, node: str, workloads: list[str], steps: int, warmup: int, root: Path) -> dict:
     from pcs_ray.contract import GPUSlot, RunRequest
-    from workloads.device_model import emulated_step_s
+    from pcs_ray.workloads.device_model import emulated_step_s
     out = {}
     for name in workloads:
         params = {"seed": 1}
@@ -303,7 +303,7 @@ def _step_times(ray, pool, recorder, node: str, workloads: list[str], steps: int
 def _resume(ray, pool, launch_module, recorder, node: str, workload: str, steps: int, root: Path) -> dict:
     import torch
 
-    from executors.checkpoint import load_checkpoint
+    from pcs_ray.executors.checkpoint import load_checkpoint
     from pcs_ray.contract import GPUSlot, RunRequest
 
     slot = (GPUSlot(node, 0),)
@@ -374,7 +374,7 @@ class RayLauncher:
         self.ray, self.recorder, self.deadline, self.run_timeout_s = ray, recorder, deadline, run_timeout_s
 
     def run(self, request, stop_at: int | None = None):
-        from executors.user_run import launch_user
+        from pcs_ray.executors.user_run import launch_user
 
         ends = min(self.deadline, time.monotonic() + self.run_timeout_s)
         handle = launch_user(request)
@@ -399,7 +399,7 @@ class InProcessLauncher:
 
     def run(self, request, stop_at: int | None = None):
         import pcs_ray.train.session as session
-        from executors.user_run import run_rank
+        from pcs_ray.executors.user_run import run_rank
 
         stop = (lambda: session.current().step >= stop_at) if stop_at is not None else (lambda: False)
         return run_rank(request, stop, 0, 1, None, {})
@@ -477,8 +477,8 @@ def user_resume(launcher, slot, root: Path, steps: int, stop_at: int, pace_s: fl
 
 def builtin_resume(workload: str, root: Path, steps: int, stop_after: int, want_cuda: bool) -> Check:
     """``builtin_resume:<workload>``: run_training uninterrupted, and stopped after ``stop_after`` steps then resumed."""
-    from executors.checkpoint import load_checkpoint
-    from executors.training import run_training
+    from pcs_ray.executors.checkpoint import load_checkpoint
+    from pcs_ray.executors.training import run_training
     from pcs_ray.contract import GPUSlot, RunRequest
 
     began = time.monotonic()
@@ -511,7 +511,7 @@ def builtin_resume(workload: str, root: Path, steps: int, stop_after: int, want_
 def node_preflight(inventory) -> Check:
     """``preflight``: the product's GPU preflight (what ``pcs-ray doctor`` and node registration run) on every
     GPU of this node."""
-    from executors.preflight import check_node
+    from pcs_ray.executors.preflight import check_node
 
     began = time.monotonic()
     verdicts = check_node([(g.index, g.uuid) for g in inventory.gpus])
@@ -775,8 +775,8 @@ def _release_cuda_cache() -> None:
 
 def _pool_figures(ray_, recorder, inventory, args, root: Path) -> dict:
     """``--full``: the warm pool's device step times and its resume (figures only, no verdict)."""
-    from executors import launch as launch_module
-    from executors.pool import WarmPool
+    from pcs_ray.executors import launch as launch_module
+    from pcs_ray.executors.pool import WarmPool
     from pcs_ray.contract import GPUSlot
 
     pool = WarmPool([GPUSlot(inventory.name, g.index) for g in inventory.gpus])
@@ -805,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_s is not None:
         settings["budget_s"] = args.budget_s
     args.workloads = [w for w in (args.workloads or ("tiny_cnn" if args.cpu else DEFAULT_WORKLOADS)).split(",") if w]
-    from workloads.catalog import CATALOG
+    from pcs_ray.workloads.catalog import CATALOG
 
     unknown = [w for w in args.workloads if w not in CATALOG]
     if unknown:

@@ -47,7 +47,7 @@ from pcs_ray.policies import build_policy
 from pcs_ray.policies.rush import RushPolicy
 from pcs_ray.variability.run_replay import ReplayedPlacement, longhorn_devices, longhorn_replay
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.traces import read_sia_philly
 
 THRESHOLDS = (5, 20, 100)
 RUNS = [

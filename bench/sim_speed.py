@@ -38,8 +38,8 @@ from pcs_ray.sim.metrics import summarize
 from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.sim.run import simulate
-from workloads.generator import generate_workload
-from workloads.traces import read_pcs_trace
+from pcs_ray.workloads.generator import generate_workload
+from pcs_ray.workloads.traces import read_pcs_trace
 
 ARTIFACT = json.loads((data_dir() / "pcs" / "reference" / "artifact-timing.json").read_text())
 

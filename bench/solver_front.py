@@ -40,14 +40,14 @@ from pathlib import Path
 from common import start_ray
 from pcs_ray.api import strict_json
 from pcs_ray.policies import BUNDLED
-from solver.evaluate import RayBackend, SerialBackend
-from solver.front import (
+from pcs_ray.solver.evaluate import RayBackend, SerialBackend
+from pcs_ray.solver.front import (
     dominance_report, front_json, hypervolume, normalised_hypervolume, plot_front, reference_point,
 )
-from solver.objectives import parse_objectives
-from solver.search import Problem, Search
-from solver.space import DEFAULT_MAX_QUEUES, SPACES
-from solver.workload import WorkloadSource
+from pcs_ray.solver.objectives import parse_objectives
+from pcs_ray.solver.search import Problem, Search
+from pcs_ray.solver.space import DEFAULT_MAX_QUEUES, SPACES
+from pcs_ray.solver.workload import WorkloadSource
 
 
 def main() -> None:
@@ -56,11 +56,11 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=600.0, help="wall seconds for everything (search + test)")
     ap.add_argument("--margin", type=float, default=2.0,
                     help="stop searching when elapsed + margin x (estimated time of the remaining work) reaches --budget")
-    ap.add_argument("--space", choices=SPACES, default="paper", help="search space (solver.space)")
+    ap.add_argument("--space", choices=SPACES, default="paper", help="search space (pcs_ray.solver.space)")
     ap.add_argument("--max-queues", type=int, default=DEFAULT_MAX_QUEUES, help="queues at most, --space cuts")
     ap.add_argument("--population", type=int, default=40)
     ap.add_argument("--local-rate", type=float, default=0.0,
-                    help="share of offspring made by a local move along the front (solver.space neighbour)")
+                    help="share of offspring made by a local move along the front (pcs_ray.solver.space neighbour)")
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--test-samples", type=int, default=3)

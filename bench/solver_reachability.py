@@ -30,10 +30,10 @@ import numpy as np
 from pcs_ray.api import strict_json
 from pcs_ray.data import PCS_CONFIG_KINDS, pcs_config
 from pcs_ray.policies import WFQConfig
-from solver.objectives import parse_objectives
-from solver.search import Problem, Search
-from solver.space import SearchSpace
-from solver.workload import WorkloadSource
+from pcs_ray.solver.objectives import parse_objectives
+from pcs_ray.solver.search import Problem, Search
+from pcs_ray.solver.space import SearchSpace
+from pcs_ray.solver.workload import WorkloadSource
 
 
 def record_cuts(sizes: list[float]) -> tuple[list[float], dict[float, float]]:

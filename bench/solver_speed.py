@@ -17,12 +17,12 @@ import argparse
 import os
 import time
 
-from solver.evaluate import RayBackend, SerialBackend
-from solver.objectives import parse_objectives
-from solver.search import Problem, Search
+from pcs_ray.solver.evaluate import RayBackend, SerialBackend
+from pcs_ray.solver.objectives import parse_objectives
+from pcs_ray.solver.search import Problem, Search
 from common import start_ray
 from pcs_ray.api import strict_json
-from solver.workload import WorkloadSource
+from pcs_ray.solver.workload import WorkloadSource
 
 
 def main() -> None:

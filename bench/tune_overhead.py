@@ -1,7 +1,7 @@
 """What scheduling a Ray Tune sweep through pcs-ray costs: 8 trials on 4 logical GPUs, three ways.
 
 1. ``tune_fifo``: Tune's FIFO scheduler, one GPU per trial, no preemption (the floor).
-2. ``pcs_ray``: :class:`executors.tune.PCSTuneScheduler` on a 4-GPU in-process coordinator
+2. ``pcs_ray``: :class:`pcs_ray.executors.tune.PCSTuneScheduler` on a 4-GPU in-process coordinator
    (``fair`` policy) while another 2-GPU app arrives and leaves a few times, so trials are
    preempted (checkpointed), parked and resumed on the GPUs the coordinator picks.
 3. ``tune_pause_resume``: Tune's own pause/resume (what PBT does): a FIFO scheduler that
@@ -68,7 +68,7 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-    from executors.tune import session_trainable
+    from pcs_ray.executors.tune import session_trainable
 
     paused_at: dict[str, float] = {}
     resumed_at: dict[str, float] = {}
@@ -137,7 +137,7 @@ class Competitor(threading.Thread):
 
 
 def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
-    from executors.tune import PCSTuner, session_trainable
+    from pcs_ray.executors.tune import PCSTuner, session_trainable
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.coordinator import Coordinator, Journal
     from pcs_ray.coordinator.local import LocalCoordinator
@@ -188,7 +188,7 @@ def run_pcs(args, work: Path, trial_startup_s: float) -> dict:
 
 def calibrate(args) -> float:
     """Seconds per iteration of one trial alone on this machine (what a user would measure once)."""
-    from executors.tune_trial import reference_run
+    from pcs_ray.executors.tune_trial import reference_run
 
     one = {"workload": "tiny_cnn", "iterations": 2, "steps_per_iteration": args.steps_per_iteration,
            "params": {"num_samples": 128}}

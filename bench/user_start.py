@@ -1,12 +1,12 @@
 """How long a run of the user's own code takes to start on a node that has run its runtime env before.
 
 Issue 29's target: a median of at most 2 s from the launch call to the loop's first report, on a
-warm node. Each run is a fresh rank process with the job's runtime_env (``executors.user_run``), so
+warm node. Each run is a fresh rank process with the job's runtime_env (``pcs_ray.executors.user_run``), so
 the figure is Ray's worker start + the runtime env's setup (cached after the first run) + the
 imports (torch) + the user module's import + one step, less what a pre-started spare process of
-that runtime env already did (``executors.user_spares``; ``user_runner_kinds`` counts the runs that
+that runtime env already did (``pcs_ray.executors.user_spares``; ``user_runner_kinds`` counts the runs that
 found one). Measured side by side in one run: the
-built-in workloads' cold start (a fresh ``executors.runner.Runner``, the anchor that pays a process
+built-in workloads' cold start (a fresh ``pcs_ray.executors.runner.Runner``, the anchor that pays a process
 start and imports too) on the same logical GPU.
 
 Prints one JSON object (stdout); progress goes to stderr. A private local Ray (token auth off for
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=8, help="timed runs of each kind (after one untimed warm-up run)")
     args = ap.parse_args(argv)
-    from executors.launch import launch
+    from pcs_ray.executors.launch import launch
     from pcs_ray.contract import GPUSlot, RunRequest
 
     work = Path(tempfile.mkdtemp(prefix="pcs-ray-user-start-"))

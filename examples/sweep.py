@@ -37,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def grid_params(args: argparse.Namespace) -> list[dict]:
     """Each trial's ``params``, validated against the workload catalog (a ``ValueError`` names the bad value)."""
-    from workloads.catalog import CATALOG
+    from pcs_ray.workloads.catalog import CATALOG
 
     if args.workload not in CATALOG:
         raise ValueError(f"--workload: unknown workload {args.workload!r}; valid workloads: {', '.join(sorted(CATALOG))}")
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         return 2
     from ray import tune
 
-    from executors.tune import PCSTuner, session_trainable
+    from pcs_ray.executors.tune import PCSTuner, session_trainable
     from pcs_ray.client import Client
 
     client = Client(args.address)

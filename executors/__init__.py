@@ -8,8 +8,8 @@
 - ``tune``: Ray Tune sweeps as one coordinator app (``PCSTuner``); ``tune_scheduler`` maps the sweep's
   GPU assignment onto trials, ``tune_pin`` pins each trial to its GPUs, ``tune_trial`` is a deterministic trainable.
 - ``preflight``: a fresh process pinned to each GPU reports what it sees, for ``pcs_ray.cluster.preflight``'s checks.
-- ``standin``: runners that step, report, checkpoint and stop without training (``launcher="executors.standin:launch"``
+- ``standin``: runners that step, report, checkpoint and stop without training (``launcher="pcs_ray.executors.standin:launch"``
   in a coordinator's config, for load tests whose hundreds of runners would not fit as real processes).
 
-Workloads (models and data) are registered in ``workloads.models``.
+Workloads (models and data) are registered in ``pcs_ray.workloads.models``.
 """

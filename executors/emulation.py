@@ -5,7 +5,7 @@ the time a step really takes depends on what else runs. :class:`StepBudget`
 makes it depend only on the device: the real PyTorch step runs first (so
 weights train and checkpoints resume bitwise), then the runner waits until
 the step's deadline on the device's schedule (one
-``workloads.device_model.emulated_step_s`` per step from the run's start).
+``pcs_ray.workloads.device_model.emulated_step_s`` per step from the run's start).
 
 A step whose real compute took longer than its budget (the OS descheduled
 the runner on the shared cores, say) leaves the run behind schedule; the

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import ray
 
-from executors import rank_death
-from executors.checkpoint import peek_step
+from pcs_ray.executors import rank_death
+from pcs_ray.executors.checkpoint import peek_step
 from pcs_ray.contract import RunOutcome, RunRequest
 
 

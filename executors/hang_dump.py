@@ -13,7 +13,7 @@ import logging
 
 log = logging.getLogger(__name__)
 
-STDERR_FD = 2  # the rank's stderr: a user run's log file (executors.user_run), else its Ray worker's log
+STDERR_FD = 2  # the rank's stderr: a user run's log file (pcs_ray.executors.user_run), else its Ray worker's log
 
 
 def arm(timeout_s: float | None) -> None:

@@ -1,7 +1,7 @@
 """Start, stop and kill jobs on exactly the GPUs placement chose.
 
-``launch(request)`` creates one :class:`executors.runner.Runner` actor per GPU
-(for the user's own code, one :class:`executors.user_run.UserRank` with the job's runtime_env)
+``launch(request)`` creates one :class:`pcs_ray.executors.runner.Runner` actor per GPU
+(for the user's own code, one :class:`pcs_ray.executors.user_run.UserRank` with the job's runtime_env)
 in ``request.gpus`` with ``num_gpus=0`` and the GPU's custom resource
 (``<node>_gpu<i>``, see ``pcs_ray.cluster.resources``). That resource exists only on
 its own node, so it also pins the actor to the node (no separate node
@@ -23,8 +23,8 @@ import time
 import ray
 
 from pcs_ray.contract import RunOutcome, RunRequest
-from executors.handle import RunHandle, watch_ranks
-from executors.runner import RemoteRunner
+from pcs_ray.executors.handle import RunHandle, watch_ranks
+from pcs_ray.executors.runner import RemoteRunner
 from pcs_ray.cluster.resources import gpu_resource
 
 
@@ -44,7 +44,7 @@ def launch(request: RunRequest, after: ray.ObjectRef | None = None) -> RunHandle
     if request.total_steps is not None and request.total_steps < 0:
         raise ValueError(f"job {request.job_id}: total_steps must be >= 0")
     if request.code is not None:
-        from executors.user_run import launch_user
+        from pcs_ray.executors.user_run import launch_user
 
         return launch_user(request, after)
     world_size = len(request.gpus)

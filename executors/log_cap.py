@@ -1,6 +1,6 @@
 """A rank's log kept bounded: rotated once it passes its cap, the part before kept as ``rank-<r>.log.1``.
 
-A user rank's stdout and stderr are its log file itself (``executors.user_run`` points file
+A user rank's stdout and stderr are its log file itself (``pcs_ray.executors.user_run`` points file
 descriptors 1 and 2 at it), so whatever writes there (Python, C extensions, ``faulthandler``) is
 kept. A thread of the rank looks at the file's size every second; past ``max_bytes`` it renames
 it to ``rank-<r>.log.1`` (replacing the one before) and points 1 and 2 at a new file. A rank's logs

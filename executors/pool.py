@@ -1,6 +1,6 @@
 """Warm runners: one long-lived runner process per GPU, so a (re)start costs a message, not a process and a torch import.
 
-A cold start (``executors.launch``) creates a fresh Ray actor per rank and
+A cold start (``pcs_ray.executors.launch``) creates a fresh Ray actor per rank and
 imports torch and the workload in it: seconds on an idle machine, tens of
 seconds on a busy one, paid at every start, resume and migration. The pool
 keeps one :class:`WarmRunner` per GPU instead:
@@ -8,7 +8,7 @@ keeps one :class:`WarmRunner` per GPU instead:
 - **pinned** to the Ray node that offers the GPU's per-GPU resource
   (``<node>_gpu<i>``, see ``pcs_ray.cluster.resources``) and bound to that GPU for
   life (``CUDA_VISIBLE_DEVICES``). It holds none of the resource itself: Ray
-  Tune trials (``executors.tune_scheduler``) request the whole unit, so a
+  Tune trials (``pcs_ray.executors.tune_scheduler``) request the whole unit, so a
   runner that kept even a share of it would block them forever. Which run
   uses a GPU is the coordinator's decision; the runner takes one run at a
   time and queues the next behind it (``after``, as a cold start does).
@@ -34,7 +34,7 @@ keeps one :class:`WarmRunner` per GPU instead:
   says which kind it used (``RunOutcome.runner``) and its timings carry
   ``launched`` (the launch call) so start-up can be charged per kind.
 
-``WarmPool.launch`` returns the same :class:`executors.launch.RunHandle`
+``WarmPool.launch`` returns the same :class:`pcs_ray.executors.launch.RunHandle`
 (``done`` -> ``RunOutcome``, ``request_stop()``, ``kill()``) as a cold launch.
 """
 
@@ -51,9 +51,9 @@ from dataclasses import dataclass, field, replace
 
 import ray
 
-from executors import rank_death
-from executors.launch import RunHandle, launch as cold_launch
-from executors.runner import failed_outcome, rendezvous_address, train_rank
+from pcs_ray.executors import rank_death
+from pcs_ray.executors.launch import RunHandle, launch as cold_launch
+from pcs_ray.executors.runner import failed_outcome, rendezvous_address, train_rank
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
 
@@ -112,7 +112,7 @@ class WarmRunner:
         self._ended: OrderedDict[tuple[str, int], RunOutcome] = OrderedDict()
         self._never = threading.Event()
         self.runs = 0
-        import executors.training  # noqa: F401  (torch, the loop, checkpoints)
+        import pcs_ray.executors.training  # noqa: F401  (torch, the loop, checkpoints)
 
         self.warmed = time.time()
         # The workloads' own heavy modules (torchvision) load in the background: a run that needs one
@@ -122,8 +122,8 @@ class WarmRunner:
     def _import_workloads(self) -> None:
         import importlib
 
-        from executors.training import warm_cuda
-        from workloads.models import WORKLOADS
+        from pcs_ray.executors.training import warm_cuda
+        from pcs_ray.workloads.models import WORKLOADS
 
         for workload in WORKLOADS.values():
             for module in workload.imports:

@@ -2,11 +2,11 @@
 
 For each GPU a fresh Python process starts with the variables a run's rank gets
 (``CUDA_VISIBLE_DEVICES`` = the GPU's NVML index, ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, as
-``executors.user_run`` sets them), asks torch and NVML what it sees (:func:`seen_here`) and prints it as
+``pcs_ray.executors.user_run`` sets them), asks torch and NVML what it sees (:func:`seen_here`) and prints it as
 one JSON line. A process per GPU because CUDA reads the variables once, when it starts in a process;
 they run side by side, so a node's probe takes about one torch import and CUDA start-up.
 
-    python -m executors.preflight        # in a pinned process: what it sees, as JSON
+    python -m pcs_ray.executors.preflight        # in a pinned process: what it sees, as JSON
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def probe(index: int, timeout: float = PROBE_TIMEOUT_S) -> tuple[dict | None, st
     """What a fresh process pinned to GPU ``index`` sees, or (None, why it said nothing)."""
     env = {**os.environ, **pinned_env(index)}
     try:
-        proc = subprocess.run([sys.executable, "-m", "executors.preflight"], env=env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "pcs_ray.executors.preflight"], env=env, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"the pinned process did not report within {timeout:g} s"

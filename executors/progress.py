@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from executors.emulation import StepBudget
+from pcs_ray.executors.emulation import StepBudget
 from pcs_ray.contract import RunRequest
 
 log = logging.getLogger(__name__)

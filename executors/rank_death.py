@@ -3,7 +3,7 @@
 Ray tells a worker killed by ``ray.kill``, by its memory monitor or by SIGTERM apart, but not a
 SIGKILL (the kernel's out-of-memory killer) from a crash in native code: both are "exits with a
 connection error". A user rank's fatal signals (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) are written
-to its log by ``faulthandler`` (``executors.user_run``), so its log's tail tells a crash; what is
+to its log by ``faulthandler`` (``pcs_ray.executors.user_run``), so its log's tail tells a crash; what is
 left is a signal that cannot be caught.
 """
 

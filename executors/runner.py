@@ -1,7 +1,7 @@
 """The Ray actor that runs one rank of one job on one chosen GPU.
 
 It is created with ``num_gpus=0`` and the per-GPU custom resource of its GPU
-(see ``executors.launch``), so Ray puts it on the right node but leaves GPU
+(see ``pcs_ray.executors.launch``), so Ray puts it on the right node but leaves GPU
 visibility to us: the runner sets ``CUDA_VISIBLE_DEVICES`` to its GPU's
 index before anything touches CUDA. It is a threaded actor (two threads):
 ``run`` trains while ``request_stop`` can still be delivered, and the loop
@@ -18,7 +18,7 @@ import traceback
 import ray
 
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
-from executors.handle import failed_outcome, rendezvous_address  # noqa: F401  (re-exported)
+from pcs_ray.executors.handle import failed_outcome, rendezvous_address  # noqa: F401  (re-exported)
 
 
 class Runner:
@@ -33,8 +33,8 @@ class Runner:
         # Import the heavy modules now: with ``launch(after=...)`` this overlaps the previous run's stop.
         import importlib
 
-        import executors.training  # noqa: F401
-        from workloads.models import WORKLOADS
+        import pcs_ray.executors.training  # noqa: F401
+        from pcs_ray.workloads.models import WORKLOADS
 
         for module in WORKLOADS[workload].imports if workload in WORKLOADS else ():
             importlib.import_module(module)
@@ -80,12 +80,12 @@ def train_rank(request: RunRequest, should_stop, rank: int, world_size: int, mas
     """One rank's run in this process: join the run's process group (DDP), train, leave it; failures become outcomes.
 
     Shared by the runners started for one run and the pool's warm runners, so both train the same way.
-    ``hooks``: ``on_step`` and ``reporter`` of :func:`executors.training.run_training`.
+    ``hooks``: ``on_step`` and ``reporter`` of :func:`pcs_ray.executors.training.run_training`.
     """
     try:
         import torch.distributed as dist
 
-        from executors.training import run_training, uses_real_gpu
+        from pcs_ray.executors.training import run_training, uses_real_gpu
 
         if world_size > 1:
             host, port = master

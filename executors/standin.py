@@ -2,12 +2,12 @@
 
 One async Ray actor plays every run (a real runner is a process with torch,
 ~0.8 GB each; 256 of them do not fit here). ``launch`` has the signature of
-``executors.launch.launch`` and returns a handle with ``done``,
+``pcs_ray.executors.launch.launch`` and returns a handle with ``done``,
 ``request_stop`` and ``kill``; a run sleeps ``STEP_S`` per step, reports
 progress to the coordinator at most every ``request.report_interval_s``,
 keeps a checkpoint (the step, in memory) every ``request.checkpoint_every``
 steps and on a stop, and resumes from it. Pass
-``launcher="executors.standin:launch"`` in the coordinator's config.
+``launcher="pcs_ray.executors.standin:launch"`` in the coordinator's config.
 """
 
 from __future__ import annotations

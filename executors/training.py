@@ -37,10 +37,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import default_collate
 
-from executors.progress import ProgressReporter, TelemetryReporter, telemetry_reporter  # noqa: F401  (re-exported)
+from pcs_ray.executors.progress import ProgressReporter, TelemetryReporter, telemetry_reporter  # noqa: F401  (re-exported)
 from pcs_ray.contract import RunOutcome, RunRequest
-from executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
-from workloads.models import get_workload
+from pcs_ray.executors.checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from pcs_ray.workloads.models import get_workload
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def builtin_loop(config: dict) -> None:
     what ``pcs_ray.train``'s functions call), so built-ins and user code share one training path.
 
     ``config``: ``workload``, its ``params`` and ``checkpoint_every``. Checkpoints are this module's
-    verified files (``executors.checkpoint``) inside the folders the contract commits; a damaged
+    verified files (``pcs_ray.executors.checkpoint``) inside the folders the contract commits; a damaged
     newest one falls back to the one before it.
     """
     import pcs_ray.train.session as train_session
@@ -274,12 +274,12 @@ def run_training(
 ) -> RunOutcome:
     """Train ``request`` (a built-in workload) from its newest checkpoint to ``total_steps`` or until asked to stop.
 
-    The same path as the user's own code (``executors.user_run.run_rank`` calling :func:`builtin_loop`).
+    The same path as the user's own code (``pcs_ray.executors.user_run.run_rank`` calling :func:`builtin_loop`).
     With ``world_size > 1`` the caller has initialised ``torch.distributed``. ``on_step(step)`` follows
     every step (and the restore); ``reporter`` returns where progress and telemetry go now, instead of
     ``request.reporter``.
     """
-    from executors.user_run import run_rank
+    from pcs_ray.executors.user_run import run_rank
 
     return run_rank(request, should_stop, rank, world_size, None, dict(timings or {}), on_step=on_step,
                     reporter=reporter, distributed=False)

@@ -7,10 +7,10 @@
     results = tuner.fit()
 
 :class:`PCSTuner` wraps ``tune.Tuner`` around :class:`PCSTuneScheduler`
-(``executors.tune_scheduler``: how trials follow the coordinator's GPU
+(``pcs_ray.executors.tune_scheduler``: how trials follow the coordinator's GPU
 assignment); each trial is pinned to its GPUs before the trainable runs
-(:func:`pinned`, ``executors.tune_pin``: a trainable needs no pcs-ray call), and
-:func:`session_trainable` trains a registered workload (``executors.tune_trial``).
+(:func:`pinned`, ``pcs_ray.executors.tune_pin``: a trainable needs no pcs-ray call), and
+:func:`session_trainable` trains a registered workload (``pcs_ray.executors.tune_trial``).
 ``client`` is any :class:`~pcs_ray.contract.CoordinatorAPI`.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from ray.tune.schedulers import TrialScheduler
 
-from executors.tune_scheduler import PCSTuneScheduler, SweepLog
-from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
-from executors.tune_trial import session_trainable
+from pcs_ray.executors.tune_scheduler import PCSTuneScheduler, SweepLog
+from pcs_ray.executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
+from pcs_ray.executors.tune_trial import session_trainable
 from pcs_ray.contract import CoordinatorAPI
 
 
@@ -51,7 +51,7 @@ class PCSTuner:
     the shortcuts (``scheduler``, ``metric``, ``mode``, ``num_samples``, ``name``, ``storage_path``,
     ``callbacks``, ``max_failures``) instead of the config objects. ``iterations`` (per trial, at most)
     and ``iteration_time`` (seconds, estimated) are what the coordinator predicts the sweep from.
-    Every trainable is wrapped with :func:`~executors.tune_pin.pinned`: a trial sees only its GPUs.
+    Every trainable is wrapped with :func:`~pcs_ray.executors.tune_pin.pinned`: a trial sees only its GPUs.
     """
 
     def __init__(

@@ -1,9 +1,9 @@
 """Pinning a Tune trial to the GPUs pcs-ray assigned it, before the user's trainable runs.
 
-The scheduler (``executors.tune_scheduler``) gives a trial its GPUs as
+The scheduler (``pcs_ray.executors.tune_scheduler``) gives a trial its GPUs as
 per-GPU custom resources (``node0_gpu3``) with ``num_gpus=0``, so Ray leaves
 ``CUDA_VISIBLE_DEVICES`` alone. :func:`pinned` wraps a trainable so that its
-trial sets it (:func:`pin_trial_gpus`) first; ``executors.tune.PCSTuner``
+trial sets it (:func:`pin_trial_gpus`) first; ``pcs_ray.executors.tune.PCSTuner``
 applies it to every trainable it is given, so the trainable calls nothing of
 pcs-ray. The wrapped trainable's class derives from :class:`PinnedTrainable`,
 which is how the scheduler tells a pinned trainable from one that is not.

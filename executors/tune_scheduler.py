@@ -7,7 +7,7 @@ trials x GPUs per trial: the policy decides how many GPUs it holds, placement
 which ones. The scheduler polls that assignment and maps it onto trials: a
 trial runs only on GPUs of the assignment (it holds their per-GPU custom
 resources, ``num_gpus=0``, and its trainable, wrapped with
-``executors.tune_pin.pinned`` by ``PCSTuner`` or by whoever builds the
+``pcs_ray.executors.tune_pin.pinned`` by ``PCSTuner`` or by whoever builds the
 ``tune.Tuner`` around this scheduler, sets ``CUDA_VISIBLE_DEVICES`` from them
 before it runs; the scheduler warns of a trainable that is not wrapped).
 Trials on GPUs taken away are paused at their next result (checkpointed;
@@ -19,7 +19,7 @@ scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial shrinks
 the sweep's demand so its GPUs go to other apps. Progress (iterations x
 measured time per iteration) flows back so predictions use real speeds.
 The driver holds the sweep's GPUs on a lease it renews from a thread of its own
-(``executors.tune_lease``): a driver that dies loses them within the
+(``pcs_ray.executors.tune_lease``): a driver that dies loses them within the
 coordinator's lease. A sweep the coordinator ended (its lease lapsed, its time
 limit, a cancel) stops the experiment, with the reason in the driver's log.
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from executors.tune_lease import LeaseKeeper, LockedCalls
-from executors.tune_pin import PinnedTrainable
+from pcs_ray.executors.tune_lease import LeaseKeeper, LockedCalls
+from pcs_ray.executors.tune_pin import PinnedTrainable
 from pcs_ray.contract import CoordinatorAPI, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ class PCSTuneScheduler(TrialScheduler):
     def _check_pinned(trial: Trial) -> None:
         cls = trial.get_trainable_cls() if hasattr(trial, "get_trainable_cls") else None
         if cls is not None and not issubclass(cls, PinnedTrainable):
-            logger.warning("%s is not wrapped in executors.tune.pinned(): its trials see every GPU of their node "
+            logger.warning("%s is not wrapped in pcs_ray.executors.tune.pinned(): its trials see every GPU of their node "
                            "unless it calls pin_trial_gpus() itself (PCSTuner wraps it)", getattr(cls, "__name__", cls))
 
     def _count(self, tid: str, it: int) -> None:

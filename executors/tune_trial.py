@@ -1,7 +1,7 @@
 """Inside a Tune trial that pcs-ray schedules: a deterministic trainable, and pinning for old code.
 
 :func:`session_trainable` trains a registered workload. Pinning lives in
-``executors.tune_pin``; :func:`pin_trial_gpus` is importable from here too, as
+``pcs_ray.executors.tune_pin``; :func:`pin_trial_gpus` is importable from here too, as
 trainables written before pcs-ray pinned trials itself call it.
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import time
 
-from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
+from pcs_ray.executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
 
 __all__ = ["assigned_gpu_resources", "held_out_loss", "pin_trial_gpus", "pinned", "reference_run", "session_trainable",
            "weights_digest"]
 
 
 def session_trainable(config: dict) -> None:
-    """Train a registered workload (``executors.training.TrainingSession``) as a Tune function trainable.
+    """Train a registered workload (``pcs_ray.executors.training.TrainingSession``) as a Tune function trainable.
 
     ``config``: ``workload``, ``params`` (lr, momentum, seed, ...), ``iterations``,
     ``steps_per_iteration``, optionally ``sleep_s`` (stretch each iteration: a slower trial) and
@@ -31,8 +31,8 @@ def session_trainable(config: dict) -> None:
 
     from ray import tune
 
-    from executors.checkpoint import load_checkpoint, save_checkpoint
-    from executors.training import TrainingSession
+    from pcs_ray.executors.checkpoint import load_checkpoint, save_checkpoint
+    from pcs_ray.executors.training import TrainingSession
 
     config = {**config, **config.get("variant", {})}
     gpus = assigned_gpu_resources()
@@ -82,7 +82,7 @@ def weights_digest(model) -> str:
 
 def reference_run(config: dict) -> dict:
     """A trial's training without Tune and without interruption: the final metrics a sweep must reproduce."""
-    from executors.training import TrainingSession
+    from pcs_ray.executors.training import TrainingSession
 
     config = {**config, **config.get("variant", {})}
     session = TrainingSession(config["workload"], config.get("params"))

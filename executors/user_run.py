@@ -7,8 +7,8 @@ rank is pinned as the built-in runners are (the GPU's custom resource, ``CUDA_VI
 and also sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA's index 0 is NVML's index for that GPU.
 
 A rank sends its stdout and stderr to ``<log_dir>/rank-<r>.log`` (``pcs-ray logs``; rotated past the
-operator's ``log_bytes_per_rank``, ``executors.log_cap``; a fatal signal's stacks and, past the job's
-report timeout, a hung rank's stacks are written there too, ``executors.hang_dump``), installs a
+operator's ``log_bytes_per_rank``, ``pcs_ray.executors.log_cap``; a fatal signal's stacks and, past the job's
+report timeout, a hung rank's stacks are written there too, ``pcs_ray.executors.hang_dump``), installs a
 :class:`pcs_ray.train.session.Session`, joins ``torch.distributed`` when the run has several ranks,
 and calls the user's function with the job's ``config``. How the call ends is the run's outcome:
 
@@ -40,12 +40,15 @@ from pathlib import Path
 
 import ray
 
-from executors import hang_dump, log_cap
-from executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
+import pcs_ray
+from pcs_ray.executors import hang_dump, log_cap
+from pcs_ray.executors.handle import RunHandle, failed_outcome, rendezvous_address, watch_ranks
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
 from pcs_ray.cluster.resources import gpu_resource
 
 TRACEBACK_LINES = 12  # of the user's traceback kept in the outcome (the status view shows them)
+#: pcs-ray's own folders: a traceback's frames there are not the user's (whose folders may share their names).
+OUR_FOLDERS = tuple(str(Path(p).resolve().parent) + os.sep for p in (__file__, pcs_ray.__file__))
 
 
 def runtime_env(request: RunRequest) -> dict:
@@ -102,8 +105,7 @@ def load_function(code: dict):
 def _user_traceback(exc: BaseException) -> str:
     """The last lines of the traceback, from the first frame outside pcs-ray on."""
     frames = traceback.extract_tb(exc.__traceback__)
-    ours = (os.sep + "executors" + os.sep, os.sep + "pcs_ray" + os.sep)
-    while len(frames) > 1 and any(p in frames[0].filename for p in ours):
+    while len(frames) > 1 and os.path.realpath(frames[0].filename).startswith(OUR_FOLDERS):
         frames.pop(0)
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     text = "".join(lines).rstrip().splitlines()
@@ -113,7 +115,7 @@ def _user_traceback(exc: BaseException) -> str:
 class UserRank:
     """One rank of one run of the user's code, in a process of its own.
 
-    Created for its run (``gpu`` given), or ahead of it as a spare (``executors.user_spares``):
+    Created for its run (``gpu`` given), or ahead of it as a spare (``pcs_ray.executors.user_spares``):
     then torch and the contract are imported before any run needs them, and :meth:`assign` pins
     it to its GPU when a run takes it. Importing torch does not touch CUDA, so the pinning set
     afterwards still decides which device the run sees.
@@ -138,7 +140,7 @@ class UserRank:
 
     def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None, log_bytes: int | None = None) -> None:
         """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``
-        (rotated past ``log_bytes``, ``executors.log_cap``)."""
+        (rotated past ``log_bytes``, ``pcs_ray.executors.log_cap``)."""
         if self.gpu is not None:
             raise RuntimeError("a user rank process runs one run only")
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
@@ -183,8 +185,8 @@ class UserRank:
 RemoteUserRank = ray.remote(UserRank)
 
 
-#: The built-in workloads' loop (``executors.training.builtin_loop``), run through the same contract.
-BUILTIN_ENTRYPOINT = "executors.training:builtin_loop"
+#: The built-in workloads' loop (``pcs_ray.executors.training.builtin_loop``), run through the same contract.
+BUILTIN_ENTRYPOINT = "pcs_ray.executors.training:builtin_loop"
 
 
 class _Pace:
@@ -197,7 +199,7 @@ class _Pace:
 
     def __init__(self, request: RunRequest, rank: int, emulate: bool, timings: dict, budget=None,
                  on_step=None, resolve=None):
-        from executors.progress import ProgressReporter, telemetry_reporter
+        from pcs_ray.executors.progress import ProgressReporter, telemetry_reporter
 
         self.slowdown = request.slowdown if emulate and budget is None else 1.0
         self.budget, self.on_step, self.rank, self.timings = budget, on_step, rank, timings
@@ -264,10 +266,10 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
              timings: dict, *, on_step=None, reporter=None, distributed: bool = True) -> RunOutcome:
     """One rank of a run in this process, the user's code or a built-in workload's loop; every way it
     can end becomes an outcome. ``distributed``: join the run's process group here (False: the caller
-    has); ``on_step`` and ``reporter`` as for a warm runner (``executors.pool``)."""
+    has); ``on_step`` and ``reporter`` as for a warm runner (``pcs_ray.executors.pool``)."""
     import pcs_ray.train.session as train_session
     import pcs_ray.train.store as store
-    from executors.checkpoint import peek_step
+    from pcs_ray.executors.checkpoint import peek_step
 
     builtin = request.code is None
     code = request.code or {"entrypoint": BUILTIN_ENTRYPOINT, "config": {
@@ -284,8 +286,8 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
     try:
         device = _device()
         if device == "cpu" and builtin:
-            from executors.emulation import StepBudget
-            from workloads.device_model import emulated_step_s
+            from pcs_ray.executors.emulation import StepBudget
+            from pcs_ray.workloads.device_model import emulated_step_s
 
             budget = StepBudget(emulated_step_s(request.workload, request.params, world_size, request.slowdown))
             notes.append(f"emulated GPUs: {budget.step_s:.4g} s per step (slowdown x{request.slowdown:g}, {world_size} GPU(s))")
@@ -385,7 +387,7 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
     """Start a run of the user's code on exactly ``request.gpus``: a fresh rank process per GPU, taken
     from ``spares`` (pre-started for this runtime env on that node) where one waits, else started now.
     Either way the process serves this run only; ``spares`` then starts the next ones."""
-    from executors.user_spares import SPARES, env_key
+    from pcs_ray.executors.user_spares import SPARES, env_key
 
     launched = time.time()  # the working dir's packaging counts as start-up too
     spares = SPARES if spares is None else spares

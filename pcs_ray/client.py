@@ -8,7 +8,7 @@
     client.wait(job.id)
 
 ``Client`` is a :class:`~pcs_ray.contract.CoordinatorAPI`, so a Ray Tune sweep
-(``executors.tune.PCSTuner``) runs through it. The coordinator's refusals
+(``pcs_ray.executors.tune.PCSTuner``) runs through it. The coordinator's refusals
 arrive as the typed errors it raised (:class:`~pcs_ray.contract.UnknownJobError`,
 :class:`~pcs_ray.contract.JobSpecError`, :class:`~pcs_ray.contract.ConfigError`,
 all :class:`~pcs_ray.contract.CoordinatorError`). Every submission carries a
@@ -228,7 +228,7 @@ class Client:
             return
         self.actor.report_progress.remote(str(job_id), int(step), step_time_s, emulated=emulated, **extra)
 
-    # -- external executors (a Ray Tune sweep, see executors.tune) ------------------
+    # -- external executors (a Ray Tune sweep, see pcs_ray.executors.tune) ------------------
     def assignment(self, job_id: int) -> dict:
         """The GPUs (custom resource names) an ``executor: external`` job may use now."""
         return self._call("assignment", int(job_id))

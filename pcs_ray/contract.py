@@ -9,7 +9,7 @@
   reality that the coordinator asks the executors to carry out.
 * The runner contract: the coordinator decides *what* runs *where*;
   ``executors`` makes it happen. It launches a job with a :class:`RunRequest`
-  and gets back a handle (see ``executors.launch``) whose ``done`` object ref
+  and gets back a handle (see ``pcs_ray.executors.launch``) whose ``done`` object ref
   resolves to a :class:`RunOutcome`. Runners report progress while they train
   through the ``reporter`` callback target so predictions use measured speeds.
 """
@@ -194,14 +194,14 @@ class GPUSlot:
 class RunRequest:
     """Start (or resume) one job on exactly ``gpus``.
 
-    ``workload`` names a model registered in ``workloads.models``; ``params``
+    ``workload`` names a model registered in ``pcs_ray.workloads.models``; ``params``
     are its options (batch size, learning rate, seed, dataset path ...).
     ``total_steps`` is the job's whole budget (None: the user's own code gave
     none and runs until its function returns): a resumed job continues from
     the step in its newest valid checkpoint under ``checkpoint_dir``.
     ``slowdown`` is what the cluster model says these GPUs cost (slowest
     GPU × locality × topology); runners on logical GPUs emulate devices
-    whose step takes ``workloads.device_model.emulated_step_s`` (which
+    whose step takes ``pcs_ray.workloads.device_model.emulated_step_s`` (which
     includes it), runners on real GPUs ignore it. ``attempt`` counts starts.
     """
 
@@ -222,10 +222,10 @@ class RunRequest:
     # runtime_env and config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``); None for a built-in workload.
     code: dict | None = None
     log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
-    # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``executors.hang_dump``)
+    # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``pcs_ray.executors.hang_dump``)
     # just before the coordinator kills the run as hung; None: no timeout.
     report_timeout_s: float | None = None
-    log_bytes: int | None = None  # each rank's log is rotated past this size (``executors.log_cap``); None: never
+    log_bytes: int | None = None  # each rank's log is rotated past this size (``pcs_ray.executors.log_cap``); None: never
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -2,7 +2,7 @@
 
 Modules, one job each:
 
-* the job-history format the live coordinator writes is ``workloads.history`` (a trace format)
+* the job-history format the live coordinator writes is ``pcs_ray.workloads.history`` (a trace format)
 * ``workload``: independent train/test samples of a CDF workload, trace or history
 * ``objectives``: ``<metric, measure>`` objectives measured on a simulation
 * ``space``: WFQ(T, W, zeta_min[, delta]) genomes decoded into ``WFQConfig``s

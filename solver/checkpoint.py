@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from solver.cache import EvaluationCache
-from solver.spea2 import SearchState
+from pcs_ray.solver.cache import EvaluationCache
+from pcs_ray.solver.spea2 import SearchState
 
 STATE_VERSION = 1
 

@@ -6,7 +6,7 @@ canonical JSON (``space.config_key``) or a baseline policy name (``fifo``,
 simulator, predictions on, and its objective values are cached; a
 candidate's value on a sample set is the mean over the set's samples.
 
-The Ray backend fans the missing pairs out as Ray tasks (``solver.fanout``,
+The Ray backend fans the missing pairs out as Ray tasks (``pcs_ray.solver.fanout``,
 which ``pcs-ray simulate`` shares) on whatever cluster is connected
 (``ray.init()`` finds one, or starts a local instance); each sample is put in
 the object store once. Both backends run the same function on the same inputs,
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from solver.cache import EvaluationCache, Key
-from solver.fanout import RayFanOut, run_in_process
-from solver.objectives import Objective, measure, parse_objectives
+from pcs_ray.solver.cache import EvaluationCache, Key
+from pcs_ray.solver.fanout import RayFanOut, run_in_process
+from pcs_ray.solver.objectives import Objective, measure, parse_objectives
 
 Samples = dict[str, list[list[JobSpec]]]  # split name -> samples
 Progress = Callable[[int, int], None]  # (done, total) simulations of one batch
@@ -55,7 +55,7 @@ class SerialBackend:
 
 
 class RayBackend:
-    """Ray tasks on the connected cluster (``solver.fanout``); results handed back as they finish."""
+    """Ray tasks on the connected cluster (``pcs_ray.solver.fanout``); results handed back as they finish."""
 
     name = "ray"
 

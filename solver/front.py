@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import moocore
 import numpy as np
 
-from solver.objectives import Objective
-from solver.space import canonical_dict, config_key
+from pcs_ray.solver.objectives import Objective
+from pcs_ray.solver.space import canonical_dict, config_key
 from pcs_ray.policies import WFQConfig
 
 FRONT_VERSION = 1
@@ -232,7 +232,7 @@ def read_front(path) -> tuple[tuple[Objective, ...], list[FrontPoint]]:
     import json
     from pathlib import Path
 
-    from solver.objectives import parse_objectives
+    from pcs_ray.solver.objectives import parse_objectives
 
     p = Path(path)
     if not p.is_file():

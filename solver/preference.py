@@ -23,13 +23,13 @@ from pathlib import Path
 
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.policies import WFQConfig
-from solver.front import FrontPoint
-from workloads.history import read_history
-from solver.objectives import Objective, parse_objective, parse_objectives
-from solver.search import Problem, Search
-from solver.space import DEFAULT_MAX_QUEUES, canonical_dict
-from solver.workload import WorkloadSource
-from workloads.traces import read_trace
+from pcs_ray.solver.front import FrontPoint
+from pcs_ray.workloads.history import read_history
+from pcs_ray.solver.objectives import Objective, parse_objective, parse_objectives
+from pcs_ray.solver.search import Problem, Search
+from pcs_ray.solver.space import DEFAULT_MAX_QUEUES, canonical_dict
+from pcs_ray.solver.workload import WorkloadSource
+from pcs_ray.workloads.traces import read_trace
 
 CONFIG_ENV = "PCS_RAY_WFQ_CONFIG"
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from pcs_ray.policies import WFQConfig
-from solver.cache import EvaluationCache
-from solver.checkpoint import Checkpoint
-from solver.evaluate import Evaluator
-from solver.front import FrontPoint, Reference, normalised_hypervolume, pareto_indices
-from solver.objectives import Objective
-from solver.space import DEFAULT_MAX_QUEUES, MAX_QUEUES_LIMIT, SPACES, SearchSpace, config_key, describe_genes
-from solver.spea2 import SPEA2, SearchError, SearchState, truncate
-from solver.workload import WorkloadSource
+from pcs_ray.solver.cache import EvaluationCache
+from pcs_ray.solver.checkpoint import Checkpoint
+from pcs_ray.solver.evaluate import Evaluator
+from pcs_ray.solver.front import FrontPoint, Reference, normalised_hypervolume, pareto_indices
+from pcs_ray.solver.objectives import Objective
+from pcs_ray.solver.space import DEFAULT_MAX_QUEUES, MAX_QUEUES_LIMIT, SPACES, SearchSpace, config_key, describe_genes
+from pcs_ray.solver.spea2 import SPEA2, SearchError, SearchState, truncate
+from pcs_ray.solver.workload import WorkloadSource
 
 BASELINES = ("fifo", "srsf", "themis", "afs")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pcs_ray.jobs.spec import JobSpec
-from workloads.generator import generate_workload
+from pcs_ray.workloads.generator import generate_workload
 
 
 class WorkloadSampleError(ValueError):

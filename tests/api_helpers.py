@@ -10,7 +10,7 @@ from builders import coordinator
 from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.coordinator.http_server import ApiServer
 from pcs_ray.coordinator.local import LocalCoordinator
-from workloads.catalog import registered_workloads
+from pcs_ray.workloads.catalog import registered_workloads
 
 TOKEN = "test-token-" + "0" * 40
 

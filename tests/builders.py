@@ -23,7 +23,7 @@ from pcs_ray.jobs.state import JobState
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
 from pcs_ray.variability.run_replay import DeviceRuns, ReplayedPlacement, RunReplay
-from workloads.traces import read_pcs_trace
+from pcs_ray.workloads.traces import read_pcs_trace
 
 DATA = data_dir()
 

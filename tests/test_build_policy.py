@@ -9,7 +9,7 @@ import pytest
 from pcs_ray.coordinator.config import coordinator_policy
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import ABOUT, BUNDLED, POLICIES, WFQConfig, WFQPolicy, build_policy, policy_names
-from solver.evaluate import make_policy
+from pcs_ray.solver.evaluate import make_policy
 
 
 def test_every_name_builds_and_is_described():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from executors.checkpoint import (
+from pcs_ray.executors.checkpoint import (
     LATEST,
     PREVIOUS,
     CheckpointError,

@@ -13,8 +13,8 @@ from pcs_ray.commands.calibrate import calibration_jobs, shapes_of_jobs
 from pcs_ray.commands.demo_jobs import DEMO_WFQ, demo_jobs
 from pcs_ray.commands.replay import summary
 from pcs_ray.commands.replay_sim import sim_specs, simulate_joblist, speed_model
-from workloads.device_model import emulated_step_s
-from workloads.joblist import JobListError, bundled_joblists, parse_joblist, read_joblist
+from pcs_ray.workloads.device_model import emulated_step_s
+from pcs_ray.workloads.joblist import JobListError, bundled_joblists, parse_joblist, read_joblist
 
 HEADER = "submit_s,name,workload,steps,gpus,min_gpus,class\n"
 

@@ -41,7 +41,7 @@ def same_wfq(described: dict, config: WFQConfig) -> bool:
 
 
 def test_build_core_runs_the_configuration_the_solver_wrote(tmp_path, solver_config):
-    from solver.preference import set_wfq_config
+    from pcs_ray.solver.preference import set_wfq_config
 
     bundled = WFQConfig.load(pcs_config("themis1", "bal"))
     assert same_wfq(build_core(core_config(tmp_path / "a" / "state", policy=None)).config()["policy"], bundled)

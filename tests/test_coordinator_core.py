@@ -225,7 +225,7 @@ def test_scaling_and_step_times_are_learned_per_gpu_count():
 def test_an_unmeasured_gpu_count_follows_the_device_models_steps_of_that_shape():
     """ResNet-18 at batch 8 measured on 4 GPUs: on 3 each rank computes 3 samples, not 2, so a step is a little
     longer (the device model's rank floor), not 4/3 longer as the bare scaling curve would say."""
-    from workloads import device_model as dm
+    from pcs_ray.workloads import device_model as dm
 
     core, clock = make(gpus=4, per_node=4, restart_overhead=0.0, workloads=("resnet18",))
     params = {"batch_size": 8}
@@ -300,7 +300,7 @@ def test_journal_replay_rebuilds_state_and_requeues_lost_runners(tmp_path):
 
 
 def test_history_is_written_for_finished_jobs(tmp_path):
-    from workloads.history import read_history_records
+    from pcs_ray.workloads.history import read_history_records
 
     hist = tmp_path / "history.jsonl"
     core, clock = make(history_path=hist)

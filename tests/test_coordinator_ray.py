@@ -49,7 +49,7 @@ def coordinator(ray_local, tmp_path):
         return actor
 
     yield start
-    from executors.pool import kill_warm_runners
+    from pcs_ray.executors.pool import kill_warm_runners
     from pcs_ray.contract import GPUSlot
 
     for actor, cluster in started:
@@ -161,7 +161,7 @@ def test_the_operators_policy_is_started_swapped_and_kept_and_errors_stay_typed(
     from pcs_ray.cli import run
     from pcs_ray.client import Client
     from pcs_ray.policies import WFQConfig
-    from solver.preference import set_wfq_config
+    from pcs_ray.solver.preference import set_wfq_config
 
     monkeypatch.setenv("PCS_RAY_WFQ_CONFIG", str(tmp_path / "solver" / "wfq.json"))
     written = WFQConfig.load(set_wfq_config(WFQConfig.from_params((100.0, math.inf), W=1.0, zeta_min=0.0)))

@@ -1,4 +1,4 @@
-"""The emulated GPU's model (workloads.device_model): no torch, every number sourced, the formula the runners pace by."""
+"""The emulated GPU's model (pcs_ray.workloads.device_model): no torch, every number sourced, the formula the runners pace by."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads import device_model as dm
-from workloads.catalog import CATALOG, WorkloadError
+from pcs_ray.workloads import device_model as dm
+from pcs_ray.workloads.catalog import CATALOG, WorkloadError
 
 
 def test_every_registered_workload_has_a_sourced_entry_and_a_bundled_scaling_curve():
@@ -71,7 +71,7 @@ def test_bigger_batches_and_longer_sequences_take_longer_and_bad_params_are_refu
 
 
 def test_the_model_imports_neither_torch_nor_ray():
-    code = "import sys, workloads.device_model as d; d.scaling('resnet18', 2); print('torch' in sys.modules or 'ray' in sys.modules)"
+    code = "import sys, pcs_ray.workloads.device_model as d; d.scaling('resnet18', 2); print('torch' in sys.modules or 'ray' in sys.modules)"
     root = Path(__file__).resolve().parent.parent  # python -c puts the working folder on the path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"

@@ -17,7 +17,7 @@ import pytest
 
 from pcs_ray.cluster import load_cluster_spec
 from pcs_ray.jobs.jobfile import load_job
-from workloads.catalog import registered_workloads
+from pcs_ray.workloads.catalog import registered_workloads
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pcs_ray.contract import GPUSlot, RunRequest
-from executors.checkpoint import load_checkpoint, peek_step
+from pcs_ray.executors.checkpoint import load_checkpoint, peek_step
 from builders import wait_until
 
 pytestmark = pytest.mark.slow  # runners as Ray actors
@@ -35,7 +35,7 @@ def ray_env(ray_local):
         def of(self, job_id):
             return [r for r in self.reports if r[0] == job_id]
 
-    from executors import launch as launch_module
+    from pcs_ray.executors import launch as launch_module
 
     return ray, launch_module, Recorder.remote()
 
@@ -56,7 +56,7 @@ def _same(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def pool(ray_env):
-    from executors.pool import WarmPool
+    from pcs_ray.executors.pool import WarmPool
 
     pool = WarmPool([GPUSlot(n, i) for n, i in WARM])
     pool.ready(timeout=300)
@@ -158,14 +158,14 @@ def test_two_gpu_ddp_job_checkpoints_and_resumes_across_nodes(ray_env, pool, tmp
     assert (stopped.runner, resumed.runner, whole.runner) == ("warm", "warm", "cold")
     assert _same(tmp_path / "whole", parts)  # same world size on other GPUs: bitwise identical
 
-    # a changed world size continues the same sample stream to the end (not bitwise: see executors.training)
+    # a changed world size continues the same sample stream to the end (not bitwise: see pcs_ray.executors.training)
     shrunk = pool.launch(_request("ddp", [("node0", 0)], parts, total_steps=16)).outcome(timeout=120)
     assert (shrunk.status, shrunk.start_step, shrunk.step) == ("finished", 12, 16)
     assert load_checkpoint(parts).state["data"]["samples_seen"] == 16 * 8
 
 
 def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, pool, tmp_path):
-    from executors.pool import WarmPool
+    from pcs_ray.executors.pool import WarmPool
 
     bad = _request("bad", [("node0", 0)], tmp_path, params={"no_such_param": 1})
     outcome = pool.launch(bad).outcome(timeout=120)
@@ -180,7 +180,7 @@ def test_a_failing_job_resolves_to_a_failed_outcome(ray_env, pool, tmp_path):
 def test_a_run_handed_to_a_runner_still_starting_is_labelled_warming_then_warm(ray_env, tmp_path):
     """The coordinator's speed model charges a handle's runner kind: a run that waited for its runner's
     process start and imports paid what a cold start pays, and must not be taught as a warm start."""
-    from executors.pool import WarmPool
+    from pcs_ray.executors.pool import WarmPool
 
     fresh = WarmPool([GPUSlot("node1", 3)])
     try:
@@ -216,7 +216,7 @@ def test_a_new_pool_adopts_a_run_that_outlived_its_coordinator_and_stops_the_oth
     """What a restarted coordinator does: the runs go on without anyone waiting on them; a new pool
     finds the runners by name, adopts one run (its progress now reaches a new reporter, its outcome is
     collected, its weights are those of an uninterrupted run) and stops the other at a checkpoint."""
-    from executors.pool import WarmPool
+    from pcs_ray.executors.pool import WarmPool
 
     ray, _, recorder = ray_env
     kept = _request("adopt", [("node0", 1)], tmp_path / "kept", slowdown=4 * SLOW, attempt=1)
@@ -245,7 +245,7 @@ def test_a_new_pool_adopts_a_run_that_outlived_its_coordinator_and_stops_the_oth
 
 
 def test_warm_runners_per_node_are_what_its_memory_share_holds_unless_set():
-    from executors.pool import warm_capacity
+    from pcs_ray.executors.pool import warm_capacity
 
     gib = 2**30
     assert warm_capacity(16 * gib, 0.75 * gib, share=0.5) == 10

@@ -7,12 +7,12 @@ import itertools
 import pytest
 import torch
 
-from executors import training
+from pcs_ray.executors import training
 from pcs_ray.contract import GPUSlot, RunRequest
-from executors.checkpoint import LATEST, load_checkpoint
-from executors.emulation import StepBudget
-from executors.training import DataStream, ProgressReporter, run_training, shard
-from workloads.device_model import emulated_step_s, reference_step_s
+from pcs_ray.executors.checkpoint import LATEST, load_checkpoint
+from pcs_ray.executors.emulation import StepBudget
+from pcs_ray.executors.training import DataStream, ProgressReporter, run_training, shard
+from pcs_ray.workloads.device_model import emulated_step_s, reference_step_s
 from builders import Clock
 
 pytestmark = pytest.mark.slow  # real training steps
@@ -200,7 +200,7 @@ class _FakeActor:
 
 def test_real_gpu_progress_reports_wall_clock_seconds_per_step_between_reports(monkeypatch):
     """Checkpoints and data loading between steps delay a real job's finish: reports carry them."""
-    import executors.training as training
+    import pcs_ray.executors.training as training
 
     clock = iter([100.0, 101.0, 103.0, 103.5])
     monkeypatch.setattr(training.time, "monotonic", lambda: next(clock))

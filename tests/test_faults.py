@@ -73,7 +73,7 @@ def test_a_corrupted_page_recovers_what_can_be_read(tmp_path):
 
 
 def test_journal_and_history_are_private(tmp_path):
-    from workloads.history import HistoryRecord, append_history
+    from pcs_ray.workloads.history import HistoryRecord, append_history
 
     journal = Journal(tmp_path / "state" / "journal.sqlite")
     journal.append(0.0, "init", None, {})
@@ -85,7 +85,7 @@ def test_journal_and_history_are_private(tmp_path):
 
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from executors import checkpoint
+    from pcs_ray.executors import checkpoint
 
     checkpoint.save_checkpoint(tmp_path, {"step": 10})
     real_open = open

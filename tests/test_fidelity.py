@@ -22,7 +22,7 @@ from pcs_ray.data import data_dir, locate
 from pcs_ray.sim.metrics import per_job_errors, summarize
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_trace
+from pcs_ray.workloads.traces import read_trace
 
 REF = data_dir() / "pcs" / "reference"
 ART = REF / "themis1-artifact"

@@ -22,7 +22,7 @@ from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.power.profile import load_power_profile
 from pcs_ray.sim.semantics import ordered_policies, with_semantics
 from pcs_ray.sim.run import simulate
-from workloads.generator import generate_workload
+from pcs_ray.workloads.generator import generate_workload
 
 GPUS = 8
 BUDGET_W = 1300.0  # with idle GPUs at 60 W: three GPUs at TDP, about six at measured power: first runs cost more room

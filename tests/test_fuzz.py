@@ -34,8 +34,8 @@ from pcs_ray.contract import CoordinatorError
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.jobs.jobfile import load_job, parse_job
 from pcs_ray.policies import build_policy, wfq_config
-from workloads.catalog import registered_workloads
-from workloads.errors import WorkloadError
+from pcs_ray.workloads.catalog import registered_workloads
+from pcs_ray.workloads.errors import WorkloadError
 import builders
 
 EXAMPLES = int(os.environ.get("PCS_RAY_FUZZ_EXAMPLES", "40"))
@@ -139,7 +139,7 @@ def check_wfq(raw):
 
 
 def check_trace(kind, text):
-    from workloads.traces import read_pcs_trace, read_sia_philly, read_testbed_trace
+    from pcs_ray.workloads.traces import read_pcs_trace, read_sia_philly, read_testbed_trace
 
     CASES[f"trace_{kind}"] += 1
     reader = {"pcs": read_pcs_trace, "testbed": read_testbed_trace, "sia": read_sia_philly}[kind]
@@ -154,7 +154,7 @@ def check_trace(kind, text):
 
 
 def check_joblist(text):
-    from workloads.joblist import JobListError, parse_joblist
+    from pcs_ray.workloads.joblist import JobListError, parse_joblist
 
     CASES["joblist"] += 1
     try:

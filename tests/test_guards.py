@@ -131,7 +131,7 @@ def test_a_lapsed_lease_is_journaled_and_a_restart_gives_live_sweeps_a_whole_lea
 
 
 def test_the_lease_keeper_renews_while_it_runs_and_the_job_ends_once_it_stops():
-    from executors.tune_lease import LeaseKeeper
+    from pcs_ray.executors.tune_lease import LeaseKeeper
 
     core, _ = make(lease_s=0.6, clock=time.time)
     host = LocalCoordinator(core)
@@ -213,6 +213,41 @@ def test_a_run_silent_past_its_report_timeout_is_killed_and_the_job_fails_with_t
     done = view(core, jid)
     assert done["state"] == "failed" and done["end_reason"]["code"] == "hang"
     assert "after step 5" in done["error"] and f"pcs-ray logs {jid}" in done["error"]
+
+
+def test_a_hung_run_is_retried_from_its_checkpoint_under_max_failures_and_a_hang_past_them_fails_the_job(tmp_path):
+    """A hang counts as a failure of the job's code, as Ray Train's ``max_failures`` counts a worker's: killed,
+    then resumed from its newest checkpoint while its retries last, the reason in its status and its runs."""
+    (tmp_path / "loop.py").write_text("def loop(config):\n    pass\n")
+    journal = tmp_path / "journal.sqlite"
+    core, clock = make(Journal(journal), report_timeout_s=60, gpus=1)
+    jid, _ = core.submit({"entrypoint": "loop.py:loop", "working_dir": str(tmp_path), "steps": 100, "gpus": 1,
+                          "step_time": 0.1, "max_failures": 1})
+    clock.t += 10
+    core.progress(jid, 40, 0.1)
+    clock.t += 60 + HANG_DUMP_MARGIN_S + 1
+    assert core.tick() == [StopRun(jid, 1, "hang")]  # killed (the host kills a run stopped for a hang)
+    assert core.jobs[jid].state == JobStatus.STOPPING and view(core, jid)["end_reason"] is None  # not ended
+    actions = core.run_ended(jid, 1, "failed", step=30, error="rank 0 died: killed by signal 9 (SIGKILL)")
+    assert [(a.job_id, a.request.attempt) for a in actions if isinstance(a, StartRun)] == [(jid, 2)]
+    retried = view(core, jid)
+    assert (retried["state"], retried["retries"], retried["steps"], retried["lost_steps"]) == ("running", 1, 30, 10)
+    assert retried["error"].startswith("hang: its run reported nothing after step 40") and "\n" not in retried["error"]
+    assert "retry 1 of max_failures 1" in retried["error"] and f"pcs-ray logs {jid} --attempt 1" in retried["error"]
+    first = retried["segments"][0]
+    assert first["stopped_for"] == "hang" and first["error"] == retried["error"]
+    reopened, _ = make(Journal(journal), report_timeout_s=60, gpus=1, clock=clock)
+    assert {k: view(reopened, jid)[k] for k in ("retries", "error", "lost_steps")} == {
+        k: retried[k] for k in ("retries", "error", "lost_steps")}  # journaled: a restart keeps the count
+
+    clock.t += 5
+    core.progress(jid, 35, 0.1)
+    clock.t += 60 + HANG_DUMP_MARGIN_S + 1
+    assert core.tick() == [StopRun(jid, 2, "hang")]  # its retries are spent: this one ends it
+    core.run_ended(jid, 2, "failed", step=30, error="rank 0 died: killed by signal 9 (SIGKILL)")
+    done = view(core, jid)
+    assert (done["state"], done["end_reason"]["code"], done["retries"]) == ("failed", "hang", 1)
+    assert done["error"].startswith("hang: its run reported nothing after step 35") and "retry" not in done["error"]
 
 
 def test_a_run_whose_ranks_began_and_never_report_a_step_is_a_hang_and_start_up_is_not_a_silence():

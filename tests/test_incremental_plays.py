@@ -13,8 +13,8 @@ from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import WFQConfig, WFQPolicy, build_policy
 from pcs_ray.sim.engine import Engine
 from pcs_ray.sim.run import simulate
-from workloads.generator import generate_workload
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.generator import generate_workload
+from pcs_ray.workloads.traces import read_sia_philly
 from builders import DATA, classed, forecasts, measured_cluster, philly, vc_config, with_costs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pcs_ray.jobs.jobfile import JobSpecError, load_job, parse_job
-from workloads.catalog import registered_workloads
+from pcs_ray.workloads.catalog import registered_workloads
 
 
 def write(tmp_path, text, name="job.yaml"):
@@ -172,7 +172,7 @@ def test_validation_needs_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, pcs_ray.jobs.jobfile, workloads.catalog; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, pcs_ray.jobs.jobfile, pcs_ray.workloads.catalog; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -180,7 +180,7 @@ def test_the_readme_tables_are_generated_from_the_declarations():
     from pathlib import Path
 
     from pcs_ray.jobs.jobfile import fields_table
-    from workloads.catalog import params_table
+    from pcs_ray.workloads.catalog import params_table
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert fields_table() in readme and params_table() in readme

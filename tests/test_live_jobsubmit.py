@@ -52,7 +52,7 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     import math
 
     from pcs_ray.policies import WFQConfig
-    from solver.preference import write_wfq_config
+    from pcs_ray.solver.preference import write_wfq_config
 
     chosen = WFQConfig.from_params((100.0, math.inf), W=1.0, zeta_min=0.0)
     env = {**env, "PCS_RAY_WFQ_CONFIG": str(write_wfq_config(chosen, tmp_path / "solver" / "wfq.json"))}

@@ -11,7 +11,7 @@ from pcs_ray.coordinator.logs import read_logs
 ROTATING_RANK = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from executors.log_cap import LogCap, open_log
+    from pcs_ray.executors.log_cap import LogCap, open_log
 
     path = Path(sys.argv[1])
     open_log(path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.models import (
+from pcs_ray.workloads.models import (
     CIFAR10_FOLDER,
     GeneratedCIFAR10,
     GeneratedText,
@@ -127,7 +127,7 @@ def test_transform_is_torchvisions_to_tensor_and_normalize_bitwise():
     from PIL import Image
     from torchvision import transforms
 
-    from workloads.models import CIFAR10_MEAN, CIFAR10_STD, CifarTransform
+    from pcs_ray.workloads.models import CIFAR10_MEAN, CIFAR10_STD, CifarTransform
 
     reference = transforms.Compose([transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
     ours = CifarTransform()
@@ -144,7 +144,7 @@ def test_runner_warm_imports_are_declared_for_torchvision_models():
 
 
 def test_every_registered_workload_is_declared_in_the_catalog_and_back():
-    from workloads.catalog import CATALOG
+    from pcs_ray.workloads.catalog import CATALOG
 
     assert set(CATALOG) == set(workload_names())
 

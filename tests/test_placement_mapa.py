@@ -144,7 +144,7 @@ def test_combined_without_topology_is_pal():
     from pcs_ray.variability.profiles import apply_profile, load_profile
     from pcs_ray.policies import build_policy
     from pcs_ray.sim.run import simulate
-    from workloads.traces import read_sia_philly
+    from pcs_ray.workloads.traces import read_sia_philly
 
     jobs = read_sia_philly(DATA / "pal" / "sia-philly" / "workload-3.csv")
     cluster = apply_profile(ClusterSpec.homogeneous(64, 4, 1.7), load_profile("longhorn"), 1)

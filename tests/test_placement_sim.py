@@ -15,7 +15,7 @@ from pcs_ray.placement import create_placement
 from pcs_ray.variability.profiles import apply_profile, load_profile
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.traces import read_sia_philly
 
 DATA = data_dir()
 SIA1 = DATA / "pal" / "sia-philly" / "workload-1.csv"

@@ -21,7 +21,7 @@ from pcs_ray.policies.base import AllocationError, greedy_fill, top_up, validate
 from pcs_ray.policies.themis_lease import ThemisLeasePolicy, fractional_speedup
 from pcs_ray.policies.wfq import squared_cv, thresholds_from_c2
 from pcs_ray.jobs.state import Snapshot
-from workloads.demand import SubLinearDemand, speedup_table
+from pcs_ray.workloads.demand import SubLinearDemand, speedup_table
 from builders import job_state as job
 
 DATA = data_dir()

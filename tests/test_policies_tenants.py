@@ -17,7 +17,7 @@ from pcs_ray.sim.engine import Engine
 from pcs_ray.sim.run import simulate
 from pcs_ray.jobs.state import JobState, Snapshot
 from pcs_ray.tenants.spec import Tenant, TenantsFile
-from workloads.generator import generate_workload
+from pcs_ray.workloads.generator import generate_workload
 from builders import Clock, coordinator, job_spec, running
 
 #: A job of up to four GPUs, any of them, with a thousand GPU-seconds of work (``tenant=`` names its tenant).

@@ -170,7 +170,7 @@ def live_core(tmp_path, power=None, journal=None):
 
 def test_live_energy_is_measured_from_readings_else_modelled(tmp_path):
     from pcs_ray.coordinator import Journal
-    from workloads.history import read_history_records
+    from pcs_ray.workloads.history import read_history_records
 
     journal = Journal(tmp_path / "journal.sqlite")
     core, clock = live_core(tmp_path, power=[100.0, 200.0], journal=journal)
@@ -229,7 +229,7 @@ def test_report_shows_measured_and_modelled_energy(tmp_path):
 
 def test_runner_telemetry_reporter_is_throttled_and_sends_the_final_reading():
     from pcs_ray.contract import GPUSlot, RunRequest
-    from executors.training import telemetry_reporter
+    from pcs_ray.executors.training import telemetry_reporter
 
     sent = []
 
@@ -273,7 +273,7 @@ class _Coordinator:
 def test_telemetry_follows_the_coordinator_that_adopted_the_run():
     """After a coordinator restart the warm runner's resolver names the new coordinator: readings go there."""
     from pcs_ray.contract import GPUSlot, RunRequest
-    from executors.training import telemetry_reporter
+    from pcs_ray.executors.training import telemetry_reporter
 
     old, new = _Coordinator(dead=True), _Coordinator()
     current = [old]
@@ -297,7 +297,7 @@ def test_run_training_gives_telemetry_the_progress_resolver(tmp_path, monkeypatc
     ``request.reporter``. Off a GPU the loop emulates and reads no NVML, so the session is told it has one."""
     import torch
 
-    from executors import training
+    from pcs_ray.executors import training
     from pcs_ray.power import measured as telemetry
     from pcs_ray.contract import GPUSlot, RunRequest
 
@@ -309,7 +309,7 @@ def test_run_training_gives_telemetry_the_progress_resolver(tmp_path, monkeypatc
         self.real_gpu = True  # the tensors stay on the CPU; only the loop's "emulated" branch is skipped
 
     monkeypatch.setattr(training.TrainingSession, "__init__", on_a_gpu)
-    from executors import user_run
+    from pcs_ray.executors import user_run
 
     monkeypatch.setattr(user_run, "_device", lambda: "cuda:0")  # the rank takes its GPU as real: no emulation
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from executors import preflight as probing
+from pcs_ray.executors import preflight as probing
 from pcs_ray import cli
 from pcs_ray.cluster.discovery import GPUInfo, NodeInventory
 from pcs_ray.cluster.preflight import Verdict, gpu_verdicts, normal_uuid, pinning_problems, uuid_problems

@@ -19,7 +19,7 @@ from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
 from pcs_ray.sim.run import simulate
-from workloads.demand import SubLinearDemand, speedup_table
+from pcs_ray.workloads.demand import SubLinearDemand, speedup_table
 
 EXAMPLES = 60
 SETTINGS = settings(

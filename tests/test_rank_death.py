@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from executors.rank_death import describe
+from pcs_ray.executors.rank_death import describe
 
 HEAD = "The actor died unexpectedly before finishing this task.\n\tclass_name: UserRank\n\tpid: 7803\n\tip: 192.0.2.2\n"
 NO_WORD = (HEAD + "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "

@@ -10,7 +10,7 @@ import pytest
 
 from pcs_ray.contract import JobSpecError, StartRun
 from pcs_ray.jobs.jobfile import parse_job
-from workloads.catalog import registered_workloads
+from pcs_ray.workloads.catalog import registered_workloads
 from builders import Clock, coordinator
 
 ROOT = Path(__file__).resolve().parent.parent

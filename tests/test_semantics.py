@@ -19,7 +19,7 @@ from pcs_ray.variability.profiles import ProfileError, load_profile
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.semantics import BLOX_ROUND_S, StrictPriority, round_boundary, with_semantics
 from pcs_ray.sim.run import simulate
-from workloads.traces import read_sia_philly
+from pcs_ray.workloads.traces import read_sia_philly
 
 R = BLOX_ROUND_S
 

@@ -15,8 +15,8 @@ from pcs_ray.data import data_dir, pcs_config
 from pcs_ray.policies import POLICIES, WFQConfig, WFQPolicy, build_policy
 from pcs_ray.sim.run import simulate
 from pcs_ray.jobs.state import JobState
-from workloads.demand import SubLinearDemand, speedup_table
-from workloads.generator import generate_workload
+from pcs_ray.workloads.demand import SubLinearDemand, speedup_table
+from pcs_ray.workloads.generator import generate_workload
 from builders import job_spec
 
 DATA = data_dir()
@@ -336,7 +336,7 @@ def test_simulate_input_errors(jobs, capacity, fragment):
 
 
 def test_philly_trace_fifo_64_gpus():
-    from workloads.traces import read_pcs_trace
+    from pcs_ray.workloads.traces import read_pcs_trace
 
     jobs = read_pcs_trace(PHILLY)
     assert len(jobs) == 2465

@@ -10,7 +10,7 @@ import pytest
 
 from pcs_ray.policies import build_policy
 from pcs_ray.tenants.spec import Tenant, TenantsError, TenantsFile
-from workloads.generator import generate_workload
+from pcs_ray.workloads.generator import generate_workload
 from builders import job_spec, running
 
 #: A job of up to four GPUs, any of them, with a thousand GPU-seconds of work (``tenant=`` names its tenant).

@@ -126,7 +126,7 @@ def test_table_per_combination_and_per_job_labels(capsys, tmp_path):
 
 
 def test_ray_tasks_give_the_same_numbers_as_this_process(capsys, ray_local, monkeypatch, tmp_path):
-    from solver.fanout import RayFanOut
+    from pcs_ray.solver.fanout import RayFanOut
 
     submitted = []
     fan_out = RayFanOut.run
@@ -152,7 +152,7 @@ def test_ray_tasks_give_the_same_numbers_as_this_process(capsys, ray_local, monk
 def test_a_ray_task_that_fails_raises_its_own_error(ray_local):
     import statistics
 
-    from solver.fanout import RayFanOut
+    from pcs_ray.solver.fanout import RayFanOut
 
     got = {}
     fan_out = RayFanOut(statistics.fmean)  # a function every worker imports as it is

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from solver.cache import CacheError, EvaluationCache
-from solver.checkpoint import Checkpoint, CheckpointError
-from solver.objectives import parse_objectives
-from solver.search import Problem, Search
-from solver.workload import WorkloadSource
+from pcs_ray.solver.cache import CacheError, EvaluationCache
+from pcs_ray.solver.checkpoint import Checkpoint, CheckpointError
+from pcs_ray.solver.objectives import parse_objectives
+from pcs_ray.solver.search import Problem, Search
+from pcs_ray.solver.workload import WorkloadSource
 
 
 def problem(seed=3) -> Problem:

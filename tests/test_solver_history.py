@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workloads.history import HistoryError, HistoryRecord, append_history, read_history, read_history_records
+from pcs_ray.workloads.history import HistoryError, HistoryRecord, append_history, read_history, read_history_records
 
 
 def test_round_trip_rebases_arrivals(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from pcs_ray.cli import run
 from pcs_ray.coordinator.local import LocalCoordinator
 from pcs_ray.policies import WFQConfig
-from workloads.history import read_history_records
+from pcs_ray.workloads.history import read_history_records
 from builders import Clock, local_start
 
 GPUS = 4

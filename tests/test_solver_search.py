@@ -14,13 +14,13 @@ import pytest
 
 from pcs_ray.data import pcs_config
 from pcs_ray.policies import WFQConfig
-from solver.evaluate import Evaluator
-from workloads.history import HistoryRecord, append_history
-from solver.objectives import parse_objectives
-from solver.preference import PreferenceError, PreferenceSolver, choose, default_config_path
-from solver.search import Problem, Search
-from solver.space import config_key
-from solver.workload import WorkloadSource, bootstrap
+from pcs_ray.solver.evaluate import Evaluator
+from pcs_ray.workloads.history import HistoryRecord, append_history
+from pcs_ray.solver.objectives import parse_objectives
+from pcs_ray.solver.preference import PreferenceError, PreferenceSolver, choose, default_config_path
+from pcs_ray.solver.search import Problem, Search
+from pcs_ray.solver.space import config_key
+from pcs_ray.solver.workload import WorkloadSource, bootstrap
 from builders import invoke
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_front_is_non_dominated_and_test_samples_differ_from_train():
 
 
 def test_ray_fan_out_gives_identical_results_to_serial(ray_local):
-    from solver.evaluate import RayBackend
+    from pcs_ray.solver.evaluate import RayBackend
 
     serial = Search(small_problem())
     serial_state = serial.run(2)
@@ -97,7 +97,7 @@ def _solve_cmd(out, generations):
 KILL_AT = 3
 DIES_AFTER_SAVING = f"""
 import os, signal, sys
-from solver.checkpoint import Checkpoint
+from pcs_ray.solver.checkpoint import Checkpoint
 from pcs_ray.cli import main
 save = Checkpoint.save
 def save_then_die(self, state):

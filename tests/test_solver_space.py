@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from solver.objectives import ObjectiveError, parse_objective, parse_objectives
-from solver.space import SearchSpace, SpaceError, config_key, max_running_c2
+from pcs_ray.solver.objectives import ObjectiveError, parse_objective, parse_objectives
+from pcs_ray.solver.space import SearchSpace, SpaceError, config_key, max_running_c2
 from builders import job_spec
 
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from solver.front import hypervolume, pareto_indices
-from solver.spea2 import SPEA2, SearchError
+from pcs_ray.solver.front import hypervolume, pareto_indices
+from pcs_ray.solver.spea2 import SPEA2, SearchError
 
 
 def zdt1(x):
@@ -59,7 +59,7 @@ def test_resuming_from_a_saved_state_continues_identically():
     full = algo.run(batch(zdt1), 6)
     saved = []
     algo.run(batch(zdt1), 6, on_generation=lambda s: (saved.append(s.to_json()), s.generation == 2)[1])
-    from solver.spea2 import SearchState
+    from pcs_ray.solver.spea2 import SearchState
 
     resumed = algo.run(batch(zdt1), 6, state=SearchState.from_json(saved[-1]))
     assert resumed.to_json() == full.to_json()
@@ -75,7 +75,7 @@ def test_bad_settings():
 
 
 def test_truncation_keeps_the_ends_and_spreads_the_rest():
-    from solver.spea2 import truncate
+    from pcs_ray.solver.spea2 import truncate
 
     front = [(x / 100, 1 - math.sqrt(x / 100)) for x in range(101)]
     keep = truncate(front, 10)
@@ -86,7 +86,7 @@ def test_truncation_keeps_the_ends_and_spreads_the_rest():
 
 
 def test_local_moves_make_their_share_of_offspring_and_resume_identically():
-    from solver.spea2 import SearchState
+    from pcs_ray.solver.spea2 import SearchState
 
     calls = []
 

@@ -15,7 +15,7 @@ from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.speed import SpeedModel, fit_counts, spec_shape
 from pcs_ray.jobs.jobfile import JobFile
-from builders import Clock, coordinator
+from builders import Clock, clocked, coordinator
 
 
 def user(entry="train.py:loop", steps=100, gpus=1, config=None, **kw) -> JobFile:
@@ -185,7 +185,7 @@ def test_the_example_job_files_declare_what_their_emulated_devices_run(name):
     from pathlib import Path
 
     from pcs_ray.jobs.jobfile import load_job
-    from workloads import device_model as dm
+    from pcs_ray.workloads import device_model as dm
 
     spec = load_job(Path(__file__).resolve().parent.parent / "examples" / "jobs" / f"{name}.yaml")
     speed = SpeedModel()
@@ -229,3 +229,26 @@ def test_a_runs_warm_up_step_is_not_spread_over_its_steps_where_its_shape_has_se
     unseen.steps, unseen.reported_at, unseen.step_time = 1, 10.0, 1.5
     speed.observe_step_time(unseen, 1.5, first_of_run=True)  # nothing settled: its one measurement stands
     assert speed.remaining(unseen, 10.0) == pytest.approx(999 * 1.5)
+
+
+def test_a_user_loops_forecast_follows_its_runs_own_pace_over_its_reports_not_its_latest_second(tmp_path):
+    """Uneven steps (an evaluation every so many, checkpoints): each 1-s report sees a different share of
+    the slow ones, and the forecast stands on the run's pace since its first report, not on the latest one."""
+    (tmp_path / "loop.py").write_text("def loop(config):\n    pass\n")
+    core, clock = clocked(gpus=1, progress_journal_every=0.0, journal=tmp_path / "journal.sqlite")
+    jid, _ = core.submit({"entrypoint": "loop.py:loop", "working_dir": str(tmp_path), "steps": 1000, "gpus": 1})
+    job = core.jobs[jid]
+    for t, step, step_time in ((5.0, 1, 4.0), (6.0, 101, 0.01), (7.0, 141, 0.025), (8.0, 241, 0.01)):
+        clock.t = 1000.0 + t
+        core.progress(jid, step, step_time)
+    assert job.step_time == 0.01 and job.run_pace() == pytest.approx(3.0 / 240)  # the warm-up's step is not in it
+    assert core.speed.remaining(job, core.now()) == pytest.approx(759 * 3.0 / 240)
+    clock.t += 2
+    core.progress(jid, 441, 0.01)  # only the window's reports count once it is full
+    job.paced(core.now() + 60, 451)  # (as a later report would be kept)
+    assert job.paces[0][1] == 441 and job.run_pace() == pytest.approx(60 / 10)
+    built_in = LiveJob(9, JobFile(workload="tiny", steps=1000), 0.0, t1=1.0)
+    built_in.launched(0.0, 1, (0,), 1.0, "start")
+    built_in.steps, built_in.reported_at, built_in.step_time = 200, 10.0, 0.02
+    built_in.paces = [(5.0, 1), (10.0, 200)]
+    assert SpeedModel().remaining(built_in, 10.0) == pytest.approx(800 * 0.02)  # a built-in's steps are even

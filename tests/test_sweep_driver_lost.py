@@ -30,7 +30,7 @@ LEASE_S = 5.0
 DRIVER = textwrap.dedent("""
     import json, os, signal, sys, tempfile, time
     from ray import tune
-    from executors.tune import PCSTuner
+    from pcs_ray.executors.tune import PCSTuner
     from pcs_ray.client import Client
 
     def trainable(config):

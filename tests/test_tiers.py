@@ -1,13 +1,17 @@
 """Packages in tiers, ground first, and no import cycles between files.
 
-Tiers: the pure core (``pcs_ray`` minus the coordinator, client, CLI and training contract) <
-``workloads`` and ``pcs_ray.train`` (the contract user code runs against: torch, never Ray) < ``solver`` and ``executors`` < ``pcs_ray.coordinator`` and
+Tiers: the pure core (``pcs_ray`` minus the coordinator, client, CLI, training contract and the nested
+packages) < ``pcs_ray.workloads`` and ``pcs_ray.train`` (the contract user code runs against: torch, never Ray) < ``pcs_ray.solver`` and ``pcs_ray.executors`` <
+``pcs_ray.coordinator`` and
 ``pcs_ray.client`` < the CLI (``pcs_ray.cli``, ``pcs_ray.commands``). A module
 may import its own tier or lower ones, never a higher one (a same-tier import
 between ``solver`` and ``executors`` is not allowed either: they are siblings).
 Every import counts, also those inside functions, because a lazy import is
 still a dependency. The core and ``workloads`` must not import Ray, and the
 core must not import torch.
+
+The repository's ``workloads/``, ``solver/`` and ``executors/`` folders are the packages
+``pcs_ray.workloads``, ``pcs_ray.solver`` and ``pcs_ray.executors``, and are imported by those names only.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pcs_ray", "workloads", "solver", "executors")
+NESTED = ("workloads", "solver", "executors")  # folders at the root, installed inside pcs_ray
+PACKAGES = ("pcs_ray", *NESTED)
 
 
 def within(module: str, *packages: str) -> bool:
@@ -35,10 +40,9 @@ def tier_of(module: str) -> tuple[int, str]:
         return 3, "coordinator"
     if within(module, "pcs_ray.train"):
         return 1, "train"
-    top = module.split(".")[0]
-    if top in ("solver", "executors"):
-        return 2, top
-    if top == "workloads":
+    if within(module, "pcs_ray.solver", "pcs_ray.executors"):
+        return 2, module.split(".")[1]
+    if within(module, "pcs_ray.workloads"):
         return 1, "workloads"
     return 0, "core"
 
@@ -50,6 +54,8 @@ def modules() -> dict[str, Path]:
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
+            if parts[0] in NESTED:
+                parts.insert(0, "pcs_ray")
             out[".".join(parts)] = path
     return out
 
@@ -134,6 +140,35 @@ def test_core_and_workloads_need_neither_ray_nor_torch_in_the_core():
         if rank == 0 and deps & {"torch", "torchvision"}:
             bad[mod] |= deps & {"torch", "torchvision"}
     assert not bad, "\n".join(f"{m} imports {sorted(d)}" for m, d in sorted(bad.items()))
+
+
+def top_level_imports_of_nested(path: Path) -> list[str]:
+    """Imports of ``workloads``, ``solver`` or ``executors`` as top-level packages: those names are the user's."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in NESTED]
+    return found
+
+
+def test_the_nested_packages_are_imported_only_under_pcs_ray():
+    """Product, tests, benchmarks and examples import ``pcs_ray.workloads`` and its siblings, never a top-level
+    ``workloads``: that name is left to a user's own folder (and an import under it would escape the tier checks)."""
+    files = [p for top in (*PACKAGES, "tests", "bench", "examples", "cloudlab") for p in (ROOT / top).rglob("*.py")]
+    bad = [hit for path in files for hit in top_level_imports_of_nested(path)]
+    assert files and not bad, "\n".join(bad)
+
+
+def test_the_nested_packages_are_subpackages_of_pcs_ray():
+    import pcs_ray
+    import pcs_ray.executors
+    import pcs_ray.solver
+    import pcs_ray.workloads
+
+    assert pcs_ray.NESTED_PACKAGES == NESTED
+    for name, pkg in zip(NESTED, (pcs_ray.workloads, pcs_ray.solver, pcs_ray.executors)):
+        assert Path(pkg.__file__).resolve() == ROOT / name / "__init__.py"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):

@@ -185,7 +185,7 @@ def _crashing(tmp_path, **fields) -> tuple[Coordinator, int, list]:
 
 
 def _run_until_done(core, jid, actions) -> list:
-    from executors.user_run import run_rank
+    from pcs_ray.executors.user_run import run_rank
 
     outcomes = []
     while not core.jobs[jid].done:

@@ -42,7 +42,7 @@ def test_the_port_differs_from_rays_example_only_by_the_diff_tune_md_shows():
     [shown] = re.findall(r"```diff\n(.*?)```", TUNE_MD.read_text(), flags=re.S)
     assert "".join(diff) == shown
     changed = [line[1:].strip() for line in diff if line[:1] in "+-" and line[1:].strip()]
-    assert changed == ["from executors.tune import PCSTuner", "from pcs_ray.client import Client",
+    assert changed == ["from pcs_ray.executors.tune import PCSTuner", "from pcs_ray.client import Client",
                        "tuner = tune.Tuner(", "tuner = PCSTuner(",
                        "client=Client(), iterations=1 if args.smoke_test else 100,"]
 

@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-import executors.tune_pin as tune_pin
-from executors.tune_pin import PinnedTrainable, pin_trial_gpus, pinned
+import pcs_ray.executors.tune_pin as tune_pin
+from pcs_ray.executors.tune_pin import PinnedTrainable, pin_trial_gpus, pinned
 from pcs_ray.coordinator.local import LocalCoordinator
 from builders import coordinator
 
@@ -99,7 +99,7 @@ def test_pin_trial_gpus_is_safe_to_call_again_and_a_no_op_outside_pcs_ray(held, 
 def test_the_scheduler_warns_of_a_trainable_that_is_not_pinned(tmp_path, caplog):
     from ray.tune.trainable.function_trainable import wrap_function
 
-    from executors.tune_scheduler import PCSTuneScheduler
+    from pcs_ray.executors.tune_scheduler import PCSTuneScheduler
 
     class Trial:  # what on_trial_add reads of a Tune trial
         def __init__(self, cls) -> None:
@@ -119,7 +119,7 @@ def test_the_scheduler_warns_of_a_trainable_that_is_not_pinned(tmp_path, caplog)
         caplog.clear()
         sched = PCSTuneScheduler(_coordinator(tmp_path, 1), num_trials=1, iterations=1)
         sched.on_trial_add(None, Trial(cls))
-        warned.append(any("is not wrapped in executors.tune.pinned()" in r.message for r in caplog.records))
+        warned.append(any("is not wrapped in pcs_ray.executors.tune.pinned()" in r.message for r in caplog.records))
     assert warned == [False, True]
 
 
@@ -134,7 +134,7 @@ def _index(resources) -> str:
 def test_function_trials_are_pinned_without_calling_anything(ray_local, tmp_path):
     from ray import tune
 
-    from executors.tune import PCSTuner
+    from pcs_ray.executors.tune import PCSTuner
 
     link = _coordinator(tmp_path, gpus=4)
     with link.lock:  # FIFO: an earlier job holds two GPUs, so the sweep's are not simply the first ones
@@ -142,7 +142,7 @@ def test_function_trials_are_pinned_without_calling_anything(ray_local, tmp_path
 
     def train(config, offset):  # knows nothing of pcs-ray, except the trial that plays old code
         if config["old"]:
-            from executors.tune_trial import pin_trial_gpus
+            from pcs_ray.executors.tune_trial import pin_trial_gpus
 
             pin_trial_gpus()
         tune.report({"cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "order": os.environ.get("CUDA_DEVICE_ORDER"),
@@ -172,7 +172,7 @@ def test_function_trials_are_pinned_without_calling_anything(ray_local, tmp_path
 def test_class_trials_on_two_gpus_are_pinned_to_both(ray_local, tmp_path):
     from ray import tune
 
-    from executors.tune import PCSTuner
+    from pcs_ray.executors.tune import PCSTuner
 
     class Train(tune.Trainable):
         def setup(self, config):
@@ -200,7 +200,7 @@ def test_class_trials_on_two_gpus_are_pinned_to_both(ray_local, tmp_path):
 def test_tuner_takes_tunes_own_configs_or_the_shortcuts_not_both(tmp_path):
     from ray import tune
 
-    from executors.tune import PCSTuner
+    from pcs_ray.executors.tune import PCSTuner
 
     with pytest.raises(ValueError, match="not both"):
         PCSTuner(lambda config: None, iterations=1, client=_coordinator(tmp_path, 1),

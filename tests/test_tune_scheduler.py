@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from executors import tune_scheduler
-from executors.tune import PCSTuneScheduler, count_trials
+from pcs_ray.executors import tune_scheduler
+from pcs_ray.executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.coordinator.local import LocalCoordinator
 from builders import coordinator
 

@@ -14,7 +14,7 @@ import pytest
 import threading
 import time
 
-from executors.tune_trial import reference_run
+from pcs_ray.executors.tune_trial import reference_run
 from pcs_ray.coordinator.local import LocalCoordinator
 from builders import coordinator
 
@@ -86,7 +86,7 @@ def _config(lr, momentum):
 def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_path):
     from ray import tune
 
-    from executors.tune import PCSTuner, session_trainable
+    from pcs_ray.executors.tune import PCSTuner, session_trainable
 
     link = _coordinator(tmp_path)
     competitor = _Competitor(link, rounds=2)  # holds a GPU before the sweep arrives
@@ -154,7 +154,7 @@ def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from executors.tune import PCSTuner, session_trainable
+    from pcs_ray.executors.tune import PCSTuner, session_trainable
 
     link = _coordinator(tmp_path, policy="fifo")
     good = {"params": {"lr": 0.05, "momentum": 0.9, "num_samples": 128}}

@@ -16,7 +16,7 @@ import torch
 import pcs_ray.train as train
 import pcs_ray.train.session as session
 import pcs_ray.train.store as store
-from executors.user_run import run_rank
+from pcs_ray.executors.user_run import run_rank
 from pcs_ray.contract import GPUSlot, RunRequest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "user-code"

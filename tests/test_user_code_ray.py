@@ -1,6 +1,6 @@
 """The user's own code on Ray: a fresh pinned process per rank with its runtime_env, logs per rank,
 DDP over gloo, a stop at a checkpoint and a resume on another world size, a grace-period kill, a hang,
-a rank killed by SIGKILL."""
+a rank killed by SIGKILL, a working_dir whose own packages share pcs-ray's folder names."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ def loop(config):
         w += g
         step += 1
         time.sleep(config["sleep"])
-        if step == config.get("hang_at"):  # a dead data loader: reports its step, then nothing ever again
-            train.report({}, step=step)
+        if step == config.get("hang_at") and not os.path.exists(config.get("hang_marker", "")):
+            if config.get("hang_marker"):  # hangs once only
+                open(config["hang_marker"], "w").close()
+            train.report({}, step=step)  # a dead data loader: reports its step, then nothing ever again
             time.sleep(3600)
         if step == config.get("die_at") and not os.path.exists(config["marker"]):  # killed once, as by the OOM killer
             open(config["marker"], "w").close()
@@ -44,7 +46,7 @@ def loop(config):
         if config.get("ignore_stops"):
             train.report({}, step=step)
             continue
-        if train.should_checkpoint() or step == total:
+        if train.should_checkpoint() or step == total or step % config.get("checkpoint_every", total) == 0:
             folder = None
             if ctx.world_rank == 0:
                 folder = train.checkpoint_dir()
@@ -72,11 +74,46 @@ def env(ray_local, tmp_path_factory):
 
     code_dir = tmp_path_factory.mktemp("code")
     (code_dir / "loop.py").write_text(LOOP)
-    from executors.launch import launch, stop
-    from executors.user_spares import SPARES
+    from pcs_ray.executors.launch import launch, stop
+    from pcs_ray.executors.user_spares import SPARES
 
     yield ray, Recorder.remote(), code_dir, launch, stop
     SPARES.clear()
+
+
+SHADOWING_LOOP = '''
+from executors import launch  # the user's own executors/launch.py, named as pcs-ray's module is
+import workloads
+import pcs_ray.train as train
+
+def loop(config):
+    import pcs_ray.workloads.catalog as ours  # pcs-ray's own, imported after the user's
+    train.report({"owner": workloads.OWNER, "launch": launch.OWNER}, step=1)
+    print("user", workloads.__file__, launch.__file__, flush=True)
+    print("ours", ours.__file__, sorted(ours.registered_workloads())[:1], flush=True)
+    train.report({}, step=train.get_context().total_steps)
+'''
+
+
+def test_the_users_own_workloads_and_executors_packages_are_what_its_code_imports(env, tmp_path):
+    """A working_dir with packages named as pcs-ray's repository folders: the user's are imported, and
+    pcs-ray's own (its runner, its training contract, a module it imports later) still work."""
+    _, _, _, launch, _ = env
+    code_dir = tmp_path / "code"
+    for pkg, body in (("workloads", "OWNER = 'user'\n"), ("executors", "")):
+        (code_dir / pkg).mkdir(parents=True)
+        (code_dir / pkg / "__init__.py").write_text(body)
+    (code_dir / "executors" / "launch.py").write_text("OWNER = 'user'\n")
+    (code_dir / "loop.py").write_text(SHADOWING_LOOP)
+    request = _request(code_dir, tmp_path, [("node0", 0)], steps=2)
+    outcome = launch(request).outcome(timeout=120)
+    assert (outcome.status, outcome.step) == ("finished", 2), outcome
+    log = (tmp_path / "logs" / "u1" / "attempt-1" / "rank-0.log").read_text()
+    user = next(line.split() for line in log.splitlines() if line.startswith("user "))
+    assert all("working_dir_files" in path for path in user[1:]), log  # Ray's unpacked copy of the user's folder
+    assert user[1].endswith("/workloads/__init__.py") and user[2].endswith("/executors/launch.py")
+    ours = next(line for line in log.splitlines() if line.startswith("ours "))
+    assert "working_dir_files" not in ours and "/workloads/catalog.py" in ours, log
 
 
 def _request(code_dir, root: Path, gpus, steps=20, reporter=None, **config) -> RunRequest:
@@ -171,15 +208,18 @@ def _steps(client, jid) -> int:
     return next(j for j in client.status()["jobs"] if j["id"] == jid)["steps"]
 
 
-def test_a_hung_run_is_killed_with_its_stacks_logged_and_a_rank_killed_by_sigkill_is_told_in_words(
+def test_a_hung_run_is_killed_with_its_stacks_logged_or_retried_and_a_rank_killed_by_sigkill_is_told_in_words(
         coordinator, ray_local, env, tmp_path):
     from pcs_ray.client import Client
     from pcs_ray.cluster import ClusterSpec
 
     _, _, code_dir, _, _ = env
-    client = Client(coordinator=coordinator(ClusterSpec.homogeneous(2, 2), policy="fifo"))
+    client = Client(coordinator=coordinator(ClusterSpec.homogeneous(3), policy="fifo"))
     spec = {"entrypoint": "loop.py:loop", "working_dir": str(code_dir), "steps": 20, "gpus": 1, "step_time": 0.05}
     hung = client.submit({**spec, "name": "hung", "report_timeout_s": 5, "config": {"sleep": 0.05, "hang_at": 3}})
+    once = client.submit({**spec, "name": "hung-once", "report_timeout_s": 5, "max_failures": 1,
+                          "config": {"sleep": 0.05, "hang_at": 3, "checkpoint_every": 2,
+                                     "hang_marker": str(tmp_path / "hung-once")}})
     dies = client.submit({**spec, "name": "dies", "config": {"sleep": 0.05, "die_at": 5,
                                                              "marker": str(tmp_path / "died-once")}})
     after = client.submit({**spec, "name": "after", "config": {"sleep": 0.05}})  # waits for a GPU
@@ -191,9 +231,16 @@ def test_a_hung_run_is_killed_with_its_stacks_logged_and_a_rank_killed_by_sigkil
     assert detected_s <= 5 + 10, detected_s
     log = client.logs(hung.id, 1)["ranks"]["0"]["text"]
     assert "Timeout (0:00:05)!" in log and "in loop" in log  # every thread's stack, the loop's sleep among them
-    finals = {h.id: client.wait(h.id, timeout=240) for h in (dies, after)}
+    finals = {h.id: client.wait(h.id, timeout=240) for h in (once, dies, after)}
     assert finals[after.id]["state"] == "finished"  # the hung run's GPU went back to the pool
     died = finals[dies.id]
     assert died["state"] == "finished" and died["attempts"] == 2, died
     assert died["error"].startswith("rank 0 died: killed by signal 9 (SIGKILL: out of memory?"), died["error"]
+    retried = finals[once.id]  # hung once under max_failures 1: killed, then resumed from its checkpoint at step 2
+    assert (retried["state"], retried["retries"], retried["attempts"]) == ("finished", 1, 2), retried
+    first, second = retried["segments"]
+    assert first["stopped_for"] == "hang" and first["error"].startswith("hang: ") and second["from_step"] == 2
+    assert retried["error"].startswith("hang: ") and "retry 1 of max_failures 1" in retried["error"]
+    assert "Timeout (0:00:05)!" in client.logs(once.id, 1)["ranks"]["0"]["text"]
+    assert "resumed 2 world 1" in client.logs(once.id, 2)["ranks"]["0"]["text"]
     print({"hang_detected_after_s": round(detected_s, 2), "report_timeout_s": 5})

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from pcs_ray.data import data_dir
-from workloads.errors import WorkloadError
-from workloads.generator import EmpiricalCDF, available_workloads, generate_workload
-from workloads.traces import (
+from pcs_ray.workloads.errors import WorkloadError
+from pcs_ray.workloads.generator import EmpiricalCDF, available_workloads, generate_workload
+from pcs_ray.workloads.traces import (
     SIA_ITERATION_TIME,
     default_speedup,
     read_pcs_trace,

@@ -1,6 +1,6 @@
 """Every training workload's name and the ``params`` it reads, with bounds: no torch, so jobs validate cheaply.
 
-Importing ``workloads.models`` costs seconds and about 600 MB (torch); the
+Importing ``pcs_ray.workloads.models`` costs seconds and about 600 MB (torch); the
 coordinator and ``pcs-ray submit`` check a job against this declaration
 instead, and the runner resolves the same declaration before it trains, so a
 job accepted at submission cannot fail at run time on a parameter.
@@ -12,7 +12,7 @@ one 16 GB GPU (a V100, as in the bundled DGX-1 topology): the largest
 MobileNetV2 1.7, the Transformer 1.1 at ``seq_len`` 64 and 9.2 at 256), and
 ``num_samples`` keeps the per-epoch sample permutation (8 bytes per sample)
 under 80 MB. ``batch_size`` is the global batch, split across the job's GPUs.
-``python -m workloads.catalog`` prints the table the README shows.
+``python -m pcs_ray.workloads.catalog`` prints the table the README shows.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ node's few CPU cores, so a measured step time there says how many jobs share
 the machine, not how fast a GPU is. Instead every logical GPU emulates one
 independent **nominal GPU**: a step takes exactly :func:`emulated_step_s`
 seconds (the runner trains the real step inside that budget and waits the
-rest, see ``executors.emulation``), whatever else runs on the machine.
+rest, see ``pcs_ray.executors.emulation``), whatever else runs on the machine.
 
 The nominal GPU (``TIME_SCALE``): a device :data:`TIME_SCALE` times slower
 than one core of this 2-core machine (threads = 1) alone, with steps of at
@@ -39,11 +39,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from workloads.catalog import CATALOG, WorkloadError
+from pcs_ray.workloads.catalog import CATALOG, WorkloadError
 
 #: How many times slower the nominal emulated GPU is than one CPU core of this machine (see the module docstring).
 TIME_SCALE = 10.0
-#: The shortest step of the nominal GPU. Steps keep a schedule (``executors.emulation``): a step the OS
+#: The shortest step of the nominal GPU. Steps keep a schedule (``pcs_ray.executors.emulation``): a step the OS
 #: delayed is caught up by the next ones, and only a run over one step behind its device overruns. So a
 #: step must outlast the descheduling a runner sees on the 2 shared cores: a lone tiny_cnn at load 2 had
 #: steps of 7 ms median and up to 66 ms (11 of 1,500 over 31 ms); in the 20-job replay at load 6-9 a
@@ -131,8 +131,8 @@ def rank_step_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
 
 @lru_cache(maxsize=None)
 def _curves() -> dict:
-    from workloads.demand import load_speedup_curves
-    from workloads.traces import default_curves_path
+    from pcs_ray.workloads.demand import load_speedup_curves
+    from pcs_ray.workloads.traces import default_curves_path
 
     return load_speedup_curves(default_curves_path())
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
-from workloads.errors import WorkloadError
+from pcs_ray.workloads.errors import WorkloadError
 
 SERVICE = "app-service-times"
 JOBS_PER_APP = "num-jobs-per-app"

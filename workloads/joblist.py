@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads.catalog import WorkloadError, registered_workloads
+from pcs_ray.workloads.catalog import WorkloadError, registered_workloads
 
 HEADER = ("submit_s", "name", "workload", "steps", "gpus", "min_gpus", "class")
 OPTIONAL = ("params",)

@@ -2,7 +2,7 @@
 
 A workload is a model builder plus a dataset builder; its name and the
 parameters it reads (defaults, bounds) are declared without torch in
-``workloads.catalog``, which jobs are validated against. Image workloads (torchvision ResNet-18, VGG-11,
+``pcs_ray.workloads.catalog``, which jobs are validated against. Image workloads (torchvision ResNet-18, VGG-11,
 MobileNetV2 and a tiny CNN for tests) train on CIFAR-10 read by
 torchvision's own loader (``download=False``) when the data set is present
 under ``data_root``; otherwise on generated images of the same format
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from workloads.catalog import CATALOG, WorkloadError, dataset_roots
+from pcs_ray.workloads.catalog import CATALOG, WorkloadError, dataset_roots
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -194,7 +194,7 @@ def _vgg11_cifar(params: dict) -> nn.Module:
 
 @dataclass(frozen=True)
 class Workload:
-    """A registered training workload: how to build it; its parameters are declared in ``workloads.catalog``."""
+    """A registered training workload: how to build it; its parameters are declared in ``pcs_ray.workloads.catalog``."""
 
     name: str
     build_model: Callable[[dict], nn.Module]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pcs_ray.jobs.spec import JobSpec, linear_speedup
 from pcs_ray.data import data_dir
-from workloads.demand import TabulatedDemand, load_speedup_curves, speedup_table
-from workloads.errors import WorkloadError
+from pcs_ray.workloads.demand import TabulatedDemand, load_speedup_curves, speedup_table
+from pcs_ray.workloads.errors import WorkloadError
 
 PCS_COLUMNS = ("app_id", "submit_time", "service", "num_jobs", "sleep_time", "model_name")
 TESTBED_COLUMNS = PCS_COLUMNS[:5]

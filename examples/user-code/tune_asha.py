@@ -14,7 +14,7 @@ from typing import Any, Dict
 from ray import tune
 from ray.tune.schedulers import AsyncHyperBandScheduler
 
-from executors.tune import PCSTuner
+from pcs_ray.executors.tune import PCSTuner
 from pcs_ray.client import Client
 
 

@@ -10,7 +10,7 @@ reaching the process), and a process that still sees several devices or none. Th
 * ``uuid``: CUDA device 0's UUID in that process (torch's, and NVML's for the device's PCI bus id) is
   NVML's UUID for GPU ``i``.
 
-They read the record a pinned process writes of itself (``executors.preflight`` probes one); this
+They read the record a pinned process writes of itself (``pcs_ray.executors.preflight`` probes one); this
 module only judges it, so the checks run anywhere, fed what a node reported.
 """
 

@@ -31,7 +31,7 @@ CALIBRATION_S = 3.0  # on the emulated device at least: steps measured after the
 
 def calibration_steps(workload: str, params: dict, gpus: int, steps: int) -> int:
     """``steps``, or more for a fast workload: enough for reports after its first step (which is warm-up)."""
-    from workloads.device_model import emulated_step_s
+    from pcs_ray.workloads.device_model import emulated_step_s
 
     try:
         return max(steps, math.ceil(CALIBRATION_S / emulated_step_s(workload, params, gpus)))
@@ -52,10 +52,10 @@ def calibration_jobs(shapes: list[tuple[str, dict, int]], steps: int = CALIBRATI
 def shapes_of(joblist: str | Path | None, workloads: list[str] | None, gpus: list[int]) -> list[tuple[str, dict, int]]:
     """What to calibrate: every shape of a job list at the counts its jobs ask for (and 1), else the named
     (default: all registered) workloads with their default parameters at ``gpus``."""
-    from workloads.catalog import registered_workloads
+    from pcs_ray.workloads.catalog import registered_workloads
 
     if joblist is not None:
-        from workloads.joblist import read_joblist
+        from pcs_ray.workloads.joblist import read_joblist
 
         return shapes_of_jobs(read_joblist(joblist))
     out: dict[tuple[str, int], tuple[str, dict, int]] = {}
@@ -156,7 +156,7 @@ def calibrate_cmd(
     if not counts or min(counts) < 1:
         raise UsageError(f"--gpus: GPU counts must be >= 1, got {gpus!r}")
     names = [w.strip() for w in workloads.split(",") if w.strip()] if workloads else None
-    from workloads.joblist import JobListError
+    from pcs_ray.workloads.joblist import JobListError
 
     try:
         shapes = shapes_of(trace, names, counts)

@@ -57,7 +57,7 @@ def set_cmd(
     """
     from pcs_ray.contract import ConfigError
     from pcs_ray.coordinator.config import choose_policy
-    from solver.preference import default_config_path
+    from pcs_ray.solver.preference import default_config_path
 
     if wfq_file is not None and policy is not None:
         raise ConfigError("give a WFQ configuration FILE or --policy NAME, not both")

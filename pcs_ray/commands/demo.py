@@ -5,7 +5,7 @@ topology and measured variability), the coordinator runs PCS's WFQ with queue
 thresholds sized for these short jobs, and real PyTorch jobs of mixed sizes
 and classes arrive over time (the bundled job list ``demo``, run as
 ``pcs-ray replay`` runs a list). Each logical GPU emulates an independent
-device (``workloads.device_model``): a step takes the workload's reference
+device (``pcs_ray.workloads.device_model``): a step takes the workload's reference
 time x its GPUs' slowdown / its scaling, whatever else runs on the machine. At the end: per-job predicted (at submission) vs
 actual JCT, preemptions, GPUs (``demo_report``), a JSON report and a PNG
 timeline (``demo_plot``).

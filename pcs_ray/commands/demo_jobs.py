@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workloads.joblist import ListedJob, read_joblist
+from pcs_ray.workloads.joblist import ListedJob, read_joblist
 
 # WFQ(T, W, zeta): three queues by job size (GPU-seconds at one GPU), weights e^(-i W) with W = 1,
 # thresholds sized for these short jobs.

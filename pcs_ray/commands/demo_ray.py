@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import ray
 
-from executors.emulation import RAY_WORKER_ENV
+from pcs_ray.executors.emulation import RAY_WORKER_ENV
 from pcs_ray.client import Client
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.api.actor_ref import NAMESPACE

@@ -1,7 +1,7 @@
 """``pcs-ray doctor``: the GPU preflight on this node, on demand; and the warning lines registration prints.
 
 The checks (:mod:`pcs_ray.cluster.preflight`) ask a fresh process pinned to each GPU, as pcs-ray pins a
-run, what it sees (:mod:`executors.preflight`). Registering a node's GPUs (``pcs-ray node-resources``,
+run, what it sees (:mod:`pcs_ray.executors.preflight`). Registering a node's GPUs (``pcs-ray node-resources``,
 ``pcs-ray up --local``) runs them too and prints one warning line per failed check, then registers the
 node all the same: refusing it would idle its healthy GPUs as well, and an operator who wants a refusal
 has it in ``pcs-ray doctor``'s exit status. A node without NVIDIA GPUs (logical GPUs from a cluster
@@ -24,7 +24,7 @@ NO_GPU = "no NVIDIA GPU found through NVML on this node: nothing to check"
 
 def node_verdicts(node, timeout: float | None = None) -> list:
     """Every check of every GPU of ``node`` (a :class:`~pcs_ray.cluster.discovery.NodeInventory`)."""
-    from executors.preflight import PROBE_TIMEOUT_S, check_node
+    from pcs_ray.executors.preflight import PROBE_TIMEOUT_S, check_node
 
     return check_node([(g.index, g.uuid) for g in node.gpus], timeout or PROBE_TIMEOUT_S)
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from executors.emulation import RAY_WORKER_ENV
+from pcs_ray.executors.emulation import RAY_WORKER_ENV
 from pcs_ray.api import strict_json
 from pcs_ray.api.advert import remove_advert
 from pcs_ray.api.ray_token import AUTH_MODE, TOKEN, TOKEN_PATH, default_token_path, token_source

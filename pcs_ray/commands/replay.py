@@ -131,7 +131,7 @@ def replay(trace: str, *, live: bool, address: str | None, calibrate: bool, dead
     from pcs_ray.commands.demo_cluster import demo_cluster
     from pcs_ray.commands.demo_jobs import DEMO_WFQ
     from pcs_ray.commands.replay_sim import simulate_joblist
-    from workloads.joblist import JobListError, read_joblist
+    from pcs_ray.workloads.joblist import JobListError, read_joblist
 
     err = Console(stderr=True)
     began = time.time()

@@ -16,7 +16,7 @@ from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy, build_policy
 from pcs_ray.sim.run import simulate
-from workloads.joblist import ListedJob
+from pcs_ray.workloads.joblist import ListedJob
 
 
 def policy_from(described: dict) -> SchedulingPolicy:

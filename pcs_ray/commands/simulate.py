@@ -231,7 +231,7 @@ def _ray_fanout(fn, address: str | None):
     if not (address or os.environ.get("RAY_ADDRESS")):
         return None
     from pcs_ray.client import connect
-    from solver.fanout import RayFanOut
+    from pcs_ray.solver.fanout import RayFanOut
 
     connect(address)
     return RayFanOut(fn)

@@ -16,8 +16,8 @@ from pcs_ray.commands.simulate_options import SimulateOptions
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement.configure import PlacementSetup, configure_placement
 from pcs_ray.cluster.topology import read_topo
-from workloads.generator import generate_workload
-from workloads.traces import default_speedup, read_trace
+from pcs_ray.workloads.generator import generate_workload
+from pcs_ray.workloads.traces import default_speedup, read_trace
 
 
 @dataclass

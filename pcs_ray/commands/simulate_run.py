@@ -55,7 +55,7 @@ def run_one(plan: Plan, index: int, predict: bool, overhead: float, workers: int
 def run_plans(plans: list[Plan], labels: list[list[str]], *, predict: bool, overhead: float, workers: int,
               explain: bool = False, fanout=None) -> list[list[Outcome]]:
     """Every run of every plan, one after another in this process, or with ``fanout`` (a
-    ``solver.fanout.RayFanOut`` of ``run_one``) as Ray tasks, each plan shipped once.
+    ``pcs_ray.solver.fanout.RayFanOut`` of ``run_one``) as Ray tasks, each plan shipped once.
 
     ``labels[p][i]`` names run ``i`` of plan ``p`` in progress lines. On a terminal, stderr shows a bar of
     the current run's jobs (in this process) and a line for each run as it finishes (with several)."""

@@ -17,7 +17,7 @@ DEFAULT_INNER = "pcs-bal"
 def tenant_workloads(value: str, speedup: str | None = None) -> tuple[dict[str, list[JobSpec]], TenantsFile]:
     """Each tenant's jobs and the tenants, from ``NAME=QUOTA,...`` or a tenants file whose tenant names are
     traces (bundled names or CSV files). Tenants are renamed to their traces' file stems."""
-    from workloads.traces import default_speedup, read_trace
+    from pcs_ray.workloads.traces import default_speedup, read_trace
 
     if "=" not in value and Path(value).exists():
         declared = load_tenants(value)

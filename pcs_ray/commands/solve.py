@@ -100,8 +100,8 @@ def _pick(front: Path | None, pick: int | None, prefer: str | None, out: Path | 
           split: str) -> None:
     from rich.console import Console
 
-    from solver.front import front_table, read_front
-    from solver.preference import choose, default_config_path, write_wfq_config
+    from pcs_ray.solver.front import front_table, read_front
+    from pcs_ray.solver.preference import choose, default_config_path, write_wfq_config
 
     if front is None:
         raise ValueError("--pick/--prefer need --front FILE.json (a front written by 'pcs-ray solve --out')")
@@ -238,7 +238,7 @@ def _check(opts: SolveOptions) -> None:
         raise ValueError(f"--front-size must be >= 1, got {opts.front_size}")
     if opts.time_limit is not None and not opts.time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {opts.time_limit}")
-    from solver.space import MAX_QUEUES_LIMIT, SPACES
+    from pcs_ray.solver.space import MAX_QUEUES_LIMIT, SPACES
 
     if opts.space not in SPACES:
         raise ValueError(f"--space must be {' or '.join(SPACES)}, got {opts.space!r}")
@@ -257,11 +257,11 @@ def _check(opts: SolveOptions) -> None:
 
 def _problem(opts: SolveOptions):
     """The search problem: workload source, cluster size, objectives, samples."""
-    from solver.objectives import parse_objectives
-    from solver.preference import resolve_source
-    from solver.search import Problem
-    from solver.space import DEFAULT_MAX_QUEUES
-    from workloads.traces import default_speedup
+    from pcs_ray.solver.objectives import parse_objectives
+    from pcs_ray.solver.preference import resolve_source
+    from pcs_ray.solver.search import Problem
+    from pcs_ray.solver.space import DEFAULT_MAX_QUEUES
+    from pcs_ray.workloads.traces import default_speedup
 
     goals = parse_objectives(opts.objectives)
     trace = locate("trace", opts.trace) if opts.trace is not None else None
@@ -278,8 +278,8 @@ def _search(opts: SolveOptions, problem, refs, err) -> tuple[dict, list[dict], l
     """Run SPEA2 (progress per generation on stderr): (about the run, progress rows, front, references)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from solver.evaluate import RayBackend, SerialBackend
-    from solver.search import Search
+    from pcs_ray.solver.evaluate import RayBackend, SerialBackend
+    from pcs_ray.solver.search import Search
 
     checkpoint = opts.checkpoint
     if checkpoint is None and opts.out is not None:
@@ -333,7 +333,7 @@ def _solve(opts: SolveOptions) -> None:
     """Search, then the front: a table on stdout, hypervolume on stderr, --out JSON, --plot PNG."""
     from rich.console import Console
 
-    from solver.front import front_json, front_table, hypervolume, normalised_hypervolume, plot_front, reference_point
+    from pcs_ray.solver.front import front_json, front_table, hypervolume, normalised_hypervolume, plot_front, reference_point
 
     _check(opts)
     if opts.workload is None and opts.trace is None and opts.history is None:

@@ -4,7 +4,7 @@
 a timer, a policy swap) into actions (``StartRun``/``StopRun``, defined with
 the rest of the contract in ``pcs_ray.contract``). ``local.LocalCoordinator``
 serves it in-process; ``actor`` hosts it as a detached named Ray actor and
-carries the actions out through ``executors.launch``.
+carries the actions out through ``pcs_ray.executors.launch``.
 """
 
 from pcs_ray.contract import Action, StartRun, StopRun, UnknownJobError

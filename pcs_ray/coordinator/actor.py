@@ -5,7 +5,7 @@ background loop share one lock around the Ray-free core. The loop waits on
 the runners' ``done`` refs with a short timeout and never on a runner
 itself, so a slow or dead runner cannot stall decisions.
 
-If this actor dies, the warm runners (detached, :mod:`executors.pool`) keep
+If this actor dies, the warm runners (detached, :mod:`pcs_ray.executors.pool`) keep
 training. The restarted actor replays its journal, asks each named runner
 what it runs (job, attempt, step), adopts the runs its journal says are
 running or stopping (their progress reports come here again, a preemption
@@ -51,7 +51,7 @@ log = logging.getLogger("pcs_ray.coordinator")
 @dataclass
 class _Run:
     attempt: int
-    handle: object  # executors.launch.RunHandle
+    handle: object  # pcs_ray.executors.launch.RunHandle
     kill_at: float | None = None
 
 
@@ -85,7 +85,7 @@ class CoordinatorService(CoordinatorHost):
         self.launch = _load_launcher(self.config.launcher)
         self.pool = None
         if self.config.warm_pool and self.config.launcher == DEFAULT_LAUNCHER:
-            from executors.pool import WarmPool
+            from pcs_ray.executors.pool import WarmPool
 
             cluster = self.core.cluster
             slots = [self.core.slot(g) for g in cluster.gpu_ids()]

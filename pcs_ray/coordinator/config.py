@@ -6,7 +6,7 @@ its WFQ configuration inline, since the file may not exist on the actor's
 node) and the state folder that holds the journal, checkpoints and history.
 
 Which policy: the one named, else the WFQ configuration the operator chose
-with ``pcs-ray solve --set`` (``solver.preference.set_wfq_config`` writes it
+with ``pcs-ray solve --set`` (``pcs_ray.solver.preference.set_wfq_config`` writes it
 to ``default_config_path()``), else ``pcs-bal`` (:func:`choose_policy`). A
 running coordinator swaps it with ``pcs-ray config set``.
 """
@@ -27,8 +27,8 @@ from pcs_ray.coordinator.guards import RunLimits
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
-from workloads.catalog import registered_workloads
-from workloads.history import HISTORY_FILE
+from pcs_ray.workloads.catalog import registered_workloads
+from pcs_ray.workloads.history import HISTORY_FILE
 
 DEFAULT_POLICY = "pcs-bal"
 
@@ -41,8 +41,8 @@ class CoordinatorConfig:
     wfq: dict | None = None  # WFQ config (PCS JSON format) for policy "pcs"
     placement: str = "packed-sticky"
     grace_s: float = 30.0  # a runner asked to stop is killed after this long
-    launcher: str = "executors.launch:launch"  # cold starts: runner processes started for each run
-    warm_pool: bool = True  # hand runs to warm runners (executors.pool), one per GPU; cold where there is none
+    launcher: str = "pcs_ray.executors.launch:launch"  # cold starts: runner processes started for each run
+    warm_pool: bool = True  # hand runs to warm runners (pcs_ray.executors.pool), one per GPU; cold where there is none
     warm_runners_per_node: int | None = None  # at most this many warm runners per Ray node (None: what memory holds)
     default_step_time: float = 1.0
     restart_overhead: float = 3.0
@@ -127,7 +127,7 @@ def choose_policy(policy: str | None = None, wfq_file: str | Path | None = None)
     """The policy a coordinator starts with: the one named (``pcs`` when only a WFQ file is given),
     else the WFQ configuration ``pcs-ray solve --set`` wrote, else ``pcs-bal``. Checked here, so a
     bad choice fails before any coordinator starts."""
-    from solver.preference import default_config_path  # here: the solver's imports are not small
+    from pcs_ray.solver.preference import default_config_path  # here: the solver's imports are not small
 
     if wfq_file is not None:
         if policy not in (None, "pcs"):

@@ -41,7 +41,7 @@ from pcs_ray.forecast import BranchPoints
 from pcs_ray.forecast.result import starts_of
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.cluster.resources import gpu_resource
-from workloads.history import append_history
+from pcs_ray.workloads.history import append_history
 
 #: GPU readings journaled per job and GPU at most this often (a multi-GPU job reports every GPU)
 TELEMETRY_JOURNAL_EVERY_S = 60.0
@@ -228,7 +228,8 @@ class Coordinator(CoordinatorState):
         False for a stale outcome (an attempt already written off): nothing changed.
 
         ``fatal``: the job's own code raised: it is restarted from its newest checkpoint while its
-        ``max_failures`` allow (each such failure kept in its runs), else it fails. A run that
+        ``max_failures`` allow (each such failure kept in its runs), else it fails; a run killed as hung
+        (:meth:`guard_end`) counts as such a failure, with the hang as its error. A run that
         ends behind the steps it reported (killed after the grace period, or lost) redoes them from its
         checkpoint: they are counted as ``lost_steps``. ``note``: how a finished run ended, when not at
         its budget (user code that returned early). ``metrics``: what the run last reported (user code);
@@ -240,6 +241,8 @@ class Coordinator(CoordinatorState):
         if step_time and job.gpus:
             self._apply_progress(job, self.now(), step, step_time, emulated or job.emulated)
         ran = {"emulated": True} if emulated else {}
+        if job.stop_reason == EndCode.HANG and job.stop_why and status != "finished":
+            status, fatal, error = "failed", True, job.stop_why  # killed as hung, to be retried
         if status == "finished":
             extra = {"note": note} if note else {}
             if job.spec.user_code:
@@ -313,9 +316,16 @@ class Coordinator(CoordinatorState):
         """The one place a guard ends a job. An external job whose executor is gone (or a job with no run)
         ends now: nothing runs to be stopped, so a hand-over of its GPUs completes at once. A running job's
         run is stopped (``StopRun`` with ``code`` as its reason: a hung run's host kills it at once), and
-        the job ends ``state`` when that run's end comes in (:meth:`record_run_end`).
-        Retries under ``max_failures`` hook in here: a job retried would be requeued instead of ended."""
+        the job ends ``state`` when that run's end comes in (:meth:`record_run_end`). A hung run whose job
+        has retries left under its ``max_failures`` is killed the same way, but its job is not ended: the
+        run's end requeues it to resume from its newest checkpoint, the hang counted as a failure of its code."""
         jid = job.job_id
+        if (code == EndCode.HANG and job.state == JobStatus.RUNNING
+                and job.code_failures < job.spec.max_failures):
+            retry = job.code_failures + 1
+            why = f"{reason}, to be retried from its newest checkpoint (retry {retry} of max_failures {job.spec.max_failures})"
+            self._record("stop", jid, attempt=job.attempt, reason=code.value, why=why)
+            return [StopRun(jid, job.attempt, code.value)]
         if code == EndCode.DRIVER_LOST or not job.state.holds_gpus:
             final = JobStatus.CANCELLED if job.cancel_requested else state
             self._record(final.value, jid, step=job.steps, error=reason, code=code.value)

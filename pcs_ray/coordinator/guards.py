@@ -13,7 +13,8 @@ whether a job crossed its line and why, in one line. The limits are the operator
 * **Hang** (pcs-ray's runners): a run that reported no step for ``report_timeout_s`` (counted from when
   its ranks began running its code until its first report: start-up is not a silence). Its ranks dump
   their stacks into their logs a little before (``faulthandler``, armed at their start and at each
-  report), then it is killed and the job ends ``failed``.
+  report), then it is killed: retried from its newest checkpoint while the job's ``max_failures`` allow
+  (a hang counts as a failure of its code), else the job ends ``failed``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class RunLimits:
     max_runtime_bound_s: float | None = None
     report_timeout_s: float | None = 1800.0
     report_timeout_bound_s: float | None = 6 * 3600.0
-    log_bytes_per_rank: int | None = 64 * 1024 * 1024  # a user rank's log rotates past this (executors.log_cap)
+    log_bytes_per_rank: int | None = 64 * 1024 * 1024  # a user rank's log rotates past this (pcs_ray.executors.log_cap)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

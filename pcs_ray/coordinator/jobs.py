@@ -18,6 +18,8 @@ SEGMENT_ERROR_LINES = 5  # of a failed run's error kept with that run in the job
 # A job that gives no total steps is assumed to have as much work left as it has done, and at least this
 # many seconds of one GPU's work (its size grows as it runs; it never looks nearly done).
 UNKNOWN_REMAINING_S = 3600.0
+#: A run's pace is taken over its reports of about this many seconds (:meth:`LiveJob.run_pace`).
+PACE_WINDOW_S = 60.0
 
 
 @dataclass
@@ -34,6 +36,8 @@ class LiveJob:
     steps: int = 0
     reported_at: float | None = None
     step_time: float | None = None  # measured seconds per step on ``gpus``
+    # The current run's reports (time, step) over the last ``PACE_WINDOW_S``, its first among them until then.
+    paces: list[tuple[float, int]] = field(default_factory=list)
     measured: bool = False  # ``t1`` comes from its runner, not from the estimate
     slowdown: float = 1.0  # the model's slowdown for ``gpus``
     started_at: float | None = None  # launch of the current attempt
@@ -52,13 +56,14 @@ class LiveJob:
     bound: float | None = None
     stop_reason: str | None = None
     stop_at: float | None = None  # when the current stop was requested
+    stop_why: str | None = None  # a guard's stop that the job outlives (a hang retried): why, in one line
     cancel_requested: bool = False
     # A guard's end in flight (``guards``: time limit, hang): its run is being stopped, then the job ends
     # ``state`` with ``reason``, coded ``code`` (an ``EndCode``).
     ending: dict | None = None
     end_code: str | None = None  # why the coordinator itself ended it (an ``EndCode``), once ended
     failures: int = 0  # runs lost to something other than its code (a dead runner): retried by the coordinator
-    code_failures: int = 0  # runs whose loop raised and that were restarted under its ``max_failures``
+    code_failures: int = 0  # runs whose loop raised or hung and that were restarted under its ``max_failures``
     error: str | None = None
     note: str | None = None  # how it finished when not at its budget (user code that returned early)
     metrics: dict | None = None  # what a user run last reported, once the job finished
@@ -88,15 +93,32 @@ class LiveJob:
         """A run of this job started on ``gpus`` (``kind``: start, resume, migrate, resize)."""
         self.state, self.attempt, self.gpus = JobStatus.RUNNING, attempt, tuple(gpus)
         self.slowdown, self.started_at, self.reported_at, self.step_time = slowdown, t, None, None
+        self.paces = []
         self.start_step = self.steps
         self.runner = None  # until the host says which runners its launch found
-        self.stop_reason, self.stop_at = None, None
+        self.stop_reason, self.stop_at, self.stop_why = None, None, None
         if self.first_start is None:
             self.first_start = t
         self.segments.append({"start": t, "end": None, "gpus": list(self.gpus), "kind": kind, "from_step": self.steps})
 
-    def stopping(self, reason: str, t: float | None = None) -> None:
-        self.state, self.stop_reason, self.stop_at = JobStatus.STOPPING, reason, t
+    def paced(self, t: float, step: int) -> None:
+        """A report of the current run at ``t``: kept for its pace (the oldest dropped past the window)."""
+        self.paces.append((t, step))
+        while len(self.paces) > 2 and self.paces[1][0] <= t - PACE_WINDOW_S:
+            self.paces.pop(0)
+
+    def run_pace(self) -> float | None:
+        """Seconds per step of the current run between its oldest kept report and its latest: its own pace,
+        checkpoints, evaluations and data loading between steps included in proportion (None: fewer than
+        two reports with steps and time between). A run's first report ends its first step, warm-up and all, so that
+        step is never in it."""
+        if len(self.paces) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.paces[0], self.paces[-1]
+        return (t1 - t0) / (s1 - s0) if s1 > s0 and t1 > t0 else None
+
+    def stopping(self, reason: str, t: float | None = None, why: str | None = None) -> None:
+        self.state, self.stop_reason, self.stop_at, self.stop_why = JobStatus.STOPPING, reason, t, why
 
     def requeued(self, t: float, error: str | None = None) -> None:
         """Its run ended without finishing the job (stopped, lost or failed, ``error`` saying why): back to the queue.

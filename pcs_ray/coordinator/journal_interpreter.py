@@ -54,7 +54,7 @@ class JournalInterpreter:
             if job.attempt == data["attempt"]:
                 job.runner = data["runner"]
         elif kind == "stop":
-            job.stopping(data["reason"], t)
+            job.stopping(data["reason"], t, data.get("why"))
         elif kind == "skip":  # RUSH held the start back: the count survives a restart
             job.skips, job.skip_reason = data["count"], data["reason"]
             self._skipped(job)
@@ -83,7 +83,7 @@ class JournalInterpreter:
                     if job.stop_at is not None:
                         self._stop_took(job, t - job.stop_at)
                 if data.get("failed"):
-                    if data.get("fatal"):  # the loop raised and is retried under its max_failures
+                    if data.get("fatal"):  # the loop raised or hung, and is retried under its max_failures
                         job.code_failures += 1
                     else:
                         job.failures += 1
@@ -110,6 +110,7 @@ class JournalInterpreter:
         job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
         if step_time and job.gpus:
             job.step_time = step_time
+            job.paced(t, step)
 
     def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
         job.ended(state, t)

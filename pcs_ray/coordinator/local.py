@@ -3,7 +3,7 @@
 Nothing here launches runners: the actions the core returns are kept in
 ``held`` for the caller, which plays those jobs itself (their ends through
 ``external_ended``). An external executor such as a Ray Tune sweep
-(``executors.tune``) runs against it exactly as against the actor.
+(``pcs_ray.executors.tune``) runs against it exactly as against the actor.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a user run printed: each rank's stdout and stderr, read back in pieces for ``pcs-ray logs``.
 
-Ranks write ``STATE_DIR/logs/<job>/attempt-<k>/rank-<r>.log`` (``executors.user_run``), rotated to
-``rank-<r>.log.1`` past the operator's ``log_bytes_per_rank`` (``executors.log_cap``). A reader
+Ranks write ``STATE_DIR/logs/<job>/attempt-<k>/rank-<r>.log`` (``pcs_ray.executors.user_run``), rotated to
+``rank-<r>.log.1`` past the operator's ``log_bytes_per_rank`` (``pcs_ray.executors.log_cap``). A reader
 asks for one attempt (default: the newest) from byte offsets it got last time, so ``--follow``
 fetches only what is new, and no reply is larger than ``limit`` bytes per rank.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from pcs_ray.contract import UnknownJobError
 
 CHUNK_B = 64 * 1024
-METRICS = "metrics.jsonl"  # rank 0's reports, one JSON object a line (executors.user_run.metrics_log)
+METRICS = "metrics.jsonl"  # rank 0's reports, one JSON object a line (pcs_ray.executors.user_run.metrics_log)
 METRICS_B = 16 * 1024 * 1024  # read of it at most
 _ATTEMPT = re.compile(r"attempt-(\d+)$")
 _RANK = re.compile(r"rank-(\d+)\.log$")
@@ -46,7 +46,7 @@ def read_logs(root: str | Path, job_id: int, attempt: int | None = None, offsets
             rank = _RANK.search(path.name).group(1)
             size = path.stat().st_size
             start = (offsets or {}).get(rank)
-            # An offset past the end: the log was rotated (executors.log_cap) since; its new part is read from the top.
+            # An offset past the end: the log was rotated (pcs_ray.executors.log_cap) since; its new part is read from the top.
             start = max(0, size - limit) if start is None else int(start) if int(start) <= size else 0
             with open(path, "rb") as f:
                 f.seek(start)

@@ -9,7 +9,7 @@ system pays must be in it, and every forecast charges it. It keeps
   step's cost: batch size, sequence length ...). Unmeasured counts follow
   from a measured one through the device model's step times of that shape
   (its declared scaling, floored by a rank's share of the batch:
-  ``workloads.device_model.emulated_step_s``), or the declared scaling
+  ``pcs_ray.workloads.device_model.emulated_step_s``), or the declared scaling
   alone for a workload the model lacks; an unmeasured shape starts from the
   device model's reference time, corrected by what other shapes of the same
   workload measured, else from the job's own ``step_time`` estimate (scaled
@@ -155,8 +155,8 @@ class Stat:
 
 
 def _device_model():
-    """``workloads.device_model`` (torch-free), imported on first use."""
-    from workloads import device_model
+    """``pcs_ray.workloads.device_model`` (torch-free), imported on first use."""
+    from pcs_ray.workloads import device_model
 
     return device_model
 
@@ -396,7 +396,12 @@ class SpeedModel:
     def _pace(self, job: LiveJob, n: int) -> float:
         """The running job's seconds per step: its latest report, unless that is its run's first step
         alone (warm-up: a user loop's 4 ms step's first took 1.5 s, and the forecast spread it over all
-        its steps) and its shape has settled on ``n`` GPUs before."""
+        its steps) and its shape has settled on ``n`` GPUs before. A user loop's is its run's own pace over
+        its recent reports (:meth:`LiveJob.run_pace`): its steps are uneven (an evaluation every so many,
+        checkpoints, a data loader), and one report's second sees a varying share of the slow ones (a
+        small CNN's 1-s reports ranged from 0.012 to 0.024 s a step)."""
+        if job.spec.user_code and (pace := job.run_pace()) is not None:
+            return pace
         if job.job_id in self._warming:
             stat = self.steps.get(spec_shape(job.spec), {}).get(n)
             if stat is not None and not stat.provisional:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 from pcs_ray.coordinator.jobs import UNKNOWN_REMAINING_S, LiveJob
 from pcs_ray.power.measured import energy_view
-from workloads.history import HistoryRecord
+from pcs_ray.workloads.history import HistoryRecord
 
 
 def wall(epoch: float, t: float | None) -> float | None:

@@ -3,7 +3,7 @@
 ::
 
     name: resnet-a          # optional, shown in status
-    workload: resnet18      # a registered workload (workloads.catalog), or instead your own code:
+    workload: resnet18      # a registered workload (pcs_ray.workloads.catalog), or instead your own code:
     entrypoint: train.py:train_loop   # FILE.py:FUNCTION in working_dir, or package.module:FUNCTION
     working_dir: .          # shipped to every node with Ray's runtime_env (relative to the job file)
     config: {lr: 0.1}       # handed to the function (JSON)
@@ -29,7 +29,7 @@ Every problem is one line naming the field, the value and what is allowed:
 an unknown workload, more GPUs than the cluster has, sizes out of range,
 unknown fields. This module is in the pure core: what the workloads are and
 which ``params`` they read comes in as ``parse_job(workloads=...)``, a
-:class:`WorkloadCatalog` (``workloads.catalog.registered_workloads()``). A job's own code is
+:class:`WorkloadCatalog` (``pcs_ray.workloads.catalog.registered_workloads()``). A job's own code is
 checked without running it (``pcs_ray.jobs.usercode``); it is labelled ``user:<entrypoint>`` in
 ``workload`` so that what the cluster learns of its speed is kept per entrypoint.
 """
@@ -109,7 +109,7 @@ class JobFile(BaseModel):
     min_runtime_s: float | None = Field(default=None, ge=0, le=7 * 86400, allow_inf_nan=False,
                                         description="seconds a run is kept before preemption, within the operator's bound")
     max_failures: int = Field(default=0, ge=0, le=MAX_RETRIES,
-                              description="times a loop that raises is restarted from its newest checkpoint")
+                              description="times a loop that raises or hangs is restarted from its newest checkpoint")
     max_runtime_s: float | None = Field(default=None, gt=0, le=365 * 86400, allow_inf_nan=False,
                                         description="seconds it may hold GPUs in all, then it checkpoints and ends timed_out "
                                                     "(within the operator's bound)")

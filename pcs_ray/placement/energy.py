@@ -91,7 +91,7 @@ class PolicyChoice(Source):
         yield from _BY_POWER.candidates(ctx)
 
 
-#: The job classes that stand for the VAHRM paper's CPU jobs in its GPU-only mixes (``workloads.energy``):
+#: The job classes that stand for the VAHRM paper's CPU jobs in its GPU-only mixes (``pcs_ray.workloads.energy``):
 #: class A, ResNet-50, the variability-sensitive class.
 CPU_STANDINS = frozenset({"A"})
 

@@ -68,7 +68,7 @@ class ScalingConfig:
 
 @dataclass(frozen=True)
 class FailureConfig:
-    """``max_failures``: times a loop that raises is restarted from its newest checkpoint (Ray's default, 0)."""
+    """``max_failures``: times a loop that raises or hangs is restarted from its newest checkpoint (Ray's default, 0)."""
 
     max_failures: int = 0
     fail_fast: bool = False

@@ -1,0 +1,241 @@
+"""How well pcs-ray predicts a user loop it has never run, once the loop has done a tenth of its steps.
+
+    PYTHONPATH=. python bench/unseen_loop_prediction.py [--loops mlp,ray-train-port,cnn] [--seconds 40]
+
+Issue 39's target: the prediction in force at 10 % of a never-seen loop's steps within 10 % of its
+job completion time (PCS's error, ``|JCT - predicted JCT| / predicted JCT``), on three different loops:
+
+* ``mlp``: ``examples/user-code/train_mlp.py:train_loop``, a report every step, a checkpoint every quarter;
+* ``ray-train-port``: ``examples/user-code/ray_train_port.py:train_func``, Ray Train code ported by its
+  imports: one report per epoch, each with a checkpoint written through ``Checkpoint.from_directory``;
+* ``cnn``: a small convolutional net on synthetic images (:data:`CNN_LOOP`), a report every step, an
+  evaluation pass every 50 steps (its steps are uneven, as a real loop's are) and a checkpoint every quarter.
+
+Each loop runs as one job of the user's own code (no ``step_time`` given, no calibration) on a private
+Ray with one logical GPU and a fresh in-cluster coordinator, one after another, so no two loops share the
+cores. Every job is sized to take about ``--seconds`` of steps on this machine, from a short probe run of
+the same loop before it (a separate coordinator, so the timed job is still never seen). Torch runs one
+thread (``OMP_NUM_THREADS=1``): the machine's cores are shared. Prints one JSON object (stdout): per loop
+the predictions at submission and at a tenth of the steps, the JCT, the errors, the start-up and the step
+pace before and after the tenth; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, log, start_ray
+
+from pcs_ray.api import strict_json
+
+TENTH = 0.1
+USER_CODE = ROOT / "examples" / "user-code"
+THREADS = {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
+
+CNN_LOOP = '''
+import os
+import torch
+import torch.nn.functional as F
+import pcs_ray.train as train
+
+
+def loop(config):
+    ctx = train.get_context()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(16 * 7 * 7, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    images, labels = torch.randn(2048, 1, 28, 28, generator=g), torch.randint(0, 10, (2048,), generator=g)
+    step = 0
+    if (ckpt := train.get_checkpoint()) is not None:
+        state = torch.load(os.path.join(ckpt, "cnn.pt"), weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+    batch, total, every = config["batch_size"], ctx.total_steps, max(1, ctx.total_steps // 4)
+    while step < total:
+        rows = torch.arange(step * batch, (step + 1) * batch) % len(images)
+        loss = F.cross_entropy(model(images[rows]), labels[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        metrics = {"loss": loss.item()}
+        if step % config["eval_every"] == 0:
+            with torch.no_grad():
+                metrics["accuracy"] = float((model(images[:512]).argmax(1) == labels[:512]).float().mean())
+        folder = None
+        if train.should_checkpoint() or step % every == 0 or step == total:
+            folder = train.checkpoint_dir()
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step},
+                       os.path.join(folder, "cnn.pt"))
+        train.report(metrics, step=step, checkpoint=folder)
+'''
+
+
+def loops(code_dir: Path) -> dict[str, dict]:
+    """Each loop's job spec, without its size (:func:`sized`)."""
+    return {
+        "mlp": {"entrypoint": "train_mlp.py:train_loop", "working_dir": str(USER_CODE),
+                "config": {"dim": 128, "hidden": 1024, "batch_size": 256}},
+        "ray-train-port": {"entrypoint": "ray_train_port.py:train_func", "working_dir": str(USER_CODE),
+                           "config": {"lr": 0.01, "batch_size": 8}},
+        "cnn": {"entrypoint": "cnn.py:loop", "working_dir": str(code_dir), "config": {"batch_size": 32, "eval_every": 50}},
+    }
+
+
+def sized(spec: dict, name: str, steps: int) -> dict:
+    """``spec`` as a job of ``steps`` steps (the config keys a loop reads its total from follow)."""
+    config = dict(spec["config"])
+    if name == "mlp":
+        config["checkpoint_every"] = max(1, steps // 4)
+    if name == "ray-train-port":
+        config["epochs"] = steps  # one report per epoch
+    return {**spec, "name": name, "steps": steps, "gpus": 1, "config": config, "runtime_env": THREADS}
+
+
+@contextlib.contextmanager
+def coordinator(ray, state_dir: Path):
+    """A client of a fresh coordinator (its own state folder: it has run nothing), ended afterwards."""
+    from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
+    from pcs_ray.client import Client
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.coordinator.actor import start_coordinator
+    from pcs_ray.coordinator.config import CoordinatorConfig, cluster_dict
+
+    config = CoordinatorConfig(cluster=cluster_dict(ClusterSpec.homogeneous(1)), state_dir=str(state_dir),
+                               policy="fifo", warm_pool=False, progress_journal_every=0.0)
+    actor = start_coordinator(config)
+    try:
+        yield Client(coordinator=actor)
+    finally:
+        ray.kill(actor, no_restart=True)
+        for _ in range(100):  # the name is free once the actor is gone: the next start must not find it
+            try:
+                ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.1)
+
+
+def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple]]:
+    """Poll the job until it ends: its final view and (time, predicted completion, steps, step time) at each poll."""
+    history, began = [], time.time()
+    while True:
+        job = next(j for j in client.status()["jobs"] if j["id"] == jid)
+        if job["state"] in ("finished", "failed", "cancelled", "timed_out"):
+            return job, history
+        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"]))
+        if time.time() - began > deadline_s:
+            raise TimeoutError(f"job {jid} still {job['state']} after {deadline_s:.0f} s")
+        time.sleep(0.25)
+
+
+def pct(actual: float, predicted: float | None) -> float | None:
+    return None if predicted is None or predicted <= 0 else round(100.0 * abs(actual - predicted) / predicted, 2)
+
+
+def measure(client, spec: dict, deadline_s: float) -> dict:
+    """One never-seen job, from submission to its end: its predictions and what actually happened."""
+    handle = client.submit(spec)
+    submit = next(j["submit"] for j in client.status()["jobs"] if j["id"] == handle.id)
+    job, history = follow(client, handle.id, deadline_s)
+    total = job["total_steps"]
+    jct = job["finish"] - submit
+    at_tenth = next(((t, p, s) for t, p, s, _ in history if s >= TENTH * total and p is not None), None)
+    reported = [(t, s) for t, _, s, _ in history if s > 0]
+    first = reported[0] if reported else None
+    out = {
+        "state": job["state"], "steps": job["steps"], "total_steps": total, "jct_s": round(jct, 2),
+        "predicted_jct_at_submission_s": round(handle.predicted_completion - submit, 2),
+        "error_at_submission_pct": pct(jct, handle.predicted_completion - submit),
+        "first_report_after_s": None if first is None else round(first[0] - submit, 2),
+    }
+    if at_tenth is not None:
+        t, predicted, steps = at_tenth
+        before = (steps - first[1]) / (t - first[0]) if first and t > first[0] else None
+        after = (total - steps) / (job["finish"] - t) if job["finish"] > t else None
+        out.update({
+            "tenth_at_s": round(t - submit, 2), "tenth_steps": steps,
+            "predicted_jct_at_tenth_s": round(predicted - submit, 2), "error_at_tenth_pct": pct(jct, predicted - submit),
+            "signed_error_at_tenth_s": round(jct - (predicted - submit), 2),
+            "steps_per_s_before_tenth": None if before is None else round(before, 2),
+            "steps_per_s_after_tenth": None if after is None else round(after, 2),
+        })
+    trace, last = [], None  # the forecast until a fifth of the steps: [s since submission, predicted JCT, steps, step s]
+    for t, predicted, steps, step_s in history:
+        if predicted is not None and (predicted, steps) != last and steps <= 2 * TENTH * total:
+            trace.append([round(t - submit, 2), round(predicted - submit, 2), steps, step_s and round(step_s, 5)])
+            last = (predicted, steps)
+    out["forecasts"] = trace
+    return out
+
+
+def probe_steps_per_s(client, spec: dict, steps: int, deadline_s: float) -> float:
+    """The loop's pace here, from a short run of it: steps per second between its first and last report."""
+    job, history = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
+    reported = [(t, s) for t, _, s, _ in history if s > 0]
+    if job["state"] != "finished" or len(reported) < 2 or reported[-1][1] <= reported[0][1]:
+        raise RuntimeError(f"probe of {spec['name']} ended {job['state']}: {job.get('error')}")
+    (t0, s0), (t1, s1) = reported[0], reported[-1]
+    return (s1 - s0) / (t1 - t0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loops", default="mlp,ray-train-port,cnn", help="comma-separated: mlp, ray-train-port, cnn")
+    ap.add_argument("--seconds", type=float, default=40.0, help="seconds of steps each timed job is sized to")
+    ap.add_argument("--probe-steps", default="mlp=1500,ray-train-port=40,cnn=300",
+                    help="steps of each loop's probe run (NAME=STEPS,...)")
+    ap.add_argument("--deadline", type=float, default=600.0, help="seconds a job may take before the bench gives up")
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="pcs-ray-unseen-"))
+    (work / "code").mkdir()
+    (work / "code" / "cnn.py").write_text(CNN_LOOP)
+    specs = loops(work / "code")
+    names = [n.strip() for n in args.loops.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(specs))
+    if unknown:
+        ap.error(f"unknown loop(s) {', '.join(unknown)} (known: {', '.join(specs)})")
+    probe = {k: int(v) for k, v in (item.split("=") for item in args.probe_steps.split(","))}
+    results: dict[str, dict] = {}
+    with contextlib.redirect_stdout(sys.stderr):  # Ray's log monitor prints to stdout: keep it for the JSON
+        ray = start_ray(1, cpus=2)
+        try:
+            for name in names:
+                with coordinator(ray, work / f"probe-{name}") as prober:
+                    rate = probe_steps_per_s(prober, {"name": name, "spec": specs[name]}, probe[name], args.deadline)
+                steps = max(20, math.ceil(rate * args.seconds))
+                log(f"{name}: {rate:.1f} steps/s in its probe: timing a never-seen job of {steps} steps")
+                with coordinator(ray, work / f"state-{name}") as client:  # a fresh coordinator: the loop is new to it
+                    timed = measure(client, sized(specs[name], name, steps), args.deadline)
+                results[name] = {"probe_steps_per_s": round(rate, 2), **timed}
+                log(f"{name}: {results[name]}")
+        finally:
+            ray.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
+    errors = [r.get("error_at_tenth_pct") for r in results.values()]
+    out = {
+        "loops": results,
+        "mean_abs_error_at_tenth_pct": round(sum(errors) / len(errors), 2) if errors and None not in errors else None,
+        "max_abs_error_at_tenth_pct": max(errors) if errors and None not in errors else None,
+        "targets_met": {"each_within_10pct_at_tenth": bool(errors) and all(e is not None and e <= 10 for e in errors)},
+        "seconds": args.seconds, "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(strict_json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
