@@ -30,6 +30,10 @@ class FakeTrial:
 class FakeController:
     def __init__(self) -> None:
         self.hard_paused: list[str] = []
+        self.trials: list[FakeTrial] = []
+
+    def get_trials(self) -> list[FakeTrial]:
+        return self.trials
 
     def pause_trial(self, trial, should_checkpoint: bool = True) -> None:
         assert not trial.is_saving and not should_checkpoint
@@ -43,7 +47,7 @@ def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
     sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,
                              grace_s=grace_s, poll_s=0.0)
     tc = FakeController()
-    ts = [FakeTrial(f"t{i}") for i in range(trials)]
+    ts = tc.trials = [FakeTrial(f"t{i}") for i in range(trials)]
     for t in ts:
         sched.on_trial_add(tc, t)
     return core, link, sched, tc, ts
