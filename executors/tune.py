@@ -23,9 +23,9 @@ from typing import Any
 
 from ray.tune.schedulers import TrialScheduler
 
-from executors.tune_scheduler import PCSTuneScheduler, SweepLog
 from executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
 from executors.tune_ray import NotOnClusterError, join_cluster
+from executors.tune_scheduler import PCSTuneScheduler, SweepLog
 from executors.tune_trial import session_trainable
 from pcs_ray.contract import CoordinatorAPI
 

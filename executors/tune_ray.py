@@ -29,7 +29,9 @@ def join_cluster() -> None:
     if not ray.is_initialized():
         if os.environ.get(AUTH_MODE) == "token":
             try:  # Ray read the mode when it was imported (Tune imports it): refresh it, as `ray start` does
-                from ray._private.authentication.authentication_token_setup import _enable_token_auth
+                from ray._private.authentication.authentication_token_setup import (
+                    _enable_token_auth,
+                )
 
                 _enable_token_auth()
             except ImportError:  # pragma: no cover - a Ray without token auth
