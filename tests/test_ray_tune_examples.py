@@ -19,7 +19,6 @@ two lists cover the folder and that each library named there is indeed not insta
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import json
 import os
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tune_examples import EXAMPLES, IMPORTS, OWN_RAY, changed_lines, port
 
 from pcs_ray.commands import local_cluster as lc
 
@@ -38,7 +38,6 @@ pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="t
               pytest.mark.slow]  # a local Ray cluster through the CLI, and ten Tune drivers
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = Path(importlib.util.find_spec("ray").submodule_search_locations[0]) / "tune" / "examples"
 
 #: The examples that run: file -> (what the port adds after ``client=Client(),``, the sweep's name).
 RUNS = {
@@ -91,38 +90,6 @@ NOT_RUN = {
     "pbt_transformers/utils.py": "not an example (helpers: a GLUE download)",
     "pbt_transformers/pbt_transformers.py": "needs transformers; downloads GLUE and a model",
 }
-
-IMPORTS = ["from executors.tune import PCSTuner", "from pcs_ray.client import Client"]
-TUNER = re.compile(r"(\s*)tuner = tune\.Tuner\(")
-OWN_RAY = re.compile(r"ray\.init\(num_cpus=[^()]*\)")
-
-
-def port(source: str, extra: str = "") -> str:
-    """``source`` with its tuner lines changed as TUNE.md does, every other line as it was."""
-    out: list[str] = []
-    client_line = None
-    for line in source.splitlines():
-        if client_line is not None:  # the trainable, Tuner's first argument: the client goes after it
-            assert line.rstrip().endswith(","), f"the trainable argument is not one line: {line!r}"
-            out += [line, client_line]
-            client_line = None
-            continue
-        tuner = TUNER.fullmatch(line)
-        if tuner:
-            out.append(f"{tuner[1]}tuner = PCSTuner(")
-            client_line = f"{tuner[1]}    client=Client(),{extra}"
-        elif line == "from ray import tune":
-            out += [line, *IMPORTS]
-        else:
-            out.append(OWN_RAY.sub("ray.init()", line))
-    return "\n".join(out) + "\n"
-
-
-def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
-    """(removed, added) lines, stripped."""
-    diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))[2:]
-    return ([d[1:].strip() for d in diff if d.startswith("-")], [d[1:].strip() for d in diff if d.startswith("+")])
-
 
 def test_every_example_in_the_wheel_is_run_or_listed_with_why_not():
     found = {p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob("*.py") if "__pycache__" not in p.parts}
