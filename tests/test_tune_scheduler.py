@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+from builders import coordinator
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from executors import tune_scheduler
 from executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.coordinator.local import LocalCoordinator
-from builders import coordinator
 
 
 class FakeTrial:
@@ -209,7 +209,7 @@ def test_the_inner_scheduler_chooses_which_waiting_trial_runs_and_keeps_its_own_
 def test_a_trial_keeps_the_cpus_its_trainable_asks_for_and_more_gpus_than_the_sweep_gives_is_refused():
     import pytest
 
-    core, link, sched, tc, ts = setup(gpus=2, trials=2)
+    _, _, sched, tc, _ = setup(gpus=2, trials=2)
     asks = SimpleNamespace(required_resources={"CPU": 3.0, "GPU": 0})
     trial = FakeTrial("t9")
     trial.placement_group_factory = asks
