@@ -153,7 +153,7 @@ def test_rays_tune_example_runs_under_pcs_tuner_with_only_its_tuner_lines_change
     before = {j["id"] for j in _status(cluster["env"])["jobs"]}
     began = time.monotonic()
     run = subprocess.run([sys.executable, str(script), "--smoke-test"], env=cluster["driver_env"],
-                         capture_output=True, text=True, timeout=420, cwd=script.parent, check=False)
+                         capture_output=True, text=True, timeout=900, cwd=script.parent, check=False)
     took = time.monotonic() - began
     print(f"\n{name}: {took:.0f} s")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
