@@ -13,8 +13,24 @@ Together they run function and class trainables, with and without checkpoints, a
 (1 CPU, no GPU) and CPU-only ones, under ASHA, HyperBand (class and function), PBT (class and function),
 PB2 and no scheduler, with a logger callback and a callback that asks for checkpoints.
 
-Every other file in the wheel's ``tune/examples`` is listed in :data:`NOT_RUN` with why; a test asserts the
-two lists cover the folder and that each library named there is indeed not installed.
+The wheel's other examples cannot run here, for reasons outside pcs-ray (:data:`NOT_RUN` says the same per
+file; a test asserts the two lists cover the folder, that each is named here, and that each library named
+is indeed not installed):
+
+* a library not installed: ``ax_example.py`` (ax), ``bayesopt_example.py`` (bayes_opt), ``bohb_example.py``
+  (ConfigSpace, hpbandster), ``hyperopt_conditional_search_space_example.py`` (hyperopt),
+  ``lightgbm_example.py`` (lightgbm), ``mlflow_example.py`` (mlflow), ``mlflow_ptl.py`` (mlflow, lightning),
+  ``mnist_ptl_mini.py`` (lightning, torchmetrics, datasets), ``nevergrad_example.py`` (nevergrad),
+  ``optuna_define_by_run_example.py``, ``optuna_example.py``, ``optuna_multiobjective_example.py`` (optuna),
+  ``pb2_ppo_example.py`` and ``pbt_ppo_example.py`` (gymnasium, for RLlib's PPO), ``pbt_memnn_example.py``,
+  ``pbt_tune_cifar10_with_keras.py``, ``tf_mnist_example.py``, ``tune_mnist_keras.py`` (tensorflow),
+  ``xgboost_dynamic_resources_example.py``, ``xgboost_example.py`` (xgboost),
+  ``pbt_transformers/pbt_transformers.py`` (transformers, and a GLUE download);
+* a download: ``cifar10_pytorch.py`` (CIFAR-10), ``mnist_pytorch.py``, ``mnist_pytorch_trainable.py``,
+  ``pbt_convnet_example.py``, ``pbt_convnet_function_example.py`` (MNIST),
+  ``pbt_dcgan_mnist/pbt_dcgan_mnist_func.py``, ``pbt_dcgan_mnist/pbt_dcgan_mnist_trainable.py`` (MNIST and a
+  pretrained classifier);
+* not examples: ``__init__.py``, ``utils.py``, ``pbt_dcgan_mnist/common.py``, ``pbt_transformers/utils.py``.
 """
 
 from __future__ import annotations
@@ -100,6 +116,7 @@ def test_every_example_in_the_wheel_is_run_or_listed_with_why_not():
             libs = re.findall(r"\b(\w+)\b", why.split(";")[0].removeprefix("needs ").split("(")[0])
             present = [lib for lib in libs if importlib.util.find_spec(lib) is not None]
             assert not present, f"{name}: {present} is installed now; run the example"
+        assert f"``{name.rsplit('/', 1)[-1] if name.endswith('__init__.py') else name}``" in __doc__, name
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -132,7 +149,7 @@ def cluster(tmp_path_factory):
         home.mkdir()
         yield {"env": {**env, "RAY_ADDRESS": info["address"], "PCS_RAY_API": info["api"]},
                "driver_env": {**env, "RAY_ADDRESS": info["address"], "RAY_AUTH_MODE": "token", "HOME": str(home)},
-               "tmp": tmp, "times": {}}
+               "tmp": tmp}
     finally:
         if (state / lc.STATE_FILE).exists():
             lc.down(state)
