@@ -1,5 +1,5 @@
 """Ray Tune's own examples as they ship in the installed wheel, with their tuner lines changed as
-``examples/user-code/TUNE.md`` changes them (``tests/test_ray_tune_examples.py``, ``bench/tune_example_preempted.py``)."""
+``examples/user-code/TUNE.md`` changes them (``tests/test_ray_tune_examples.py``)."""
 
 from __future__ import annotations
 
