@@ -23,8 +23,9 @@ from typing import Any
 
 from ray.tune.schedulers import TrialScheduler
 
-from pcs_ray.executors.tune_scheduler import PCSTuneScheduler, SweepLog
 from pcs_ray.executors.tune_pin import assigned_gpu_resources, pin_trial_gpus, pinned
+from pcs_ray.executors.tune_ray import NotOnClusterError, join_cluster
+from pcs_ray.executors.tune_scheduler import PCSTuneScheduler, SweepLog
 from pcs_ray.executors.tune_trial import session_trainable
 from pcs_ray.contract import CoordinatorAPI
 
@@ -43,14 +44,24 @@ def count_trials(param_space: dict, num_samples: int = 1) -> int:
     return math.prod(grids(param_space)) * num_samples
 
 
+def stop_iterations(stop) -> int | None:
+    """The ``training_iteration`` a Tune ``stop`` mapping ends trials at (None: it sets none)."""
+    if isinstance(stop, dict) and isinstance(stop.get("training_iteration"), (int, float)):
+        return max(1, int(stop["training_iteration"]))
+    return None
+
+
 class PCSTuner:
     """``tune.Tuner`` whose trials pcs-ray schedules and pins; the sweep is registered (and predicted) at construction.
 
     It takes what ``tune.Tuner`` takes (``tune_config``, ``run_config``), so a Tune script changes only
     the line that builds its tuner: its own scheduler (ASHA, PBT, ...) runs inside pcs-ray's. Or pass
     the shortcuts (``scheduler``, ``metric``, ``mode``, ``num_samples``, ``name``, ``storage_path``,
-    ``callbacks``, ``max_failures``) instead of the config objects. ``iterations`` (per trial, at most)
-    and ``iteration_time`` (seconds, estimated) are what the coordinator predicts the sweep from.
+    ``callbacks``, ``max_failures``) instead of the config objects. ``iterations`` (per trial, at most;
+    by default the ``training_iteration`` of ``run_config.stop``) and ``iteration_time`` (seconds,
+    estimated) are what the coordinator predicts the sweep from. A trial holds ``gpus_per_trial`` of the
+    sweep's GPUs (also a trial whose trainable asks for none: Tune's default) and the CPUs its trainable
+    asks for (``cpus_per_trial`` overrides).
     Every trainable is wrapped with :func:`~pcs_ray.executors.tune_pin.pinned`: a trial sees only its GPUs.
     """
 
@@ -58,14 +69,14 @@ class PCSTuner:
         self,
         trainable,
         *,
-        iterations: int,
         client: CoordinatorAPI,
+        iterations: int | None = None,
         param_space: dict | None = None,
         tune_config=None,
         run_config=None,
         num_samples: int = 1,
         gpus_per_trial: int = 1,
-        cpus_per_trial: float = 1.0,
+        cpus_per_trial: float | None = None,
         iteration_time: float | None = None,
         trial_startup_s: float = 5.0,
         scheduler: TrialScheduler | None = None,
@@ -89,11 +100,16 @@ class PCSTuner:
             name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=max_failures))
         param_space = param_space or {}
+        iterations = iterations or stop_iterations(run_config.stop)
+        if iterations is None:
+            raise ValueError("PCSTuner needs iterations=N (the most iterations a trial runs): run_config.stop "
+                             "gives no training_iteration to take it from")
         self.scheduler = PCSTuneScheduler(
             client, num_trials=count_trials(param_space, tune_config.num_samples), iterations=iterations,
             gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial, iteration_time=iteration_time,
             trial_startup_s=trial_startup_s, name=run_config.name or name, inner=tune_config.scheduler, grace_s=grace_s,
         )
+        join_cluster()  # before the sweep exists: a driver that cannot reach Ray never holds GPUs
         self.submitted_at = time.time()
         self.scheduler.register()
         self.tuner = tune.Tuner(
@@ -122,6 +138,6 @@ def grid(**axes: list) -> dict[str, Any]:
 
 
 __all__ = [
-    "PCSTuneScheduler", "PCSTuner", "SweepLog", "assigned_gpu_resources", "count_trials", "grid", "pin_trial_gpus",
-    "pinned", "session_trainable",
+    "NotOnClusterError", "PCSTuneScheduler", "PCSTuner", "SweepLog", "assigned_gpu_resources", "count_trials", "grid", "pin_trial_gpus",
+    "pinned", "session_trainable", "stop_iterations",
 ]

@@ -19,6 +19,11 @@ import re
 _GPU_RESOURCE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*_gpu(?P<index>\d+))(?:_group_.*)?$")
 
 
+def is_gpu_resource(name: str) -> bool:
+    """Whether a Ray resource is one of pcs-ray's per-GPU ones (``node0_gpu3``, or a placement group's share of one)."""
+    return _GPU_RESOURCE.match(name) is not None
+
+
 def assigned_gpu_resources() -> list[str]:
     """The pcs-ray per-GPU resources (``node0_gpu3``) this actor holds, placement-group suffixes removed."""
     import ray

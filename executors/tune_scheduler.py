@@ -15,8 +15,14 @@ never while saving: Tune caches the decision) or, past a grace period,
 stopped hard and resumed from their last reported checkpoint. When every
 trial outside the kept GPUs has stopped it acknowledges, and the coordinator
 hands the GPUs on. New trials are parked (PAUSED) until admitted. An inner
-scheduler (ASHA, HyperBand) keeps its STOP decisions; a stopped trial shrinks
-the sweep's demand so its GPUs go to other apps. Progress (iterations x
+scheduler (ASHA, HyperBand, PBT) keeps its decisions: its STOPs (a stopped
+trial shrinks the sweep's demand so its GPUs go to other apps), its PAUSEs,
+and which waiting trial runs next, where a trial that waits only for pcs-ray's
+GPUs looks to it as the PENDING trial it would be under plain Tune. A trial
+keeps the CPUs its trainable asks for (Tune's default: 1); a trial that asks
+for no GPU still runs on a GPU of the sweep (the sweep's share of the
+cluster is counted in GPUs); one that asks for more than ``gpus_per_trial``
+is refused with one line. Progress (iterations x
 measured time per iteration) flows back so predictions use real speeds.
 The driver holds the sweep's GPUs on a lease it renews from a thread of its own
 (``pcs_ray.executors.tune_lease``): a driver that dies loses them within the
@@ -77,7 +83,7 @@ class PCSTuneScheduler(TrialScheduler):
         num_trials: int,
         iterations: int,
         gpus_per_trial: int = 1,
-        cpus_per_trial: float = 1.0,
+        cpus_per_trial: float | None = None,
         iteration_time: float | None = None,
         trial_startup_s: float = 5.0,
         name: str = "tune-sweep",
@@ -111,6 +117,8 @@ class PCSTuneScheduler(TrialScheduler):
         self.order: list[Trial] = []
         self.done_iters: dict[str, int] = {}
         self.stopped: set[str] = set()  # STOP decided (inner scheduler or budget reached)
+        self.held: set[str] = set()  # paused by pcs-ray (parked, or its GPUs taken), not by the inner scheduler
+        self.cpus_of: dict[str, float] = {}  # what each trial's trainable asks for
         self.log = SweepLog()
         self._assignment: dict | None = None
         self._polled = -math.inf
@@ -157,9 +165,20 @@ class PCSTuneScheduler(TrialScheduler):
         self.inner.on_trial_add(tune_controller, trial)
         if any(t is trial for t in self.order):
             return  # a failed trial Tune requeues (PENDING): it restarts on its own GPUs from its checkpoint
+        self.cpus_of[trial.trial_id] = self._own_cpus(trial)
         if trial.status == Trial.PENDING:
             trial.set_status(Trial.PAUSED)  # parked: Tune would start every PENDING trial by itself
+            self.held.add(trial.trial_id)
         self.order.append(trial)
+
+    def _own_cpus(self, trial: Trial) -> float:
+        """The CPUs the trial's trainable asks for; refuses a trial that asks for more GPUs than the sweep gives one."""
+        factory = getattr(trial, "placement_group_factory", None)
+        asked = factory.required_resources if factory is not None else {}
+        if math.ceil(asked.get("GPU", 0)) > self.gpt:
+            raise ValueError(f"trial {trial.trial_id} asks for {asked['GPU']:g} GPUs, the sweep gives each trial "
+                             f"{self.gpt}: give PCSTuner(gpus_per_trial={math.ceil(asked['GPU'])})")
+        return self.cpus if self.cpus is not None else float(asked.get("CPU", 1.0))
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         tid = trial.trial_id
@@ -187,6 +206,7 @@ class PCSTuneScheduler(TrialScheduler):
         p = self.placed.get(tid)
         if p is not None and p.evict_at is not None:
             self.log.pauses.append((time.time(), tid))
+            self.held.add(tid)
             return TrialScheduler.PAUSE
         return decision
 
@@ -219,11 +239,12 @@ class PCSTuneScheduler(TrialScheduler):
         free = [g for g in a["gpus"] if g not in used]
         if len(free) < self.gpt:
             return None
-        trial = self._next_trial()
+        trial = self._next_trial(tune_controller)
         if trial is None:
             return None
         gpus = tuple(free[: self.gpt])
-        trial.update_resources({"CPU": self.cpus, "GPU": 0, **{g: 1 for g in gpus}})
+        trial.update_resources({"CPU": self.cpus_of.get(trial.trial_id, self.cpus or 1.0), "GPU": 0, **{g: 1 for g in gpus}})
+        self.held.discard(trial.trial_id)
         self.placed[trial.trial_id] = _Placed(trial, gpus)
         self.launching.add(trial.trial_id)
         self._chosen_at[trial.trial_id] = time.monotonic()
@@ -246,12 +267,26 @@ class PCSTuneScheduler(TrialScheduler):
         self.done_iters[tid] = min(it, self.iterations)
 
     # -- keeping trials on the assignment ----------------------------------------
-    def _next_trial(self) -> Trial | None:
-        """A paused trial that was running before, else the next parked one (submission order)."""
-        waiting = [t for t in self.order if t.status == Trial.PAUSED and t.trial_id not in self.placed
-                   and t.trial_id not in self.stopped]
-        started = [t for t in waiting if self.done_iters.get(t.trial_id)]
-        return (started or waiting or [None])[0]
+    def _next_trial(self, tc) -> Trial | None:
+        """The waiting trial the inner scheduler would run next, if any.
+
+        A trial pcs-ray holds (parked, or paused when its GPUs were taken) is one the inner scheduler
+        would have running or PENDING: it sees it PENDING while it chooses. A trial the inner scheduler
+        paused itself (HyperBand at a milestone, PBT between perturbations) runs when it says so.
+        """
+        held = [t for t in self.order if t.status == Trial.PAUSED and t.trial_id in self.held
+                and t.trial_id not in self.placed and t.trial_id not in self.stopped]
+        for t in held:
+            t.status = Trial.PENDING
+        try:
+            chosen = self.inner.choose_trial_to_run(tc)
+        finally:
+            for t in held:
+                t.status = Trial.PAUSED
+        if chosen is None or chosen.status != Trial.PAUSED or chosen.trial_id in self.placed or (
+                chosen.trial_id in self.stopped):
+            return None
+        return chosen
 
     def _poll(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -282,12 +317,14 @@ class PCSTuneScheduler(TrialScheduler):
                 if status == Trial.PAUSED:  # chosen but not yet staged: simply not started
                     del self.placed[tid]
                     self.launching.discard(tid)
+                    self.held.add(tid)
                 elif p.evict_at is None:
                     # A trial that has not reported since it started has nothing newer to save: stop it now.
                     p.evict_at = now if tid in self._chosen_at else now + self.grace_s
                 if p.evict_at is not None and now >= p.evict_at and status == Trial.RUNNING and not p.trial.is_saving:
                     # Past the grace period: stop now, resume from the last reported checkpoint.
                     tc.pause_trial(p.trial, should_checkpoint=False)
+                    self.held.add(tid)
                     self._chosen_at.pop(tid, None)
                     self.log.hard_stops += 1
                     p.evict_at = math.inf

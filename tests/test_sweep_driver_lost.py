@@ -1,8 +1,12 @@
-"""A sweep whose driver is killed right after its submission gives its GPUs back within the lease, and the
-next sweep finishes: `pcs-ray up --local`, one node with 2 logical GPUs, as the issue's user ran it.
+"""Sweeps whose driver is gone, on `pcs-ray up --local` (one node, 2 logical GPUs, a 5 s lease), as the
+issue's user ran them: two drivers killed right after their submissions, the second's arrival asking the
+first (dead) for a GPU and the second stopped by `cancel` while dead; both give their GPUs back within the
+lease, each ends with the reason in `status`. A driver that cannot join Ray (authentication off, as the
+issue's first run) fails with one line and submits nothing. A driver stuck for three leases (its main thread
+asleep before `fit`) keeps its GPUs, since it lives, then its sweep finishes on them.
 
-Prints the figures (``-s``): how long the dead sweep held the GPUs after its driver died, and how long the
-next sweep waited for them.
+Prints the figures (``-s``): how long each dead sweep held GPUs after its driver died, and how long the
+stuck driver's sweep waited for them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import wait_until
 
 from pcs_ray.commands import local_cluster as lc
 
@@ -49,7 +54,10 @@ DRIVER = textwrap.dedent("""
                      iteration_time=0.5, metric="loss", mode="min", storage_path=sys.argv[2])
     print(json.dumps({"job": tuner.job_id, "submitted": time.time()}), flush=True)
     if sys.argv[1] == "die":
-        os.kill(os.getpid(), signal.SIGKILL)  # killed right after its submission, before it ever reached Ray
+        os.kill(os.getpid(), signal.SIGKILL)  # killed right after its submission, before its first trial
+    if sys.argv[1] == "stuck":
+        time.sleep(float(sys.argv[3]))  # alive, but its main thread does nothing: its lease thread renews
+    print(json.dumps({"fit": time.time()}), flush=True)
     tuner.fit()
     print("fit done", flush=True)
 """)
@@ -57,7 +65,7 @@ DRIVER = textwrap.dedent("""
 
 def _cli(env, *args, timeout=180):
     proc = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+                          text=True, timeout=timeout, cwd=ROOT, check=False)
     assert proc.returncode == 0, f"pcs-ray {args[0]} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -66,43 +74,94 @@ def _json(stdout: str) -> dict:
     return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
 
 
-def test_a_sweep_whose_driver_was_killed_frees_its_gpus_within_the_lease_and_the_next_sweep_finishes(tmp_path):
+def _driver(env, driver, mode, storage, *extra) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(driver), mode, str(storage), *map(str, extra)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sweeps_whose_driver_is_gone_free_their_gpus_within_the_lease_and_a_live_stuck_driver_keeps_them(
+        tmp_path, monkeypatch):
+    from pcs_ray.client import Client
+
     token = tmp_path / "token"
     token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS",
+                                                            "PCS_RAY_API")}
     env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     state = tmp_path / "state"
     try:
         up = _cli(env, "up", "--local", "--nodes", 1, "--gpus-per-node", 2, "--state-dir", state,
                   "--limit", f"external_lease_s={LEASE_S:g}", "--json", timeout=300)
-        env["RAY_ADDRESS"] = _json(up.stdout)["address"]
+        info = _json(up.stdout)
+        env["RAY_ADDRESS"] = info["address"]
+        _cli({**env, "PCS_RAY_API": info["api"]}, "config", "set", "--policy", "fair")  # an arrival takes a share
+        api = Client(api=info["api"])
         driver = tmp_path / "driver.py"
         driver.write_text(DRIVER)
 
-        dead = subprocess.run([sys.executable, str(driver), "die", str(tmp_path / "tune-dead")], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        killed_at = time.time()
-        assert dead.returncode == -signal.SIGKILL, dead.stderr[-3000:]
-        dead_job = _json(dead.stdout)["job"]
+        # (b) Authentication off, as the issue's first run: one line, and no sweep submitted.
+        before = {j["id"] for j in api.status()["jobs"]}
+        began = time.monotonic()
+        refused = subprocess.run([sys.executable, str(driver), "live", str(tmp_path / "tune-refused")],
+                                 env={**env, "RAY_AUTH_MODE": "disabled", "PCS_RAY_API": info["api"]}, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=180, check=False)
+        refused_s = time.monotonic() - began
+        assert refused.returncode != 0 and "the sweep was not submitted" in refused.stderr.strip().splitlines()[-1]
+        assert {j["id"] for j in api.status()["jobs"]} == before
 
-        live = subprocess.run([sys.executable, str(driver), "live", str(tmp_path / "tune-live")],
-                              env={**env, "RAY_AUTH_MODE": "token"}, cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-        assert live.returncode == 0 and "fit done" in live.stdout, live.stdout[-2000:] + live.stderr[-4000:]
-        live_job = _json(live.stdout)["job"]
+        # (a) Two drivers killed right after their submissions; the later arrival asks the earlier for a GPU.
+        dead = [_driver(env, driver, "die", tmp_path / f"tune-dead{i}") for i in range(2)]
+        died_at = {}  # each driver printed its job and then killed itself at once
+        for proc in dead:
+            line = _json(proc.stdout.readline())
+            died_at[line["job"]] = line["submitted"]
+        first, second = sorted(died_at)
+        seen: dict[int, list[str]] = {first: [], second: []}
 
-        jobs = {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
-        gone, done = jobs[dead_job], jobs[live_job]
-        assert gone["state"] == "failed" and gone["end_reason"]["code"] == "driver-lost", gone
-        assert gone["steps"] == 0 and gone["gpus"] == []
-        assert done["state"] == "finished" and done["steps"] == 2 * 3, done
-        held_after_death = gone["segments"][-1]["end"] - killed_at
-        waited = done["segments"][0]["start"] - killed_at
-        print(json.dumps({"lease_s": LEASE_S, "gpus_held_after_driver_death_s": round(held_after_death, 2),
-                          "next_sweep_waited_after_death_s": round(waited, 2),
+        def states() -> dict[int, str]:
+            now = {j["id"]: j["state"] for j in api.status()["jobs"] if j["id"] in seen}
+            for jid, state_now in now.items():
+                if state_now not in seen[jid]:
+                    seen[jid].append(state_now)
+            return now
+
+        wait_until(lambda: states()[first] != "running", timeout=30, what="the second sweep's arrival to reach the first")
+        handed_over = seen[first][-1] == "stopping"  # (c) a hand-over asked of a dead driver's sweep ...
+        if handed_over:
+            api.cancel(first)  # ... and a stop addressed to it: both complete when its lease lapses
+        wait_until(lambda: all(s in ("failed", "cancelled") for s in states().values()), timeout=60,
+                   what="both dead sweeps to end")
+        assert all(proc.wait() == -signal.SIGKILL for proc in dead)
+
+        # (d) A driver stuck for three leases keeps its GPUs (it lives), then its sweep finishes on them.
+        stuck = _driver({**env, "RAY_AUTH_MODE": "token"}, driver, "stuck", tmp_path / "tune-stuck", 3 * LEASE_S)
+        live_job = _json(stuck.stdout.readline())["job"]
+        woke = _json(stuck.stdout.readline())["fit"]
+        held = api.job(live_job)
+        out, err = stuck.communicate(timeout=300)
+        assert stuck.returncode == 0 and "fit done" in out, out[-2000:] + err[-4000:]
+
+        jobs_now = {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
+        one, two, done = jobs_now[first], jobs_now[second], jobs_now[live_job]
+        assert handed_over, seen  # the first dead sweep was asked for a GPU while it held both
+        assert one["state"] == "cancelled" and one["end_reason"]["code"] == "driver-lost", one
+        assert two["state"] == "failed" and two["end_reason"]["code"] == "driver-lost", two
+        for gone in (one, two):
+            assert "lease" in gone["end_reason"]["text"] and gone["steps"] == 0 and gone["gpus"] == []
+        assert held["state"] == "running" and held["gpus"] and woke - held["submit"] >= 3 * LEASE_S
+        assert done["state"] == "finished" and done["steps"] == 2 * 3 and done["end_reason"] is None, done
+        held_after_death = {jid: jobs_now[jid]["segments"][-1]["end"] - died_at[jid] for jid in died_at
+                            if jobs_now[jid]["segments"]}
+        print(json.dumps({"lease_s": LEASE_S, "states_seen": seen, "refused_driver_s": round(refused_s, 1),
+                          "gpus_held_after_driver_death_s": {k: round(v, 2) for k, v in held_after_death.items()},
+                          "next_sweep_waited_after_last_death_s": round(
+                              done["segments"][0]["start"] - max(died_at.values()), 2),
+                          "stuck_driver_kept_gpus_s": round(woke - done["segments"][0]["start"], 2),
                           "next_sweep_jct_s": round(done["finish"] - done["submit"], 2)}))
-        assert held_after_death <= LEASE_S + 3.0  # the lease, the coordinator's loop and the clocks' reading
-        assert done["segments"][0]["start"] >= gone["segments"][-1]["end"]
+        assert held_after_death and all(v <= LEASE_S + 3.0 for v in held_after_death.values())
+        assert done["segments"][0]["start"] >= max(jobs_now[j]["segments"][-1]["end"] for j in held_after_death)
     finally:
         if (state / lc.STATE_FILE).exists():
             lc.down(state)

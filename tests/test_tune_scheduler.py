@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+from builders import coordinator
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import TrialScheduler
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from pcs_ray.executors import tune_scheduler
 from pcs_ray.executors.tune import PCSTuneScheduler, count_trials
 from pcs_ray.coordinator.local import LocalCoordinator
-from builders import coordinator
 
 
 class FakeTrial:
@@ -30,6 +30,10 @@ class FakeTrial:
 class FakeController:
     def __init__(self) -> None:
         self.hard_paused: list[str] = []
+        self.trials: list[FakeTrial] = []
+
+    def get_trials(self) -> list[FakeTrial]:
+        return self.trials
 
     def pause_trial(self, trial, should_checkpoint: bool = True) -> None:
         assert not trial.is_saving and not should_checkpoint
@@ -43,7 +47,7 @@ def setup(gpus=4, trials=6, gpt=1, grace_s=30.0, policy="fair"):
     sched = PCSTuneScheduler(link, num_trials=trials, iterations=5, gpus_per_trial=gpt, iteration_time=0.1,
                              grace_s=grace_s, poll_s=0.0)
     tc = FakeController()
-    ts = [FakeTrial(f"t{i}") for i in range(trials)]
+    ts = tc.trials = [FakeTrial(f"t{i}") for i in range(trials)]
     for t in ts:
         sched.on_trial_add(tc, t)
     return core, link, sched, tc, ts
@@ -165,3 +169,75 @@ def test_a_trial_still_starting_is_stopped_at_once_when_its_gpu_is_taken():
     assert len(tc.hard_paused) == 1
     sched.choose_trial_to_run(tc)
     assert sched.log.acks == 1 and len(link.assignment(sched.job_id)["gpus"]) == 1
+
+
+class PicksLast(FIFOScheduler):
+    """An inner scheduler that runs the last waiting trial first, and keeps the trials it paused itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.own_pauses: set[str] = set()
+
+    def choose_trial_to_run(self, tc):
+        waiting = [t for t in tc.get_trials() if t.status == Trial.PENDING
+                   or (t.status == Trial.PAUSED and t.trial_id not in self.own_pauses)]
+        return waiting[-1] if waiting else None
+
+
+def test_the_inner_scheduler_chooses_which_waiting_trial_runs_and_keeps_its_own_pauses():
+    core = coordinator(gpus=1, policy="fair")
+    inner = PicksLast()
+    sched = PCSTuneScheduler(LocalCoordinator(core), num_trials=3, iterations=5, iteration_time=0.1, poll_s=0.0,
+                             inner=inner)
+    tc = FakeController()
+    tc.trials = [FakeTrial(f"t{i}") for i in range(3)]
+    for t in tc.trials:
+        sched.on_trial_add(tc, t)
+    assert all(t.status == Trial.PAUSED for t in tc.trials)  # parked, yet PENDING as the inner one sees them
+    [first] = start_all(sched, tc)
+    assert first.trial_id == "t2"
+    inner.own_pauses.add("t2")  # the inner scheduler pauses it (a HyperBand milestone): its GPU is free again
+    first.status = Trial.PAUSED
+    [second] = start_all(sched, tc)
+    assert second.trial_id == "t1"  # not t2, which waits for the inner scheduler
+    second.status = Trial.TERMINATED
+    sched.on_trial_complete(tc, second, {"training_iteration": 5})
+    inner.own_pauses.discard("t2")
+    assert start_all(sched, tc)[0].trial_id == "t2"
+
+
+def test_a_trial_keeps_the_cpus_its_trainable_asks_for_and_more_gpus_than_the_sweep_gives_is_refused():
+    import pytest
+
+    _, _, sched, tc, _ = setup(gpus=2, trials=2)
+    asks = SimpleNamespace(required_resources={"CPU": 3.0, "GPU": 0})
+    trial = FakeTrial("t9")
+    trial.placement_group_factory = asks
+    tc.trials.append(trial)
+    sched.num_trials += 1
+    sched.on_trial_add(tc, trial)
+    assert sched.cpus_of["t9"] == 3.0 and sched.cpus_of["t0"] == 1.0  # Tune's default, where none is asked
+    greedy = FakeTrial("t10")
+    greedy.placement_group_factory = SimpleNamespace(required_resources={"CPU": 1.0, "GPU": 2})
+    with pytest.raises(ValueError, match="gpus_per_trial=2"):
+        sched.on_trial_add(tc, greedy)
+
+
+def test_iterations_come_from_the_stop_criterion_and_a_driver_off_the_cluster_submits_nothing(monkeypatch):
+    import pytest
+    import ray
+    from ray import tune
+
+    from pcs_ray.executors.tune import NotOnClusterError, PCSTuner, stop_iterations
+
+    assert stop_iterations({"training_iteration": 10, "done": True}) == 10
+    assert stop_iterations({"mean_accuracy": 0.9}) is None and stop_iterations(None) is None
+    core = coordinator(gpus=1)
+    with pytest.raises(ValueError, match="iterations=N"):
+        PCSTuner(lambda config: None, client=LocalCoordinator(core))
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})  # a Ray of the script's own
+    with pytest.raises(NotOnClusterError, match="none of pcs-ray's GPUs"):
+        PCSTuner(lambda config: None, client=LocalCoordinator(core),
+                 run_config=tune.RunConfig(stop={"training_iteration": 3}))
+    assert core.jobs == {}  # refused before the sweep was submitted
