@@ -1,0 +1,117 @@
+"""Retention of ended jobs: forgotten after their age or past a count, their journal events, memory,
+checkpoints and logs with them; ids never reused; jobs that have not ended never touched; a bad setting refused."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from builders import Clock, coordinator, submission
+from pcs_ray.commands.limits import parse_limits
+from pcs_ray.contract import ConfigError
+from pcs_ray.coordinator import Journal, StartRun
+from pcs_ray.coordinator.config import CoordinatorConfig
+from pcs_ray.coordinator.retention import CHECK_EVERY_S, Retention
+
+
+def make(tmp_path, retain: Retention, gpus: int = 2):
+    clock = Clock()
+    core = coordinator(journal=tmp_path / "journal.sqlite", clock=clock, gpus=gpus, retain=retain,
+                       checkpoint_root=tmp_path / "checkpoints")
+    return core, clock
+
+
+def run_to_end(core, clock, jid: int, seconds: float = 10.0) -> None:
+    """Start (if it is not running) and finish ``jid``, with a checkpoint and a log on disk as a run leaves them."""
+    job = core.jobs[jid]
+    assert job.state == "running", job.state
+    (core.checkpoint_root / str(jid) / "step-100").mkdir(parents=True)
+    logs = core.checkpoint_root.parent / "logs" / str(jid) / "attempt-1"
+    logs.mkdir(parents=True)
+    (logs / "rank-0.log").write_text("hello\n")
+    clock.t += seconds
+    core.run_ended(jid, job.attempt, "finished", step=100)
+
+
+def on_disk(core, jid: int) -> bool:
+    return (core.checkpoint_root / str(jid)).exists() or (core.checkpoint_root.parent / "logs" / str(jid)).exists()
+
+
+def journaled_jobs(path) -> set[int]:
+    j = Journal(path)
+    try:
+        return {e.job_id for e in j.events() if e.job_id is not None}
+    finally:
+        j.close()
+
+
+def test_an_ended_job_is_forgotten_after_its_age_with_its_events_checkpoints_and_logs(tmp_path):
+    core, clock = make(tmp_path, Retention(ended_job_s=3600, ended_jobs_kept=None))
+    a, _ = core.submit(submission(name="a"), submission_id="sub-a")
+    b, _ = core.submit(submission(name="b"))
+    run_to_end(core, clock, a)
+    core.tick()
+    assert a in core.jobs and on_disk(core, a)  # ended, but not long enough ago
+    clock.t += 3600 + CHECK_EVERY_S
+    core.tick()
+    assert a not in core.jobs and not on_disk(core, a)
+    assert b in core.jobs and core.jobs[b].state == "running"  # a job that has not ended stays, whatever its age
+    assert a not in journaled_jobs(tmp_path / "journal.sqlite") and b in journaled_jobs(tmp_path / "journal.sqlite")
+    assert a not in {j["id"] for j in core.status()["jobs"]}
+    # The same submission id again is a new job (its first answer was given long ago), with a new id.
+    again, _ = core.submit(submission(name="a"), submission_id="sub-a")
+    assert again > b
+
+
+def test_past_the_count_the_oldest_ended_jobs_are_forgotten_first(tmp_path):
+    core, clock = make(tmp_path, Retention(ended_job_s=None, ended_jobs_kept=2), gpus=4)
+    ids = [core.submit(submission())[0] for _ in range(4)]
+    for jid in ids:
+        run_to_end(core, clock, jid, seconds=5)
+    assert core.forget_ended() == ids[:2]
+    assert sorted(core.jobs) == ids[2:] and not any(on_disk(core, j) for j in ids[:2])
+    assert all(on_disk(core, j) for j in ids[2:])
+
+
+def test_a_restarted_coordinator_keeps_what_was_forgotten_forgotten_and_never_reuses_an_id(tmp_path):
+    retain = Retention(ended_job_s=60, ended_jobs_kept=None)
+    core, clock = make(tmp_path, retain)
+    first = [core.submit(submission())[0] for _ in range(2)]
+    for jid in first:
+        run_to_end(core, clock, jid)
+    clock.t += 60 + CHECK_EVERY_S
+    assert core.forget_ended() == first
+    core.journal.close()
+    again = coordinator(journal=tmp_path / "journal.sqlite", clock=clock, gpus=2, retain=retain,
+                        checkpoint_root=tmp_path / "checkpoints")
+    assert again.jobs == {} and again.forgotten == 2
+    new, actions = again.submit(submission())
+    assert new == max(first) + 1 and any(isinstance(a, StartRun) for a in actions)
+
+
+def test_the_journal_stays_bounded_under_a_stream_of_jobs(tmp_path):
+    """Hundreds of jobs through a core that keeps ten ended ones: the journal holds about ten jobs' events."""
+    core, clock = make(tmp_path, Retention(ended_job_s=None, ended_jobs_kept=10))
+    for _ in range(200):
+        jid, _ = core.submit(submission())
+        clock.t += 1
+        core.run_ended(jid, 1, "finished", step=100)
+        clock.t += CHECK_EVERY_S / 10
+        core.tick()
+    assert len(core.jobs) <= 10 + 10  # the bound, plus those that ended since the last check
+    kept = journaled_jobs(tmp_path / "journal.sqlite")
+    assert kept == set(core.jobs) and len(core.journal) < 20 * 10
+    [marker] = [e for e in core.journal.events() if e.kind == "compacted"]  # one, however many compactions
+    assert marker.data["jobs"] == 200 - len(core.jobs) and min(core.jobs) < marker.data["next_id"] <= 201
+
+
+def test_retention_is_an_operator_limit_and_a_bad_value_is_refused():
+    assert parse_limits(["ended_job_retention_s=86400", "ended_jobs_kept=500"]) == {
+        "ended_job_retention_s": 86400.0, "ended_jobs_kept": 500}
+    assert parse_limits(["ended_jobs_kept=none"]) == {"ended_jobs_kept": None}
+    with pytest.raises(typer.BadParameter):
+        parse_limits(["ended_jobs_kept=-1"])
+    config = CoordinatorConfig(cluster={}, state_dir="/tmp/x", ended_job_retention_s=600, ended_jobs_kept=None)
+    assert config.retention() == Retention(ended_job_s=600, ended_jobs_kept=None)
+    with pytest.raises(ConfigError):
+        CoordinatorConfig(cluster={}, state_dir="/tmp/x", ended_jobs_kept=0).retention()
