@@ -115,3 +115,30 @@ def test_retention_is_an_operator_limit_and_a_bad_value_is_refused():
     assert config.retention() == Retention(ended_job_s=600, ended_jobs_kept=None)
     with pytest.raises(ConfigError):
         CoordinatorConfig(cluster={}, state_dir="/tmp/x", ended_jobs_kept=0).retention()
+
+
+def test_the_speed_model_keeps_the_most_recently_measured_shapes(tmp_path):
+    """A sweep gives every trial's config a shape of its own: past SHAPES_KEPT the least recently measured go."""
+    from pcs_ray.coordinator.jobs import LiveJob
+    from pcs_ray.coordinator.speed import SHAPES_KEPT, SpeedModel, spec_shape
+    from pcs_ray.jobs.jobfile import JobFile
+
+    speed = SpeedModel()
+
+    def measure(width: int) -> str:
+        spec = JobFile.model_validate({"entrypoint": "train.py:loop", "steps": 10, "config": {"width": width}})
+        job = LiveJob(width, spec, 0.0, t1=speed.estimate(spec))
+        job.launched(0.0, 1, (0,), 1.0, "start")
+        speed.observe_step_time(job, 0.5)
+        return spec_shape(spec)
+
+    first = measure(0)
+    shapes = [measure(w) for w in range(1, SHAPES_KEPT + 50)]
+    assert len(speed.steps) == SHAPES_KEPT and first not in speed.steps
+    measure(100)  # measured again: now the most recent, kept past the next ones
+    for w in range(SHAPES_KEPT + 50, SHAPES_KEPT + 150):
+        measure(w)
+    assert shapes[99] in speed.steps and shapes[100] not in speed.steps
+    speed.save(tmp_path / "speeds.json")
+    again = SpeedModel()
+    assert again.load(tmp_path / "speeds.json") and list(again.steps) == list(speed.steps)

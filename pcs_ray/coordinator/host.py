@@ -87,6 +87,9 @@ class CoordinatorHost(ABC):
         if overruns:
             runs = self.overruns.setdefault(int(job_id), {})
             runs[attempt] = max(runs.get(attempt, 0), int(overruns))
+        for per_job in (self.overruns, self.late_steps):  # jobs retention forgot (pcs_ray.coordinator.retention)
+            for jid in [j for j in per_job if j not in self.core.jobs]:
+                del per_job[jid]
 
     def decision_latency(self, after: int = 0, samples: bool = False) -> dict:
         """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms.
