@@ -14,10 +14,10 @@ from pcs_ray.coordinator.config import CoordinatorConfig
 from pcs_ray.coordinator.retention import CHECK_EVERY_S, Retention
 
 
-def make(tmp_path, retain: Retention, gpus: int = 2):
+def make(tmp_path, retain: Retention, gpus: int = 2, **options):
     clock = Clock()
     core = coordinator(journal=tmp_path / "journal.sqlite", clock=clock, gpus=gpus, retain=retain,
-                       checkpoint_root=tmp_path / "checkpoints")
+                       checkpoint_root=tmp_path / "checkpoints", **options)
     return core, clock
 
 
@@ -142,3 +142,24 @@ def test_the_speed_model_keeps_the_most_recently_measured_shapes(tmp_path):
     speed.save(tmp_path / "speeds.json")
     again = SpeedModel()
     assert again.load(tmp_path / "speeds.json") and list(again.steps) == list(speed.steps)
+
+
+def test_the_job_history_rotates_past_its_size_keeping_the_newest_records(tmp_path):
+    from workloads.history import HistoryRecord, append_history, read_history_records
+
+    path = tmp_path / "history.jsonl"
+    for i in range(1, 201):
+        append_history(path, HistoryRecord(i, float(i), 1, 10.0), rotate_bytes=2000)
+    newest = [r.job_id for r in read_history_records(path)]
+    older = [r.job_id for r in read_history_records(tmp_path / "history.jsonl.1")]
+    assert path.stat().st_size <= 2000 and (tmp_path / "history.jsonl.1").stat().st_size <= 2000
+    assert newest[-1] == 200 and older[-1] == newest[0] - 1  # nothing lost at the seam
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_the_coordinator_rotates_its_job_history_at_the_operators_size(tmp_path):
+    core, clock = make(tmp_path, Retention(history_bytes=600), gpus=4, history_path=tmp_path / "history.jsonl")
+    for _ in range(12):
+        jid, _ = core.submit(submission())
+        run_to_end(core, clock, jid)
+    assert (tmp_path / "history.jsonl.1").exists() and core.history_path.stat().st_size <= 600

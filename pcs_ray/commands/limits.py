@@ -17,10 +17,11 @@ LIMITS = {
     "log_bytes_per_rank": "bytes past which a user rank's log is rotated",
     "ended_job_retention_s": "seconds after its end a job is forgotten: its journal events, checkpoints and logs deleted",
     "ended_jobs_kept": "ended jobs kept at most; past it the oldest are forgotten",
+    "history_bytes": "bytes past which the job history (history.jsonl) is rotated",
 }
 
 #: The limits that count things (whole numbers).
-COUNTS = ("log_bytes_per_rank", "ended_jobs_kept")
+COUNTS = ("log_bytes_per_rank", "ended_jobs_kept", "history_bytes")
 
 LIMIT = typer.Option("--limit", metavar="NAME=VALUE", help="A guard of the coordinator (repeatable; `none`: no limit): "
                      + "; ".join(f"{k}: {v}" for k, v in LIMITS.items()) + ". Defaults in the README.")

@@ -60,6 +60,7 @@ class CoordinatorConfig:
     # How long an ended job is kept (pcs_ray.coordinator.retention; None: no bound of that kind):
     ended_job_retention_s: float | None = Retention.ended_job_s  # forgotten this long after it ended
     ended_jobs_kept: int | None = Retention.ended_jobs_kept  # at most this many ended jobs kept, the oldest forgotten
+    history_bytes: int | None = Retention.history_bytes  # the job history (history.jsonl) rotates past this size
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -87,7 +88,8 @@ class CoordinatorConfig:
 
     def retention(self) -> Retention:
         try:
-            return Retention(ended_job_s=self.ended_job_retention_s, ended_jobs_kept=self.ended_jobs_kept)
+            return Retention(ended_job_s=self.ended_job_retention_s, ended_jobs_kept=self.ended_jobs_kept,
+                             history_bytes=self.history_bytes)
         except ValueError as e:
             raise ConfigError(str(e)) from None
 

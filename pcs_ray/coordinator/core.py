@@ -642,4 +642,4 @@ class Coordinator(CoordinatorState):
     def _write_history(self, job: LiveJob) -> None:
         if self.history_path is not None:
             append_history(self.history_path, views.history_record(job, self.epoch, self.speed.speedup(job.spec),
-                                                                   self.gpu_watts))
+                                                                   self.gpu_watts), self.retain.history_bytes)

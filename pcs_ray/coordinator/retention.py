@@ -7,8 +7,9 @@ ended (finished, failed, cancelled, timed out) is *forgotten* once it ended ``en
 more than ``ended_jobs_kept`` jobs have ended after it, whichever comes first. Forgetting a job
 deletes its events from the journal in one transaction (a ``compacted`` record keeps the next job id,
 so ids are never reused), drops it from memory, and deletes its checkpoints and logs. A finished job's
-record stays in the job history (``history.jsonl``, which ``pcs-ray calibrate`` reads), and what the
-speed model learned from it stays in ``speeds.json``. Jobs that have not ended are never touched.
+record stays in the job history (``history.jsonl``, which the solver reads), and what the speed model
+learned from it stays in ``speeds.json``. Jobs that have not ended are never touched. The job history
+itself is rotated past ``history_bytes`` (the older part kept as ``history.jsonl.1``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Retention:
 
     ended_job_s: float | None = 7 * 24 * 3600.0
     ended_jobs_kept: int | None = 10_000
+    history_bytes: int | None = 64 * 1024 * 1024  # the job history rotates past this (workloads.history)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
