@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import typer
-
 from builders import Clock, coordinator, submission
+
 from pcs_ray.commands.limits import parse_limits
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator import Journal, StartRun

@@ -21,7 +21,7 @@ def test_a_short_soak_loses_and_duplicates_nothing_it_acknowledged():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "bench/soak.py", "--minutes", "2", "--drain-minutes", "4", "--rate", "4",
                            "--limit", "ended_job_retention_s=30"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])  # Ray may print a node's death on stdout before it
     assert not out["interrupted"] and out["acknowledged"] > 0, out
