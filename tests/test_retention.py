@@ -163,3 +163,18 @@ def test_the_coordinator_rotates_its_job_history_at_the_operators_size(tmp_path)
         jid, _ = core.submit(submission())
         run_to_end(core, clock, jid)
     assert (tmp_path / "history.jsonl.1").exists() and core.history_path.stat().st_size <= 600
+
+
+def test_the_journal_alone_replays_after_a_compaction_as_pcs_ray_report_reads_it(tmp_path):
+    from pcs_ray.coordinator.journal_interpreter import JournalInterpreter
+
+    core, clock = make(tmp_path, Retention(ended_job_s=None, ended_jobs_kept=1))
+    ids = [core.submit(submission())[0] for _ in range(2)]
+    for jid in ids:
+        run_to_end(core, clock, jid)
+    waiting, _ = core.submit(submission())
+    assert core.forget_ended() == ids[:1]
+    report = JournalInterpreter()
+    for e in core.journal.events():
+        report.apply(e.t, e.kind, e.job_id, e.data)
+    assert sorted(report.jobs) == [ids[1], waiting] and report.forgotten == 1 and report.next_id == waiting + 1
