@@ -52,9 +52,10 @@ def test_an_ended_job_is_forgotten_after_its_age_with_its_events_checkpoints_and
     run_to_end(core, clock, a)
     core.tick()
     assert a in core.jobs and on_disk(core, a)  # ended, but not long enough ago
+    assert core.model.placement.explain(a) is not None
     clock.t += 3600 + CHECK_EVERY_S
     core.tick()
-    assert a not in core.jobs and not on_disk(core, a)
+    assert a not in core.jobs and not on_disk(core, a) and core.model.placement.explain(a) is None
     assert b in core.jobs and core.jobs[b].state == "running"  # a job that has not ended stays, whatever its age
     assert a not in journaled_jobs(tmp_path / "journal.sqlite") and b in journaled_jobs(tmp_path / "journal.sqlite")
     assert a not in {j["id"] for j in core.status()["jobs"]}

@@ -297,6 +297,7 @@ class Coordinator(CoordinatorState):
         for key in [k for k in self._telemetry_logged if k[0] == jid]:
             del self._telemetry_logged[key]
         self.speed.forget_job(jid)
+        self.model.placement.forget(jid)
 
     # -- guards: leases, time limits, hangs ------------------------------------------------
     def renew_lease(self, jid: int) -> None:
