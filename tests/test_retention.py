@@ -179,3 +179,23 @@ def test_the_journal_alone_replays_after_a_compaction_as_pcs_ray_report_reads_it
     for e in core.journal.events():
         report.apply(e.t, e.kind, e.job_id, e.data)
     assert sorted(report.jobs) == [ids[1], waiting] and report.forgotten == 1 and report.next_id == waiting + 1
+
+
+def test_the_metrics_exporter_forgets_the_jobs_retention_forgot():
+    """Each finished job's prediction error is observed once; the ids it remembers for that are those still
+    kept (an id seen again after it was forgotten would count again: nothing of it was kept)."""
+    from pcs_ray.coordinator.metrics_export import RayMetrics, Readings
+
+    metrics = RayMetrics()
+    observed: list[float] = []
+    metrics.error = type("Recorder", (), {"observe": lambda self, v: observed.append(v)})()
+
+    def publish(errors: dict[int, float]) -> None:
+        metrics.publish(Readings({"finished": len(errors)}, {}, 0, 4, 0, errors, {}, {}))
+
+    publish({1: 5.0, 2: 7.0})
+    publish({1: 5.0, 2: 7.0, 3: 1.0})
+    assert observed == [5.0, 7.0, 1.0]
+    publish({3: 1.0})  # 1 and 2 forgotten
+    publish({1: 5.0, 3: 1.0})
+    assert observed == [5.0, 7.0, 1.0, 5.0]
