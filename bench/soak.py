@@ -399,6 +399,19 @@ def at_mark(run: Run, mark_s: float) -> dict:
     return (later[0] if later else run.samples[-1]) if run.samples else {}
 
 
+def processes(run: Run) -> list[dict]:
+    """Each coordinator process the samples saw (a kill starts a new one): its RSS and descriptors first and last."""
+    out: list[dict] = []
+    for s in run.samples:
+        c = s["coordinator"]
+        if "rss_mb" not in c:
+            continue
+        if not out or out[-1]["pid"] != c["pid"]:
+            out.append({"pid": c["pid"], "from_s": s["at_s"], "rss_first_mb": c["rss_mb"], "fds_first": c.get("fds")})
+        out[-1].update(to_s=s["at_s"], rss_last_mb=c["rss_mb"], fds_last=c.get("fds"))
+    return out
+
+
 def verdict(run: Run, final: list[dict], args) -> dict:
     """Every acknowledged submission must have been seen, under its own id alone, and be in the final
     status unless it had ended and retention forgot it since."""
@@ -443,6 +456,7 @@ def verdict(run: Run, final: list[dict], args) -> dict:
                         "rss_end_over_first_window": _r(end.get("coordinator", {}).get("rss_mb", float("nan"))
                                                         / early.get("coordinator", {}).get("rss_mb", float("nan")), 3)
                         if early.get("coordinator", {}).get("rss_mb") else None},
+        "coordinator_processes": processes(run),
         "journal": {"start": start.get("journal"), "after_first_window": early.get("journal"), "end": end.get("journal")},
         "state_dir": {k: {"after_first_window": early.get(k), "end": end.get(k)} for k in ("checkpoints", "logs")},
         "prediction_jct_error": {"n": len(errs), "median": _r(percentile(errs, 50), 3), "p90": _r(percentile(errs, 90), 3),
