@@ -125,3 +125,18 @@ def test_the_host_times_each_submissions_wait_for_the_lock_apart_from_its_work(m
     assert out["wait"]["max_ms"] == pytest.approx(300.0) and out["held"]["max_ms"] == 0.0
     later = host.submit_latency(after=1)
     assert later["count"] == 1 and later["wait"]["p50_ms"] == pytest.approx(300.0)
+
+
+def test_the_host_gives_the_decisions_after_a_count_with_their_times_for_a_soaks_windows():
+    from pcs_ray.coordinator.local import LocalCoordinator
+
+    core, _ = placed_core(unequal_cluster(), "pcs-bal")
+    host = LocalCoordinator(core)
+    core.decision_s.clear()
+    assert host.decision_latency() == {"count": 0}
+    core.decision_s.extend([0.001, 0.002, 0.004])
+    everything = host.decision_latency()
+    assert everything["count"] == 3 and everything["max_ms"] == pytest.approx(4.0) and "samples" not in everything
+    later = host.decision_latency(after=1, samples=True)
+    assert later["count"] == 3 and later["samples"] == pytest.approx([2.0, 4.0]) and later["p50_ms"] == pytest.approx(3.0)
+    assert host.decision_latency(after=3) == {"count": 3}  # nothing new since the last read

@@ -132,9 +132,17 @@ def _problems(r: HistoryRecord) -> list[str]:
     return out
 
 
-def append_history(path: str | Path, record: HistoryRecord) -> None:
-    """Append one record as a JSON line (a single ``write`` on an ``O_APPEND`` file)."""
+def append_history(path: str | Path, record: HistoryRecord, rotate_bytes: int | None = None) -> None:
+    """Append one record as a JSON line (a single ``write`` on an ``O_APPEND`` file). ``rotate_bytes``: a file
+    this line would take past that size is first renamed ``<name>.1`` (replacing an older one): the file
+    then holds the most recent records, and the two together at most twice that."""
     line = json.dumps(record.to_json(), allow_nan=False, separators=(",", ":")) + "\n"
+    if rotate_bytes is not None:
+        try:
+            if os.path.getsize(path) + len(line) > rotate_bytes:
+                os.replace(path, f"{path}.1")
+        except FileNotFoundError:
+            pass
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # jobs and their sizes: the owner's only
     try:
         os.write(fd, line.encode())

@@ -1,4 +1,5 @@
-"""``--limit NAME=VALUE`` of ``pcs-ray start`` and ``up``: the coordinator's guards (``pcs_ray.coordinator.guards``)."""
+"""``--limit NAME=VALUE`` of ``pcs-ray start`` and ``up``: the coordinator's guards (``pcs_ray.coordinator.guards``)
+and its retention of ended jobs (``pcs_ray.coordinator.retention``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ LIMITS = {
     "report_timeout_s": "seconds a run may report nothing before it is taken for hung",
     "report_timeout_bound_s": "the longest report timeout a job may set",
     "log_bytes_per_rank": "bytes past which a user rank's log is rotated",
+    "ended_job_retention_s": "seconds after its end a job is forgotten: its journal events, checkpoints and logs deleted",
+    "ended_jobs_kept": "ended jobs kept at most; past it the oldest are forgotten",
+    "history_bytes": "bytes past which the job history (history.jsonl) is rotated",
 }
+
+#: The limits that count things (whole numbers).
+COUNTS = ("log_bytes_per_rank", "ended_jobs_kept", "history_bytes")
 
 LIMIT = typer.Option("--limit", metavar="NAME=VALUE", help="A guard of the coordinator (repeatable; `none`: no limit): "
                      + "; ".join(f"{k}: {v}" for k, v in LIMITS.items()) + ". Defaults in the README.")
@@ -40,5 +47,5 @@ def parse_limits(items: list[str] | None) -> dict:
             number = math.nan
         if not (number > 0 and math.isfinite(number)):
             raise typer.BadParameter(f"{item!r}: the value must be a number > 0 or none", param_hint="--limit")
-        out[name] = int(number) if name == "log_bytes_per_rank" else number
+        out[name] = int(number) if name in COUNTS else number
     return out

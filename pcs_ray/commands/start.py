@@ -80,7 +80,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
         wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host, api_port=api_port, **(limits or {}),
     )
-    config.limits()  # a bad limit fails here, not inside the actor
+    config.limits(), config.retention()  # a bad limit fails here, not inside the actor
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
           f"policy {choice.policy} ({choice.source})", file=sys.stderr)
     actor = start_coordinator(config, pin_here=pin_node is None) if pin_node is None else _start_on(config, pin_node)

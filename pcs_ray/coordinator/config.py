@@ -24,6 +24,7 @@ from pcs_ray.cluster import ClusterSpec, cluster_spec_from_dict
 from pcs_ray.contract import ConfigError
 from pcs_ray.coordinator.core import BRANCH_MAX_AGE_S, Coordinator
 from pcs_ray.coordinator.guards import RunLimits
+from pcs_ray.coordinator.retention import Retention
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.placement import create_placement
 from pcs_ray.policies import SchedulingPolicy
@@ -57,6 +58,10 @@ class CoordinatorConfig:
     report_timeout_s: float | None = RunLimits.report_timeout_s  # a run silent this long is hung
     report_timeout_bound_s: float | None = RunLimits.report_timeout_bound_s  # the longest a job may set
     log_bytes_per_rank: int | None = RunLimits.log_bytes_per_rank  # a user rank's log rotates past this size
+    # How long an ended job is kept (pcs_ray.coordinator.retention; None: no bound of that kind):
+    ended_job_retention_s: float | None = Retention.ended_job_s  # forgotten this long after it ended
+    ended_jobs_kept: int | None = Retention.ended_jobs_kept  # at most this many ended jobs kept, the oldest forgotten
+    history_bytes: int | None = Retention.history_bytes  # the job history (history.jsonl) rotates past this size
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -79,6 +84,13 @@ class CoordinatorConfig:
                              max_runtime_bound_s=self.max_runtime_bound_s, report_timeout_s=self.report_timeout_s,
                              report_timeout_bound_s=self.report_timeout_bound_s,
                              log_bytes_per_rank=self.log_bytes_per_rank)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def retention(self) -> Retention:
+        try:
+            return Retention(ended_job_s=self.ended_job_retention_s, ended_jobs_kept=self.ended_jobs_kept,
+                             history_bytes=self.history_bytes)
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
@@ -159,6 +171,7 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
         progress_journal_every=config.progress_journal_every, policies=coordinator_policy, keep_runs=keep_runs,
         branch_max_age_s=config.forecast_refresh_max_age_s, limits=config.limits(),
+        retain=config.retention(),
     )
 
 

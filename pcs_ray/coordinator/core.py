@@ -26,6 +26,7 @@ from pcs_ray.contract import (Action, ConfigError, EndCode, GPUSlot, JobSpecErro
                               UnknownJobError)
 import pcs_ray.coordinator.external as external
 import pcs_ray.coordinator.guards as guards
+import pcs_ray.coordinator.retention as retention
 import pcs_ray.coordinator.views as views
 from pcs_ray.coordinator.decisions import Start, diff, hand_overs, run_request
 from pcs_ray.coordinator.jobs import LiveJob
@@ -82,6 +83,7 @@ class Coordinator(CoordinatorState):
         keep_runs: bool = False,
         branch_max_age_s: float = BRANCH_MAX_AGE_S,
         limits: guards.RunLimits | None = None,
+        retain: retention.Retention | None = None,
     ) -> None:
         if not branch_max_age_s >= 0:
             raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
@@ -101,6 +103,8 @@ class Coordinator(CoordinatorState):
         self._telemetry_logged: dict[tuple[int, int], float] = {}
         self.decision_s: deque[float] = deque(maxlen=100_000)  # wall seconds of each decide() (load benches read it)
         self.limits = limits if limits is not None else guards.RunLimits()
+        self.retain = retain if retain is not None else retention.Retention()
+        self._retention_checked = -math.inf
         # External jobs' latest lease renewal (seconds since the epoch); not journaled: after a restart each
         # external job has a whole lease from then (``_lease_origin``) for its executor to speak again.
         self._renewed: dict[int, float] = {}
@@ -271,10 +275,32 @@ class Coordinator(CoordinatorState):
         """Called periodically: end the jobs past a guard's line (:mod:`.guards`), and act when the policy
         asked for a review (a lease or round expiry)."""
         ended, actions = self.check_guards()
+        if self.now() - self._retention_checked >= retention.CHECK_EVERY_S:
+            self.forget_ended()
         review = self.model.review_time()
         if ended or (review is not None and review <= self.now()):
             return actions + self.decide()
         return actions
+
+    def forget_ended(self) -> list[int]:
+        """Forget the ended jobs the operator's retention lets go (:mod:`.retention`), their checkpoints and
+        logs with them; returns their ids."""
+        self._retention_checked = self.now()
+        ids = retention.due(self.jobs.values(), self.now(), self.retain)
+        if not ids:
+            return []
+        self.save_speeds()  # what they taught the speed model outlives their events
+        ids = self.forget(ids)
+        retention.delete_files(ids, self.checkpoint_root, self.checkpoint_root.parent / "logs")
+        return ids
+
+    def _forgotten(self, jid: int) -> None:
+        for per_job in (self._progress_logged, self._renewed, self._began, self._forecast_at):
+            per_job.pop(jid, None)
+        for key in [k for k in self._telemetry_logged if k[0] == jid]:
+            del self._telemetry_logged[key]
+        self.speed.forget_job(jid)
+        self.model.placement.forget(jid)
 
     # -- guards: leases, time limits, hangs ------------------------------------------------
     def renew_lease(self, jid: int) -> None:
@@ -627,4 +653,4 @@ class Coordinator(CoordinatorState):
     def _write_history(self, job: LiveJob) -> None:
         if self.history_path is not None:
             append_history(self.history_path, views.history_record(job, self.epoch, self.speed.speedup(job.spec),
-                                                                   self.gpu_watts))
+                                                                   self.gpu_watts), self.retain.history_bytes)

@@ -87,14 +87,21 @@ class CoordinatorHost(ABC):
         if overruns:
             runs = self.overruns.setdefault(int(job_id), {})
             runs[attempt] = max(runs.get(attempt, 0), int(overruns))
+        for per_job in (self.overruns, self.late_steps):  # jobs retention forgot (pcs_ray.coordinator.retention)
+            for jid in [j for j in per_job if j not in self.core.jobs]:
+                del per_job[jid]
 
-    def decision_latency(self) -> dict:
-        """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms."""
+    def decision_latency(self, after: int = 0, samples: bool = False) -> dict:
+        """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms.
+        ``count``: the decisions kept; ``after``: only those after the first ``after`` of them (a soak reads
+        each window's); ``samples``: their times too."""
         with self.lock:
-            times = np.array(self.core.decision_s) * 1000.0
+            kept = list(self.core.decision_s)
+        times = np.array(kept[int(after):], dtype=float) * 1000.0
         if not len(times):
-            return {"count": 0}
-        return {"count": int(len(times)), **_percentiles_ms(times)}
+            return {"count": len(kept)}
+        out = {"count": len(kept), **_percentiles_ms(times)}
+        return {**out, "samples": [round(float(t), 3) for t in times]} if samples else out
 
     def submit_latency(self, after: int = 0) -> dict:
         """Percentiles, in ms, of the submissions' wait for the lock and of their time holding it

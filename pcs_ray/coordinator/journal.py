@@ -117,6 +117,20 @@ class Journal:
             (t, kind, job_id, json.dumps(data or {}, separators=(",", ":"))),
         )
 
+    def forget(self, job_ids: list[int], t: float, marker: dict) -> None:
+        """Delete every event of ``job_ids`` and put ``marker`` in the place of any earlier ``compacted``
+        record, in one transaction (``pcs_ray.coordinator.retention``): a crash leaves all of it or none."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(?))", (json.dumps(job_ids),))
+            self._db.execute("DELETE FROM events WHERE kind = 'compacted'")
+            self._db.execute("INSERT INTO events (t, kind, job_id, data) VALUES (?, 'compacted', NULL, ?)",
+                             (t, json.dumps(marker, separators=(",", ":"))))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def events(self) -> Iterator[Event]:
         for seq, t, kind, job_id, data in self._db.execute(
             "SELECT seq, t, kind, job_id, data FROM events ORDER BY seq"

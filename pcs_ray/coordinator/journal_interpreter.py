@@ -23,6 +23,7 @@ class JournalInterpreter:
         self.next_id = 1
         self.epoch: float | None = None
         self.started_with: dict | None = None  # the parameters of the policy the latest start journaled
+        self.forgotten = 0  # ended jobs whose events retention deleted (``pcs_ray.coordinator.retention``)
 
     def apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
         """One event's effect (``t``: seconds since the epoch)."""
@@ -36,6 +37,11 @@ class JournalInterpreter:
             self._configured(t, data)
         elif kind == "tenants":
             self._tenants_set(t, data)
+        elif kind == "compacted":  # ended jobs' events were deleted: their ids stay used
+            self.next_id = max(self.next_id, data["next_id"])
+            self.forgotten = max(self.forgotten, data["jobs"])
+            for forgotten in data.get("now", ()):
+                self.forget_job(forgotten)
         elif kind == "submit":
             job = LiveJob(jid, JobFile.model_validate(data["spec"]), t, t1=data["t1"],
                           submission_id=data.get("submission_id"))
@@ -105,6 +111,16 @@ class JournalInterpreter:
             job.end_code = data.get("code", job.end_code)
             self._terminate(job, JobStatus(kind), t)
 
+    def forget_job(self, jid: int) -> None:
+        """An ended job leaves the state (retention deleted its events); a job that has not ended stays."""
+        job = self.jobs.get(jid)
+        if job is None or not job.done:
+            return
+        del self.jobs[jid]
+        if job.submission_id and self.by_submission.get(job.submission_id) == jid:
+            del self.by_submission[job.submission_id]
+        self._forgotten(jid)
+
     def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
         """A runner's report: the step it reached and, where measured, its time per step."""
         job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
@@ -135,6 +151,9 @@ class JournalInterpreter:
 
     def _resized(self, job: LiveJob) -> None:
         """A job's demand (``spec``) changed."""
+
+    def _forgotten(self, jid: int) -> None:
+        """An ended job was forgotten (retention)."""
 
     def _measured(self, workload: str, t1: float) -> None:
         """An older coordinator's measured time per step of ``workload`` on one GPU."""

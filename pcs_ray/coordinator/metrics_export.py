@@ -123,3 +123,5 @@ class RayMetrics:
             if jid not in self._seen:
                 self._seen.add(jid)
                 self.error.observe(err)
+        if len(self._seen) > len(r.finished_errors):  # jobs retention forgot: they cannot come back
+            self._seen.intersection_update(r.finished_errors)

@@ -71,6 +71,9 @@ UNMEASURED_SPREAD = (0.6, 1.6)
 # (a job's guess can be off by any factor, so the ratio's EMA jumps at every new job's first report).
 COST_TOLERANCE = (0.05, 0.25)  # relative, and seconds: whichever is larger
 ESTIMATE_TOLERANCE = 0.05
+#: Job shapes whose step times are kept, the most recently measured: a sweep gives each trial's config its
+#: own shape, and every forecast of a new shape and every save of ``speeds.json`` walks them all.
+SHAPES_KEPT = 1000
 
 
 def shape_key(workload: str, params: Mapping | None, ignore: frozenset = NOT_SPEED) -> str:
@@ -494,7 +497,7 @@ class SpeedModel:
         n = min(len(job.gpus), job.spec.gpus)
         normalised = step_time / job.slowdown
         (self._warming.add if first_of_run else self._warming.discard)(job.job_id)
-        by_n = self.steps.setdefault(spec_shape(job.spec), {})
+        by_n = self._measured_shape(spec_shape(job.spec))
         new = n not in by_n or by_n[n].provisional
         if new:
             # A run's first report is its first step alone (warm-up, lazy initialisation): it stands in
@@ -513,6 +516,24 @@ class SpeedModel:
             self.version += 1
             return True
         return False
+
+    def _measured_shape(self, shape: str) -> dict[int, Stat]:
+        """The shape's step times, now the most recently measured; past ``SHAPES_KEPT`` the least recently
+        measured shape is forgotten (its jobs then fall back as an unmeasured shape's do)."""
+        by_n = self.steps.pop(shape, {})
+        self.steps[shape] = by_n
+        self._keep_shapes()
+        return by_n
+
+    def _keep_shapes(self) -> None:
+        if len(self.steps) > SHAPES_KEPT:
+            for shape in list(self.steps)[:len(self.steps) - SHAPES_KEPT]:
+                del self.steps[shape]
+            self.version += 1  # the estimates of jobs of those shapes move
+
+    def forget_job(self, job_id: int) -> None:
+        """A job retention forgot (``pcs_ray.coordinator.retention``)."""
+        self._warming.discard(job_id)
 
     def learned(self, workload: str, t1: float) -> None:
         """A journaled 1-GPU measurement of an older coordinator (``measured`` events)."""
@@ -533,6 +554,7 @@ class SpeedModel:
             mine = self.steps.setdefault(key, {})
             for n, stat in by_n.items():
                 mine.setdefault(int(n), Stat.from_dict(stat))
+        self._keep_shapes()
         for workload, by_kind in raw.get("costs", {}).items():
             mine = self.costs.setdefault(workload, {})
             for kind, stat in by_kind.items():

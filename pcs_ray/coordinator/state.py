@@ -133,9 +133,20 @@ class CoordinatorState(JournalInterpreter):
     # -- events ------------------------------------------------------------------
     def _apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
         self.apply(t, kind, jid, data)
-        if kind not in ("init", "measured", "predicted"):  # these change no job's prospects
+        if kind not in ("init", "measured", "predicted", "compacted"):  # these change no job's prospects
             self._predictions_stale = True
             self.changes += 1
+
+    def forget(self, job_ids: list[int]) -> list[int]:
+        """Forget these jobs where they ended (``pcs_ray.coordinator.retention``): their events leave the
+        journal and they leave the state. Returns those forgotten."""
+        ids = [jid for jid in job_ids if jid in self.jobs and self.jobs[jid].done]
+        if ids:
+            t = self.now()
+            marker = {"jobs": self.forgotten + len(ids), "next_id": self.next_id, "now": ids}
+            self.journal.forget(ids, t, marker)
+            self._apply(t, "compacted", None, marker)
+        return ids
 
     def _admitted(self, job: LiveJob) -> None:
         self.model.admit(job_spec(job, self.speed))

@@ -236,6 +236,11 @@ class Placement:
         if self.decisions is not None and jid in self.decisions:
             self.decisions[jid] = self.decisions[jid].compact()
 
+    def forget(self, job_id: int) -> None:
+        """A released job its owner no longer keeps (the coordinator's retention): its explanation goes too."""
+        if self.decisions is not None and job_id not in self.held:
+            self.decisions.pop(job_id, None)
+
     def adopt(self, job: JobState) -> None:
         """Record GPUs ``job`` already holds (``job.gpus``), e.g. when a coordinator restarts
         with jobs still running; its slowdown is set from them."""
