@@ -146,7 +146,7 @@ def test_the_speed_model_keeps_the_most_recently_measured_shapes(tmp_path):
 
 
 def test_the_job_history_rotates_past_its_size_keeping_the_newest_records(tmp_path):
-    from workloads.history import HistoryRecord, append_history, read_history_records
+    from pcs_ray.workloads.history import HistoryRecord, append_history, read_history_records
 
     path = tmp_path / "history.jsonl"
     for i in range(1, 201):

@@ -31,7 +31,7 @@ class Retention:
 
     ended_job_s: float | None = 7 * 24 * 3600.0
     ended_jobs_kept: int | None = 10_000
-    history_bytes: int | None = 64 * 1024 * 1024  # the job history rotates past this (workloads.history)
+    history_bytes: int | None = 64 * 1024 * 1024  # the job history rotates past this (pcs_ray.workloads.history)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
