@@ -13,6 +13,10 @@ Together they run function and class trainables, with and without checkpoints, a
 (1 CPU, no GPU) and CPU-only ones, under ASHA, HyperBand (class and function), PBT (class and function),
 PB2 and no scheduler, with a logger callback and a callback that asks for checkpoints.
 
+The suite runs :data:`IN_SUITE` (a class trainable, a checkpointing function trainable, ASHA and no
+scheduler: about 4 minutes); ``PCS_RAY_TUNE_EXAMPLES=all`` runs every example in :data:`RUNS` (HyperBand,
+PBT and PB2 add about 15 minutes, mostly a fresh Tune actor per resumed trial).
+
 The wheel's other examples cannot run here, for reasons outside pcs-ray (:data:`NOT_RUN` says the same per
 file; a test asserts the two lists cover the folder, that each is named here, and that each library named
 is indeed not installed):
@@ -68,6 +72,11 @@ RUNS = {
     "pbt_function.py": ("", "pbt_function_api_example"),
     "tune_basic_example.py": (" iterations=5 if args.smoke_test else 100,", "pcs-sweep"),
 }
+
+#: The examples the default suite runs; the others need ``PCS_RAY_TUNE_EXAMPLES=all``.
+IN_SUITE = ("async_hyperband_example.py", "custom_checkpointing_with_callback.py", "custom_func_checkpointing.py",
+            "tune_basic_example.py")
+RUN_NOW = sorted(RUNS) if os.environ.get("PCS_RAY_TUNE_EXAMPLES") == "all" else sorted(IN_SUITE)
 
 #: The wheel's other example files, and why each does not run here: a library not installed, or a download.
 NOT_RUN = {
@@ -162,7 +171,11 @@ def _status(env) -> dict:
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_suites_examples_are_examples_that_run():
+    assert set(IN_SUITE) <= set(RUNS)
+
+
+@pytest.mark.parametrize("name", RUN_NOW)
 def test_rays_tune_example_runs_under_pcs_tuner_with_only_its_tuner_lines_changed(cluster, name):
     extra, sweep = RUNS[name]
     script = cluster["tmp"] / name
