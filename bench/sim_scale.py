@@ -72,7 +72,7 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
     cmd = [sys.executable, __file__, "--child", json.dumps([apps, gpus, placement, predict])]
     load = os.getloadavg()[0]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, check=False)
     except subprocess.TimeoutExpired:
         return {**about, "finished": False, "cap_s": cap, "load_avg_1m": round(load, 2)}
     if proc.returncode != 0:

@@ -474,7 +474,7 @@ class _Round:
     """What a re-placing round gave, for the next round (``Placement.replace_all``): the GPUs held when it
     started, and per job its position, GPUs (and as bits), total, and whether a freed GPU must score strictly above it."""
 
-    __slots__ = ("start", "info", "bits")
+    __slots__ = ("bits", "info", "start")
 
     def __init__(self, start: int) -> None:
         self.start = start

@@ -57,7 +57,7 @@ class Counters:
     whole cluster); ``reused``, decisions looked up again (``Placement``'s reuse table); ``kept``, jobs a
     re-placing round left on their GPUs without deciding again (``Placement``'s round record)."""
 
-    __slots__ = ("decisions", "gpus_read", "reused", "kept")
+    __slots__ = ("decisions", "gpus_read", "kept", "reused")
 
     def __init__(self) -> None:
         self.reset()
