@@ -95,6 +95,7 @@ class Placement:
         # Who holds what: job id -> its GPUs, and the held GPUs as one integer (bit g = GPU g), which a
         # forward play updates and looks decisions up by at every event, far cheaper than an array.
         self.held: dict[int, tuple[int, ...]] = {}
+        self._held_bits: dict[int, int] = {}  # the same GPUs as bits, so that giving them back costs one operation
         self._busy = 0
         self._all = (1 << self.num_gpus) - 1
         self.rng = np.random.default_rng(seed)
@@ -213,10 +214,15 @@ class Placement:
         else:
             if running is None:
                 running = [by_id[jid] for jid, n in alloc.items() if n > 0]
-            for job in running:
+            held, held_bits, freed = self.held, self._held_bits, 0
+            for job in running:  # every running job gives its GPUs back (give_back, in one pass)
                 jid = job.spec.job_id
-                if jid in self.held:
-                    old[jid] = self.give_back(jid)
+                gpus = held.pop(jid, None)
+                if gpus is not None:
+                    old[jid] = gpus
+                    bits = held_bits.pop(jid, None)
+                    freed |= _bits(gpus) if bits is None else bits
+            self._busy &= ~freed
             todo = running
         ordered = self.order(todo, snap, counts)
         if self.sticky:
@@ -255,7 +261,8 @@ class Placement:
         if taken:
             raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
         if gpus:
-            self._busy |= _bits(gpus)
+            self._held_bits[jid] = bits = _bits(gpus)
+            self._busy |= bits
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
@@ -263,6 +270,7 @@ class Placement:
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
         other.held = dict(self.held)
+        other._held_bits = dict(self._held_bits)
         other.rng = copy.deepcopy(self.rng)
         other.memory = copy.deepcopy(self.memory)
         other.decisions = None
@@ -348,7 +356,7 @@ class Placement:
             for job in jobs:
                 jid = job.spec.job_id
                 gpus, total, strict = self._take(job, counts[jid], home.get(jid, ()))
-                record.add(jid, gpus, _bits(gpus), total, strict)
+                record.add(jid, gpus, self._held_bits[jid], total, strict)
                 out.append((job, gpus))
             self._last_round = record if keeping else None
             return out
@@ -356,6 +364,9 @@ class Placement:
         then = last.start  # the GPUs held at this point of the last round
         k = 0  # the next position of the last round not yet passed
         floors: dict[tuple[int, str], float] = {}
+        info, order = record.info, record.bits
+        held, held_bits, decisions, kept_count = self.held, self._held_bits, self.decisions, 0
+        busy = self._busy
         for job in jobs:
             jid = job.spec.job_id
             n, mine = counts[jid], home.get(jid, ())
@@ -367,33 +378,42 @@ class Placement:
                     then |= was_bits[k]
                     k += 1
                 k = pos + 1
-                now = self._busy
-                if len(gpus) == n and mine == gpus and not (now & bits):
-                    freed = then & ~now
+                if mine == gpus and len(gpus) == n and not (busy & bits):
+                    freed = then & ~busy
                     if freed:
                         key = (freed, job.spec.job_class)
                         floor = floors.get(key)
                         if floor is None:
-                            floor = floors[key] = float(self.facts.decision_scores(job.spec.job_class)[self._mask(freed)].min())
+                            floor = floors[key] = self._floor(freed, job.spec.job_class)
                         kept = floor > total + 1e-12 if strict else floor >= total
                     else:
                         kept = True
                 then |= bits
             if kept:
-                COUNTERS.kept += 1
-                if self.decisions is not None:
-                    self.decisions[jid] = _Kept(job, n, self._all & ~self._busy, mine)
-                self._busy |= bits
-                self.held[jid] = gpus
+                kept_count += 1
+                if decisions is not None:
+                    decisions[jid] = _Kept(job, n, self._all & ~busy, mine)
+                busy |= bits
+                held[jid] = gpus
+                held_bits[jid] = bits
             else:
+                self._busy = busy
                 gpus, total, strict = self._take(job, n, mine)
-                bits = _bits(gpus)
-            record.add(jid, gpus, bits, total, strict)
+                busy = self._busy
+                bits = held_bits[jid]
+            info[jid] = (len(order), gpus, bits, total, strict)
+            order.append(bits)
             out.append((job, gpus))
+        self._busy = busy
+        COUNTERS.kept += kept_count
         self._last_round = record
         return out
 
     # -- helpers ---------------------------------------------------------------
+    def _floor(self, bits: int, job_class: str) -> float:
+        """The best binned score for ``job_class`` among the GPUs of ``bits``."""
+        return float(self.facts.decision_scores(job_class)[self._mask(bits)].min())
+
     def _custom(self) -> bool:
         """Whether ``select`` is replaced (a subclass, a test): then its answers are its own."""
         return getattr(self.select, "__func__", None) is not Placement.select
@@ -401,7 +421,8 @@ class Placement:
     def give_back(self, jid: int) -> tuple[int, ...]:
         """Free the GPUs job ``jid`` holds and return them (the first half of a move; ``take`` is the second)."""
         gpus = self.held.pop(jid)
-        self._busy &= ~_bits(gpus)
+        bits = self._held_bits.pop(jid, None)
+        self._busy &= ~(_bits(gpus) if bits is None else bits)
         return gpus
 
     def take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
@@ -458,6 +479,7 @@ class Placement:
                 reuse[key] = (gpus, decision if self.decisions is not None else None, taken, total, strict)
         self._busy |= taken
         self.held[jid] = gpus
+        self._held_bits[jid] = taken
         return gpus, total, strict
 
 
