@@ -3,7 +3,7 @@
 Each point is ``simulate`` of ``themis1`` apps (load 0.9, seed 4567) under ``pcs-bal`` on ``gpus`` GPUs,
 with a placement or none, predictions on or off, run in a child process of its own so that its peak RSS
 is its own. Nodes have 8 GPUs; ``mapa-*`` placements run on DGX-1 V100 nodes (``--topology dgx1-v100``,
-as ``bench/results_hashes.py`` runs the placements that read links). Per point: wall and CPU seconds,
+as ``bench/results_hashes.py`` runs the placements that read links; sizes round down to whole nodes). Per point: wall and CPU seconds,
 peak RSS, engine events, forward plays, and the placement work (``pcs_ray.placement.framework.COUNTERS``):
 placement calls (every job placed: decided, looked up again, or kept where it was), decisions computed
 and the cluster GPUs they read, per call. A point that runs past ``--cap`` seconds is reported as such.
@@ -117,6 +117,8 @@ def main() -> None:
         for predict in predicts:
             mine = []
             for gpus in sorted(sizes):
+                if placement.startswith("mapa"):
+                    gpus -= gpus % 8  # whole DGX-1 nodes (500 -> 496)
                 apps = args.apps_per_gpu * gpus
                 if args.skip_after_cap and any(not p.get("finished") for p in mine):
                     mine.append({"apps": apps, "gpus": gpus, "placement": placement, "predict": predict,

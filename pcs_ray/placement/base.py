@@ -100,6 +100,7 @@ class Placement:
         self._all = (1 << self.num_gpus) - 1
         self.rng = np.random.default_rng(seed)
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
+        self._draws = any(plugin.stateful for plugin in config.plugins())  # reads rng or memory
         self.planned: Mapping[int, tuple[int, ...]] = {}  # this round's GPUs chosen by the policy, by job id
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
@@ -168,7 +169,7 @@ class Placement:
 
     # -- the interface ---------------------------------------------------------
     def place(
-        self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None
+        self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None,
     ) -> list[JobState]:
         """Give every job with GPUs its GPU ids; return each job whose GPUs or slowdown changed.
 
@@ -178,6 +179,8 @@ class Placement:
         allocation with a ``gpus`` map (job id -> GPU ids, e.g.
         ``pcs_ray.policies.power_aware.PlannedAllocation``) names GPUs the policy chose.
         Jobs returned that are not in ``changed`` kept their count but moved.
+        ``settle``: called with each such job before its GPUs and slowdown change (a caller that brings
+        progress up to date only for the jobs whose rate changes settles it at its old rate there).
         """
         changed = list(changed)
         # GPUs the policy chose itself (VAHRM's Step 5), which a configuration may follow (``Context.planned``)
@@ -233,6 +236,8 @@ class Placement:
             jid = job.spec.job_id
             home = old.get(jid, ())
             if gpus != home or jid in touched:
+                if settle is not None and jid not in touched:
+                    settle(job)
                 job.gpus = gpus
                 job.slowdown = self.slowdown(job, gpus)
                 touched[jid] = job
@@ -271,8 +276,9 @@ class Placement:
         other = copy.copy(self)
         other.held = dict(self.held)
         other._held_bits = dict(self._held_bits)
-        other.rng = copy.deepcopy(self.rng)
-        other.memory = copy.deepcopy(self.memory)
+        if self._draws or self._custom():  # otherwise nothing draws from the generator or writes the memory
+            other.rng = copy.deepcopy(self.rng)
+            other.memory = copy.deepcopy(self.memory)
         other.decisions = None
         return other
 
