@@ -5,6 +5,7 @@ variability (where freed GPUs can be better) and on identical GPUs (where every 
 from __future__ import annotations
 
 import pytest
+from builders import classed, forecasts, measured_cluster, philly, vc_config, with_costs
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.cluster.topology import read_topo
@@ -14,7 +15,6 @@ from pcs_ray.placement.facts import ClusterFacts
 from pcs_ray.placement.framework import COUNTERS
 from pcs_ray.policies import build_policy
 from pcs_ray.sim.run import simulate
-from builders import classed, forecasts, measured_cluster, philly, vc_config, with_costs
 
 
 @pytest.mark.parametrize("name", ["pal", "combined"])
