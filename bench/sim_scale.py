@@ -8,8 +8,9 @@ peak RSS, engine events, forward plays, and the placement work (``pcs_ray.placem
 placement calls (every job placed: decided, looked up again, or kept where it was), decisions computed
 and the cluster GPUs they read, per call. A point that runs past ``--cap`` seconds is reported as such.
 
-Per (placement, predictions) series: the growth exponent of wall time against apps x GPUs
-(least squares of log time on log apps x GPUs over the points that finished; 1 = linear).
+Per (placement, predictions) series: the growth exponent of wall time, and of CPU time (the figure to read
+on a shared machine), against apps x GPUs (least squares of log time on log apps x GPUs over the points
+that finished; 1 = linear). Each point also gives the 1-minute load average before and after it.
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -81,9 +82,9 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
 
 
-def exponent(points: list[dict]) -> float | None:
-    """Least-squares slope of log wall time on log (apps x GPUs) over the finished points."""
-    xy = [(math.log(p["apps"] * p["gpus"]), math.log(p["wall_s"])) for p in points if p.get("finished")]
+def exponent(points: list[dict], time: str = "wall_s") -> float | None:
+    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x GPUs) over the finished points."""
+    xy = [(math.log(p["apps"] * p["gpus"]), math.log(p[time])) for p in points if p.get("finished")]
     if len(xy) < 2:
         return None
     mx = sum(x for x, _ in xy) / len(xy)
@@ -130,7 +131,8 @@ def main() -> None:
                 mine.append(p)
             points += mine
             series.append({"placement": placement, "predict": predict, "points": len(mine),
-                           "time_exponent_vs_apps_x_gpus": exponent(mine)})
+                           "time_exponent_vs_apps_x_gpus": exponent(mine),
+                           "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s")})
     print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
                       "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
 
