@@ -84,8 +84,8 @@ class Ledger:
             self.worst_size_time += n * dt
             self.slowed_on_worst += max(lost, 0.0)
 
-    def place(self, snap, changed, alloc=None):
-        touched = self.inner.place(snap, changed, alloc)
+    def place(self, snap, changed, alloc=None, settle=None):
+        touched = self.inner.place(snap, changed, alloc, settle)
         for job in touched:
             jid = job.spec.job_id
             before = self.open.get(jid)

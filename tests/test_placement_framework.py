@@ -127,8 +127,8 @@ def test_explain_after_a_simulation_matches_what_the_jobs_ran_on():
     placed: dict[int, tuple[int, ...]] = {}
     real_place = p.place
 
-    def spy(snap, changed, alloc=None):
-        touched = real_place(snap, changed, alloc)
+    def spy(snap, changed, alloc=None, settle=None):
+        touched = real_place(snap, changed, alloc, settle)
         placed.update({j.spec.job_id: j.gpus for j in touched if j.gpus})
         return touched
 

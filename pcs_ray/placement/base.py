@@ -25,13 +25,14 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.explain import explanation
 from pcs_ray.placement.facts import ClusterFacts
-from pcs_ray.placement.framework import Configuration, Decision, PlacementError
+from pcs_ray.placement.framework import COUNTERS, Configuration, Decision, PlacementError
 from pcs_ray.jobs.state import JobState, Snapshot
 from pcs_ray.cluster.topology import TopoMatrix
 
@@ -94,10 +95,12 @@ class Placement:
         # Who holds what: job id -> its GPUs, and the held GPUs as one integer (bit g = GPU g), which a
         # forward play updates and looks decisions up by at every event, far cheaper than an array.
         self.held: dict[int, tuple[int, ...]] = {}
+        self._held_bits: dict[int, int] = {}  # the same GPUs as bits, so that giving them back costs one operation
         self._busy = 0
         self._all = (1 << self.num_gpus) - 1
         self.rng = np.random.default_rng(seed)
         self.memory: dict = {}  # plugins' state between decisions (Context.memory)
+        self._draws = any(plugin.stateful for plugin in config.plugins())  # reads rng or memory
         self.planned: Mapping[int, tuple[int, ...]] = {}  # this round's GPUs chosen by the policy, by job id
         #: job id -> the winner of its latest decision (None in forks: predictions explain nothing)
         self.decisions: dict[int, Decision] | None = {}
@@ -109,6 +112,10 @@ class Placement:
         self._reuse_limit = max(1_000, _REUSE_BYTES // max(self.num_gpus, 1))
         self._score_lists: dict[str, tuple] = {}  # class -> (its raw scores, as a list), shared with forks
         self._node_list: list[int] = self.node.tolist()
+        # A re-placing round keeps a job where it was without deciding again where the configuration allows it
+        # (``Configuration.keeps``), by the last round's record (``_Round``), shared with forks (never changed).
+        self._keeps = not self.sticky and config.keeps(facts)
+        self._last_round: _Round | None = None
 
     # -- cluster facts -------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
@@ -162,7 +169,7 @@ class Placement:
 
     # -- the interface ---------------------------------------------------------
     def place(
-        self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None
+        self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None,
     ) -> list[JobState]:
         """Give every job with GPUs its GPU ids; return each job whose GPUs or slowdown changed.
 
@@ -172,6 +179,8 @@ class Placement:
         allocation with a ``gpus`` map (job id -> GPU ids, e.g.
         ``pcs_ray.policies.power_aware.PlannedAllocation``) names GPUs the policy chose.
         Jobs returned that are not in ``changed`` kept their count but moved.
+        ``settle``: called with each such job before its GPUs and slowdown change (a caller that brings
+        progress up to date only for the jobs whose rate changes settles it at its old rate there).
         """
         changed = list(changed)
         # GPUs the policy chose itself (VAHRM's Step 5), which a configuration may follow (``Context.planned``)
@@ -208,17 +217,27 @@ class Placement:
         else:
             if running is None:
                 running = [by_id[jid] for jid, n in alloc.items() if n > 0]
-            for job in running:
+            held, held_bits, freed = self.held, self._held_bits, 0
+            for job in running:  # every running job gives its GPUs back (give_back, in one pass)
                 jid = job.spec.job_id
-                if jid in self.held:
-                    old[jid] = self.give_back(jid)
+                gpus = held.pop(jid, None)
+                if gpus is not None:
+                    old[jid] = gpus
+                    bits = held_bits.pop(jid, None)
+                    freed |= _bits(gpus) if bits is None else bits
+            self._busy &= ~freed
             todo = running
-        for job in self.order(todo, snap, counts):
+        ordered = self.order(todo, snap, counts)
+        if self.sticky:
+            placed = ((job, self.take(job, counts[job.spec.job_id], old.get(job.spec.job_id, ()))) for job in ordered)
+        else:
+            placed = self.replace_all(ordered, counts, old)
+        for job, gpus in placed:
             jid = job.spec.job_id
-            n = counts[jid]
             home = old.get(jid, ())
-            gpus = self.take(job, n, home)
             if gpus != home or jid in touched:
+                if settle is not None and jid not in touched:
+                    settle(job)
                 job.gpus = gpus
                 job.slowdown = self.slowdown(job, gpus)
                 touched[jid] = job
@@ -231,10 +250,10 @@ class Placement:
     def release(self, job: JobState) -> None:
         """``job`` finished: its GPUs are free again (its explanation stays, in a compact form)."""
         jid = job.spec.job_id
+        if self.decisions is not None and jid in self.decisions:
+            self.decisions[jid] = self._decision(jid).compact()
         if jid in self.held:
             self.give_back(jid)
-        if self.decisions is not None and jid in self.decisions:
-            self.decisions[jid] = self.decisions[jid].compact()
 
     def forget(self, job_id: int) -> None:
         """A released job its owner no longer keeps (the coordinator's retention): its explanation goes too."""
@@ -252,7 +271,8 @@ class Placement:
         if taken:
             raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
         if gpus:
-            self._busy |= _bits(gpus)
+            self._held_bits[jid] = bits = _bits(gpus)
+            self._busy |= bits
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
@@ -260,8 +280,10 @@ class Placement:
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
         other.held = dict(self.held)
-        other.rng = copy.deepcopy(self.rng)
-        other.memory = copy.deepcopy(self.memory)
+        other._held_bits = dict(self._held_bits)
+        if self._draws or self._custom():  # otherwise nothing draws from the generator or writes the memory
+            other.rng = copy.deepcopy(self.rng)
+            other.memory = copy.deepcopy(self.memory)
         other.decisions = None
         return other
 
@@ -287,9 +309,9 @@ class Placement:
         how many GPU sets were scored, ``source`` the candidate source of the
         winner. See ``pcs_ray.placement.explain``.
         """
-        decision = (self.decisions or {}).get(job_id)
-        if decision is None:
+        if job_id not in (self.decisions or {}):
             return None
+        decision = self._decision(job_id)
         return explanation(self.config, job_id, decision, self.held.get(job_id))
 
     # -- one job's GPUs -------------------------------------------------------
@@ -317,20 +339,116 @@ class Placement:
             self.decisions[job.spec.job_id] = decision
         return gpus, decision
 
+    def _decision(self, jid: int) -> Decision:
+        """Job ``jid``'s latest decision, made now where a round kept the job without deciding (``_Kept``)."""
+        decision = self.decisions[jid]
+        if type(decision) is _Kept:
+            job, n, free_bits, home = decision
+            decision = self.config.decide(self.config.context(self.facts, job, n, self._mask(free_bits), home,
+                                                              self.rng, self.memory, self.planned.get(jid)))[1]
+            self.decisions[jid] = decision
+        return decision
+
+    def replace_all(self, jobs: Sequence[JobState], counts: Mapping[int, int],
+                    home: Mapping[int, tuple[int, ...]]) -> list[tuple[JobState, tuple[int, ...]]]:
+        """A re-placing round: each of ``jobs`` (none holding GPUs now), in order, takes ``counts`` GPUs
+        (``take``, preferring ``home``); returns each job with its GPUs.
+
+        Where the configuration keeps (``Configuration.keeps``), a job whose count and home are what it won
+        in the last round takes them again without a decision when, compared with the free GPUs it was
+        decided on then (the last round's start less what the jobs before it took), none of its GPUs was
+        taken since and none of the GPUs freed since scores better for its class than its total. A round
+        then decides only for jobs that are new, changed, or could prefer what moved: the same GPUs as
+        deciding for every job, in proportion to what changed."""
+        last, record = self._last_round, _Round(self._busy)
+        out = []
+        keeping = self._keeps and not self._custom()
+        if last is None or not keeping:
+            for job in jobs:
+                jid = job.spec.job_id
+                gpus, total, strict = self._take(job, counts[jid], home.get(jid, ()))
+                record.add(jid, gpus, self._held_bits[jid], total, strict)
+                out.append((job, gpus))
+            self._last_round = record if keeping else None
+            return out
+        was_at, was_bits = last.info, last.bits
+        then = last.start  # the GPUs held at this point of the last round
+        k = 0  # the next position of the last round not yet passed
+        floors: dict[tuple[int, str], float] = {}
+        info, order = record.info, record.bits
+        held, held_bits, decisions, kept_count = self.held, self._held_bits, self.decisions, 0
+        busy = self._busy
+        for job in jobs:
+            jid = job.spec.job_id
+            n, mine = counts[jid], home.get(jid, ())
+            was = was_at.get(jid)
+            kept = False
+            if was is not None and was[0] >= k:
+                pos, gpus, bits, total, strict = was
+                while k < pos:
+                    then |= was_bits[k]
+                    k += 1
+                k = pos + 1
+                if mine == gpus and len(gpus) == n and not (busy & bits):
+                    freed = then & ~busy
+                    if freed:
+                        key = (freed, job.spec.job_class)
+                        floor = floors.get(key)
+                        if floor is None:
+                            floor = floors[key] = self._floor(freed, job.spec.job_class)
+                        kept = floor > total + 1e-12 if strict else floor >= total
+                    else:
+                        kept = True
+                then |= bits
+            if kept:
+                kept_count += 1
+                if decisions is not None:
+                    decisions[jid] = _Kept(job, n, self._all & ~busy, mine)
+                busy |= bits
+                held[jid] = gpus
+                held_bits[jid] = bits
+            else:
+                self._busy = busy
+                gpus, total, strict = self._take(job, n, mine)
+                busy = self._busy
+                bits = held_bits[jid]
+            info[jid] = (len(order), gpus, bits, total, strict)
+            order.append(bits)
+            out.append((job, gpus))
+        self._busy = busy
+        COUNTERS.kept += kept_count
+        self._last_round = record
+        return out
+
     # -- helpers ---------------------------------------------------------------
+    def _floor(self, bits: int, job_class: str) -> float:
+        """The best binned score for ``job_class`` among the GPUs of ``bits``."""
+        return float(self.facts.decision_scores(job_class)[self._mask(bits)].min())
+
+    def _custom(self) -> bool:
+        """Whether ``select`` is replaced (a subclass, a test): then its answers are its own."""
+        return getattr(self.select, "__func__", None) is not Placement.select
+
     def give_back(self, jid: int) -> tuple[int, ...]:
         """Free the GPUs job ``jid`` holds and return them (the first half of a move; ``take`` is the second)."""
         gpus = self.held.pop(jid)
-        self._busy &= ~_bits(gpus)
+        bits = self._held_bits.pop(jid, None)
+        self._busy &= ~(_bits(gpus) if bits is None else bits)
         return gpus
 
     def take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
         """Give ``job`` ``n`` free GPUs (preferring ``home``, what it held before) and return them; the
         step ``place`` runs per job, which a forward play (``pcs_ray.forecast``) runs in the same order."""
+        return self._take(job, n, home)[0]
+
+    def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[tuple[int, ...], float, bool]:
+        """``take``'s GPUs, with the decision's total and whether a freed GPU must score strictly above it
+        to leave the decision as it is (an across-nodes winner a node could have tied; ``Configuration.keeps``)."""
         free_bits = self._all & ~self._busy
         reuse, jid = self._reuse, job.spec.job_id
         hit = key = None
-        if getattr(self.select, "__func__", None) is not Placement.select:
+        custom = self._custom()
+        if custom:
             reuse = None  # ``select`` replaced (a subclass, a test): its answers are its own, never reused
         if reuse is not None:
             spec = job.spec
@@ -340,17 +458,20 @@ class Placement:
             if hit is not None and hit[1] is None and self.decisions is not None:
                 hit = None  # a fork's entry, without the explanation this placement keeps
         if hit is not None:  # the same inputs as a decision that passed the checks below
-            gpus, decision, taken = hit
+            COUNTERS.reused += 1
+            gpus, decision, taken, total, strict = hit
             if self.decisions is not None:
                 self.decisions[jid] = decision
         else:
             if free_bits.bit_count() < n:
                 raise PlacementError(f"{self.name}: job {jid} needs {n} GPUs, {free_bits.bit_count()} are free")
             free = self._mask(free_bits)
-            if reuse is None:
-                chosen = self.select(job, n, free, home)
+            if custom or (reuse is None and not self._keeps):
+                chosen, total, strict = self.select(job, n, free, home), 0.0, False
             else:
                 chosen, decision = self._decide(job, n, free, home)
+                total = decision.total
+                strict = decision.across and (n > 1 or self.facts.has_topology) and n <= self.facts.gpus_per_node
             ids = np.asarray(chosen, dtype=np.int64).tolist()
             taken = _bits(ids)
             if len(ids) != n or taken.bit_count() != n or taken & ~free_bits:
@@ -366,10 +487,36 @@ class Placement:
                     _forget_oldest(reuse)
                 # Forks keep no explanation: their entries hold only numbers, which the garbage
                 # collector stops tracking, so a full table does not slow its collections.
-                reuse[key] = (gpus, decision if self.decisions is not None else None, taken)
+                reuse[key] = (gpus, decision if self.decisions is not None else None, taken, total, strict)
         self._busy |= taken
         self.held[jid] = gpus
-        return gpus
+        self._held_bits[jid] = taken
+        return gpus, total, strict
+
+
+class _Kept(NamedTuple):
+    """A decision a round did not make (the job kept its GPUs): what it is made from, when it is asked for."""
+
+    job: JobState
+    n: int
+    free_bits: int
+    home: tuple[int, ...]
+
+
+class _Round:
+    """What a re-placing round gave, for the next round (``Placement.replace_all``): the GPUs held when it
+    started, and per job its position, GPUs (and as bits), total, and whether a freed GPU must score strictly above it."""
+
+    __slots__ = ("bits", "info", "start")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.info: dict[int, tuple[int, tuple[int, ...], int, float, bool]] = {}
+        self.bits: list[int] = []
+
+    def add(self, jid: int, gpus: tuple[int, ...], bits: int, total: float, strict: bool) -> None:
+        self.info[jid] = (len(self.bits), gpus, bits, total, strict)
+        self.bits.append(bits)
 
 
 def _bits(gpus) -> int:

@@ -77,6 +77,9 @@ class ClusterBest(_ByScore):
 
     name = "cluster-best"
 
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return True
+
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         gpus = best_scores(ctx, ctx.free)
         yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
@@ -147,6 +150,10 @@ class BestNodesFirst(_ByScore):
                 if self.stop_without_links and not self._has_subsets(ctx, node):
                     return
             yield self._batch(ctx, node)
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        # On a node without links the candidate is its n best GPUs; a subset search trades them against links.
+        return not (self.subsets and facts.has_topology)
 
     def prepare(self, facts: ClusterFacts) -> None:
         super().prepare(facts)

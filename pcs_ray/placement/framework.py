@@ -48,6 +48,31 @@ class Unplaceable(PlacementError):
         super().__init__(f"job {job_id}: every candidate was rejected ({why})")
 
 
+# -- how much placement work was asked for ------------------------------------------------
+
+
+class Counters:
+    """Placement work done in this process (``bench/sim_scale.py`` reads it): ``decisions`` computed by a
+    configuration and ``gpus_read``, the cluster GPUs their contexts read (each reads the free mask of the
+    whole cluster); ``reused``, decisions looked up again (``Placement``'s reuse table); ``kept``, jobs a
+    re-placing round left on their GPUs without deciding again (``Placement``'s round record)."""
+
+    __slots__ = ("decisions", "gpus_read", "kept", "reused")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.decisions = self.gpus_read = self.reused = self.kept = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+#: this process's placement work
+COUNTERS = Counters()
+
+
 # -- configurations and the decision ------------------------------------------------------
 
 
@@ -64,12 +89,15 @@ class Decision(NamedTuple):
     row: int
     rejections: dict[str, int]
     candidates: int  # how many candidates were scored
+    total: float = 1.0  # the winner's weighted product
+    across: bool = False  # the winner came from an across-nodes batch
 
     def compact(self) -> "Decision":
         """The same decision holding only the winner's numbers (for jobs whose decision is final)."""
         row = self.row
         return Decision(self.source, tuple(int(g) for g in self.gpus), [(float(v[row]),) for v in self.values],
-                        [(float(t[row]),) for t in self.ties], 0, self.rejections, self.candidates)
+                        [(float(t[row]),) for t in self.ties], 0, self.rejections, self.candidates, self.total,
+                        self.across)
 
 
 @dataclass(frozen=True)
@@ -147,6 +175,8 @@ class Configuration:
         rounded to 12 decimals); a tie goes to a within-node candidate, then
         to the tie-break scores, then to the earlier candidate.
         """
+        COUNTERS.decisions += 1
+        COUNTERS.gpus_read += len(ctx.free)
         scores, tie_breaks, batch_filters = self.scores, self.tie_breaks, self.batch_filters
         first_wins = not scores and not tie_breaks  # nothing to compare: the first candidate wins
         unit = self.unit_weights
@@ -196,7 +226,24 @@ class Configuration:
         if best_batch is None:
             raise Unplaceable(ctx.spec.job_id, ctx.rejections)
         gpus = best_batch.one(best_i)
-        return gpus, Decision(best_batch.source, gpus, best_values, best_ties, best_i, ctx.rejections, seen)
+        return gpus, Decision(best_batch.source, gpus, best_values, best_ties, best_i, ctx.rejections, seen,
+                              best_total, best_batch.across)
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        """Whether a job re-placed with the GPUs it won as its home wins them again, without deciding, when the
+        free GPUs differ from those it was decided on only by GPUs taken that it did not win and GPUs freed whose
+        binned score for its class is at least the winner's total (strictly above it, by more than the 1e-12
+        of a tie, where an across-nodes winner could have tied a within-node candidate): every plugin keeps
+        (``Plugin.keeps``), the factors multiply with unit weights, and one of them is the worst GPU's score.
+
+        Why: a candidate holding a freed GPU totals at least that GPU's score (every other factor is at least
+        1), so it cannot beat the winner; taking GPUs the winner did not hold only makes other candidates
+        worse; and among equal totals the held GPUs come first. So ``Placement`` keeps such jobs where
+        they are, and a re-placing round costs decisions only where something the job could prefer changed.
+        """
+        if not all(p.keeps(facts) for p in self.plugins()):
+            return False
+        return self.unit_weights and any(p.worst_gpu for p, _ in self.scores)
 
 
 def _cache_fields(plugins) -> tuple[str, ...] | None:
@@ -222,5 +269,5 @@ def _weighted_product(values: list[np.ndarray], scores, k: int) -> np.ndarray:
 
 
 __all__ = [
-    "Configuration", "Decision", "PlacementError", "Unplaceable",
+    "COUNTERS", "Configuration", "Counters", "Decision", "PlacementError", "Unplaceable",
 ]

@@ -42,7 +42,8 @@ def member(values: np.ndarray, among) -> np.ndarray:
     candidates) a broadcast compare, several times faster than ``isin``, which matters on the hot path."""
     among = np.asarray(among)
     if values.size * among.size > 2048:
-        return np.isin(values, among)
+        # ids: a lookup table over their range, linear in the inputs (the default sorts them)
+        return np.isin(values, among, kind="table" if among.dtype.kind in "iu" and values.dtype.kind in "iu" else None)
     return (values[..., None] == among).any(axis=-1)
 
 
@@ -210,6 +211,15 @@ class Plugin:
     #: the same inputs need not give the same answer, so its decisions are never reused.
     stateful: ClassVar[bool] = False
 
+    def keeps(self, facts: ClusterFacts) -> bool:
+        """Whether, as far as this plugin goes, a job re-placed with the GPUs it won as its home wins them again
+        when the free GPUs differ from its decision's only by GPUs taken that it did not win and GPUs freed
+        whose binned score for its class is no better than the winner's total (``Configuration.keeps``).
+        True of scores whose factor reads only the candidate's own GPUs and is at least 1, of sources that
+        offer the best-scoring GPUs first and the held ones first on ties, of tie-breaks that prefer the
+        held GPUs; the default, False, never assumes it."""
+        return False
+
     def prepare(self, facts: ClusterFacts) -> None:
         """Build the per-cluster tables this plugin reads (e.g. binned scores), once per placement,
         so that the first decision is not slow and bad input fails at construction."""
@@ -249,6 +259,9 @@ class Score(Plugin):
     """
 
 
+    #: The factor is the candidate's worst binned score for the job's class (``Configuration.keeps``' threshold).
+    worst_gpu: ClassVar[bool] = False
+
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         raise NotImplementedError
 
@@ -262,6 +275,9 @@ class NodeFits(Filter):
     name = "node-fits"
     reason = NOT_ENOUGH_GPUS
     reads = frozenset()
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return True
 
     def nodes(self, ctx: Context) -> np.ndarray:
         return ctx.per_node >= ctx.n

@@ -23,6 +23,10 @@ class Variability(Score):
 
     name = "variability"
     reads = frozenset({"job_class"})
+    worst_gpu = True
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return True
 
     def prepare(self, facts: ClusterFacts) -> None:
         facts.need("binned")
@@ -44,6 +48,9 @@ class Locality(Score):
     name = "locality"
     reads = frozenset()
 
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return True
+
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         charged = batch.across and ctx.n > 1
         return np.full(len(batch), ctx.facts.locality_penalty if charged else 1.0)
@@ -61,6 +68,9 @@ class Topology(Score):
 
     name = "topology"
     reads = frozenset({"bw_sensitive", "pattern"})
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return facts.comm is None  # then every factor is 1
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         comm = ctx.facts.comm
@@ -167,6 +177,9 @@ class PreservedBandwidth(_Links):
     name = "preserved-bandwidth"
     reads = frozenset({"bw_sensitive", "pattern"})
 
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return facts.nvlink_total == 0  # then every factor is 1; otherwise it reads the node's other free GPUs
+
     def __init__(self, *, insensitive_only: bool = False) -> None:
         self.insensitive_only = insensitive_only
 
@@ -232,6 +245,9 @@ class KeepGPUs(Score):
 
     name = "keep-gpus"
     reads = frozenset()
+
+    def keeps(self, facts: ClusterFacts) -> bool:
+        return not facts.has_topology  # with links, held GPUs count on one node of the job only (the quirk)
 
     def score(self, ctx: Context, batch: Candidates) -> np.ndarray:
         n = ctx.n

@@ -34,9 +34,9 @@ class PlacementLog:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None):
+    def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None):
         self.now = snap.now
-        touched = self.inner.place(snap, changed, alloc)
+        touched = self.inner.place(snap, changed, alloc, settle)
         for job in touched:
             jid = job.spec.job_id
             before = self._since.get(jid)

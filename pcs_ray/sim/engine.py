@@ -299,11 +299,10 @@ class Engine:
             job.alloc = 0
 
     def reallocate(self) -> None:
-        # A non-sticky placement may move (and so re-rate) any running job, which must be
-        # settled at its old rate first; a sticky one only places jobs whose count changed,
-        # and those are settled in _apply.
+        # A job whose count changes is settled at its old rate in _apply; one that a non-sticky placement
+        # moves, by the placement just before it is moved (Placement.place's settle).
         policy = self.policy
-        if policy.reads_progress or (self.placement is not None and not getattr(self.placement, "sticky", False)):
+        if policy.reads_progress:
             self.settle_all()
         if not self._eventful:  # a review: no arrival or completion since the last round
             self._count_event()
@@ -352,7 +351,7 @@ class Engine:
             # The placement sees the whole allocation in policy order and may move jobs whose
             # count did not change (non-sticky); such a move costs a checkpoint + restore.
             counted = {job.spec.job_id for job in changed}
-            changed = self.placement.place(self.snapshot(), changed, alloc)
+            changed = self.placement.place(self.snapshot(), changed, alloc, self.settle)
             for job in changed:
                 if job.alloc and job.spec.job_id not in counted:
                     job.stall_until = charged_stall(now, job.stall_until, True, job.start_cost, job.move_cost, overhead)

@@ -259,9 +259,9 @@ class ReplayedPlacement:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None):
+    def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None):
         self.replay.now = snap.now  # what the slow-run filter's predictions are for
-        touched = self.inner.place(snap, changed, alloc)
+        touched = self.inner.place(snap, changed, alloc, settle)
         for job in touched:
             jid = job.spec.job_id
             if not job.gpus:

@@ -1,0 +1,141 @@
+"""Simulation at the scale of a large cluster (issue 41): time, memory and placement work against its size.
+
+Each point is ``simulate`` of ``themis1`` apps (load 0.9, seed 4567) under ``pcs-bal`` on ``gpus`` GPUs,
+with a placement or none, predictions on or off, run in a child process of its own so that its peak RSS
+is its own. Nodes have 8 GPUs; ``mapa-*`` placements run on DGX-1 V100 nodes (``--topology dgx1-v100``,
+as ``bench/results_hashes.py`` runs the placements that read links; sizes round down to whole nodes). Per point: wall and CPU seconds,
+peak RSS, engine events, forward plays, and the placement work (``pcs_ray.placement.framework.COUNTERS``):
+placement calls (every job placed: decided, looked up again, or kept where it was), decisions computed
+and the cluster GPUs they read, per call. A point that runs past ``--cap`` seconds is reported as such.
+
+Per (placement, predictions) series: the growth exponent of wall time, and of CPU time (the figure to read
+on a shared machine), against apps x GPUs (least squares of log time on log apps x GPUs over the points
+that finished; 1 = linear). Each point also gives the 1-minute load average before and after it.
+
+Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
+[--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from common import log
+
+PLACEMENTS = ("none", "pal", "combined", "mapa-preserve")
+DGX1 = "dgx1-v100"  # placements that read links run on these nodes
+
+
+def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
+    """One simulation in this process (the child's side)."""
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.data import locate, pcs_config
+    from pcs_ray.placement.configure import configure_placement
+    from pcs_ray.placement.framework import COUNTERS
+    from pcs_ray.policies import WFQConfig, WFQPolicy
+    from pcs_ray.sim.run import simulate
+    from pcs_ray.workloads.generator import generate_workload
+
+    spec = ClusterSpec.homogeneous(gpus, 8)
+    place = None
+    if placement != "none":
+        topology = str(locate("topology", DGX1)) if placement.startswith("mapa") else None
+        place = configure_placement(spec, placement, topology=topology).new()
+    jobs = generate_workload("themis1", apps, gpus, load=0.9, seed=4567)
+    policy = WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal")))
+    COUNTERS.reset()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    result = simulate(jobs, gpus, policy, predict=predict, placement=place)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    work = COUNTERS.as_dict()
+    calls = work["decisions"] + work["reused"] + work["kept"]
+    return {
+        "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "events": result.events, "forward_plays": result.predictions,
+        "placement_calls": calls, **work,
+        "gpus_read_per_call": round(work["gpus_read"] / calls, 1) if calls else 0.0,
+        "gpus_read_per_decision": round(work["gpus_read"] / work["decisions"], 1) if work["decisions"] else 0.0,
+    }
+
+
+def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> dict:
+    """One point in a child process, stopped after ``cap`` seconds."""
+    about = {"apps": apps, "gpus": gpus, "placement": placement, "predict": predict,
+             "nodes": "dgx1-v100 x8" if placement.startswith("mapa") else "8 GPUs, no topology"}
+    cmd = [sys.executable, __file__, "--child", json.dumps([apps, gpus, placement, predict])]
+    load = os.getloadavg()[0]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, check=False)
+    except subprocess.TimeoutExpired:
+        return {**about, "finished": False, "cap_s": cap, "load_avg_1m": round(load, 2)}
+    if proc.returncode != 0:
+        return {**about, "finished": False, "error": proc.stderr.strip().splitlines()[-1:]}
+    return {**about, "finished": True, **json.loads(proc.stdout), "load_avg_1m": round(load, 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2)}
+
+
+def exponent(points: list[dict], time: str = "wall_s") -> float | None:
+    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x GPUs) over the finished points."""
+    xy = [(math.log(p["apps"] * p["gpus"]), math.log(p[time])) for p in points if p.get("finished")]
+    if len(xy) < 2:
+        return None
+    mx = sum(x for x, _ in xy) / len(xy)
+    my = sum(y for _, y in xy) / len(xy)
+    sxx = sum((x - mx) ** 2 for x, _ in xy)
+    return round(sum((x - mx) * (y - my) for x, y in xy) / sxx, 3) if sxx else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="500,1000,2000,4000,8000", help="comma-separated cluster sizes")
+    parser.add_argument("--apps-per-gpu", type=int, default=8, help="apps = this x GPUs (8: 4,000 apps on 500)")
+    parser.add_argument("--placements", default=",".join(PLACEMENTS), help=f"comma-separated, of {', '.join(PLACEMENTS)}")
+    parser.add_argument("--predict", choices=("on", "off", "both"), default="on")
+    parser.add_argument("--cap", type=float, default=600.0, help="seconds a point may run")
+    parser.add_argument("--skip-after-cap", action="store_true",
+                        help="skip a series' larger points once one ran past the cap")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_point(*json.loads(args.child))))
+        return
+    sizes = [int(g) for g in args.gpus.split(",")]
+    placements = [p.strip() for p in args.placements.split(",")]
+    unknown = [p for p in placements if p not in PLACEMENTS]
+    if unknown:
+        raise SystemExit(f"error: unknown placement(s) {', '.join(unknown)}; choose from {', '.join(PLACEMENTS)}")
+    predicts = {"on": [True], "off": [False], "both": [False, True]}[args.predict]
+    points, series = [], []
+    for placement in placements:
+        for predict in predicts:
+            mine = []
+            for gpus in sorted(sizes):
+                if placement.startswith("mapa"):
+                    gpus -= gpus % 8  # whole DGX-1 nodes (500 -> 496)
+                apps = args.apps_per_gpu * gpus
+                if args.skip_after_cap and any(not p.get("finished") for p in mine):
+                    mine.append({"apps": apps, "gpus": gpus, "placement": placement, "predict": predict,
+                                 "finished": False, "skipped": "a smaller point ran past the cap"})
+                    continue
+                log(f"{placement} predict={predict}: {apps} apps on {gpus} GPUs ...")
+                p = point(apps, gpus, placement, predict, args.cap)
+                log(f"  {json.dumps(p)}")
+                mine.append(p)
+            points += mine
+            series.append({"placement": placement, "predict": predict, "points": len(mine),
+                           "time_exponent_vs_apps_x_gpus": exponent(mine),
+                           "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s")})
+    print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
+                      "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
