@@ -240,3 +240,15 @@ def test_a_finished_jobs_explanation_is_kept_in_compact_form():
     p.release(a)
     assert before["gpus"] == [2, 3] and p.explain(1) == before
     assert isinstance(p.decisions[1].gpus, tuple)
+
+
+def test_a_placement_log_round_trips_through_pickle():
+    """A Ray task hands a run's placement back pickled."""
+    import pickle
+
+    from pcs_ray.placement import create_placement
+    from pcs_ray.placement.stats import PlacementLog
+
+    log = PlacementLog(create_placement("pal", ClusterSpec.homogeneous(2, 4), seed=1))
+    again = pickle.loads(pickle.dumps(log))
+    assert type(again.inner) is type(log.inner)

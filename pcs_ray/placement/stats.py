@@ -32,6 +32,8 @@ class PlacementLog:
         self.now = 0.0
 
     def __getattr__(self, name):
+        if name == "inner":  # unpickling asks before ``inner`` is set: no recursion into itself
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None):
