@@ -47,6 +47,9 @@ REFRESH_YIELD_S = 30.0  # a refresh play stands aside for calls at most this lon
 # ... and keeps at least this share of its time for itself: under a steady stream of submissions it ends
 # within about twice its own running time, so its forecasts stay younger than Coordinator.branch_max_age_s
 REFRESH_SHARE = 0.5
+# Readings for Prometheus are taken under the lock and walk every job (each queued job's wait reason): at most
+# this often, which is how often Ray's metrics agent exports them by default (metrics_report_interval_ms)
+METRICS_EVERY_S = 10.0
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -215,6 +218,7 @@ class CoordinatorService(CoordinatorHost):
 
     def _loop(self) -> None:
         last_refresh = last_node_check = 0.0
+        last_metrics = -METRICS_EVERY_S  # the first readings go out after the first refresh
         while True:
             if time.monotonic() - last_node_check >= NODE_CHECK_S:
                 last_node_check = time.monotonic()
@@ -265,7 +269,8 @@ class CoordinatorService(CoordinatorHost):
                 with self.lock:
                     if finish is not None:
                         self.core.end_play_refresh(play[0], finish)
-                    if self.metrics is not None:
+                    if self.metrics is not None and time.monotonic() - last_metrics >= METRICS_EVERY_S:
+                        last_metrics = time.monotonic()
                         self.metrics.publish(readings(self.core))
             except Exception:
                 log.exception("coordinator forecasts")
