@@ -71,6 +71,26 @@ def test_a_play_stands_aside_for_at_most_its_budget():
     assert waits == [0.2]  # one wait, for the whole budget; the other four pauses did not wait
 
 
+def test_a_play_keeps_its_share_of_the_time_under_a_stream_of_calls():
+    """With a share of one half, the play's waits never add up to more than the time it ran: the first
+    pause (nothing run yet) and a pause right after a wait do not wait; after 0.1 s of running it may
+    wait 0.1 s, and after 0.2 s more, the 0.2 s it has earned since. The lock is held all along."""
+    lock = CallLock()
+    ticks = iter([0.0, 0.1, 0.2, 0.2, 0.4, 0.6])  # each pause reads the clock before (and after a wait)
+    pause = lock.yielder(budget_s=30.0, share=0.5, clock=lambda: next(ticks))
+    waits = []
+    real_wait_for = lock._state.wait_for
+    lock._state.wait_for = lambda *a, **k: waits.append(round(k.get("timeout"), 9)) or real_wait_for(*a, **k)
+    with lock:
+        done = threading.Thread(target=lambda: [pause() for _ in range(4)])
+        done.start()
+        done.join(30)
+        assert not done.is_alive()
+    assert waits == [0.1, 0.2]
+    with pytest.raises(ValueError):
+        lock.yielder(budget_s=1.0, share=1.0)
+
+
 def test_a_failed_acquire_does_not_leave_the_lock_wanted():
     lock = CallLock()
     lock._lock = None  # acquiring raises

@@ -343,3 +343,26 @@ def test_ends_collected_together_are_recorded_first_and_decided_once():
     actions = core.decide()
     assert list(starts(actions)) == [c] and len(starts(actions)[c]) == 8
     assert core.jobs[a].state == core.jobs[b].state == "finished"
+
+
+def test_a_sync_with_nothing_new_is_skipped_and_a_later_one_is_not():
+    """A prediction syncs the model; a second one at the same time, after nothing happened, would write what
+    is there and reads no job again; once time moves, or a report changes a job, every running job is read."""
+    core, clock = make()
+    j1, _ = core.submit(submission(gpus=4))
+    j2, _ = core.submit(submission(gpus=4))
+    j3, _ = core.submit(submission(gpus=8))
+    read = []
+    remaining = core.speed.remaining
+    core.speed.remaining = lambda job, *a: read.append(job.job_id) or remaining(job, *a)
+    first = core.prediction(j3)
+    assert read == [] and core.prediction(j3) == first  # the submission's own sync was the last
+    clock.t += 5
+    core.prediction(j3)
+    assert sorted(read) == [j1, j2]
+    read.clear()
+    core.prediction(j3)
+    assert read == []
+    core.progress(j1, step=10, step_time=0.1)  # a first measurement: every job's estimate may move
+    core.prediction(j3)
+    assert {j1, j2} <= set(read)

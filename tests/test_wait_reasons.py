@@ -129,3 +129,33 @@ def test_a_job_waiting_for_a_preempted_run_names_it_and_so_does_the_stopping_run
     core.run_ended(long_id, 1, "preempted", step=120, step_time=0.1)
     why = {j["id"]: j["waiting"] for j in core.status()["jobs"]}
     assert why[short_id] is None and why[long_id]["code"] in (WaitCode.GPUS, WaitCode.QUEUE)
+
+
+@pytest.mark.parametrize("name", ["pcs", "pcs-bal", "fifo", "srsf"])
+def test_one_jobs_reason_is_its_entry_among_every_jobs(name):
+    """``why_job_waits`` reads what one job's reason needs (WFQ: the jobs ahead of it, the allocation): the same
+    reason ``why_waiting`` gives it among all, for every job with and without GPUs."""
+    specs = [spec(k, max_gpus=1 + k % 4, rigid=k % 3 == 0, service=300.0 * (1 + k % 7) * (1 + k), submit=k)
+             for k in range(40)]
+    policy = build_policy(name)
+    snap, alloc, why = decided(policy, specs, capacity=16)
+    assert len(why) > 10
+    for job in snap.jobs:
+        assert policy.why_job_waits(snap, alloc, job) == why.get(job.spec.job_id)
+
+
+@pytest.mark.parametrize("name, codes", [("pcs-bal", {WaitCode.QUEUE}),
+                                         ("srsf", {WaitCode.GPUS, WaitCode.HAND_OVER, WaitCode.STOPPING})])
+def test_a_jobs_reason_alone_is_its_entry_among_every_jobs(tmp_path, name, codes):
+    """The coordinator's reason for one job (what ``prediction`` shows) is its entry in ``waiting()``: queued
+    behind others, planned on GPUs still being handed over, or stopping."""
+    now = Clock()
+    core = coordinator(gpus=8, policy=name, checkpoint_root=str(tmp_path), clock=now)
+    for k in range(12):
+        now.t += 1
+        core.submit({"workload": "tiny", "steps": 100 * (1 + k % 5) * 10 ** (k % 3), "gpus": 1 + k % 4,
+                     "step_time": 0.1})
+    everyone = core.waiting()
+    assert {w["code"] for w in everyone.values()} == codes
+    for jid in core.jobs:
+        assert core.waiting_for(jid) == everyone.get(jid)

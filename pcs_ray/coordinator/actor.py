@@ -44,6 +44,12 @@ NODE_CHECK_S = 2.0  # how often the loop looks for nodes Ray declared dead
 NODE_DEATH_WAIT_S = 45.0  # a runner death is held this long at most while Ray decides whether its node died
 REFRESH_EVERY_S = 1.0  # every job's forecast is refreshed at most this often (counted from the end of the last play)
 REFRESH_YIELD_S = 30.0  # a refresh play stands aside for calls at most this long in all (CallLock.yielder)
+# ... and keeps at least this share of its time for itself: under a steady stream of submissions it ends
+# within about twice its own running time, so its forecasts stay younger than Coordinator.branch_max_age_s
+REFRESH_SHARE = 0.5
+# Readings for Prometheus are taken under the lock and walk every job (each queued job's wait reason): at most
+# this often, which is how often Ray's metrics agent exports them by default (metrics_report_interval_ms)
+METRICS_EVERY_S = 10.0
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -212,6 +218,7 @@ class CoordinatorService(CoordinatorHost):
 
     def _loop(self) -> None:
         last_refresh = last_node_check = 0.0
+        last_metrics = -METRICS_EVERY_S  # the first readings go out after the first refresh
         while True:
             if time.monotonic() - last_node_check >= NODE_CHECK_S:
                 last_node_check = time.monotonic()
@@ -256,12 +263,14 @@ class CoordinatorService(CoordinatorHost):
                 # The whole queue's forecast runs outside the lock: submissions and reports are not
                 # held up for it (a submission forecasts its own job, Coordinator.forecast).
                 # Between events it stands aside while a call wants the lock (CallLock): a submission's
-                # own play then has the interpreter to itself instead of half of it.
-                finish = play[1](between=self.lock.yielder(REFRESH_YIELD_S)) if play is not None else None
+                # own play then has the interpreter to itself instead of half of it, as long as the
+                # play keeps its share of the time.
+                finish = play[1](between=self.lock.yielder(REFRESH_YIELD_S, REFRESH_SHARE)) if play is not None else None
                 with self.lock:
                     if finish is not None:
                         self.core.end_play_refresh(play[0], finish)
-                    if self.metrics is not None:
+                    if self.metrics is not None and time.monotonic() - last_metrics >= METRICS_EVERY_S:
+                        last_metrics = time.monotonic()
                         self.metrics.publish(readings(self.core))
             except Exception:
                 log.exception("coordinator forecasts")

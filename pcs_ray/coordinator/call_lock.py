@@ -4,11 +4,15 @@ Calls (a submission, a status, a runner's report) and the background loop
 share one lock around the core. The loop's refresh play of the whole queue
 runs outside the lock, but in the same interpreter: a CPU-bound play thread
 takes the GIL half the time, so a submission's own play, running beside it,
-took about twice as long. Between events the refresh play now calls the
+took about twice as long. Between events the refresh play calls the
 pause :meth:`CallLock.yielder` gives it, which blocks while any call waits
-for the lock or holds it, so a call runs almost alone. The play's total wait is
-capped (``budget_s``): under a stream of calls the refresh still finishes,
-only later.
+for the lock or holds it, so a call runs almost alone. How long it stands
+aside is capped twice: in all (``budget_s``), and by the share of its life it
+keeps for itself (``share``): under a steady stream of calls, which want the
+lock nearly all the time, a play that stood aside whenever asked would finish
+only once its budget was spent, and the forecasts it leaves would be that much
+older; with a share it runs beside calls part of the time and ends within
+about ``1 / share`` of its own running time.
 """
 
 from __future__ import annotations
@@ -51,20 +55,32 @@ class CallLock:
         """Whether any thread waits for the lock or holds it."""
         return self._wanted > 0
 
-    def yielder(self, budget_s: float, clock=time.monotonic):
+    def yielder(self, budget_s: float, share: float = 0.0, clock=time.monotonic):
         """A pause to call between the events of a play run outside the lock: it blocks while the lock
-        is wanted, for at most ``budget_s`` over the play's life (then the play runs on beside calls), as
-        ``clock`` measures it."""
-        left = budget_s
+        is wanted, for at most ``budget_s`` over the play's life, and, with ``share`` > 0, only while the
+        play keeps at least that share of the time since its first pause for itself (its waits stay within
+        ``(1 - share) / share`` of the time it ran); past either it runs on beside calls. ``clock``
+        measures both."""
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"a play's share of its own time must be in [0, 1), got {share}")
+        waited = 0.0
+        began: float | None = None
 
         def yield_to_calls() -> None:
-            nonlocal left
-            if not self._wanted or left <= 0:
+            nonlocal waited, began
+            if not self._wanted or waited >= budget_s:
                 return
             t0 = clock()
+            allowed = budget_s - waited
+            if share:
+                if began is None:
+                    began = t0
+                allowed = min(allowed, (t0 - began - waited) * (1.0 - share) / share - waited)
+                if allowed <= 0:
+                    return
             with self._state:
-                self._state.wait_for(lambda: not self._wanted, timeout=left)
-            left -= clock() - t0
+                self._state.wait_for(lambda: not self._wanted, timeout=allowed)
+            waited += clock() - t0
 
         return yield_to_calls
 

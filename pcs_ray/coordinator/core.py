@@ -415,7 +415,7 @@ class Coordinator(CoordinatorState):
         self.model.reallocate()
         for jid, count, reason in self.model.take_skips():
             self._record("skip", jid, count=count, reason=reason)
-        stops, starts = diff(self.active.values(), self.model)
+        stops, starts = diff(self.holders.values(), self.active, self.model)
         actions: list[Action] = []
         for stop in stops:
             job = stop.job
@@ -553,19 +553,37 @@ class Coordinator(CoordinatorState):
             bound = self._bound(jid)
             job.bound = bound if bound is not None else job.bound
         view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
-        view["waiting"] = self.waiting().get(jid)
+        view["waiting"] = self.waiting_for(jid)
         return view
+
+    def submitted(self, jid: int) -> tuple[float | None, float | None]:
+        """The job's predicted completion and bound (absolute seconds) as its submission left them: what a
+        submission's reply carries, read without another sync, bound or view (:meth:`prediction` has those)."""
+        job = self._job(jid)
+        return self.wall(job.finish if job.done else job.predicted), self.wall(job.bound)
 
     def waiting(self) -> dict[int, dict]:
         """Why each queued or stopping job has no GPUs to run on: the policy's reason where it gives the job
         none, else the runs it waits for (``decisions.hand_overs``)."""
         reasons = {jid: why.to_dict() for jid, why in
-                   hand_overs(self.active.values(), self.model.plan(), self.gpu_name).items()}
+                   hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
         for jid, why in self.model.why_waiting().items():
             job = self.active.get(jid)
             if job is not None and job.state == JobStatus.QUEUED:
                 reasons[jid] = why
         return reasons
+
+    def waiting_for(self, jid: int) -> dict | None:
+        """``waiting()`` of one job, without the reasons of every other (a submission's reply reads it)."""
+        job = self.active.get(jid)
+        if job is None:
+            return None
+        if job.state == JobStatus.QUEUED and jid in self.model:
+            why = self.model.why_job_waits(jid)
+            if why is not None:
+                return why
+        why = hand_overs([job], self.holders.values(), self.model.plan(), self.gpu_name).get(jid)
+        return None if why is None else why.to_dict()
 
     def _uncertainty(self, job: LiveJob) -> dict:
         """Which inputs of the job's forecast are still estimates, and its range (p10-p90 of the spread

@@ -11,7 +11,7 @@ start and hands them out as :class:`~pcs_ray.contract.StopRun` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,23 +34,28 @@ class Start:
     kind: str
 
 
-def diff(jobs: Iterable[LiveJob], model: ClusterModel) -> tuple[list[Stop], list[Start]]:
-    """The runs to stop and the runs to start, in submission order, for the model's current plan."""
-    jobs = list(jobs)
+def diff(holding: Iterable[LiveJob], jobs: Mapping[int, LiveJob], model: ClusterModel) -> tuple[list[Stop], list[Start]]:
+    """The runs to stop and the runs to start, in submission (job id) order, for the model's current plan.
+
+    Only two kinds of job can be in the diff: those that hold GPUs (``holding``: running or stopping,
+    a cluster's worth at most) and those the plan gives GPUs, so a decision reads those and not every
+    queued job. ``jobs``: the active jobs by id, where the planned ones are looked up."""
     plan = model.plan()
-    running, queued = JobStatus.RUNNING, JobStatus.QUEUED  # looked up once: this runs over every job per decision
-    held = {g for job in jobs for g in job.gpus}  # a job has GPUs only while running or stopping
+    holding = sorted(holding, key=_job_id)
+    running, queued = JobStatus.RUNNING, JobStatus.QUEUED
+    held = {g for job in holding for g in job.gpus}  # a job has GPUs only while running or stopping
     stops = []
-    for job in jobs:
+    for job in holding:
         if job.state == running and not job.cancel_requested:
             want = plan.get(job.job_id, ())
             if want != job.gpus:
                 stops.append(Stop(job, stop_reason(job.gpus, want)))
     starts = []
-    for job in jobs:
-        if job.state != queued:
+    for jid in sorted(plan):
+        job = jobs.get(jid)
+        if job is None or job.state != queued:
             continue
-        want = plan.get(job.job_id, ())
+        want = plan[jid]
         if not want or any(g in held for g in want):
             continue  # not scheduled, or its GPUs are still being vacated
         held.update(want)
@@ -58,12 +63,13 @@ def diff(jobs: Iterable[LiveJob], model: ClusterModel) -> tuple[list[Stop], list
     return stops, starts
 
 
-def hand_overs(jobs: Iterable[LiveJob], plan: dict[int, tuple[int, ...]], gpu_name) -> dict[int, WaitReason]:
-    """Why jobs the policy has decided on still wait for the runs that carry the decision out: a queued job
-    planned on GPUs that other runs still hold (``hand-over``), and a run checkpointing before it gives its
-    GPUs up (``stopping``), each naming the other jobs."""
-    jobs = list(jobs)
-    holder = {g: job for job in jobs for g in job.gpus}
+def hand_overs(jobs: Iterable[LiveJob], holding: Iterable[LiveJob], plan: dict[int, tuple[int, ...]],
+               gpu_name) -> dict[int, WaitReason]:
+    """Why ``jobs`` (every active job, or the one asked about), where the policy has decided on them, still
+    wait for the runs that carry the decision out: a queued job planned on GPUs that other runs still hold
+    (``hand-over``), and a run checkpointing before it gives its GPUs up (``stopping``), each naming the other
+    jobs. ``holding``: every job that holds GPUs."""
+    holder = {g: job for job in holding for g in job.gpus}
     takers: dict[int, list[int]] = {}
     for jid, gpus in plan.items():
         for g in gpus:
@@ -85,6 +91,10 @@ def hand_overs(jobs: Iterable[LiveJob], plan: dict[int, tuple[int, ...]], gpu_na
             out[job.job_id] = WaitReason(WaitCode.STOPPING, f"{why}: its run is checkpointing before it gives up "
                                                             f"{', '.join(gpu_name(g) for g in job.gpus)}{after}")
     return out
+
+
+def _job_id(job: LiveJob) -> int:
+    return job.job_id
 
 
 def stop_reason(have: tuple[int, ...], want: tuple[int, ...]) -> str:

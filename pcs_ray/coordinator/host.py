@@ -56,9 +56,9 @@ class CoordinatorHost(ABC):
             got = time.perf_counter()
             jid, actions = self.core.submit(spec, submission_id, caller=who)  # forecasts the new job (Coordinator.forecast)
             self._execute(actions)
-            reply = self.core.prediction(jid)
+            completion, bound = self.core.submitted(jid)
             self.submit_s.append((got - asked, time.perf_counter() - got))
-            return Submitted(jid, reply["predicted_completion"], reply["bound"])
+            return Submitted(jid, completion, bound)
 
     def status(self) -> dict:
         with self.lock:

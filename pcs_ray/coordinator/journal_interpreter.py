@@ -19,6 +19,7 @@ class JournalInterpreter:
     def __init__(self) -> None:
         self.jobs: dict[int, LiveJob] = {}
         self.active: dict[int, LiveJob] = {}  # not terminal, submission order
+        self.holders: dict[int, LiveJob] = {}  # the jobs that hold GPUs (running or stopping), as events leave them
         self.by_submission: dict[str, int] = {}
         self.next_id = 1
         self.epoch: float | None = None
@@ -51,7 +52,12 @@ class JournalInterpreter:
             self.next_id = max(self.next_id, jid + 1)
             self._admitted(job)
         elif jid is not None:  # an event of no job and a kind this version does not know changes nothing
-            self._apply_to_job(t, kind, self.jobs[jid], data)
+            job = self.jobs[jid]
+            self._apply_to_job(t, kind, job, data)
+            if job.gpus:
+                self.holders[jid] = job
+            else:
+                self.holders.pop(jid, None)
 
     def _apply_to_job(self, t: float, kind: str, job: LiveJob, data: dict) -> None:
         if kind == "start":

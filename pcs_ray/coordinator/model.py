@@ -60,6 +60,7 @@ class ClusterModel:
         self.engine = Engine(cluster.num_gpus, policy, placement=self.placement, check=True)
         self.placement_matters = placement_changes_rates(cluster)
         self._speed_version = -1
+        self._synced: tuple | None = None  # (now, speed model version, engine decisions) of the last sync
 
     # -- membership ------------------------------------------------------------
     def admit(self, spec: JobSpec) -> None:
@@ -84,7 +85,12 @@ class ClusterModel:
     # -- keeping the model true --------------------------------------------------
     def sync(self, now: float, jobs: Mapping[int, LiveJob], dirty: set[int], speed: SpeedModel) -> None:
         """Bring the engine to ``now``: every running or changed (``dirty``, emptied here) job's remaining
-        work and when it can next progress, as the speed model sees them."""
+        work and when it can next progress, as the speed model sees them. A sync at the same time, with no
+        job changed, the same estimates and no decision since the last one, would write what is there
+        already: it is skipped (a submission syncs before its decision, its forecast and its reply)."""
+        synced = (now, speed.version, self.engine.events)
+        if not dirty and synced == self._synced:
+            return
         self.engine.set_clock(now)
         if speed.version != self._speed_version:  # estimates moved: every job's work and costs follow
             self._speed_version = speed.version
@@ -98,6 +104,7 @@ class ClusterModel:
             table = self.engine.job(jid).spec.speedup
             self.engine.set_remaining(jid, speed.remaining(job, now, table), speed.stall_until(job, now))
         dirty.clear()
+        self._synced = synced
 
     def _refresh_speedup(self, job: LiveJob, speed: SpeedModel) -> None:
         """User code's scaling is learned as it runs on new GPU counts: a job that holds no GPUs is
@@ -176,6 +183,12 @@ class ClusterModel:
         engine = self.engine
         reasons = engine.policy.why_waiting(engine.snapshot(), engine.prev_alloc)
         return {jid: reason.to_dict() for jid, reason in reasons.items()}
+
+    def why_job_waits(self, job_id: int) -> dict | None:
+        """``why_waiting`` of one job in the model (``SchedulingPolicy.why_job_waits``)."""
+        engine = self.engine
+        reason = engine.policy.why_job_waits(engine.snapshot(), engine.prev_alloc, engine.job(job_id))
+        return None if reason is None else reason.to_dict()
 
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

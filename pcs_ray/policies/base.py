@@ -96,6 +96,11 @@ class SchedulingPolicy(ABC):
         A policy with a rule of its own says so; the default names the GPUs the job needs and the free ones."""
         return {j.spec.job_id: waiting_for_gpus(snap, alloc, j) for j in snap.jobs if not alloc.get(j.spec.job_id)}
 
+    def why_job_waits(self, snap: Snapshot, alloc: Allocation, job: JobState) -> WaitReason | None:
+        """``why_waiting``'s reason for one job (None: it has GPUs in ``alloc``, or no reason). A policy
+        whose ``why_waiting`` walks every job overrides this with a walk of what that one job's reason reads."""
+        return self.why_waiting(snap, alloc).get(job.spec.job_id)
+
     def queue_form(self):
         """A ``WFQPolicy`` that allocates exactly as this policy does on every snapshot, or None.
 
@@ -151,7 +156,8 @@ def top_up(order: Iterable[JobState], alloc: Allocation, capacity: int) -> Alloc
 
 def validate_allocation(snap: Snapshot, alloc: Allocation, policy: str) -> None:
     """The caller's check: never trust a policy with capacity or demand."""
-    by_id = {j.spec.job_id: j for j in snap.jobs}
+    # The engine's snapshot is a view of its id -> job dict: read that instead of copying every job.
+    by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
     total = 0
     for jid, n in alloc.items():
         job = by_id.get(jid)

@@ -14,7 +14,8 @@ import bisect
 import json
 import math
 from itertools import groupby
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,19 +138,26 @@ def thresholds_from_c2(sizes: Sequence[float], T: float) -> tuple[float, ...]:
     return tuple(cuts) + (math.inf,)
 
 
-def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guaranteed: int, zeta: float) -> float | None:
+def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guaranteed: int, zeta: float,
+                     caps: Iterable[int] | None = None) -> float | None:
     """Worst-case finish of ``job`` in a FIFO queue that always holds >= ``guaranteed`` GPUs.
 
     The queue's head always gets at least min(its efficiency cap, guaranteed)
     GPUs, so serving the jobs ahead one after another at that rate is an upper
-    bound whatever arrives later. Ignores checkpoint overheads.
+    bound whatever arrives later. Ignores checkpoint overheads. ``caps``: each
+    queued job's efficiency cap at ``zeta``, in queue order, where the caller keeps
+    them (``_QueueIndex.entries``): a job at the tail of a long queue is behind every one.
     """
     if guaranteed <= 0:
         return None
+    if caps is None:
+        caps = [other.cap(zeta) for other in queue]
     t = snap.now
-    for other in queue:
+    for other, cap in zip(queue, caps):
         spec = other.spec
-        n = min(other.cap(zeta), guaranteed, spec.max_gpus)
+        n = cap if cap < guaranteed else guaranteed  # min(cap, guaranteed, max_gpus) without a call per job
+        if spec.max_gpus < n:
+            n = spec.max_gpus
         if n < spec.min_gpus:
             return None
         t += other.remaining / (spec.speedup[n] / other.slowdown)
@@ -333,7 +341,9 @@ class WFQPolicy(SchedulingPolicy):
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         q = self.queue_of(job)
         guaranteed = math.floor(snap.capacity * self.weights[q] + 1e-9)
-        return fifo_queue_bound(snap, self._index(snap).queues[q], job, guaranteed, self.config.zeta_min)
+        index = self._index(snap)
+        caps = map(itemgetter(1), index.entries[q])  # the index's caps are at zeta_min, as asked here
+        return fifo_queue_bound(snap, index.queues[q], job, guaranteed, self.config.zeta_min, caps)
 
     def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
         """Its place among the queue's waiting jobs, and the GPUs the queue holds of its weighted share."""
@@ -346,10 +356,31 @@ class WFQPolicy(SchedulingPolicy):
                 if alloc.get(job.spec.job_id):
                     continue
                 place += 1
-                out[job.spec.job_id] = WaitReason(
-                    WaitCode.QUEUE, f"waiting #{place} in WFQ queue {q} (weight {self.weights[q]:.2f}), which holds "
-                                    f"{held} of {snap.capacity} GPUs; it needs {job.spec.min_gpus}")
+                out[job.spec.job_id] = self._queue_reason(q, place, held, snap.capacity, job)
         return out
+
+    def why_job_waits(self, snap: Snapshot, alloc: Allocation, job: JobState) -> WaitReason | None:
+        """``why_waiting``'s reason for ``job`` alone: GPUs held are summed over the allocation (a few
+        hundred jobs at most), and only the jobs ahead of it in its queue are walked."""
+        jid = job.spec.job_id
+        if alloc.get(jid):
+            return None
+        index = self._index(snap)
+        q = self.queue_of(job)
+        queue, entries = index.queues[q], index.entries[q]
+        by_id = getattr(snap.jobs, "mapping", None)
+        if by_id is None:
+            held = sum(alloc.get(j.spec.job_id, 0) for j in queue)
+        else:
+            queue_of = self.queue_of
+            held = sum(n for j, n in alloc.items() if j in by_id and queue_of(by_id[j]) == q)
+        at = queue.index(job)
+        place = 1 + sum(1 for entry in entries[:at] if not alloc.get(entry[0]))
+        return self._queue_reason(q, place, held, snap.capacity, job)
+
+    def _queue_reason(self, q: int, place: int, held: int, capacity: int, job: JobState) -> WaitReason:
+        return WaitReason(WaitCode.QUEUE, f"waiting #{place} in WFQ queue {q} (weight {self.weights[q]:.2f}), which "
+                                          f"holds {held} of {capacity} GPUs; it needs {job.spec.min_gpus}")
 
     def describe(self) -> dict:
         return {"policy": self.name, **self.config.to_dict()}
