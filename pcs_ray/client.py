@@ -156,6 +156,7 @@ class Client:
         self.identity = identity if identity is not None else Caller.from_env()
         self.actor = self.http = None
         explicit = os.environ.get(API_ENV, "").strip()
+        fallback_note = ""
         if coordinator is None and (api is not None or explicit or not _on_ray()):
             from pcs_ray.api import discovery
 
@@ -166,13 +167,15 @@ class Client:
                 self.http = HttpTransport(api or found.url, on_wait=on_wait,
                                           rediscover=None if api else discovery.rediscover(address, state_dir, found))
                 return
-            if on_fallback is not None and not discovery.through_ray():
-                on_fallback(discovery.not_found(address, state_dir))
+            if not discovery.through_ray():
+                fallback_note = discovery.not_found(address, state_dir)
         if coordinator is None:
             from pcs_ray.api.actor_ref import NAMESPACE
 
             connect(address, NAMESPACE)
             coordinator = get_coordinator()
+            if on_fallback is not None and fallback_note:  # said once joined: a failed join is one error line
+                on_fallback(fallback_note)
         self.actor = coordinator
 
     def _call(self, method: str, *args):

@@ -156,7 +156,7 @@ def test_a_client_that_finds_no_api_says_once_that_it_joins_ray(tmp_path, monkey
     heard: list[str] = []
     client = Client("127.0.0.1:6400", state_dir=tmp_path, on_fallback=heard.append)
     assert client.actor == "actor" and client.http is None and joined == ["127.0.0.1:6400"]
-    assert len(heard) == 1 and "joining the Ray cluster as a driver" in heard[0] and "\n" not in heard[0]
+    assert len(heard) == 1 and "joined the Ray cluster as a driver" in heard[0] and "\n" not in heard[0]
     monkeypatch.setenv(API_ENV, "ray")  # asked for: nothing to say
     heard.clear()
     assert Client("127.0.0.1:6400", state_dir=tmp_path, on_fallback=heard.append).actor == "actor" and heard == []
@@ -186,7 +186,7 @@ def test_commands_given_only_a_state_dir_or_an_address_reach_the_api(host, tmp_p
         by_state = _cli(tmp_path, "config", "show", "--state-dir", str(state))
         assert by_state.returncode == 0 and by_state.stdout.startswith("policy "), by_state.stderr
         for out in (by_address, by_flag, by_state):
-            assert "joining the Ray cluster" not in out.stderr
+            assert "joined the Ray cluster" not in out.stderr
     nothing = _cli(tmp_path, "status", "--state-dir", str(tmp_path / "nothing"))
     assert nothing.returncode == 2 and nothing.stderr.startswith("error: nothing in ") and "\n" not in nothing.stderr.strip()
 

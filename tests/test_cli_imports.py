@@ -78,4 +78,4 @@ def test_each_call_imports_only_what_it_uses(api, tmp_path, argv):
     allowed = COMMAND_LINE | ({"yaml"} if argv[0] == "submit" else set())
     assert roots <= allowed, sorted(roots - allowed)
     assert not roots & (NEVER - allowed), sorted(roots & NEVER)
-    assert "joining the Ray cluster" not in out.stderr
+    assert "joined the Ray cluster" not in out.stderr

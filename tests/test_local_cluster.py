@@ -128,7 +128,7 @@ def test_commands_given_only_the_address_or_the_state_dir_reach_the_api_without_
         out = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv], env=where, capture_output=True, text=True,
                              timeout=120, cwd=ROOT, check=False)
         assert out.returncode == 0, (argv, out.stderr[-2000:])
-        assert "NO RAY" in out.stderr and "joining the Ray cluster" not in out.stderr, (argv, out.stderr[-2000:])
+        assert "NO RAY" in out.stderr and "joined the Ray cluster" not in out.stderr, (argv, out.stderr[-2000:])
 
 
 def _is_ray_worker(pid: int) -> bool:

@@ -149,10 +149,10 @@ def rediscover(address: str | None, state_dir: str | Path | None, first: Found):
 
 
 def not_found(address: str | None, state_dir: str | Path | None = None) -> str:
-    """One line: where no API was found, and that the client joins Ray instead."""
+    """One line: where no API was found, and that the client joined Ray instead."""
     target = target_address(address)
     ports = well_known_ports()
     where = f"{host_of(target) if target else '127.0.0.1'} ports {ports[0]}-{ports[-1]}"
     return (f"pcs-ray: no coordinator API found (no advert for this cluster in {state_dir or '~/.pcs-ray'}, none "
-            f"on {where}): joining the Ray cluster as a driver, which takes a second or two (from another machine, "
+            f"on {where}): joined the Ray cluster as a driver, a second or two per command (from another machine, "
             f"the coordinator needs `pcs-ray start --api-host 0.0.0.0`; elsewhere, set $PCS_RAY_API to its URL)")
