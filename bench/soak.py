@@ -512,6 +512,8 @@ def main() -> None:
             record = lc.load(cluster.state_dir)
             out["up_s"] = round(time.perf_counter() - began, 1)
             log(f"cluster up in {out['up_s']} s; state {cluster.state_dir}")
+            for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):  # the cluster's token, not the caller's
+                os.environ.pop(name, None)
             os.environ.update(RAY_AUTH_TOKEN_PATH=str(token), RAY_health_check_period_ms="500")
             try:
                 out.update(soak(cluster, args, run, stop, code))

@@ -61,7 +61,9 @@ def test_a_coordinator_tries_the_advert_s_port_then_the_well_known_ones_then_any
     assert list(well_known_ports(65530)) == [*range(65530, 65536)]
 
 
-def test_a_taken_port_moves_the_api_to_the_next_where_a_client_given_only_the_address_finds_it(host, tmp_path):
+def test_a_taken_port_moves_the_api_to_the_next_where_a_client_given_only_the_address_finds_it(host, tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setattr(discovery, "REPLY_S", 0.5)  # the holder never answers: each probe of it waits this long
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()

@@ -13,8 +13,8 @@ Together they run function and class trainables, with and without checkpoints, a
 (1 CPU, no GPU) and CPU-only ones, under ASHA, HyperBand (class and function), PBT (class and function),
 PB2 and no scheduler, with a logger callback and a callback that asks for checkpoints.
 
-The suite runs :data:`IN_SUITE` (a class trainable, a checkpointing function trainable, ASHA and no
-scheduler: about 4 minutes); ``PCS_RAY_TUNE_EXAMPLES=all`` runs every example in :data:`RUNS` (HyperBand,
+The suite runs :data:`IN_SUITE` (a class trainable and a checkpointing function trainable: about 2
+minutes); ``PCS_RAY_TUNE_EXAMPLES=all`` runs every example in :data:`RUNS` (HyperBand,
 PBT and PB2 add about 15 minutes, mostly a fresh Tune actor per resumed trial).
 
 The wheel's other examples cannot run here, for reasons outside pcs-ray (:data:`NOT_RUN` says the same per
@@ -74,8 +74,7 @@ RUNS = {
 }
 
 #: The examples the default suite runs; the others need ``PCS_RAY_TUNE_EXAMPLES=all``.
-IN_SUITE = ("async_hyperband_example.py", "custom_checkpointing_with_callback.py", "custom_func_checkpointing.py",
-            "tune_basic_example.py")
+IN_SUITE = ("custom_checkpointing_with_callback.py", "custom_func_checkpointing.py")
 RUN_NOW = sorted(RUNS) if os.environ.get("PCS_RAY_TUNE_EXAMPLES") == "all" else sorted(IN_SUITE)
 
 #: The wheel's other example files, and why each does not run here: a library not installed, or a download.
