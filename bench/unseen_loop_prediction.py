@@ -183,13 +183,22 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
 
 
 def probe_steps_per_s(client, spec: dict, steps: int, deadline_s: float) -> float:
-    """The loop's pace here, from a short run of it: steps per second between its first and last report."""
-    job, history = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
-    reported = [(t, s) for t, _, s, _ in history if s > 0]
-    if job["state"] != "finished" or len(reported) < 2 or reported[-1][1] <= reported[0][1]:
-        raise RuntimeError(f"probe of {spec['name']} ended {job['state']}: {job.get('error')}")
-    (t0, s0), (t1, s1) = reported[0], reported[-1]
-    return (s1 - s0) / (t1 - t0)
+    """The loop's pace here, from a short run of it: steps per second between its first and last report seen.
+
+    A probe that ends before two of its reports were polled (a quiet machine runs it faster than the
+    polls) is run again with twice the steps, up to three times.
+    """
+    for _ in range(4):
+        job, history = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
+        if job["state"] != "finished":
+            raise RuntimeError(f"probe of {spec['name']} ended {job['state']}: {job.get('error')}")
+        reported = [(t, s) for t, _, s, _ in history if s > 0]
+        if len(reported) >= 2 and reported[-1][1] > reported[0][1]:
+            (t0, s0), (t1, s1) = reported[0], reported[-1]
+            return (s1 - s0) / (t1 - t0)
+        log(f"probe of {spec['name']}: {steps} steps ended before two reports were polled; trying {2 * steps}")
+        steps *= 2
+    raise RuntimeError(f"probe of {spec['name']} never showed two reports, up to {steps // 2} steps")
 
 
 def main(argv=None) -> int:
