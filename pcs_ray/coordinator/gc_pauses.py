@@ -49,7 +49,7 @@ class GcPauses:
             return {f"gen{g}": {"count": self.count[g], "total_ms": round(self.total_s[g] * 1000.0, 3),
                                 "max_ms": round(self.max_s[g] * 1000.0, 3)} for g in range(3)}
 
-    def install(self) -> "GcPauses":
+    def install(self) -> GcPauses:
         gc.callbacks.append(self)
         return self
 
