@@ -323,7 +323,7 @@ class Actor:
 
         connect(address, NAMESPACE)
         self.seen = 0
-        self.gc: dict | None = None  # the coordinator's full collections at the last read
+        self.gc: tuple[int | None, dict] | None = None  # the coordinator's process and its full collections at the last read
 
     def _call(self, method: str, *args, timeout: float = 60):
         import ray
@@ -345,17 +345,20 @@ class Actor:
         except Exception as exc:  # noqa: BLE001 - the actor restarting: these decisions are read next time
             return {"error": str(exc).splitlines()[0][:120]}
         if got["count"] < self.seen:  # a new coordinator process: its decisions start again from 0
-            self.seen, self.gc = 0, None
+            self.seen = 0
             return self.decisions()
         self.seen = got["count"]
         return got
 
-    def gc_full(self, got: dict) -> dict | None:
-        """The coordinator's full collections since the last read: how many, and their time in all (ms)."""
+    def gc_full(self, got: dict, pid: int | None) -> dict | None:
+        """The coordinator's full collections since the last read of the same process (``pid``): how many,
+        and their time in all (ms)."""
         now = (got.get("gc") or {}).get("gen2")
         if now is None:
             return None
-        before, self.gc = self.gc, now
+        (last_pid, before), self.gc = self.gc or (None, None), (pid, now)
+        if last_pid != pid:  # a new coordinator process counts from 0
+            before = None
         return {"count": now["count"] - (before or {}).get("count", 0),
                 "ms": round(now["total_ms"] - (before or {}).get("total_ms", 0.0), 3)}
 
@@ -364,7 +367,7 @@ def sample(api: Api, run: Run, cluster, actor: Actor) -> dict:
     state = cluster.state_dir
     s = {"at_s": round(run.now(), 1), "coordinator": proc_stats(actor.pid()),
          "journal": journal_stats(state), "decisions_ms": actor.decisions(), "load_average": os.getloadavg()[0]}
-    s["gc_full"] = actor.gc_full(s["decisions_ms"])
+    s["gc_full"] = actor.gc_full(s["decisions_ms"], s["coordinator"].get("pid"))
     for part in ("checkpoints", "logs"):
         size, files = tree_bytes(state / part)
         s[part] = {"bytes": size, "files": files, "folders": len(list((state / part).glob("*"))) if (state / part).exists() else 0}
