@@ -16,8 +16,9 @@ checkpoint: the highest step seen before minus the step it resumed from; beyond 
 ``checkpoint_every``, the documented bound for a lost node or runner, must be 0), the coordinator's RSS
 and open file descriptors at start, after the first 10 minutes (the first sixth of a shorter run) and
 at the end, the journal's size per job, what the state folder holds (checkpoints, logs) over time, p50/p99
-of the coordinator's decisions and of submit→prediction per window (10 minutes, or a sixth of a shorter
-run), and the error of the predictions made at submission against the finishes. Progress lines go to
+of the coordinator's decisions (wall time, and the deciding thread's CPU time: the decision's own cost
+without the machine's load) and of submit→prediction per window (10 minutes, or a sixth of a shorter
+run), the coordinator's full garbage collections per window (each stops every thread), and the error of the predictions made at submission against the finishes. Progress lines go to
 stderr. Everything it started is stopped (``pcs-ray down``), also on Ctrl-C or SIGTERM.
 """
 
@@ -322,6 +323,7 @@ class Actor:
 
         connect(address, NAMESPACE)
         self.seen = 0
+        self.gc: tuple[int | None, dict] | None = None  # the coordinator's process and its full collections at the last read
 
     def _call(self, method: str, *args, timeout: float = 60):
         import ray
@@ -348,11 +350,24 @@ class Actor:
         self.seen = got["count"]
         return got
 
+    def gc_full(self, got: dict, pid: int | None) -> dict | None:
+        """The coordinator's full collections since the last read of the same process (``pid``): how many,
+        and their time in all (ms)."""
+        now = (got.get("gc") or {}).get("gen2")
+        if now is None:
+            return None
+        (last_pid, before), self.gc = self.gc or (None, None), (pid, now)
+        if last_pid != pid:  # a new coordinator process counts from 0
+            before = None
+        return {"count": now["count"] - (before or {}).get("count", 0),
+                "ms": round(now["total_ms"] - (before or {}).get("total_ms", 0.0), 3)}
+
 
 def sample(api: Api, run: Run, cluster, actor: Actor) -> dict:
     state = cluster.state_dir
     s = {"at_s": round(run.now(), 1), "coordinator": proc_stats(actor.pid()),
          "journal": journal_stats(state), "decisions_ms": actor.decisions(), "load_average": os.getloadavg()[0]}
+    s["gc_full"] = actor.gc_full(s["decisions_ms"], s["coordinator"].get("pid"))
     for part in ("checkpoints", "logs"):
         size, files = tree_bytes(state / part)
         s[part] = {"bytes": size, "files": files, "folders": len(list((state / part).glob("*"))) if (state / part).exists() else 0}
@@ -370,11 +385,16 @@ def windows(run: Run, args, final: list[dict], epoch_offset: float) -> list[dict
     for w in range(count):
         lo, hi = w * span, (w + 1) * span
         dec = [v for s in run.samples if lo < s["at_s"] <= hi for v in s["decisions_ms"].get("samples", [])]
+        cpu = [v for s in run.samples if lo < s["at_s"] <= hi for v in s["decisions_ms"].get("cpu_samples", [])]
+        full = [s["gc_full"] for s in run.samples if lo < s["at_s"] <= hi and s.get("gc_full")]
         sub = [a.latency_s * 1000 for a in run.acks if a.latency_s is not None and lo <= a.at < hi]
         errs = [e for j in final if (e := jct_error(j)) is not None and lo <= j["finish"] - epoch_offset < hi]
         last = [s for s in run.samples if lo < s["at_s"] <= hi]
         out.append({"from_min": round(lo / 60, 1), "to_min": round(hi / 60, 1),
                     "decisions": len(dec), "decision_p50_ms": _r(percentile(dec, 50)), "decision_p99_ms": _r(percentile(dec, 99)),
+                    "decision_cpu_p50_ms": _r(percentile(cpu, 50)), "decision_cpu_p99_ms": _r(percentile(cpu, 99)),
+                    "gc_full_collections": sum(f["count"] for f in full),
+                    "gc_full_ms": _r(sum(f["ms"] for f in full)) if full else None,
                     "submissions": len(sub), "submit_p50_ms": _r(percentile(sub, 50)), "submit_p99_ms": _r(percentile(sub, 99)),
                     "coordinator_rss_mb": last[-1]["coordinator"].get("rss_mb") if last else None,
                     "finished": len(errs), "jct_error_median": _r(percentile(errs, 50), 3), "jct_error_p90": _r(percentile(errs, 90), 3)})

@@ -153,10 +153,14 @@ def test_the_host_gives_the_decisions_after_a_count_with_their_times_for_a_soaks
     core, _ = placed_core(unequal_cluster(), "pcs-bal")
     host = LocalCoordinator(core)
     core.decision_s.clear()
+    core.decision_cpu_s.clear()
     assert host.decision_latency() == {"count": 0}
     core.decision_s.extend([0.001, 0.002, 0.004])
+    core.decision_cpu_s.extend([0.001, 0.001, 0.0015])  # the wall time less the waits for a CPU
     everything = host.decision_latency()
     assert everything["count"] == 3 and everything["max_ms"] == pytest.approx(4.0) and "samples" not in everything
+    assert everything["cpu"]["max_ms"] == pytest.approx(1.5)
     later = host.decision_latency(after=1, samples=True)
     assert later["count"] == 3 and later["samples"] == pytest.approx([2.0, 4.0]) and later["p50_ms"] == pytest.approx(3.0)
+    assert later["cpu_samples"] == pytest.approx([1.0, 1.5])
     assert host.decision_latency(after=3) == {"count": 3}  # nothing new since the last read

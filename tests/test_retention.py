@@ -199,3 +199,35 @@ def test_the_metrics_exporter_forgets_the_jobs_retention_forgot():
     publish({3: 1.0})  # 1 and 2 forgotten
     publish({1: 5.0, 3: 1.0})
     assert observed == [5.0, 7.0, 1.0, 5.0]
+
+
+def test_a_decision_reads_none_of_the_ended_jobs_retention_keeps(tmp_path):
+    """The decision's cost follows the jobs in flight, not those ended and kept: with a few hundred ended
+    jobs retained, a decision (submission, run end, cancel) reads no attribute of any of them, and walks
+    what it walks with none retained (counted, not timed)."""
+    from pcs_ray.coordinator.jobs import LiveJob
+
+    reads = {"ended": 0}
+
+    class Watched(LiveJob):  # an ended job: every attribute read of it is counted
+        def __getattribute__(self, name):
+            reads["ended"] += 1
+            return object.__getattribute__(self, name)
+
+    core, clock = make(tmp_path, Retention(ended_job_s=None, ended_jobs_kept=None))
+    for _ in range(300):
+        jid, _ = core.submit(submission())
+        clock.t += 1
+        core.run_ended(jid, 1, "finished", step=100)
+    assert len(core.jobs) == 300 and not core.active
+    core.tick()  # retention's own walk of the ended jobs, once a minute (CHECK_EVERY_S), is not a decision's
+    for job in core.jobs.values():
+        job.__class__ = Watched
+    waiting = [core.submit(submission(gpus=2))[0] for _ in range(3)]  # one runs, two wait behind it
+    clock.t += 1
+    running = next(j for j in waiting if core.jobs[j].state == "running")
+    core.run_ended(running, 1, "finished", step=100)
+    core.cancel(waiting[-1])
+    clock.t += 1
+    core.tick()  # guards and the policy's review
+    assert reads["ended"] == 0

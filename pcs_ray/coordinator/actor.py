@@ -33,6 +33,7 @@ import ray
 from pcs_ray.api.actor_ref import ACTOR_NAME, NAMESPACE
 from pcs_ray.contract import Action, EndCode, JobStatus, StartRun, StopRun
 from pcs_ray.coordinator.config import CoordinatorConfig, build_core
+from pcs_ray.coordinator.gc_pauses import freeze_start_up
 from pcs_ray.coordinator.host import CoordinatorHost
 from pcs_ray.coordinator.http_advert import serve_api
 from pcs_ray.coordinator.metrics_export import RayMetrics, readings
@@ -112,6 +113,7 @@ class CoordinatorService(CoordinatorHost):
         except Exception:
             log.exception("the HTTP API is off")
             self.api = None
+        self.gc_pauses = freeze_start_up()  # a full collection walks what the coordinator allocates from now on
 
     # -- a restart -----------------------------------------------------------------
     def _adopt_runs(self) -> None:

@@ -102,6 +102,9 @@ class Coordinator(CoordinatorState):
         self._progress_logged: dict[int, float] = {}
         self._telemetry_logged: dict[tuple[int, int], float] = {}
         self.decision_s: deque[float] = deque(maxlen=100_000)  # wall seconds of each decide() (load benches read it)
+        # The same decisions' CPU seconds in this thread: their own cost, without the waits for a CPU or the
+        # interpreter (other processes, other threads, a garbage collection) that the wall time includes.
+        self.decision_cpu_s: deque[float] = deque(maxlen=100_000)
         self.limits = limits if limits is not None else guards.RunLimits()
         self.retain = retain if retain is not None else retention.Retention()
         self._retention_checked = -math.inf
@@ -405,9 +408,10 @@ class Coordinator(CoordinatorState):
     # -- decisions -------------------------------------------------------------------
     def decide(self) -> list[Action]:
         """Run policy + placement on the current state and return the diff as actions."""
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
         actions = self._decide()
         self.decision_s.append(time.perf_counter() - began)
+        self.decision_cpu_s.append(time.thread_time() - cpu)
         return actions
 
     def _decide(self) -> list[Action]:

@@ -20,6 +20,7 @@ from pcs_ray.dashboard.markup import PREFIX as DASHBOARD
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.dashboard_sessions import DashboardSessions
+from pcs_ray.coordinator.gc_pauses import GcPauses
 from pcs_ray.coordinator.logs import read_logs
 from pcs_ray.tenants.identity import Caller
 from pcs_ray.tenants.ownership import check_operator
@@ -38,6 +39,7 @@ class CoordinatorHost(ABC):
         # Per submission: seconds waiting for the lock, and holding it (load benches split what a client sees).
         self.submit_s: deque[tuple[float, float]] = deque(maxlen=100_000)
         self.dashboard = DashboardSessions()  # its sign-in tickets and sessions (pcs_ray.coordinator.dashboard_routes)
+        self.gc_pauses: GcPauses | None = None  # the process's garbage-collection pauses, where recorded (the actor)
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -92,16 +94,23 @@ class CoordinatorHost(ABC):
                 del per_job[jid]
 
     def decision_latency(self, after: int = 0, samples: bool = False) -> dict:
-        """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms.
-        ``count``: the decisions kept; ``after``: only those after the first ``after`` of them (a soak reads
-        each window's); ``samples``: their times too."""
+        """Percentiles of the core's decisions (policy, placement, the diff, its journal records), in ms: wall
+        time, and ``cpu``, the deciding thread's CPU time (the decision's own cost, without the waits for a CPU,
+        for the interpreter or for a garbage collection that wall time includes). ``count``: the decisions kept;
+        ``after``: only those after the first ``after`` of them (a soak reads each window's); ``samples``: their
+        times too. ``gc``: the process's collections so far, where the host records them (the actor)."""
         with self.lock:
             kept = list(self.core.decision_s)
+            cpu_kept = list(self.core.decision_cpu_s)
+        extra = {"gc": self.gc_pauses.read()} if self.gc_pauses is not None else {}
         times = np.array(kept[int(after):], dtype=float) * 1000.0
         if not len(times):
-            return {"count": len(kept)}
-        out = {"count": len(kept), **_percentiles_ms(times)}
-        return {**out, "samples": [round(float(t), 3) for t in times]} if samples else out
+            return {"count": len(kept), **extra}
+        cpu = np.array(cpu_kept[int(after):], dtype=float) * 1000.0
+        out = {"count": len(kept), **_percentiles_ms(times), "cpu": _percentiles_ms(cpu), **extra}
+        if samples:
+            out.update(samples=[round(float(t), 3) for t in times], cpu_samples=[round(float(t), 3) for t in cpu])
+        return out
 
     def submit_latency(self, after: int = 0) -> dict:
         """Percentiles, in ms, of the submissions' wait for the lock and of their time holding it

@@ -1,0 +1,30 @@
+"""The coordinator's record of garbage-collection pauses, and the start-up heap frozen out of full collections."""
+
+from __future__ import annotations
+
+import gc
+
+from pcs_ray.coordinator.gc_pauses import GcPauses, freeze_start_up
+
+
+def test_each_collection_is_counted_by_generation_with_its_length():
+    ticks = iter([10.0, 10.25, 20.0, 20.001])
+    pauses = GcPauses(clock=lambda: next(ticks))
+    pauses("start", {"generation": 2})
+    pauses("stop", {"generation": 2})
+    pauses("start", {"generation": 0})
+    pauses("stop", {"generation": 0})
+    got = pauses.read()
+    assert got["gen2"] == {"count": 1, "total_ms": 250.0, "max_ms": 250.0}
+    assert got["gen0"]["count"] == 1 and got["gen1"]["count"] == 0
+
+
+def test_after_the_freeze_a_full_collection_walks_only_what_came_later():
+    try:
+        pauses = freeze_start_up()
+        assert gc.get_freeze_count() > 0
+        gc.collect()
+        assert pauses.read()["gen2"]["count"] >= 1
+    finally:
+        pauses.remove()
+        gc.unfreeze()
