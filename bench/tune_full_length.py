@@ -1,0 +1,208 @@
+"""One of Ray Tune's own examples at full length on a 2-node cluster beside other jobs: its trials preempted and resumed.
+
+    PYTHONPATH=. python bench/tune_full_length.py [--example custom_func_checkpointing.py] [--every 1.5] [--jobs 8]
+
+Starts `pcs-ray up --local` (2 nodes x 2 logical GPUs) in a temporary state folder, sets the ``fair``
+policy (an arrival takes its share of the GPUs at once), copies the example from the installed Ray wheel
+with only its tuner lines changed (``tests/tune_examples.py``: the test suite's port) and runs it WITHOUT
+``--smoke-test`` as a user would. Rigid one-GPU ``tiny_cnn`` jobs (``--jobs`` of them) arrive while a
+trial is mid-run, at most one every ``--every`` seconds: each takes a GPU from the sweep, whose trial
+on it is paused with a checkpoint and later resumed.
+
+What it reads afterwards, from Tune's own files (each trial's ``result.json``, one row per report, and its
+checkpoints): a row with ``iterations_since_restore == 1`` past the trial's first iteration is a resume;
+the step the loop ran first after it (the example's ``iterations`` metric) against the step saved in the
+trial's last checkpoint before it (``checkpoint.json``, written by the example): a resume loses no work
+when it runs the step right after its checkpoint's.
+
+Prints one JSON object: trials finished, the sweep's preemptions (pcs-ray's count) and the trial resumes,
+each resume's first step against its last checkpoint, the steps lost beyond checkpoints (must be 0), the
+other jobs and how they ended, ``status`` polls whose sweep forecast was earlier than ``now`` (must be 0),
+and wall times. Progress lines go to stderr. The cluster is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT, Cli, cli_env, log, up_local
+
+sys.path.insert(0, str(ROOT / "tests"))
+from tune_examples import (  # the test suite's port of an example
+    EXAMPLES,
+    changed_lines,
+    port,
+)
+
+from pcs_ray.api import strict_json
+
+OTHER = "name: other\nworkload: tiny_cnn\nsteps: {steps}\ngpus: 1\ncheckpoint_every: 20\nparams: {{num_samples: 256, seed: 1}}\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--example", default="custom_func_checkpointing.py", help="a function example that checkpoints")
+    ap.add_argument("--every", type=float, default=1.5, help="fewest seconds between the other jobs' arrivals")
+    ap.add_argument("--jobs", type=int, default=8, help="how many other jobs arrive")
+    ap.add_argument("--steps", type=int, default=150, help="each other job's steps")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds the driver may run")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pcs-tune-full-"))
+    token = work / "token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    (work / "other.yaml").write_text(OTHER.format(steps=args.steps))
+    original = (EXAMPLES / args.example).read_text()
+    script = work / args.example
+    script.write_text(port(original))
+    removed, added = changed_lines(original, script.read_text())
+    out: dict = {"example": args.example, "smoke_test": False, "nodes": 2, "gpus": 4, "policy": "fair",
+                 "tuner_lines_changed": {"removed": removed, "added": added}}
+    began = time.time()
+    with up_local(Cli(cli_env(token)), work / "state", "--nodes", 2, "--gpus-per-node", 2) as cluster:
+        env = cli_env(token, RAY_ADDRESS=cluster.up["address"], PCS_RAY_API=cluster.up["api"])
+        cli = Cli(env)
+        cli("config", "set", "--policy", "fair")
+        out["cluster_up_s"] = round(time.time() - began, 1)
+        record = json.loads((cluster.state_dir / "cluster.json").read_text())
+        head_temp = Path(next(node["temp_dir"] for node in record["nodes"] if node["head"]))
+        play(cli, env, work, script, head_temp, args, out)
+    out["down"] = cluster.down
+    out["bench_wall_s"] = round(time.time() - began, 1)
+    print(strict_json.dumps(out, indent=1))
+
+
+def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, out: dict) -> None:
+    """The driver runs the example; the other jobs arrive while its sweep runs; then what happened is read.
+    Status and submissions go through one HTTP client (a CLI process per poll would load the machine)."""
+    from pcs_ray.client import Client
+
+    os.environ["RAY_AUTH_TOKEN_PATH"] = env["RAY_AUTH_TOKEN_PATH"]
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    api = Client(api=env["PCS_RAY_API"])
+    home = work / "home"  # Tune writes its results under ~/ray_results
+    home.mkdir()
+    before = {j["id"] for j in api.status()["jobs"]}
+    driver_env = {**env, "RAY_AUTH_MODE": "token", "HOME": str(home)}
+    driver_env.pop("PCS_RAY_API")
+    started = time.time()
+    driver = subprocess.Popen([sys.executable, str(script)], env=driver_env, cwd=work, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    polls = {"n": 0, "sweep_forecast_in_past": [], "sweep_states": []}
+    sweep_id: list[int] = []
+    others: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        """Polls status as users do: the sweep's states, and any forecast of it earlier than ``now``."""
+        viewer = Client(api=env["PCS_RAY_API"])
+        while not done.is_set():
+            view = viewer.status()
+            polls["n"] += 1
+            now = view["now"]
+            sweep = next((j for j in view["jobs"] if j["id"] not in before and j["name"] != "other"), None)
+            if sweep is not None:
+                sweep_id[:1] = [sweep["id"]]
+                if not polls["sweep_states"] or polls["sweep_states"][-1] != sweep["state"]:
+                    polls["sweep_states"].append(sweep["state"])
+                predicted = sweep["predicted_completion"]
+                if sweep["state"] in ("queued", "running", "stopping") and predicted is not None and predicted < now:
+                    polls["sweep_forecast_in_past"].append(round(now - predicted, 2))
+            done.wait(0.5)
+
+    def arrive() -> None:
+        """An other job arrives while a trial is mid-run (its ``result.json`` has some of its rows, the last
+        fresh), at most every ``--every`` seconds: a trial's run is short (the example's ten 0.1 s steps)
+        beside its actor's start, so arrivals on a clock alone mostly meet trials not yet started. Tune's
+        driver writes the rows in its session's artifacts (on the head node), and copies them to
+        ``~/ray_results`` later."""
+        last = -float("inf")
+        while not done.is_set() and len(others) < args.jobs:
+            now = time.time()
+            mid = [r for r in head_temp.glob("session_*/artifacts/**/result.json")
+                   if now - r.stat().st_mtime < 0.5 and 1 <= len(r.read_text().splitlines()) <= 6]
+            if mid and now - last >= args.every:
+                last = now
+                others.append(api.submit(work / "other.yaml").id)
+                log(f"other job {others[-1]} submitted ({len(others)}/{args.jobs}) while {mid[0].parent.name[:40]} runs")
+            done.wait(0.1)
+
+    threads = [threading.Thread(target=watch, daemon=True), threading.Thread(target=arrive, daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        stdout, stderr = driver.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        stdout, stderr = driver.communicate()
+    out["driver"] = {"exit": driver.returncode, "wall_s": round(time.time() - started, 1),
+                     "best": next((line for line in stdout.splitlines() if line.startswith("Best hyperparameters")), None)}
+    if driver.returncode:
+        out["driver"]["stderr_tail"] = stderr[-2000:]
+    log(f"driver exited {driver.returncode} after {out['driver']['wall_s']} s")
+    done.set()
+    for thread in threads:
+        thread.join()
+    deadline = time.time() + 300
+    while True:  # the other jobs end on their own
+        jobs = {j["id"]: j for j in api.status()["jobs"]}
+        if all(jobs[j]["state"] in ("finished", "failed", "cancelled", "timed_out") for j in others) or time.time() > deadline:
+            break
+        time.sleep(2)
+    sweep = jobs.get(sweep_id[0]) if sweep_id else None
+    out["sweep"] = None if sweep is None else {
+        "id": sweep["id"], "name": sweep["name"], "state": sweep["state"], "steps": sweep["steps"],
+        "preemptions": sweep["preemptions"], "attempts": sweep["attempts"], "lost_steps": sweep["lost_steps"],
+        "gpu_counts": [len(s["gpus"]) for s in sweep["segments"]],
+        "jct_s": round(sweep["finish"] - sweep["submit"], 1) if sweep["finish"] else None}
+    out["status_polls"] = polls["n"]
+    out["sweep_states_seen"] = polls["sweep_states"]
+    out["sweep_forecast_in_past_s"] = polls["sweep_forecast_in_past"]  # how far behind now, per poll that saw one
+    out["other_jobs"] = {"submitted": len(others), "states": sorted(jobs[j]["state"] for j in others),
+                         "preemptions": sum(jobs[j]["preemptions"] for j in others),
+                         "jct_s": [round(jobs[j]["finish"] - jobs[j]["submit"], 1) for j in others if jobs[j]["finish"]]}
+    out["trials"] = trials(home / "ray_results")
+
+
+def trials(results: Path) -> dict:
+    """Each trial's reports and resumes, from Tune's files."""
+    per_trial, resumes = {}, []
+    for result in sorted(results.glob("*/*/result.json")):
+        rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+        trial = result.parent
+        name = rows[0]["trial_id"] if rows else trial.name
+        last_ckpt = None  # step saved by the newest checkpoint reported so far
+        for prev, row in zip([None, *rows], rows):
+            if prev is not None and row.get("iterations_since_restore") == 1:
+                expected = 0 if last_ckpt is None else last_ckpt + 1  # the step after its newest checkpoint
+                resumes.append({"trial": name, "at_iteration": row["training_iteration"],
+                                "first_step_after": row["iterations"], "last_checkpoint_step": last_ckpt,
+                                "last_step_before": prev["iterations"],
+                                "steps_lost": abs(row["iterations"] - expected),  # skipped, or redone before it
+                                "steps_redone": prev["iterations"] + 1 - expected})  # run after it, then again
+            name_ckpt = row.get("checkpoint_dir_name")
+            if name_ckpt:
+                saved = trial / name_ckpt / "checkpoint.json"
+                last_ckpt = json.loads(saved.read_text())["step"] if saved.exists() else row["iterations"]
+        per_trial[name] = {"reports": len(rows), "done": bool(rows and rows[-1].get("done")),
+                           "last_iteration": rows[-1]["training_iteration"] if rows else 0,
+                           "steps_seen": [r["iterations"] for r in rows]}
+    return {"n": len(per_trial), "finished": sum(t["done"] for t in per_trial.values()),
+            "resumed_trials": len({r["trial"] for r in resumes}), "resumes": resumes,
+            "steps_lost_beyond_checkpoint": sum(r["steps_lost"] for r in resumes),
+            "steps_redone_after_checkpoint": sum(r["steps_redone"] for r in resumes),
+            "steps_repeated": sum(len(t["steps_seen"]) - len(set(t["steps_seen"])) for t in per_trial.values()),
+            "per_trial": per_trial}
+
+
+if __name__ == "__main__":
+    main()
