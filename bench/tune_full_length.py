@@ -24,6 +24,7 @@ and wall times. Progress lines go to stderr. The cluster is stopped at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -53,7 +54,10 @@ def main() -> None:
     ap.add_argument("--example", default="custom_func_checkpointing.py", help="a function example that checkpoints")
     ap.add_argument("--every", type=float, default=1.5, help="fewest seconds between the other jobs' arrivals")
     ap.add_argument("--jobs", type=int, default=8, help="how many other jobs arrive")
-    ap.add_argument("--steps", type=int, default=150, help="each other job's steps")
+    ap.add_argument("--at-row", type=int, default=5, help="an arrival comes while trials have reported at most this many rows")
+    ap.add_argument("--gpus-per-node", type=int, default=1, help="logical GPUs of each of the 2 nodes")
+    ap.add_argument("--policy", default="srsf", help="the cluster's policy (srsf: a shorter job takes a longer one's GPUs)")
+    ap.add_argument("--steps", type=int, default=60, help="each other job's steps")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds the driver may run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pcs-tune-full-"))
@@ -65,13 +69,13 @@ def main() -> None:
     script = work / args.example
     script.write_text(port(original))
     removed, added = changed_lines(original, script.read_text())
-    out: dict = {"example": args.example, "smoke_test": False, "nodes": 2, "gpus": 4, "policy": "fair",
+    out: dict = {"example": args.example, "smoke_test": False, "nodes": 2, "gpus": 2 * args.gpus_per_node, "policy": args.policy,
                  "tuner_lines_changed": {"removed": removed, "added": added}}
     began = time.time()
-    with up_local(Cli(cli_env(token)), work / "state", "--nodes", 2, "--gpus-per-node", 2) as cluster:
+    with up_local(Cli(cli_env(token)), work / "state", "--nodes", 2, "--gpus-per-node", args.gpus_per_node) as cluster:
         env = cli_env(token, RAY_ADDRESS=cluster.up["address"], PCS_RAY_API=cluster.up["api"])
         cli = Cli(env)
-        cli("config", "set", "--policy", "fair")
+        cli("config", "set", "--policy", args.policy)
         out["cluster_up_s"] = round(time.time() - began, 1)
         record = json.loads((cluster.state_dir / "cluster.json").read_text())
         head_temp = Path(next(node["temp_dir"] for node in record["nodes"] if node["head"]))
@@ -100,6 +104,8 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
     polls = {"n": 0, "sweep_forecast_in_past": [], "sweep_states": []}
     sweep_id: list[int] = []
     others: list[int] = []
+    arrivals: list[dict] = []
+    sweep_gpus = [1]  # how many GPUs the sweep holds, as the latest poll saw
     done = threading.Event()
 
     def watch() -> None:
@@ -112,6 +118,7 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
             sweep = next((j for j in view["jobs"] if j["id"] not in before and j["name"] != "other"), None)
             if sweep is not None:
                 sweep_id[:1] = [sweep["id"]]
+                sweep_gpus[0] = max(1, len(sweep["gpus"]))
                 if not polls["sweep_states"] or polls["sweep_states"][-1] != sweep["state"]:
                     polls["sweep_states"].append(sweep["state"])
                 predicted = sweep["predicted_completion"]
@@ -120,21 +127,27 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
             done.wait(0.5)
 
     def arrive() -> None:
-        """An other job arrives while a trial is mid-run (its ``result.json`` has some of its rows, the last
-        fresh), at most every ``--every`` seconds: a trial's run is short (the example's ten 0.1 s steps)
-        beside its actor's start, so arrivals on a clock alone mostly meet trials not yet started. Tune's
+        """An other job arrives while a trial runs on each of the sweep's GPUs (its ``result.json`` has some of
+        its rows, the last fresh), at most every ``--every`` seconds: the GPU it takes then has a trial to
+        pause. A trial's run is short (the example's ten 0.1 s steps) beside its actor's start, so arrivals on
+        a clock alone mostly take a GPU whose trial has not started or has ended. Tune's
         driver writes the rows in its session's artifacts (on the head node), and copies them to
         ``~/ray_results`` later."""
         last = -float("inf")
         while not done.is_set() and len(others) < args.jobs:
             now = time.time()
-            mid = [r for r in head_temp.glob("session_*/artifacts/**/result.json")
-                   if now - r.stat().st_mtime < 0.5 and 1 <= len(r.read_text().splitlines()) <= 6]
-            if mid and now - last >= args.every:
+            mid = []
+            for r in head_temp.glob("session_*/artifacts/*/*/driver_artifacts/*/result.json"):
+                with contextlib.suppress(FileNotFoundError):  # Tune moves a trial's files when it ends
+                    if now - r.stat().st_mtime < 0.3 and 1 <= (rows := len(r.read_text().splitlines())) <= args.at_row:
+                        mid.append((r, rows))
+            if sweep_id and mid and len(mid) >= sweep_gpus[0] and now - last >= args.every:
                 last = now
                 others.append(api.submit(work / "other.yaml").id)
-                log(f"other job {others[-1]} submitted ({len(others)}/{args.jobs}) while {mid[0].parent.name[:40]} runs")
-            done.wait(0.1)
+                arrivals.append({"trial_rows": mid[0][1], "submit_s": round(time.time() - now, 3)})
+                log(f"other job {others[-1]} submitted ({len(others)}/{args.jobs}) in {arrivals[-1]['submit_s']} s "
+                    f"while {mid[0][0].parent.name[:40]} runs ({mid[0][1]} rows)")
+            done.wait(0.05)
 
     threads = [threading.Thread(target=watch, daemon=True), threading.Thread(target=arrive, daemon=True)]
     for thread in threads:
@@ -167,7 +180,7 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
     out["status_polls"] = polls["n"]
     out["sweep_states_seen"] = polls["sweep_states"]
     out["sweep_forecast_in_past_s"] = polls["sweep_forecast_in_past"]  # how far behind now, per poll that saw one
-    out["other_jobs"] = {"submitted": len(others), "states": sorted(jobs[j]["state"] for j in others),
+    out["other_jobs"] = {"submitted": len(others), "arrivals": arrivals, "states": sorted(jobs[j]["state"] for j in others),
                          "preemptions": sum(jobs[j]["preemptions"] for j in others),
                          "jct_s": [round(jobs[j]["finish"] - jobs[j]["submit"], 1) for j in others if jobs[j]["finish"]]}
     out["trials"] = trials(home / "ray_results")

@@ -88,7 +88,11 @@ def test_a_sweeps_forecast_never_falls_behind_the_clock_while_it_reports_nothing
         return view["now"], job["predicted_completion"], api.predict(sid)["predicted_completion"]
 
     clock.t = first + 100  # long past the forecast, and still silent
-    now, shown, predicted = forecasts()
+    # Before any play (the coordinator's loop plays every second): status and predict show its work left.
+    [job] = [j for j in core.status()["jobs"] if j["id"] == sid]
+    assert job["predicted_completion"] >= clock.t + 25 - EXTRAPOLATE_S - 0.1
+    assert core.prediction(sid)["predicted_completion"] == job["predicted_completion"]
+    now, shown, predicted = forecasts()  # after a play
     assert now == clock.t and shown == predicted
     assert predicted >= now + 25 - EXTRAPOLATE_S - 0.1, (now, predicted)  # its work left, not the clock's
 

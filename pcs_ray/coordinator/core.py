@@ -534,9 +534,11 @@ class Coordinator(CoordinatorState):
     def _forecast_passed(self) -> bool:
         """Whether an active job's forecast (its finish, or a queued job's start) is behind the clock: time
         alone made it stale, with no event to say so (a sweep whose trials wait reports nothing)."""
-        now = self.now()
-        return any(j.predicted is not None and j.predicted < now
-                   or j.predicted_start is not None and j.predicted_start < now for j in self.active.values())
+        return bool(self._passed(self.now()))
+
+    def _passed(self, now: float) -> set[int]:
+        return {j.job_id for j in self.active.values() if j.predicted is not None and j.predicted < now
+                or j.predicted_start is not None and j.predicted_start < now}
 
     def _set_forecast(self, jid: int, t: float, starts: dict[int, float] | None = None) -> bool:
         """An active job's predicted finish (its first one is kept as the prediction at submission) and, for
@@ -572,6 +574,7 @@ class Coordinator(CoordinatorState):
             job.bound = bound if bound is not None else job.bound
         view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
         view["waiting"] = self.waiting_for(jid)
+        self._floor_passed_forecasts([view])
         return view
 
     def submitted(self, jid: int) -> tuple[float | None, float | None]:
@@ -644,7 +647,26 @@ class Coordinator(CoordinatorState):
         waiting = self.waiting()
         for job in view["jobs"]:
             job["waiting"] = waiting.get(job["id"])
+        self._floor_passed_forecasts(view["jobs"])
         return view
+
+    def _floor_passed_forecasts(self, shown: list[dict]) -> None:
+        """Views of active jobs whose forecast the clock passed since the latest play (the coordinator's
+        loop plays again within about a second, :meth:`_forecast_passed`): their finish shown as at least
+        now plus their own work left on their GPUs, their start as now at the earliest."""
+        now = self.now()
+        passed = self._passed(now)
+        if not passed:
+            return
+        self.model.sync(now, self.active, self._dirty, self.speed)
+        for view in shown:
+            if view["id"] not in passed:
+                continue
+            left = self.model.time_left(view["id"])
+            if view.get("predicted_completion") is not None and left is not None:
+                view["predicted_completion"] = max(view["predicted_completion"], self.wall(now + left))
+            if view.get("predicted_start") is not None:
+                view["predicted_start"] = max(view["predicted_start"], self.wall(now))
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:
         """The cluster spec's predicted power of GPU ``gid`` for ``job_class`` (None: not given)."""
