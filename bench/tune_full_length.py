@@ -1,13 +1,16 @@
 """One of Ray Tune's own examples at full length on a 2-node cluster beside other jobs: its trials preempted and resumed.
 
-    PYTHONPATH=. python bench/tune_full_length.py [--example custom_func_checkpointing.py] [--every 1.5] [--jobs 8]
+    PYTHONPATH=. python bench/tune_full_length.py [--example custom_func_checkpointing.py] [--jobs 8] [--policy srsf]
 
-Starts `pcs-ray up --local` (2 nodes x 2 logical GPUs) in a temporary state folder, sets the ``fair``
-policy (an arrival takes its share of the GPUs at once), copies the example from the installed Ray wheel
-with only its tuner lines changed (``tests/tune_examples.py``: the test suite's port) and runs it WITHOUT
-``--smoke-test`` as a user would. Rigid one-GPU ``tiny_cnn`` jobs (``--jobs`` of them) arrive while a
-trial is mid-run, at most one every ``--every`` seconds: each takes a GPU from the sweep, whose trial
-on it is paused with a checkpoint and later resumed.
+Starts `pcs-ray up --local` (2 nodes x 1 logical GPU, ``--gpus-per-node``) in a temporary state folder,
+sets the ``srsf`` policy (shortest remaining service first: a short job arriving takes a GPU from the
+longer sweep at once; under ``fair`` an arrival waits once every job holds its share, and the sweep
+gives a GPU up mostly as a trial ends), copies the example from the installed Ray wheel with only its
+tuner lines changed (``tests/tune_examples.py``: the test suite's port) and runs it WITHOUT
+``--smoke-test`` as a user would. Rigid one-GPU ``tiny_cnn`` jobs (``--jobs`` of them, ``--steps``
+each) arrive while a trial runs on each of the sweep's GPUs, at most one every ``--every`` seconds: each
+takes a GPU from the sweep, whose trial on it is paused with a checkpoint and resumed once a GPU is
+back.
 
 What it reads afterwards, from Tune's own files (each trial's ``result.json``, one row per report, and its
 checkpoints): a row with ``iterations_since_restore == 1`` past the trial's first iteration is a resume;
@@ -16,9 +19,10 @@ trial's last checkpoint before it (``checkpoint.json``, written by the example):
 when it runs the step right after its checkpoint's.
 
 Prints one JSON object: trials finished, the sweep's preemptions (pcs-ray's count) and the trial resumes,
-each resume's first step against its last checkpoint, the steps lost beyond checkpoints (must be 0), the
+each resume's first step against its last checkpoint (``trials``), the steps lost beyond checkpoints (must be 0), the
 other jobs and how they ended, ``status`` polls whose sweep forecast was earlier than ``now`` (must be 0),
-and wall times. Progress lines go to stderr. The cluster is stopped at the end.
+wall times and the load average. The sweep's ``preemptions`` count every hand-over it acknowledged, also
+those where it gave up a GPU no trial was running on (its trials ending shrink it too). Progress lines go to stderr. The cluster is stopped at the end.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ def main() -> None:
     out: dict = {"example": args.example, "smoke_test": False, "nodes": 2, "gpus": 2 * args.gpus_per_node, "policy": args.policy,
                  "tuner_lines_changed": {"removed": removed, "added": added}}
     began = time.time()
+    out["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]
     with up_local(Cli(cli_env(token)), work / "state", "--nodes", 2, "--gpus-per-node", args.gpus_per_node) as cluster:
         env = cli_env(token, RAY_ADDRESS=cluster.up["address"], PCS_RAY_API=cluster.up["api"])
         cli = Cli(env)
@@ -82,6 +87,7 @@ def main() -> None:
         play(cli, env, work, script, head_temp, args, out)
     out["down"] = cluster.down
     out["bench_wall_s"] = round(time.time() - began, 1)
+    out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(strict_json.dumps(out, indent=1))
 
 
@@ -187,32 +193,38 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
 
 
 def trials(results: Path) -> dict:
-    """Each trial's reports and resumes, from Tune's files."""
+    """Each trial's reports and resumes, from Tune's files.
+
+    A resume's checkpoint is the newest one the trial saved before it (``checkpoint_<index>``: Tune numbers
+    a trial's checkpoints in order, and keeps them all here), read from its ``checkpoint.json``. It can be
+    newer than the last row: a trial paused while its loop ran ahead is saved with the newest checkpoint
+    its loop reported, whose rows Tune then never logs (``steps_unlogged``: run and kept, not lost)."""
     per_trial, resumes = {}, []
     for result in sorted(results.glob("*/*/result.json")):
         rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
         trial = result.parent
         name = rows[0]["trial_id"] if rows else trial.name
-        last_ckpt = None  # step saved by the newest checkpoint reported so far
+        saved = {int(c.name.rsplit("_", 1)[1]): json.loads((c / "checkpoint.json").read_text())["step"]
+                 for c in trial.glob("checkpoint_*") if (c / "checkpoint.json").exists()}
         for prev, row in zip([None, *rows], rows):
-            if prev is not None and row.get("iterations_since_restore") == 1:
-                expected = 0 if last_ckpt is None else last_ckpt + 1  # the step after its newest checkpoint
-                resumes.append({"trial": name, "at_iteration": row["training_iteration"],
-                                "first_step_after": row["iterations"], "last_checkpoint_step": last_ckpt,
-                                "last_step_before": prev["iterations"],
-                                "steps_lost": abs(row["iterations"] - expected),  # skipped, or redone before it
-                                "steps_redone": prev["iterations"] + 1 - expected})  # run after it, then again
-            name_ckpt = row.get("checkpoint_dir_name")
-            if name_ckpt:
-                saved = trial / name_ckpt / "checkpoint.json"
-                last_ckpt = json.loads(saved.read_text())["step"] if saved.exists() else row["iterations"]
+            if prev is None or row.get("iterations_since_restore") != 1:
+                continue
+            after = int(row["checkpoint_dir_name"].rsplit("_", 1)[1]) if row.get("checkpoint_dir_name") else None
+            before = [i for i in saved if after is None or i < after]
+            ckpt = saved[max(before)] if before else None
+            expected = 0 if ckpt is None else ckpt + 1  # the step after its newest checkpoint
+            resumes.append({"trial": name, "at_iteration": row["training_iteration"],
+                            "first_step_after": row["iterations"], "last_checkpoint_step": ckpt,
+                            "last_step_logged_before": prev["iterations"],
+                            "steps_lost": abs(row["iterations"] - expected),  # skipped, or redone before it
+                            "steps_unlogged": max(0, expected - 1 - prev["iterations"])})
         per_trial[name] = {"reports": len(rows), "done": bool(rows and rows[-1].get("done")),
                            "last_iteration": rows[-1]["training_iteration"] if rows else 0,
-                           "steps_seen": [r["iterations"] for r in rows]}
+                           "checkpoints": len(saved), "steps_seen": [r["iterations"] for r in rows]}
     return {"n": len(per_trial), "finished": sum(t["done"] for t in per_trial.values()),
             "resumed_trials": len({r["trial"] for r in resumes}), "resumes": resumes,
             "steps_lost_beyond_checkpoint": sum(r["steps_lost"] for r in resumes),
-            "steps_redone_after_checkpoint": sum(r["steps_redone"] for r in resumes),
+            "steps_unlogged": sum(r["steps_unlogged"] for r in resumes),
             "steps_repeated": sum(len(t["steps_seen"]) - len(set(t["steps_seen"])) for t in per_trial.values()),
             "per_trial": per_trial}
 

@@ -248,7 +248,6 @@ def test_iterations_come_from_the_stop_criterion_and_a_driver_off_the_cluster_su
 def test_a_driver_whose_fit_raises_ends_its_sweep_at_once_with_the_reason(monkeypatch, tmp_path, error):
     """Not when its lease runs out (30 s by default): the GPUs go back, ``status`` says why."""
     import ray
-
     from pcs_ray.executors.tune import PCSTuner
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)  # joined: the cluster's GPUs are there
@@ -278,7 +277,6 @@ def test_a_driver_whose_fit_raises_ends_its_sweep_at_once_with_the_reason(monkey
 def test_a_tune_run_that_returns_with_trials_left_ends_its_sweep_and_one_whose_trials_all_ended_finishes(
         monkeypatch, tmp_path):
     import ray
-
     from pcs_ray.executors.tune import PCSTuner
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
