@@ -140,12 +140,16 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
         driver writes the rows in its session's artifacts (on the head node), and copies them to
         ``~/ray_results`` later."""
         last = -float("inf")
+        grew: dict[Path, tuple[int, float]] = {}  # per trial: its rows, and when their count last grew
         while not done.is_set() and len(others) < args.jobs:
             now = time.time()
             mid = []
             for r in head_temp.glob("session_*/artifacts/*/*/driver_artifacts/*/result.json"):
                 with contextlib.suppress(FileNotFoundError):  # Tune moves a trial's files when it ends
-                    if now - r.stat().st_mtime < 0.3 and 1 <= (rows := len(r.read_text().splitlines())) <= args.at_row:
+                    rows = len(r.read_text().splitlines())
+                    if grew.get(r, (0, 0.0))[0] != rows:
+                        grew[r] = (rows, now)
+                    if now - grew[r][1] < 0.3 and 1 <= rows <= args.at_row:
                         mid.append((r, rows))
             if sweep_id and mid and len(mid) >= sweep_gpus[0] and now - last >= args.every:
                 last = now
