@@ -147,7 +147,7 @@ def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, o
             for r in head_temp.glob("session_*/artifacts/*/*/driver_artifacts/*/result.json"):
                 with contextlib.suppress(FileNotFoundError):  # Tune moves a trial's files when it ends
                     rows = len(r.read_text().splitlines())
-                    if grew.get(r, (0, 0.0))[0] != rows:
+                    if r not in grew or grew[r][0] != rows:
                         grew[r] = (rows, now)
                     if now - grew[r][1] < 0.3 and 1 <= rows <= args.at_row:
                         mid.append((r, rows))
