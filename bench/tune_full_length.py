@@ -19,7 +19,8 @@ trial's last checkpoint before it (``checkpoint.json``, written by the example):
 when it runs the step right after its checkpoint's.
 
 Prints one JSON object: trials finished, the sweep's preemptions (pcs-ray's count) and the trial resumes,
-each resume's first step against its last checkpoint (``trials``), the steps lost beyond checkpoints (must be 0), the
+each resume's first step against its last checkpoint (``trials``), the steps lost beyond checkpoints (must be 0)
+and those run and checkpointed whose rows Tune never logged (a trial paused while its loop ran ahead), the
 other jobs and how they ended, ``status`` polls whose sweep forecast was earlier than ``now`` (must be 0),
 wall times and the load average. The sweep's ``preemptions`` count every hand-over it acknowledged, also
 those where it gave up a GPU no trial was running on (its trials ending shrink it too). Progress lines go to stderr. The cluster is stopped at the end.
@@ -93,7 +94,7 @@ def main() -> None:
 
 def play(cli: Cli, env: dict, work: Path, script: Path, head_temp: Path, args, out: dict) -> None:
     """The driver runs the example; the other jobs arrive while its sweep runs; then what happened is read.
-    Status and submissions go through one HTTP client (a CLI process per poll would load the machine)."""
+    Status and submissions go through HTTP clients (a CLI process per poll would load the machine)."""
     from pcs_ray.client import Client
 
     os.environ["RAY_AUTH_TOKEN_PATH"] = env["RAY_AUTH_TOKEN_PATH"]
