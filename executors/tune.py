@@ -127,7 +127,17 @@ class PCSTuner:
         return self.scheduler.predict()
 
     def fit(self):
-        return self.tuner.fit()
+        """``tune.Tuner.fit``. Where it raises (a ``KeyboardInterrupt`` too), or returns with trials left (Tune
+        stops on a first Ctrl-C), the sweep ends at once, ``driver-failed`` with the reason in ``status``:
+        its GPUs are not held until the lease runs out. The lease still bounds a driver killed outright."""
+        try:
+            results = self.tuner.fit()
+        except BaseException as exc:
+            said = " ".join(str(exc).split())
+            self.scheduler.give_up(f"its driver's fit() raised {type(exc).__name__}" + (f": {said}" if said else ""))
+            raise
+        self.scheduler.wind_up()
+        return results
 
 
 def grid(**axes: list) -> dict[str, Any]:

@@ -26,7 +26,7 @@ is refused with one line. Progress (iterations x
 measured time per iteration) flows back so predictions use real speeds.
 The driver holds the sweep's GPUs on a lease it renews from a thread of its own
 (``pcs_ray.executors.tune_lease``): a driver that dies loses them within the
-coordinator's lease. A sweep the coordinator ended (its lease lapsed, its time
+coordinator's lease; one whose ``fit`` raises gives them back at once (:meth:`PCSTuneScheduler.give_up`). A sweep the coordinator ended (its lease lapsed, its time
 limit, a cancel) stops the experiment, with the reason in the driver's log.
 
 The coordinator is whatever :class:`~pcs_ray.contract.CoordinatorAPI` is
@@ -153,6 +153,24 @@ class PCSTuneScheduler(TrialScheduler):
 
     def steps_done(self) -> int:
         return sum(self.done_iters.values())
+
+    @property
+    def ended(self) -> bool:
+        """Whether the sweep has ended for the coordinator: its trials finished, or it was ended or given up."""
+        return self._finished
+
+    def give_up(self, reason: str) -> None:
+        """End the sweep now, for good (``external_failed``): its driver runs no more of it (``PCSTuner.fit``
+        raised or was interrupted). Where the coordinator cannot be reached, the lease ends it instead."""
+        if self._finished or self.job_id is None:
+            return
+        self._finished = True
+        if self.lease is not None:
+            self.lease.stop()
+        try:
+            self.coordinator.external_failed(self.job_id, reason)
+        except Exception as exc:  # the driver's own error is what its user must see
+            logger.warning("could not end sweep %s at once (%s); its lease ends it", self.job_id, exc)
 
     # -- Tune's hooks ------------------------------------------------------------
     def set_search_properties(self, metric, mode, **spec) -> bool:
@@ -361,17 +379,31 @@ class PCSTuneScheduler(TrialScheduler):
         if self._finished:
             return
         if len(self.order) >= self.num_trials and all(t.status in ENDED or t.trial_id in self.stopped for t in self.order):
-            self._finished = True
-            if self.lease is not None:
-                self.lease.stop()
-            self._poll(force=True)
-            a = self._assignment
-            if JobStatus(a["state"]).holds_gpus:
-                self.coordinator.external_ended(self.job_id, a["attempt"], "finished", self.steps_done(), self._step_time(a))
-            else:
-                self.coordinator.cancel(self.job_id)
+            self._end_finished()
             return
         self._update_demand()
+
+    def _end_finished(self) -> None:
+        self._finished = True
+        if self.lease is not None:
+            self.lease.stop()
+        self._poll(force=True)
+        a = self._assignment
+        if JobStatus(a["state"]).holds_gpus:
+            self.coordinator.external_ended(self.job_id, a["attempt"], "finished", self.steps_done(), self._step_time(a))
+        else:
+            self.coordinator.cancel(self.job_id)
+
+    def wind_up(self) -> None:
+        """The driver's Tune run returned: end the sweep now if it has not ended. Finished where every trial
+        it saw ended (Tune made fewer than it counted), else given up (a first Ctrl-C stops Tune with trials
+        left: :meth:`give_up`)."""
+        if self._finished or self.job_id is None:
+            return
+        if self.order and all(t.trial_id in self.stopped for t in self.order):
+            self._end_finished()
+        else:
+            self.give_up("its driver's Tune run returned with trials unfinished (interrupted, or stopped)")
 
     def _update_demand(self) -> None:
         live = self.num_trials - len(self.stopped)

@@ -242,6 +242,10 @@ class Client:
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         return self._call("set_demand", int(job_id), gpus, steps)
 
+    def external_failed(self, job_id: int, reason: str) -> dict:
+        """End an external job at once: its executor gives it up (``CoordinatorAPI.external_failed``)."""
+        return self._call("external_failed", int(job_id), str(reason))
+
     def renew_lease(self, job_id: int) -> dict:
         """Keep an external job's GPUs: its executor lives (``CoordinatorAPI.renew_lease``)."""
         return self._call("renew_lease", int(job_id))

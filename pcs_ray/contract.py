@@ -51,6 +51,7 @@ class EndCode(StrEnum):
     """Why the coordinator itself ended a job (a view's ``end_reason.code``); stable strings, the text is for people."""
 
     DRIVER_LOST = "driver-lost"  # an external executor (a Tune sweep's driver) stopped renewing its lease
+    DRIVER_FAILED = "driver-failed"  # an external executor gave its job up (its driver raised, or was interrupted)
     TIME_LIMIT = "time-limit"  # the job ran its ``max_runtime_s``
     HANG = "hang"  # its run reported nothing for ``report_timeout_s``
 
@@ -130,6 +131,11 @@ class CoordinatorAPI(Protocol):
 
     def set_demand(self, job_id: int, gpus: int | None = None, steps: int | None = None) -> dict:
         """An external job changed size (most GPUs, total steps); returns its new assignment."""
+
+    def external_failed(self, job_id: int, reason: str) -> dict:
+        """An external executor gives its job up for good (a sweep's driver raised, or was interrupted, in
+        ``fit``): it ends ``failed`` at once, ``end_reason`` ``driver-failed`` with ``reason`` (one line), its
+        GPUs back, a hand-over waiting on it complete. A job that has ended stays as it was. Returns its view."""
 
     def renew_lease(self, job_id: int) -> dict:
         """An external executor says it lives: an ``executor: external`` job whose executor renews nothing

@@ -66,3 +66,39 @@ def test_external_job_state_survives_a_restart(tmp_path):
     assert job.state == "queued"  # its executor lost touch with the old coordinator: it polls and resumes
     again.decide()
     assert again.assignment(sid)["state"] == "running" and again.assignment(sid)["attempt"] == 2
+
+
+def test_a_sweeps_forecast_never_falls_behind_the_clock_while_it_reports_nothing():
+    """Its trials wait, pause or restart: no report comes, nothing happens. Each look (``status``, ``predict``)
+    forecasts it from where it last reported, at its measured pace, never earlier than now."""
+    from pcs_ray.coordinator.local import LocalCoordinator
+    from pcs_ray.coordinator.speed import EXTRAPOLATE_S
+
+    core, clock = clocked(policy="fair", gpus=2)
+    api = LocalCoordinator(core)
+    sid = api.submit(sweep(trials=6, iters=10)).id
+    clock.t += 5
+    api.report_progress(sid, 10, 0.5)  # 50 sweep steps left at 0.5 s each on its 2 GPUs: 25 s
+    first = api.predict(sid)["predicted_completion"]
+    assert first >= clock.t + 25 - 0.1
+
+    def forecasts() -> tuple[float, float, float]:
+        view = api.status()
+        [job] = [j for j in view["jobs"] if j["id"] == sid]
+        return view["now"], job["predicted_completion"], api.predict(sid)["predicted_completion"]
+
+    clock.t = first + 100  # long past the forecast, and still silent
+    # Before any play (the coordinator's loop plays every second): status and predict show its work left.
+    [job] = [j for j in core.status()["jobs"] if j["id"] == sid]
+    assert job["predicted_completion"] >= clock.t + 25 - EXTRAPOLATE_S - 0.1
+    assert core.prediction(sid)["predicted_completion"] == job["predicted_completion"]
+    now, shown, predicted = forecasts()  # after a play
+    assert now == clock.t and shown == predicted
+    assert predicted >= now + 25 - EXTRAPOLATE_S - 0.1, (now, predicted)  # its work left, not the clock's
+
+    other = api.submit({"workload": "tiny", "steps": 50, "gpus": 1, "step_time": 0.1}).id
+    assert api.assignment(sid)["state"] == "stopping"  # its trials pause for the arrival
+    clock.t += 300
+    now, shown, predicted = forecasts()
+    assert shown == predicted and predicted > now
+    assert all(j["predicted_completion"] > now for j in api.status()["jobs"] if j["id"] in (sid, other))

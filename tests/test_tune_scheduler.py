@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
 from builders import coordinator
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -241,3 +242,59 @@ def test_iterations_come_from_the_stop_criterion_and_a_driver_off_the_cluster_su
         PCSTuner(lambda config: None, client=LocalCoordinator(core),
                  run_config=tune.RunConfig(stop={"training_iteration": 3}))
     assert core.jobs == {}  # refused before the sweep was submitted
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug in the driver's callback\nsecond line"), KeyboardInterrupt()])
+def test_a_driver_whose_fit_raises_ends_its_sweep_at_once_with_the_reason(monkeypatch, tmp_path, error):
+    """Not when its lease runs out (30 s by default): the GPUs go back, ``status`` says why."""
+    import ray
+    from pcs_ray.executors.tune import PCSTuner
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # joined: the cluster's GPUs are there
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "node0_gpu0": 1.0, "node0_gpu1": 1.0})
+    core = coordinator(gpus=2, policy="fair")
+    link = LocalCoordinator(core)
+    tuner = PCSTuner(lambda config: None, client=link, iterations=3, param_space={"x": {"grid_search": [1, 2]}},
+                     storage_path=str(tmp_path))
+    assert link.assignment(tuner.job_id)["state"] == "running"
+    waiting = link.submit({"workload": "tiny", "steps": 50, "gpus": 2, "step_time": 0.1}).id  # asks for them
+
+    def fit():
+        raise error
+
+    monkeypatch.setattr(tuner.tuner, "fit", fit)
+    with pytest.raises(type(error)):
+        tuner.fit()
+    job = core.job_view(tuner.job_id)
+    assert job["state"] == "failed" and job["gpus"] == [], job
+    assert job["end_reason"]["code"] == "driver-failed"
+    assert job["end_reason"]["text"] == f"its driver's fit() raised {type(error).__name__}" + (
+        ": a bug in the driver's callback second line" if str(error) else "")
+    assert core.job_view(waiting)["state"] == "running"  # the hand-over completed: nothing waits on the lease
+    assert tuner.scheduler.ended
+
+
+def test_a_tune_run_that_returns_with_trials_left_ends_its_sweep_and_one_whose_trials_all_ended_finishes(
+        monkeypatch, tmp_path):
+    import ray
+    from pcs_ray.executors.tune import PCSTuner
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "node0_gpu0": 1.0})
+    core = coordinator(gpus=1)
+    link = LocalCoordinator(core)
+    interrupted = PCSTuner(lambda config: None, client=link, iterations=3, storage_path=str(tmp_path / "a"))
+    monkeypatch.setattr(interrupted.tuner, "fit", lambda: "results")  # Tune's first Ctrl-C: it returns
+    assert interrupted.fit() == "results"
+    job = core.job_view(interrupted.job_id)
+    assert job["state"] == "failed" and job["end_reason"]["code"] == "driver-failed"
+    assert "trials unfinished" in job["end_reason"]["text"]
+
+    fewer = PCSTuner(lambda config: None, client=link, iterations=3, num_samples=2, storage_path=str(tmp_path / "b"))
+    tc = FakeController()
+    [trial] = tc.trials = [FakeTrial("only")]  # Tune made one trial of the two counted, and it ended
+    fewer.scheduler.on_trial_add(tc, trial)
+    fewer.scheduler.on_trial_complete(tc, trial, {"training_iteration": 3})
+    monkeypatch.setattr(fewer.tuner, "fit", lambda: "results")
+    fewer.fit()
+    assert core.job_view(fewer.job_id)["state"] == "finished"

@@ -19,7 +19,7 @@ from pcs_ray.contract import (ConfigError, CoordinatorError, JobSpecError, Permi
 PREFIX = "/v1/"
 #: The CoordinatorAPI calls, plus ``ping`` (who answers, since when).
 CALLS = ("submit", "status", "predict", "cancel", "logs", "report_progress", "assignment", "external_ended", "set_demand",
-         "renew_lease", "config", "set_config", "tenants", "set_tenants", "dashboard_ticket", "ping")
+         "external_failed", "renew_lease", "config", "set_config", "tenants", "set_tenants", "dashboard_ticket", "ping")
 READ_ONLY = frozenset({"status", "predict", "assignment", "config", "tenants", "ping"})
 MAX_BODY = 1 << 20  # a job spec or a WFQ configuration is a few KiB
 ERRORS = {cls.__name__: cls for cls in (CoordinatorError, JobSpecError, UnknownJobError, ConfigError,

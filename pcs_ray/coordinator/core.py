@@ -22,8 +22,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
-from pcs_ray.contract import (Action, ConfigError, EndCode, GPUSlot, JobSpecError, JobStatus, StartRun, StopRun,
-                              UnknownJobError)
+from pcs_ray.contract import (Action, ConfigError, CoordinatorError, EndCode, GPUSlot, JobSpecError, JobStatus,
+                              StartRun, StopRun, UnknownJobError)
 import pcs_ray.coordinator.external as external
 import pcs_ray.coordinator.guards as guards
 import pcs_ray.coordinator.retention as retention
@@ -312,6 +312,17 @@ class Coordinator(CoordinatorState):
         if job is not None and not job.done and job.spec.executor == "external":
             self._renewed[jid] = self.now()
 
+    def external_failed(self, jid: int, reason: str) -> list[Action]:
+        """An external job's executor gives it up for good (its driver raised or was interrupted): it ends
+        now (:meth:`guard_end`, ``EndCode.DRIVER_FAILED``), as a lapsed lease would end it later."""
+        job = self._job(jid)
+        if job.spec.executor != "external":
+            raise CoordinatorError(f"job {jid} is run by pcs-ray, not by an external executor: cancel it instead")
+        if job.done:
+            return []
+        line = " ".join(str(reason).split())[:300] or "its executor gave it up"
+        return self.guard_end(job, EndCode.DRIVER_FAILED, line) + self.decide()
+
     def check_guards(self) -> tuple[bool, list[Action]]:
         """End every job past its lease, its time limit or its report timeout (:mod:`.guards`): whether any
         was (then decide: GPUs may be free), and the runs to stop."""
@@ -355,7 +366,7 @@ class Coordinator(CoordinatorState):
             why = f"{reason}, to be retried from its newest checkpoint (retry {retry} of max_failures {job.spec.max_failures})"
             self._record("stop", jid, attempt=job.attempt, reason=code.value, why=why)
             return [StopRun(jid, job.attempt, code.value)]
-        if code == EndCode.DRIVER_LOST or not job.state.holds_gpus:
+        if code in (EndCode.DRIVER_LOST, EndCode.DRIVER_FAILED) or not job.state.holds_gpus:
             final = JobStatus.CANCELLED if job.cancel_requested else state
             self._record(final.value, jid, step=job.steps, error=reason, code=code.value)
             self._renewed.pop(jid, None)
@@ -454,7 +465,7 @@ class Coordinator(CoordinatorState):
     # -- predictions -------------------------------------------------------------------
     def play_refresh(self, force: bool = False) -> None:
         """Play the current state forward (same policy and placement, no arrivals)."""
-        if not (force or self._predictions_stale) or not self.active:
+        if not (force or self._predictions_stale or self._forecast_passed()) or not self.active:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         finish = self.model.play_ahead()
@@ -500,7 +511,7 @@ class Coordinator(CoordinatorState):
         hand its result to :meth:`end_play_refresh`, which also keeps where submissions' forecasts
         can branch from it (:meth:`play_submission`). None when nothing is stale or only a play under
         the lock can do it (then :meth:`play_refresh`)."""
-        if not self._predictions_stale or not self.active:
+        if not (self._predictions_stale or self._forecast_passed()) or not self.active:
             return None
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
         points = self.model.play_detached()
@@ -523,6 +534,15 @@ class Coordinator(CoordinatorState):
         refreshed, self._refreshing = self._refreshing, None
         if refreshed is not None and refreshed[0].done and refreshed[1] is self.policy:
             self._branches = refreshed
+
+    def _forecast_passed(self) -> bool:
+        """Whether an active job's forecast (its finish, or a queued job's start) is behind the clock: time
+        alone made it stale, with no event to say so (a sweep whose trials wait reports nothing)."""
+        return bool(self._passed(self.now()))
+
+    def _passed(self, now: float) -> set[int]:
+        return {j.job_id for j in self.active.values() if j.predicted is not None and j.predicted < now
+                or j.predicted_start is not None and j.predicted_start < now}
 
     def _set_forecast(self, jid: int, t: float, starts: dict[int, float] | None = None) -> bool:
         """An active job's predicted finish (its first one is kept as the prediction at submission) and, for
@@ -558,6 +578,7 @@ class Coordinator(CoordinatorState):
             job.bound = bound if bound is not None else job.bound
         view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
         view["waiting"] = self.waiting_for(jid)
+        self._floor_passed_forecasts([view])
         return view
 
     def submitted(self, jid: int) -> tuple[float | None, float | None]:
@@ -630,7 +651,26 @@ class Coordinator(CoordinatorState):
         waiting = self.waiting()
         for job in view["jobs"]:
             job["waiting"] = waiting.get(job["id"])
+        self._floor_passed_forecasts(view["jobs"])
         return view
+
+    def _floor_passed_forecasts(self, shown: list[dict]) -> None:
+        """Views of active jobs whose forecast the clock passed since the latest play (the coordinator's
+        loop plays again within about a second, :meth:`_forecast_passed`): their finish shown as at least
+        now plus their own work left on their GPUs, their start as now at the earliest."""
+        now = self.now()
+        passed = self._passed(now)
+        if not passed:
+            return
+        self.model.sync(now, self.active, self._dirty, self.speed)
+        for view in shown:
+            if view["id"] not in passed:
+                continue
+            left = self.model.time_left(view["id"])
+            if view.get("predicted_completion") is not None and left is not None:
+                view["predicted_completion"] = max(view["predicted_completion"], self.wall(now + left))
+            if view.get("predicted_start") is not None:
+                view["predicted_start"] = max(view["predicted_start"], self.wall(now))
 
     def gpu_watts(self, job_class: str, gid: int) -> float | None:
         """The cluster spec's predicted power of GPU ``gid`` for ``job_class`` (None: not given)."""

@@ -174,6 +174,12 @@ class CoordinatorHost(ABC):
             self._execute(self.core.set_demand(int(job_id), gpus=gpus, steps=steps))
             return self.core.assignment(int(job_id))
 
+    def external_failed(self, job_id: int, reason: str) -> dict:
+        with self.lock:
+            self._execute(self.core.external_failed(int(job_id), str(reason)))
+            self.core.play_refresh()
+            return self.core.job_view(int(job_id))
+
     def renew_lease(self, job_id: int) -> dict:
         with self.lock:
             self.core.renew_lease(int(job_id))

@@ -190,5 +190,14 @@ class ClusterModel:
         reason = engine.policy.why_job_waits(engine.snapshot(), engine.prev_alloc, engine.job(job_id))
         return None if reason is None else reason.to_dict()
 
+    def time_left(self, job_id: int) -> float | None:
+        """Seconds the job still needs on the GPUs it holds (its fewest, waiting), as last synced, with
+        nothing else in its way; None for a job not in the model."""
+        job = self.engine.job(job_id)
+        if job is None:
+            return None
+        n = job.alloc or job.spec.min_gpus
+        return job.remaining / job.rate(n) + max(0.0, job.stall_until - self.engine.now)
+
     def bound(self, job_id: int) -> float | None:
         return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))

@@ -54,6 +54,11 @@ from pcs_ray.jobs.jobfile import USER_PREFIX, JobFile
 #: Work (fraction of one step) left in a job the model thinks is done but its runner has not reported:
 #: only the runner says when a job has finished.
 SLIVER = 0.05
+#: A running job's progress since its last report is counted, at its pace, for at most this many seconds
+#: or two of its steps: reports come every second or every step (``RunRequest.report_interval_s``; a sweep's
+#: with its trials' results). One silent longer (a sweep whose trials wait or restart, a slow checkpoint)
+#: is forecast from where it last reported, its finish moving later, instead of done by the clock alone.
+EXTRAPOLATE_S = 2.0
 EMA = 0.3  # weight of a new measurement
 SAMPLES = 32  # measurements kept per key for the spread
 #: Parameters that do not change what a step costs: jobs differing only in them share step times.
@@ -383,13 +388,14 @@ class SpeedModel:
 
         A running job that has reported is measured on its own GPUs: its work is expressed through
         ``speedup`` (the table its model was admitted with), so the forecast of its current run is
-        exactly its measured pace; any other job's through the current estimate of ``t1``.
+        exactly its measured pace (since its last report, for at most ``EXTRAPOLATE_S`` or two steps);
+        any other job's through the current estimate of ``t1``.
         """
         steps_left = job.total_steps() - job.steps
         n = min(len(job.gpus), job.spec.gpus)
         if job.state == JobStatus.RUNNING and job.reported_at is not None and job.step_time and n:
             pace = self._pace(job, n)
-            steps_left -= (now - job.reported_at) / pace
+            steps_left -= min(now - job.reported_at, max(EXTRAPOLATE_S, 2 * pace)) / pace
             table = speedup if speedup is not None else self.speedup(job.spec)
             t1 = pace / job.slowdown * table[n]
         else:
