@@ -577,6 +577,17 @@ class Coordinator(CoordinatorState):
                 reasons[jid] = why
         return reasons
 
+    def waiting_codes(self) -> dict[int, str]:
+        """``waiting()``'s codes alone, for a count by reason (the metrics): the policy's without the text it
+        would write for each of thousands of queued jobs."""
+        codes = {jid: why.code.value for jid, why in
+                 hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
+        for jid, code in self.model.waiting_codes().items():
+            job = self.active.get(jid)
+            if job is not None and job.state == JobStatus.QUEUED:
+                codes[jid] = code
+        return codes
+
     def waiting_for(self, jid: int) -> dict | None:
         """``waiting()`` of one job, without the reasons of every other (a submission's reply reads it)."""
         job = self.active.get(jid)
