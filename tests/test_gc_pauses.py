@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from pcs_ray.coordinator.gc_pauses import GcPauses, freeze_start_up
+from pcs_ray.coordinator.gc_pauses import YOUNG_COLLECTION_EVERY, GcPauses, freeze_start_up
 
 
 def test_each_collection_is_counted_by_generation_with_its_length():
@@ -20,6 +20,7 @@ def test_each_collection_is_counted_by_generation_with_its_length():
 
 
 def test_after_the_freeze_a_full_collection_walks_only_what_came_later():
+    threshold = gc.get_threshold()
     try:
         pauses = freeze_start_up()
         assert gc.get_freeze_count() > 0
@@ -28,3 +29,29 @@ def test_after_the_freeze_a_full_collection_walks_only_what_came_later():
     finally:
         pauses.remove()
         gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+def a_calls_working_set() -> int:
+    """Young collections while a call holds 5,000 containers for a moment (a readings pass over queued jobs)."""
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    held = [{"job": i, "why": [i]} for i in range(2_500)]
+    during = gc.get_stats()[0]["collections"] - before
+    del held
+    return during
+
+
+def test_a_calls_moment_of_thousands_of_containers_is_freed_before_any_collection_sees_it():
+    threshold, pauses = gc.get_threshold(), None
+    try:
+        gc.set_threshold(700, *threshold[1:])
+        assert a_calls_working_set() >= 5  # the interpreter's default catches it alive, again and again
+        pauses = freeze_start_up()
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
+        assert a_calls_working_set() == 0
+    finally:
+        if pauses is not None:
+            pauses.remove()
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

@@ -4,6 +4,7 @@ whole play under the lock gives."""
 
 from __future__ import annotations
 
+import math
 import random
 
 from pcs_ray.cluster import ClusterSpec
@@ -42,3 +43,25 @@ def test_a_refresh_that_needs_the_model_runs_under_the_lock():
     assert core.begin_play_refresh() is None
     core.play_refresh()
     assert not core._predictions_stale and core.begin_play_refresh() is None
+
+
+def test_a_refreshs_forecasts_go_in_parts_and_a_submission_between_them_keeps_its_own():
+    core, clock = placed_core(unequal_cluster(), "pcs-bal")
+    rng = random.Random(11)
+    submit_random(core, clock, rng, count=45, gap=5.0)
+    began, play = core.begin_play_refresh()
+    finish = play()
+    parts = core.end_play_refresh_in_parts(began, finish, part=10)
+    next(parts)  # the first ten jobs' forecasts, then the caller may let a call in
+    clock.t += 1.0
+    late, _ = core.submit(random_submission(rng))
+    newer = {jid: core.jobs[jid].predicted for jid in core._forecast_at}
+    pauses = 1 + sum(1 for _ in parts)
+    assert pauses == math.ceil(len(finish) / 10) - 1 and len(finish) > 30
+    assert late in newer and {jid: core.jobs[jid].predicted for jid in newer} == newer
+    assert all(core.jobs[jid].predicted == t for jid, t in finish.items() if jid not in newer)
+    assert core._predictions_stale  # a call came in after the play began: the next refresh makes all fresh
+    began, play = core.begin_play_refresh()
+    core.end_play_refresh(began, play())
+    assert not core._predictions_stale
+    assert {jid: j.predicted for jid, j in core.active.items()} == whole_play(core)

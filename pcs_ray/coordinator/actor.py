@@ -267,10 +267,18 @@ class CoordinatorService(CoordinatorHost):
                 # Between events it stands aside while a call wants the lock (CallLock): a submission's
                 # own play then has the interpreter to itself instead of half of it, as long as the
                 # play keeps its share of the time.
-                finish = play[1](between=self.lock.yielder(REFRESH_YIELD_S, REFRESH_SHARE)) if play is not None else None
+                pause = self.lock.yielder(REFRESH_YIELD_S, REFRESH_SHARE)
+                finish = play[1](between=pause) if play is not None else None
+                if finish is not None:
+                    # Its forecasts go in a part at a time, standing aside between parts as the play did.
+                    parts = self.core.end_play_refresh_in_parts(play[0], finish)
+                    while True:
+                        with self.lock:
+                            more = next(parts, False) is None
+                        if not more:
+                            break
+                        pause()
                 with self.lock:
-                    if finish is not None:
-                        self.core.end_play_refresh(play[0], finish)
                     if self.metrics is not None and time.monotonic() - last_metrics >= METRICS_EVERY_S:
                         last_metrics = time.monotonic()
                         self.metrics.publish(readings(self.core))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from pcs_ray.cluster import ClusterSpec
@@ -48,6 +48,8 @@ from pcs_ray.workloads.history import append_history
 TELEMETRY_JOURNAL_EVERY_S = 60.0
 #: A submission's forecast branches from the latest refresh play only while its state is younger than this (seconds)
 BRANCH_MAX_AGE_S = 10.0
+#: A refresh play's forecasts are written this many jobs at a time (Coordinator.end_play_refresh_in_parts)
+REFRESH_PART = 1000
 
 
 class Coordinator(CoordinatorState):
@@ -524,10 +526,23 @@ class Coordinator(CoordinatorState):
         """Under the caller's lock: the forecasts of a play begun at ``began`` (:meth:`begin_play_refresh`).
         A job a later submission forecast keeps that newer forecast; forecasts are fresh only if
         nothing happened since the play began."""
+        for _ in self.end_play_refresh_in_parts(began, finish):
+            pass
+
+    def end_play_refresh_in_parts(self, began: int, finish: dict[int, float],
+                                  part: int = REFRESH_PART) -> Iterator[None]:
+        """:meth:`end_play_refresh` ``part`` jobs at a time: each step (``next``) runs under the caller's lock,
+        which it may let calls take between steps, so a queue of thousands of forecasts does not hold
+        them up all at once. A call between steps sees some forecasts from this play and the rest from the
+        one before; one that forecasts a job keeps its forecast, as in :meth:`end_play_refresh`."""
         starts = starts_of(finish)
-        for jid, t in finish.items():
-            if self._forecast_at.get(jid, -1) <= began:
-                self._set_forecast(jid, t, starts)
+        written = list(finish.items())
+        for at in range(0, len(written), part):
+            if at:
+                yield
+            for jid, t in written[at:at + part]:
+                if self._forecast_at.get(jid, -1) <= began:
+                    self._set_forecast(jid, t, starts)
         self._forecast_at = {j: c for j, c in self._forecast_at.items() if c > began and j in self.active}
         if self.changes == began:
             self._predictions_stale = False
@@ -597,6 +612,17 @@ class Coordinator(CoordinatorState):
             if job is not None and job.state == JobStatus.QUEUED:
                 reasons[jid] = why
         return reasons
+
+    def waiting_codes(self) -> dict[int, str]:
+        """``waiting()``'s codes alone, for a count by reason (the metrics): the policy's without the text it
+        would write for each of thousands of queued jobs."""
+        codes = {jid: why.code.value for jid, why in
+                 hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
+        for jid, code in self.model.waiting_codes().items():
+            job = self.active.get(jid)
+            if job is not None and job.state == JobStatus.QUEUED:
+                codes[jid] = code
+        return codes
 
     def waiting_for(self, jid: int) -> dict | None:
         """``waiting()`` of one job, without the reasons of every other (a submission's reply reads it)."""

@@ -8,6 +8,15 @@ moves what exists once the coordinator has started into the permanent generation
 later full collections walk only what was allocated since; those objects are still freed by reference
 counting, only cycles among them are never collected. :class:`GcPauses` records each collection's
 generation and length, so a load bench can tell its pauses from a decision's own cost.
+
+A young collection runs once 700 containers more are alive than at the last one (the interpreter's
+default), and what it finds alive moves to an older generation; once those moves add up to a quarter
+of the objects a full collection last kept, the next full collection runs. The coordinator's calls
+routinely hold thousands of containers for a moment (a readings pass, a status view, a refresh play's
+state): young collections every 700 catch them alive and push full collections that walk every job
+(113 of them, 158 ms on average, in a 10,000-job load run on a loaded 2-core machine). With a young
+collection every ``YOUNG_COLLECTION_EVERY`` containers, such a call's containers are freed by reference
+counting before any collection sees them, and at most that many cyclic ones wait to be collected.
 """
 
 from __future__ import annotations
@@ -58,11 +67,18 @@ class GcPauses:
             gc.callbacks.remove(self)
 
 
+#: net container allocations between young collections in the coordinator's process (the interpreter's default: 700)
+YOUNG_COLLECTION_EVERY = 20_000
+
+
 def freeze_start_up() -> GcPauses:
-    """Collect once, freeze what is left (the start-up heap) out of later collections, and record them from now."""
+    """Collect once, freeze what is left (the start-up heap) out of later collections, collect the young
+    generation every ``YOUNG_COLLECTION_EVERY`` containers, and record the collections from now."""
     gc.collect()
     gc.freeze()
+    _, older, full = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, older, full)
     return GcPauses().install()
 
 
-__all__ = ["GcPauses", "freeze_start_up"]
+__all__ = ["YOUNG_COLLECTION_EVERY", "GcPauses", "freeze_start_up"]

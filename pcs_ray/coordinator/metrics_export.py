@@ -62,8 +62,8 @@ def readings(core) -> Readings:
         q[1] += not job.gpus
     allocated = sum(len(job.gpus) for job in core.active.values())
     reasons = {code.value: 0 for code in WaitCode}
-    for why in core.waiting().values():
-        reasons[why["code"]] += 1
+    for code in core.waiting_codes().values():
+        reasons[code] += 1
     tenants: dict[str, list[int]] = {}
     for job in core.active.values():
         t = tenants.setdefault(job.spec.tenant or "", [0, 0, 0])

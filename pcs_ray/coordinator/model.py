@@ -184,6 +184,11 @@ class ClusterModel:
         reasons = engine.policy.why_waiting(engine.snapshot(), engine.prev_alloc)
         return {jid: reason.to_dict() for jid, reason in reasons.items()}
 
+    def waiting_codes(self) -> dict[int, str]:
+        """``why_waiting``'s codes alone (``SchedulingPolicy.waiting_codes``: no text per waiting job)."""
+        engine = self.engine
+        return {jid: code.value for jid, code in engine.policy.waiting_codes(engine.snapshot(), engine.prev_alloc).items()}
+
     def why_job_waits(self, job_id: int) -> dict | None:
         """``why_waiting`` of one job in the model (``SchedulingPolicy.why_job_waits``)."""
         engine = self.engine

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pcs_ray.policies.reasons import WaitReason, waiting_for_gpus
+from pcs_ray.policies.reasons import WaitCode, WaitReason, waiting_for_gpus
 from pcs_ray.jobs.state import JobState, Snapshot
 
 Allocation = dict[int, int]  # job_id -> GPU count (jobs left out get 0)
@@ -95,6 +95,11 @@ class SchedulingPolicy(ABC):
         """Why each active job without GPUs in ``alloc`` (this policy's decision on ``snap``) has none.
         A policy with a rule of its own says so; the default names the GPUs the job needs and the free ones."""
         return {j.spec.job_id: waiting_for_gpus(snap, alloc, j) for j in snap.jobs if not alloc.get(j.spec.job_id)}
+
+    def waiting_codes(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitCode]:
+        """``why_waiting``'s codes alone, for a count of wait reasons (the metrics): a policy whose reasons'
+        texts cost a string per waiting job overrides it with the codes without the texts."""
+        return {jid: why.code for jid, why in self.why_waiting(snap, alloc).items()}
 
     def why_job_waits(self, snap: Snapshot, alloc: Allocation, job: JobState) -> WaitReason | None:
         """``why_waiting``'s reason for one job (None: it has GPUs in ``alloc``, or no reason). A policy

@@ -322,21 +322,34 @@ class WFQPolicy(SchedulingPolicy):
         return left, len(entries), skip_at, left_at, served
 
     def relax(self, queue: list[JobState], left: int, alloc: Allocation) -> None:
-        """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order."""
-        zeta = self.config.zeta_min
+        """Leftover share: relax zeta by delta (to 0 at most) and top up in FIFO order.
+
+        A job that holds its ``max_gpus`` takes nothing more at any zeta (a cap never exceeds it), so
+        each round walks only the jobs the rounds before left short of it: a drained queue's jobs mostly
+        hold all they can use, and forward plays relax such a queue at every event."""
+        zeta, delta = self.config.zeta_min, self.config.delta
+        todo = queue
         while left > 0 and zeta > 0:
-            zeta = max(0.0, zeta - self.config.delta) if self.config.delta > 0 else 0.0
-            for job in queue:
+            zeta = max(0.0, zeta - delta) if delta > 0 else 0.0
+            short = []
+            for job in todo:
                 spec = job.spec
-                have = alloc.get(spec.job_id, 0)
-                cap = job.cap(zeta) if zeta > 0 else spec.max_gpus
-                extra = min(cap - have, left)
-                if extra <= 0 or have + extra < spec.min_gpus or (spec.rigid and have + extra < spec.max_gpus):
+                jid, most = spec.job_id, spec.max_gpus
+                have = alloc.get(jid, 0)
+                if have >= most:
                     continue
-                alloc[spec.job_id] = have + extra
-                left -= extra
-                if not left:
-                    return
+                extra = (job.cap(zeta) if zeta > 0 else most) - have
+                if extra > left:
+                    extra = left
+                if extra > 0 and have + extra >= spec.min_gpus and not (spec.rigid and have + extra < most):
+                    have += extra
+                    alloc[jid] = have
+                    left -= extra
+                    if not left:
+                        return
+                if have < most:
+                    short.append(job)
+            todo = short
 
     def completion_bound(self, snap: Snapshot, job: JobState) -> float | None:
         q = self.queue_of(job)
@@ -358,6 +371,14 @@ class WFQPolicy(SchedulingPolicy):
                 place += 1
                 out[job.spec.job_id] = self._queue_reason(q, place, held, snap.capacity, job)
         return out
+
+    def waiting_codes(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitCode]:
+        """Every job of a queue that ``alloc`` gives nothing waits in its queue (``why_waiting``, without
+        a text per waiting job)."""
+        if type(self).why_waiting is not WFQPolicy.why_waiting:  # a subclass with reasons of its own
+            return super().waiting_codes(snap, alloc)
+        queue = WaitCode.QUEUE
+        return {j.spec.job_id: queue for jobs in self._index(snap).queues for j in jobs if not alloc.get(j.spec.job_id)}
 
     def why_job_waits(self, snap: Snapshot, alloc: Allocation, job: JobState) -> WaitReason | None:
         """``why_waiting``'s reason for ``job`` alone: GPUs held are summed over the allocation (a few
