@@ -6,11 +6,16 @@ is its own. Nodes have 8 GPUs; ``mapa-*`` placements run on DGX-1 V100 nodes (``
 as ``bench/results_hashes.py`` runs the placements that read links; sizes round down to whole nodes). Per point: wall and CPU seconds,
 peak RSS, engine events, forward plays, and the placement work (``pcs_ray.placement.framework.COUNTERS``):
 placement calls (every job placed: decided, looked up again, or kept where it was), decisions computed
-and the cluster GPUs they read, per call. A point that runs past ``--cap`` seconds is reported as such.
+and the cluster GPUs they read, per call; placement rounds (``place`` calls: the live schedule's decisions
+and the forward plays') and the GPUs they touched. A GPU is *touched* each time its holder changes: a job
+gains or loses it in a round, or gives it back when it finishes; a job kept where it was touches nothing,
+however much work a round spends to find that out. ``gpus_touched_per_round`` is what an event asks of
+placement, whatever the cluster's size. A point that runs past ``--cap`` seconds is reported as such.
 
 Per (placement, predictions) series: the growth exponent of wall time, and of CPU time (the figure to read
-on a shared machine), against apps x GPUs (least squares of log time on log apps x GPUs over the points
-that finished; 1 = linear). Each point also gives the 1-minute load average before and after it.
+on a shared machine), against apps x GPUs and against apps x GPUs touched per round (least squares of log
+time on log work over the points that finished; 1 = linear: time that follows what changed grows with
+exponent <= 1 against apps x GPUs touched). Each point also gives the 1-minute load average before and after it.
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -56,6 +61,7 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     work = COUNTERS.as_dict()
     calls = work["decisions"] + work["reused"] + work["kept"]
+    rounds = work["rounds"]
     return {
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
@@ -63,6 +69,7 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
         "placement_calls": calls, **work,
         "gpus_read_per_call": round(work["gpus_read"] / calls, 1) if calls else 0.0,
         "gpus_read_per_decision": round(work["gpus_read"] / work["decisions"], 1) if work["decisions"] else 0.0,
+        "gpus_touched_per_round": round(work["gpus_touched"] / rounds, 2) if rounds else 0.0,
     }
 
 
@@ -82,9 +89,11 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
 
 
-def exponent(points: list[dict], time: str = "wall_s") -> float | None:
-    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x GPUs) over the finished points."""
-    xy = [(math.log(p["apps"] * p["gpus"]), math.log(p[time])) for p in points if p.get("finished")]
+def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
+    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x ``per_app``: ``gpus``
+    or ``gpus_touched_per_round``) over the finished points."""
+    xy = [(math.log(p["apps"] * p[per_app]), math.log(p[time])) for p in points
+          if p.get("finished") and p.get(per_app)]
     if len(xy) < 2:
         return None
     mx = sum(x for x, _ in xy) / len(xy)
@@ -132,7 +141,9 @@ def main() -> None:
             points += mine
             series.append({"placement": placement, "predict": predict, "points": len(mine),
                            "time_exponent_vs_apps_x_gpus": exponent(mine),
-                           "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s")})
+                           "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s"),
+                           "time_exponent_vs_apps_x_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_round"),
+                           "cpu_time_exponent_vs_apps_x_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_round")})
     print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
                       "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
 

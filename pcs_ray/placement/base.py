@@ -22,8 +22,10 @@ keeps the books: who holds which GPU, slowdowns, forks, explanations.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -33,6 +35,7 @@ from pcs_ray.cluster import ClusterSpec
 from pcs_ray.placement.explain import explanation
 from pcs_ray.placement.facts import ClusterFacts
 from pcs_ray.placement.framework import COUNTERS, Configuration, Decision, PlacementError
+from pcs_ray.placement.round_record import BEFORE, NOWHERE, RoundRecord, bits_to_mask
 from pcs_ray.jobs.state import JobState, Snapshot
 from pcs_ray.cluster.topology import TopoMatrix
 
@@ -113,9 +116,12 @@ class Placement:
         self._score_lists: dict[str, tuple] = {}  # class -> (its raw scores, as a list), shared with forks
         self._node_list: list[int] = self.node.tolist()
         # A re-placing round keeps a job where it was without deciding again where the configuration allows it
-        # (``Configuration.keeps``), by the last round's record (``_Round``), shared with forks (never changed).
+        # (``Configuration.keeps``), by the last round's record (``RoundRecord``), shared with forks.
         self._keeps = not self.sticky and config.keeps(facts)
-        self._last_round: _Round | None = None
+        self._last_round: RoundRecord | None = None
+        self._marked: set[int] = set()  # jobs whose GPUs changed outside a round since the last one
+        self._class_codes: dict[str, int] = {}  # job class -> its code in round records, shared with forks
+        self._class_names: list[str] = []
 
     # -- cluster facts -------------------------------------------------------
     def raw_scores(self, job_class: str) -> np.ndarray:
@@ -128,8 +134,7 @@ class Placement:
 
     def _mask(self, bits: int) -> np.ndarray:
         """``bits`` (bit g = GPU g) as a boolean array."""
-        raw = np.frombuffer(bits.to_bytes((self.num_gpus + 7) // 8, "little"), dtype=np.uint8)
-        return np.unpackbits(raw, count=self.num_gpus, bitorder="little").view(bool)
+        return bits_to_mask(bits, self.num_gpus)
 
     def spans(self, gpus: Sequence[int]) -> bool:
         """Whether ``gpus`` lie on more than one node (in Python numbers: a job has few GPUs)."""
@@ -193,7 +198,9 @@ class Placement:
             # The engine's snapshot is a view of its id -> job dict: use that dict rather than
             # rebuild it, which would cost O(all queued jobs) on every event of a forward play.
             by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
-            running = None  # built only when needed: this runs on every event of a forward play
+            # built only when needed (sticky placements place only jobs without GPUs): this runs on
+            # every event of a forward play
+            running = None if self.sticky else [by_id[jid] for jid, n in alloc.items() if n > 0]
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
         for job in changed:
@@ -214,6 +221,15 @@ class Placement:
             todo = [by_id[jid] for jid, n in alloc.items() if n > 0 and jid not in held]
         elif self.sticky:
             todo = [j for j in running if j.spec.job_id not in self.held]
+        elif self._keeps and not self._custom():
+            # Jobs stay in ``held`` while the round walks them: it reads only where something changed.
+            self._marked.update(j.spec.job_id for j in changed)
+            outside = [bits for jid, bits in self._held_bits.items() if not counts.get(jid, 0)]
+            start = 0
+            for bits in outside:
+                start |= bits
+            placed = self._replace_keeping(self.order(running, snap, counts), counts, old, start)
+            return self._settled(placed, changed, touched, counts, settle)
         else:
             if running is None:
                 running = [by_id[jid] for jid, n in alloc.items() if n > 0]
@@ -229,22 +245,35 @@ class Placement:
             todo = running
         ordered = self.order(todo, snap, counts)
         if self.sticky:
-            placed = ((job, self.take(job, counts[job.spec.job_id], old.get(job.spec.job_id, ()))) for job in ordered)
+            placed = ((job, self.take(job, counts[job.spec.job_id], old.get(job.spec.job_id, ())),
+                       old.get(job.spec.job_id, ())) for job in ordered)
         else:
-            placed = self.replace_all(ordered, counts, old)
-        for job, gpus in placed:
+            placed = ((job, gpus, old.get(job.spec.job_id, ())) for job, gpus in self.replace_all(ordered, counts, old))
+        return self._settled(placed, changed, touched, counts, settle)
+
+    def _settled(self, placed, changed: list[JobState], touched: dict[int, JobState], counts: Mapping[int, int],
+                 settle) -> list[JobState]:
+        """``place``'s end: each placed job ``(job, gpus, home)`` whose GPUs changed (or that changed) gets
+        them and its slowdown, settled first where only its GPUs changed; jobs left without GPUs lose theirs.
+        Counts the GPUs whose holder changed (``Counters.gpus_touched``)."""
+        moved = 0
+        for job, gpus, home in placed:
             jid = job.spec.job_id
-            home = old.get(jid, ())
             if gpus != home or jid in touched:
                 if settle is not None and jid not in touched:
                     settle(job)
+                if gpus != home:
+                    moved += len(set(gpus).symmetric_difference(home))
                 job.gpus = gpus
                 job.slowdown = self.slowdown(job, gpus)
                 touched[jid] = job
         for job in changed:
             if counts.get(job.spec.job_id, 0) == 0 and job.gpus:
+                moved += len(job.gpus)
                 job.gpus = ()
                 job.slowdown = 1.0
+        COUNTERS.rounds += 1
+        COUNTERS.gpus_touched += moved
         return list(touched.values())
 
     def release(self, job: JobState) -> None:
@@ -253,6 +282,7 @@ class Placement:
         if self.decisions is not None and jid in self.decisions:
             self.decisions[jid] = self._decision(jid).compact()
         if jid in self.held:
+            COUNTERS.gpus_touched += len(self.held[jid])
             self.give_back(jid)
 
     def forget(self, job_id: int) -> None:
@@ -270,6 +300,8 @@ class Placement:
         taken = [g for g in gpus if not 0 <= g < self.num_gpus or self._busy >> g & 1]
         if taken:
             raise PlacementError(f"{self.name}: job {jid} cannot adopt GPUs {taken}: out of range or held")
+        if self._keeps:
+            self._marked.add(jid)
         if gpus:
             self._held_bits[jid] = bits = _bits(gpus)
             self._busy |= bits
@@ -281,6 +313,7 @@ class Placement:
         other = copy.copy(self)
         other.held = dict(self.held)
         other._held_bits = dict(self._held_bits)
+        other._marked = set(self._marked)
         if self._draws or self._custom():  # otherwise nothing draws from the generator or writes the memory
             other.rng = copy.deepcopy(self.rng)
             other.memory = copy.deepcopy(self.memory)
@@ -323,7 +356,7 @@ class Placement:
             if config.class_order:
                 return sorted(jobs, key=lambda j: (j.spec.job_class, -counts[j.spec.job_id]))
             return sorted(jobs, key=lambda j: -counts[j.spec.job_id])
-        return sorted(jobs, key=lambda j: j.spec.job_class) if config.class_order else jobs
+        return sorted(jobs, key=_job_class) if config.class_order else jobs
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
@@ -340,7 +373,14 @@ class Placement:
         return gpus, decision
 
     def _decision(self, jid: int) -> Decision:
-        """Job ``jid``'s latest decision, made now where a round kept the job without deciding (``_Kept``)."""
+        """Job ``jid``'s latest decision, made now where a round kept the job without deciding (``_Kept``, or
+        the last round's record)."""
+        last = self._last_round
+        q = None if last is None else last.pos.get(jid)
+        if q is not None and not last.decided[q]:
+            job, gpus = last.jobs[q], last.gpus[q]
+            self.decisions[jid] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
+            last.decided[q] = True
         decision = self.decisions[jid]
         if type(decision) is _Kept:
             job, n, free_bits, home = decision
@@ -351,74 +391,180 @@ class Placement:
 
     def replace_all(self, jobs: Sequence[JobState], counts: Mapping[int, int],
                     home: Mapping[int, tuple[int, ...]]) -> list[tuple[JobState, tuple[int, ...]]]:
-        """A re-placing round: each of ``jobs`` (none holding GPUs now), in order, takes ``counts`` GPUs
-        (``take``, preferring ``home``); returns each job with its GPUs.
-
-        Where the configuration keeps (``Configuration.keeps``), a job whose count and home are what it won
-        in the last round takes them again without a decision when, compared with the free GPUs it was
-        decided on then (the last round's start less what the jobs before it took), none of its GPUs was
-        taken since and none of the GPUs freed since scores better for its class than its total. A round
-        then decides only for jobs that are new, changed, or could prefer what moved: the same GPUs as
-        deciding for every job, in proportion to what changed."""
-        last, record = self._last_round, _Round(self._busy)
+        """A re-placing round that decides for every job: each of ``jobs`` (none holding GPUs now), in order,
+        takes ``counts`` GPUs (``take``, preferring ``home``); returns each job with its GPUs."""
         out = []
-        keeping = self._keeps and not self._custom()
-        if last is None or not keeping:
-            for job in jobs:
-                jid = job.spec.job_id
-                gpus, total, strict = self._take(job, counts[jid], home.get(jid, ()))
-                record.add(jid, gpus, self._held_bits[jid], total, strict)
-                out.append((job, gpus))
-            self._last_round = record if keeping else None
-            return out
-        was_at, was_bits = last.info, last.bits
-        then = last.start  # the GPUs held at this point of the last round
-        k = 0  # the next position of the last round not yet passed
-        floors: dict[tuple[int, str], float] = {}
-        info, order = record.info, record.bits
-        held, held_bits, decisions, kept_count = self.held, self._held_bits, self.decisions, 0
-        busy = self._busy
         for job in jobs:
             jid = job.spec.job_id
-            n, mine = counts[jid], home.get(jid, ())
-            was = was_at.get(jid)
-            kept = False
-            if was is not None and was[0] >= k:
-                pos, gpus, bits, total, strict = was
-                while k < pos:
-                    then |= was_bits[k]
-                    k += 1
-                k = pos + 1
-                if mine == gpus and len(gpus) == n and not (busy & bits):
-                    freed = then & ~busy
-                    if freed:
-                        key = (freed, job.spec.job_class)
-                        floor = floors.get(key)
-                        if floor is None:
-                            floor = floors[key] = self._floor(freed, job.spec.job_class)
-                        kept = floor > total + 1e-12 if strict else floor >= total
-                    else:
-                        kept = True
-                then |= bits
-            if kept:
-                kept_count += 1
-                if decisions is not None:
-                    decisions[jid] = _Kept(job, n, self._all & ~busy, mine)
-                busy |= bits
-                held[jid] = gpus
-                held_bits[jid] = bits
-            else:
-                self._busy = busy
-                gpus, total, strict = self._take(job, n, mine)
-                busy = self._busy
-                bits = held_bits[jid]
-            info[jid] = (len(order), gpus, bits, total, strict)
-            order.append(bits)
-            out.append((job, gpus))
-        self._busy = busy
-        COUNTERS.kept += kept_count
-        self._last_round = record
+            out.append((job, self._take(job, counts[jid], home.get(jid, ()))[0]))
+        self._last_round = None
         return out
+
+    def _replace_keeping(self, jobs: list[JobState], counts: Mapping[int, int], home: Mapping[int, tuple[int, ...]],
+                         start: int) -> list[tuple[JobState, tuple[int, ...], tuple[int, ...]]]:
+        """A re-placing round where the configuration keeps (``Configuration.keeps``): the same GPUs as
+        ``replace_all`` would give, deciding only for jobs that are new, changed, or could prefer what moved.
+
+        ``jobs`` are the round's jobs in order, still in ``held`` where they hold GPUs (``home``: the GPUs of
+        those that gave theirs back); ``start``, the GPUs held by jobs outside the round. A job whose count and
+        GPUs are what it had at its position ``p`` of the last round takes them again without a decision when,
+        against the GPUs held at ``p`` then, none of its GPUs was taken since (``taken``: held now, not then)
+        and none of the GPUs freed since (``freed``: held then, not now) scores better for its class than its
+        total. Over jobs at the last round's next positions that keep, ``taken`` and ``freed`` do not change,
+        so such a stretch is checked with array operations on the last round's record and skipped; the
+        rule runs job by job only where the stretch ends. Returns ``(job, gpus, home)`` for the jobs walked
+        one by one (the others kept their GPUs); records the round for the next one."""
+        last = self._last_round
+        if last is None:
+            last = RoundRecord.empty(self.num_gpus, start)
+        r = len(jobs)
+        ids = [job.spec.job_id for job in jobs]
+        pos = {jid: i for i, jid in enumerate(ids)}
+        was = last.pos.get
+        at = np.fromiter([was(jid, -1) for jid in ids], dtype=np.int64, count=r)
+        n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
+        # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
+        # and its GPUs did not change outside the rounds since
+        plain = at >= 0
+        if len(last.n):
+            plain &= last.n[np.where(plain, at, 0)] == n_now
+        else:
+            plain[:] = False
+        for jid in self._marked:
+            i = pos.get(jid)
+            if i is not None:
+                plain[i] = False
+        self._marked = set()
+        # a stretch (jobs at consecutive positions of the last round, each plain) ends before the next break
+        shift = at - np.arange(r)
+        brk = ~plain
+        brk[1:] |= shift[1:] != shift[:-1]
+        breaks = np.flatnonzero(brk).tolist()
+        breaks.append(r)
+        holders_of: dict[int, np.ndarray] = {}
+        freed, taken = last.start & ~start, start & ~last.start
+        held, held_bits = self.held, self._held_bits
+        floors: dict[tuple[int, str], float] = {}
+        names = self._class_names
+        decided: dict[int, tuple[tuple[int, ...], float, bool]] = {}  # new position -> its decision
+        out = []
+        k = j = kept = 0  # k: the last round's next position not passed; j: this round's next job
+        while j < r:
+            if plain[j] and at[j] == k:
+                length = breaks[bisect.bisect_right(breaks, j)] - j
+                stop = length  # the first job of the stretch that does not keep
+                if taken:
+                    holders = holders_of.get(taken)
+                    if holders is None:
+                        holders = holders_of[taken] = last.holders(taken)
+                    inside = holders[(holders >= k) & (holders < k + length)]
+                    if len(inside):
+                        stop = int(inside.min()) - k
+                if freed and stop:
+                    classes = last.cls[k : k + stop]
+                    floor = np.array([self._floor_of(floors, freed, name) for name in names])
+                    bound, total = floor[classes], last.total[k : k + stop]
+                    worse = np.where(last.strict[k : k + stop], bound <= total + 1e-12, bound < total)
+                    if worse.any():
+                        stop = int(worse.argmax())
+                kept += stop
+                j += stop
+                k += stop
+                if stop == length:
+                    continue
+            # one job by the rule itself
+            job, jid, n, p = jobs[j], ids[j], int(n_now[j]), int(at[j])
+            mine = home.get(jid)
+            if mine is None:
+                mine = held.get(jid, ())
+            keep = False
+            if p >= k:
+                if p > k:  # the jobs passed over (gone or moved later) held these at their positions then
+                    passed = last.held_between(k, p)
+                    freed |= passed & ~taken
+                    taken &= ~passed
+                k = p + 1
+                gpus = last.gpus[p]
+                bits = _bits(gpus)
+                if mine == gpus and len(gpus) == n and not (taken & bits):
+                    keep = not freed or self._keeps_against(floors, freed, job.spec.job_class,
+                                                            float(last.total[p]), bool(last.strict[p]))
+                freed |= bits & ~taken  # held then: freed unless taken again below
+                taken &= ~bits
+            if keep:
+                kept += 1
+                held[jid], held_bits[jid] = gpus, bits
+            else:
+                held.pop(jid, None)
+                held_bits.pop(jid, None)
+                self._busy = (last.held_before(k) & ~freed) | taken
+                gpus, total, strict = self._take(job, n, mine)
+                bits = held_bits[jid]
+                decided[j] = (gpus, total, strict)
+            taken |= bits & ~freed
+            freed &= ~bits
+            out.append((job, gpus, mine))
+            j += 1
+        self._busy = (last.held_before(k) & ~freed) | taken
+        COUNTERS.kept += kept
+        if self.decisions is not None:
+            self._explain_dropped(last, at)
+        self._last_round = self._record(last, jobs, pos, at, n_now, decided, start)
+        return out
+
+    def _keeps_against(self, floors: dict, freed: int, job_class: str, total: float, strict: bool) -> bool:
+        """Whether a job of ``total`` keeps its GPUs with ``freed`` freed since (``Configuration.keeps``)."""
+        floor = self._floor_of(floors, freed, job_class)
+        return floor > total + 1e-12 if strict else floor >= total
+
+    def _floor_of(self, floors: dict, freed: int, job_class: str) -> float:
+        key = (freed, job_class)
+        floor = floors.get(key)
+        if floor is None:
+            floor = floors[key] = self._floor(freed, job_class)
+        return floor
+
+    def _explain_dropped(self, last: RoundRecord, at: np.ndarray) -> None:
+        """Jobs the last round kept that this round does not hold: their decision is made from that round
+        when asked (``_Kept``), as the record that could make it is replaced."""
+        stays = np.zeros(len(last.n), dtype=bool)
+        stays[at[at >= 0]] = True
+        for q in np.flatnonzero(~stays & ~last.decided).tolist():
+            job, gpus = last.jobs[q], last.gpus[q]
+            self.decisions[job.spec.job_id] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
+
+    def _record(self, last: RoundRecord, jobs: list[JobState], pos: dict[int, int], at: np.ndarray,
+                n_now: np.ndarray, decided: dict, start: int) -> RoundRecord:
+        """This round's record, from the last one for the jobs that kept their GPUs."""
+        r = len(jobs)
+        was_decided = np.zeros(r, dtype=bool)
+        rows = np.fromiter(decided, dtype=np.int64, count=len(decided))
+        was_decided[rows] = True
+        from_last = np.where(was_decided, 0, at)
+        if len(last.n):
+            gpus, total, strict, cls = last.gpus[from_last], last.total[from_last], last.strict[from_last], last.cls[from_last]
+        else:
+            gpus, total = np.empty(r, dtype=object), np.zeros(r)
+            strict, cls = np.zeros(r, dtype=bool), np.zeros(r, dtype=np.int64)
+        owner = np.full(self.num_gpus, NOWHERE, dtype=np.int64)
+        if len(last.n):
+            keeps = ~was_decided
+            moved_to = np.full(len(last.n), NOWHERE, dtype=np.int64)
+            moved_to[at[keeps]] = np.flatnonzero(keeps)
+            held_then = (last.owner >= 0) & (last.owner < NOWHERE)
+            owner[held_then] = moved_to[last.owner[held_then]]
+        owner[bits_to_mask(start, self.num_gpus)] = BEFORE
+        code = self._class_codes
+        for row, (g, t, s) in decided.items():
+            gpus[row], total[row], strict[row] = g, t, s
+            name = jobs[row].spec.job_class
+            c = code.get(name)
+            if c is None:
+                c = code[name] = len(self._class_names)
+                self._class_names.append(name)
+            cls[row] = c
+            owner[list(g)] = row
+        return RoundRecord(self.num_gpus, start, jobs, pos, gpus, n_now, total, strict, cls, owner, was_decided)
 
     # -- helpers ---------------------------------------------------------------
     def _floor(self, bits: int, job_class: str) -> float:
@@ -433,12 +579,16 @@ class Placement:
         """Free the GPUs job ``jid`` holds and return them (the first half of a move; ``take`` is the second)."""
         gpus = self.held.pop(jid)
         bits = self._held_bits.pop(jid, None)
+        if self._keeps:
+            self._marked.add(jid)
         self._busy &= ~(_bits(gpus) if bits is None else bits)
         return gpus
 
     def take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
         """Give ``job`` ``n`` free GPUs (preferring ``home``, what it held before) and return them; the
         step ``place`` runs per job, which a forward play (``pcs_ray.forecast``) runs in the same order."""
+        if self._keeps:
+            self._marked.add(job.spec.job_id)
         return self._take(job, n, home)[0]
 
     def _take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[tuple[int, ...], float, bool]:
@@ -503,20 +653,7 @@ class _Kept(NamedTuple):
     home: tuple[int, ...]
 
 
-class _Round:
-    """What a re-placing round gave, for the next round (``Placement.replace_all``): the GPUs held when it
-    started, and per job its position, GPUs (and as bits), total, and whether a freed GPU must score strictly above it."""
-
-    __slots__ = ("bits", "info", "start")
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.info: dict[int, tuple[int, tuple[int, ...], int, float, bool]] = {}
-        self.bits: list[int] = []
-
-    def add(self, jid: int, gpus: tuple[int, ...], bits: int, total: float, strict: bool) -> None:
-        self.info[jid] = (len(self.bits), gpus, bits, total, strict)
-        self.bits.append(bits)
+_job_class = operator.attrgetter("spec.job_class")
 
 
 def _bits(gpus) -> int:

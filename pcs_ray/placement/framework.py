@@ -55,15 +55,17 @@ class Counters:
     """Placement work done in this process (``bench/sim_scale.py`` reads it): ``decisions`` computed by a
     configuration and ``gpus_read``, the cluster GPUs their contexts read (each reads the free mask of the
     whole cluster); ``reused``, decisions looked up again (``Placement``'s reuse table); ``kept``, jobs a
-    re-placing round left on their GPUs without deciding again (``Placement``'s round record)."""
+    re-placing round left on their GPUs without deciding again (``Placement``'s round record); ``rounds``,
+    calls of ``Placement.place``; ``gpus_touched``, GPUs whose holder changed: each GPU a job gained or
+    lost in a round, or gave back when it finished (what the events asked for, whatever the work done)."""
 
-    __slots__ = ("decisions", "gpus_read", "kept", "reused")
+    __slots__ = ("decisions", "gpus_read", "gpus_touched", "kept", "reused", "rounds")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.decisions = self.gpus_read = self.reused = self.kept = 0
+        self.decisions = self.gpus_read = self.reused = self.kept = self.rounds = self.gpus_touched = 0
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

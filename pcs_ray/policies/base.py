@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 from pcs_ray.policies.reasons import WaitCode, WaitReason, waiting_for_gpus
@@ -81,6 +81,11 @@ class SchedulingPolicy(ABC):
         for policies whose ``allocate`` would otherwise rescan every job on every
         event. The engine owns it and rebuilds it for each fork; None: no index."""
         return None
+
+    def fork_index(self, index, jobs: Mapping[int, JobState]):
+        """The index of a fork of the engine whose ``index`` this policy's original made, for the fork's
+        ``jobs`` (id -> its copy of each active job, in arrival order): by default made again."""
+        return self.make_index(jobs.values())
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
         """Time at which ``allocate`` must run again even if nothing else happens

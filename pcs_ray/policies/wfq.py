@@ -195,6 +195,16 @@ class _QueueIndex:
         need, counts = _need(entry), self.needs[q]
         counts[need] = counts.get(need, 0) + 1
 
+    def over(self, jobs) -> _QueueIndex:
+        """This index for other copies of the same jobs (``jobs``: id -> copy)."""
+        other = _QueueIndex.__new__(_QueueIndex)
+        other.policy = self.policy
+        other.queues = [[jobs[job.spec.job_id] for job in queue] for queue in self.queues]
+        other.entries = [list(entries) for entries in self.entries]
+        other.usable = list(self.usable)
+        other.needs = [dict(counts) for counts in self.needs]
+        return other
+
     def remove(self, job: JobState) -> None:
         q = self.policy.queue_of(job)
         i = self.queues[q].index(job)  # FIFO: finished jobs are almost always near the head
@@ -246,6 +256,12 @@ class WFQPolicy(SchedulingPolicy):
 
     def make_index(self, jobs) -> _QueueIndex:
         return _QueueIndex(self, jobs)
+
+    def fork_index(self, index, jobs) -> _QueueIndex:
+        """The same queues over the fork's copies of the jobs, copied rather than built job by job again."""
+        if not isinstance(index, _QueueIndex) or index.policy is not self:
+            return self.make_index(jobs.values())
+        return index.over(jobs)
 
     def _index(self, snap: Snapshot) -> _QueueIndex:
         index = snap.index

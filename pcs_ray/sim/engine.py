@@ -128,7 +128,7 @@ class Engine:
         other.eta = dict(self.eta)
         other.eta_heap = list(self.eta_heap)
         other.prev_alloc = self.prev_alloc
-        other.index = other.policy.make_index(other.active.values())
+        other.index = other.policy.fork_index(self.index, other.active)
         return other
 
     def admit(self, spec: JobSpec) -> JobState:
