@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -77,6 +78,14 @@ def start_ray(gpus: int | dict[str, int] = 0, cpus: int | None = None, **init):
         options["resources"] = {k: v for node, n in nodes.items() for k, v in node_gpu_resources(node, n).items()}
     ray.init(**{**options, **init})
     return ray
+
+
+def private_token(folder: Path) -> Path:
+    """A fresh cluster token in ``folder/token``, readable by its owner only (``RAY_AUTH_TOKEN_PATH``)."""
+    token = Path(folder) / "token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    return token
 
 
 def cli_env(token: Path | None = None, pythonpath: str | Path = ROOT, **extra: str) -> dict:

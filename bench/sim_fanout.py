@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import Cli, cli_env, log, up_local
+from common import Cli, cli_env, log, private_token, up_local
 
 from pcs_ray.api import strict_json
 
@@ -70,9 +69,7 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="pcs-sim-fanout-"))
-    token = work / "token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    token = private_token(work)
     cli = Cli(cli_env(token))
     simulate = ["simulate", "--workload", "themis1", "--num-apps", args.num_apps, "--gpus", args.gpus,
                 "-p", args.policies, "--seed", args.seeds]

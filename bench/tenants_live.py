@@ -20,12 +20,12 @@ Prints one JSON object of what it measured; the cluster is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import secrets
 import tempfile
 import time
 from pathlib import Path
 
-from common import Cli, cli_env, up_local
+from common import Cli, cli_env, private_token, up_local
+
 from pcs_ray.api import strict_json
 
 JOB = "name: burst\nworkload: tiny_cnn\nsteps: 400\ngpus: 1\ncheckpoint_every: 20\nparams: {num_samples: 256, seed: 1}\n"
@@ -40,9 +40,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for each phase")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pcs-tenants-live-"))
-    token = work / "token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    token = private_token(work)
     (work / "job.yaml").write_text(JOB)
     (work / "tenants.yaml").write_text(
         "tenants:\n  vision: {quota: 2}\n  speech: {quota: 2}\n"

@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, Cli, cli_env, log, up_local
+from common import ROOT, Cli, cli_env, log, private_token, up_local
 
 sys.path.insert(0, str(ROOT / "tests"))
 from tune_examples import (  # the test suite's port of an example
@@ -66,9 +65,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds the driver may run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pcs-tune-full-"))
-    token = work / "token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    token = private_token(work)
     (work / "other.yaml").write_text(OTHER.format(steps=args.steps))
     original = (EXAMPLES / args.example).read_text()
     script = work / args.example
