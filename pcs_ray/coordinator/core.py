@@ -605,24 +605,22 @@ class Coordinator(CoordinatorState):
     def waiting(self) -> dict[int, dict]:
         """Why each queued or stopping job has no GPUs to run on: the policy's reason where it gives the job
         none, else the runs it waits for (``decisions.hand_overs``)."""
-        reasons = {jid: why.to_dict() for jid, why in
-                   hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
-        for jid, why in self.model.why_waiting().items():
-            job = self.active.get(jid)
-            if job is not None and job.state == JobStatus.QUEUED:
-                reasons[jid] = why
-        return reasons
+        return self._waits(self.model.why_waiting(), lambda why: why.to_dict())
 
     def waiting_codes(self) -> dict[int, str]:
         """``waiting()``'s codes alone, for a count by reason (the metrics): the policy's without the text it
         would write for each of thousands of queued jobs."""
-        codes = {jid: why.code.value for jid, why in
-                 hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
-        for jid, code in self.model.waiting_codes().items():
+        return self._waits(self.model.waiting_codes(), lambda why: why.code.value)
+
+    def _waits(self, policy_reasons: dict, shown: Callable) -> dict:
+        """The hand-overs' reasons (``shown`` each), then the policy's for the jobs still queued."""
+        out = {jid: shown(why) for jid, why in
+               hand_overs(self.active.values(), self.holders.values(), self.model.plan(), self.gpu_name).items()}
+        for jid, why in policy_reasons.items():
             job = self.active.get(jid)
             if job is not None and job.state == JobStatus.QUEUED:
-                codes[jid] = code
-        return codes
+                out[jid] = why
+        return out
 
     def waiting_for(self, jid: int) -> dict | None:
         """``waiting()`` of one job, without the reasons of every other (a submission's reply reads it)."""
