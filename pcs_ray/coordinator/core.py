@@ -553,11 +553,14 @@ class Coordinator(CoordinatorState):
     def _forecast_passed(self) -> bool:
         """Whether an active job's forecast (its finish, or a queued job's start) is behind the clock: time
         alone made it stale, with no event to say so (a sweep whose trials wait reports nothing)."""
-        return bool(self._passed(self.now()))
+        now = self.now()
+        return any(self._behind(job, now) for job in self.active.values())
 
-    def _passed(self, now: float) -> set[int]:
-        return {j.job_id for j in self.active.values() if j.predicted is not None and j.predicted < now
-                or j.predicted_start is not None and j.predicted_start < now}
+    @staticmethod
+    def _behind(job, now: float) -> bool:
+        """Whether the job's predicted finish, or a queued job's predicted start, is earlier than ``now``."""
+        return (job.predicted is not None and job.predicted < now
+                or job.predicted_start is not None and job.predicted_start < now)
 
     def _set_forecast(self, jid: int, t: float, starts: dict[int, float] | None = None) -> bool:
         """An active job's predicted finish (its first one is kept as the prediction at submission) and, for
@@ -683,13 +686,12 @@ class Coordinator(CoordinatorState):
         loop plays again within about a second, :meth:`_forecast_passed`): their finish shown as at least
         now plus their own work left on their GPUs, their start as now at the earliest."""
         now = self.now()
-        passed = self._passed(now)
+        passed = [view for view in shown
+                  if (job := self.active.get(view["id"])) is not None and self._behind(job, now)]
         if not passed:
             return
         self.model.sync(now, self.active, self._dirty, self.speed)
-        for view in shown:
-            if view["id"] not in passed:
-                continue
+        for view in passed:
             left = self.model.time_left(view["id"])
             if view.get("predicted_completion") is not None and left is not None:
                 view["predicted_completion"] = max(view["predicted_completion"], self.wall(now + left))
