@@ -198,8 +198,8 @@ class Placement:
             # The engine's snapshot is a view of its id -> job dict: use that dict rather than
             # rebuild it, which would cost O(all queued jobs) on every event of a forward play.
             by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
-            # built only when needed (sticky placements place only jobs without GPUs): this runs on
-            # every event of a forward play
+            # a sticky placement places only jobs without GPUs and never needs the running list: this runs
+            # on every event of a forward play
             running = None if self.sticky else [by_id[jid] for jid, n in alloc.items() if n > 0]
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
@@ -231,8 +231,6 @@ class Placement:
             placed = self._replace_keeping(self.order(running, snap, counts), counts, old, start)
             return self._settled(placed, changed, touched, counts, settle)
         else:
-            if running is None:
-                running = [by_id[jid] for jid, n in alloc.items() if n > 0]
             held, held_bits, freed = self.held, self._held_bits, 0
             for job in running:  # every running job gives its GPUs back (give_back, in one pass)
                 jid = job.spec.job_id
