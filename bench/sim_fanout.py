@@ -28,14 +28,7 @@ from pathlib import Path
 from common import Cli, cli_env, log, private_token, up_local
 
 from pcs_ray.api import strict_json
-
-
-def without_wall(data):
-    if isinstance(data, dict):
-        return {k: without_wall(v) for k, v in data.items() if k != "wall_s"}
-    if isinstance(data, list):
-        return [without_wall(v) for v in data]
-    return data
+from pcs_ray.sim.metrics import without_wall
 
 
 def timed(cli: Cli, args: list, what: str) -> tuple[float, dict]:

@@ -11,56 +11,33 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from builders import wait_until
+from local_up import ROOT, cli, one_json, private_env, up_local
 
 from pcs_ray.commands import local_cluster as lc
 from pcs_ray.contract import TERMINAL
-from builders import wait_until
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # starts local Ray clusters through the CLI
-
-CLI = [sys.executable, "-m", "pcs_ray.cli"]
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _cli(env, *args, timeout=180, check=True):
-    proc = subprocess.run([*CLI, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"pcs-ray {args[0]} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("local-cluster")
-    token = tmp / "token"
-    token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_health_check_period_ms="500",
-               RAY_health_check_failure_threshold="3", RAY_USAGE_STATS_ENABLED="0")
+    env = private_env(tmp, RAY_health_check_period_ms="500", RAY_health_check_failure_threshold="3")
     state = tmp / "state"
-    try:
-        up = _cli(env, "up", "--local", "--nodes", 2, "--gpus-per-node", 1, "--state-dir", state, "--json", timeout=300)
-        yield {"env": {**env, "RAY_ADDRESS": _json(up.stdout)["address"]}, "up": _json(up.stdout), "state": state}
-    finally:
-        if (state / lc.STATE_FILE).exists():
-            lc.down(state)
-
-
-def _json(stdout: str) -> dict:
-    """The command's one JSON object: Ray itself may print a line into the same stdout (a raylet it saw die)."""
-    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
+    with up_local(env, state, "--nodes", 2, "--gpus-per-node", 1) as info:
+        yield {"env": {**env, "RAY_ADDRESS": info["address"]}, "up": info, "state": state}
 
 
 def _jobs(env) -> dict[int, dict]:
-    return {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
+    return {j["id"]: j for j in one_json(cli(env, "status", "--json").stdout)["jobs"]}
 
 
 def test_up_prints_the_cluster_and_records_its_processes_privately(cluster):
@@ -88,21 +65,21 @@ def test_the_cli_talks_http_and_finds_a_killed_coordinator_again(cluster, tmp_pa
     job = tmp_path / "external.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 100\ngpus: 1\nexecutor: external\n")
     before = len(_jobs(env))
-    first = _json(_cli(env, "submit", job, "--json").stdout)["id"]
+    first = one_json(cli(env, "submit", job, "--json").stdout)["id"]
     killed = json.loads((state / "api.json").read_text())["pid"]
     os.kill(killed, 9)
-    second = _json(_cli(env, "submit", job, "--json").stdout)["id"]
+    second = one_json(cli(env, "submit", job, "--json").stdout)["id"]
     assert json.loads((state / "api.json").read_text())["pid"] != killed
     jobs = _jobs(env)
     assert len(jobs) == before + 2 and first != second and {first, second} <= set(jobs)
     api = HttpTransport(cluster["up"]["api"], token=Path(env["RAY_AUTH_TOKEN_PATH"]).read_text().strip())
     for jid in (first, second):  # free their GPUs as their executor would
-        _cli(env, "cancel", jid)
+        cli(env, "cancel", jid)
         view = api.call("assignment", jid)
         if view["state"] == "stopping":
             api.call("external_ended", jid, view["attempt"], "preempted", view["steps"])
     assert all(_jobs(env)[jid]["state"] == "cancelled" for jid in (first, second))
-    refused = _cli({**env, "RAY_AUTH_TOKEN": "wrong"}, "status", check=False)
+    refused = cli({**env, "RAY_AUTH_TOKEN": "wrong"}, "status", check=False)
     assert refused.returncode == 2 and refused.stderr.startswith("error: the pcs-ray coordinator's API at")
 
 
@@ -146,7 +123,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
     env, state = cluster["env"], cluster["state"]
     job = tmp_path / "ddp.yaml"
     job.write_text("workload: tiny_cnn\nsteps: 1500\ngpus: 2\nmin_gpus: 1\ncheckpoint_every: 100\n")
-    jid = _json(_cli(env, "submit", job, "--json").stdout)["id"]
+    jid = one_json(cli(env, "submit", job, "--json").stdout)["id"]
     running = wait_until(lambda: (j := _jobs(env)[jid])["state"] == "running" and j["steps"] >= 250 and j,
                     120, "the DDP job to pass two checkpoints")
     assert sorted(running["gpus"]) == ["node0:0", "node1:0"]  # one rank on each raylet
@@ -163,7 +140,7 @@ def test_ddp_across_raylets_survives_the_loss_of_a_worker_node(cluster, tmp_path
 
 def test_down_stops_exactly_what_up_started(cluster):
     record = lc.load(cluster["state"])
-    result = _json(_cli(cluster["env"], "down", "--state-dir", cluster["state"], "--json").stdout)
+    result = one_json(cli(cluster["env"], "down", "--state-dir", cluster["state"], "--json").stdout)
     assert result["left"] == {}
     assert all(lc._stat(pid) is None or lc._stat(pid)[0] not in {n.leader for n in record.nodes}
                for n in record.nodes for pid in n.pids)

@@ -9,21 +9,17 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
-import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-from pcs_ray.commands import local_cluster as lc
+from local_up import ROOT, private_env, status, up_local
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # starts a local Ray cluster through the CLI
 
-ROOT = Path(__file__).resolve().parent.parent
 RAY_TRAIN = Path(importlib.util.find_spec("ray").submodule_search_locations[0]) / "train"
 LINEAR = RAY_TRAIN / "examples" / "pytorch" / "torch_linear_example.py"
 
@@ -50,28 +46,10 @@ def changed_lines(before: str, after: str) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train-examples")
-    token = tmp / "token"
-    token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "PCS_RAY_API")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
-    state = tmp / "state"
-    try:
-        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", "--nodes", "2", "--gpus-per-node",
-                             "1", "--state-dir", str(state), "--json"], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=ROOT, check=False)
-        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        info = json.loads(next(line for line in up.stdout.splitlines() if line.startswith("{")))
+    env, state = private_env(tmp), tmp / "state"
+    with up_local(env, state, "--nodes", 2, "--gpus-per-node", 1) as info:
         yield {"env": {**env, "RAY_ADDRESS": info["address"], "PCS_RAY_API": info["api"]}, "up": info,
                "state": state, "tmp": tmp}
-    finally:
-        if (state / lc.STATE_FILE).exists():
-            lc.down(state)
-
-
-def _status(env) -> dict:
-    out = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "status", "--json"], env=env, capture_output=True,
-                         text=True, timeout=120, cwd=ROOT, check=True)
-    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
 
 
 def test_rays_torch_linear_example_runs_with_only_its_imports_changed(cluster):
@@ -86,7 +64,7 @@ def test_rays_torch_linear_example_runs_with_only_its_imports_changed(cluster):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     printed = ast.literal_eval(run.stdout.strip().splitlines()[-1])  # the example prints result.metrics
 
-    job = max(_status(cluster["env"])["jobs"], key=lambda j: j["id"])  # the one it submitted, the newest
+    job = max(status(cluster["env"])["jobs"], key=lambda j: j["id"])  # the one it submitted, the newest
     assert job["state"] == "finished" and job["total_steps"] is None  # a Ray script gives no total
     assert len(job["segments"][0]["gpus"]) == 2 and job["retries"] == 0
     rows = [json.loads(line) for line in
@@ -144,7 +122,7 @@ def test_an_elastic_torch_trainer_is_resized_by_a_rigid_arrival_and_resumes_from
     try:
         jid = json.loads(driver.stdout.readline())["job"]
         deadline = time.monotonic() + 240
-        while not any(j["id"] == jid and len(j["gpus"]) == 2 and j["steps"] >= 3 for j in _status(env)["jobs"]):
+        while not any(j["id"] == jid and len(j["gpus"]) == 2 and j["steps"] >= 3 for j in status(env)["jobs"]):
             assert time.monotonic() < deadline and driver.poll() is None, "the elastic job never trained on 2 GPUs"
             time.sleep(1.0)
         rigid = cluster["tmp"] / "rigid.yaml"
@@ -157,7 +135,7 @@ def test_an_elastic_torch_trainer_is_resized_by_a_rigid_arrival_and_resumes_from
             driver.kill()
     assert driver.returncode == 0, out[-3000:] + err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    jobs = {j["name"]: j for j in _status(env)["jobs"]}
+    jobs = {j["name"]: j for j in status(env)["jobs"]}
     elastic, other = jobs["elastic"], jobs["rigid"]
     assert elastic["state"] == "finished" and other["state"] in ("finished", "running", "queued")
     counts = [len(s["gpus"]) for s in elastic["segments"]]

@@ -40,24 +40,20 @@ is indeed not installed):
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from local_up import private_env, status, up_local
 from tune_examples import EXAMPLES, IMPORTS, OWN_RAY, changed_lines, port
-
-from pcs_ray.commands import local_cluster as lc
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # a local Ray cluster through the CLI, and ten Tune drivers
 
-ROOT = Path(__file__).resolve().parent.parent
 
 #: The examples that run: file -> (what the port adds after ``client=Client(),``, the sweep's name).
 RUNS = {
@@ -140,34 +136,16 @@ def test_the_port_changes_only_the_tuner_lines(name):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune-examples")
-    token = tmp / "token"
-    token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "PCS_RAY_API")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
-    state = tmp / "state"
-    began = time.monotonic()
+    env, began = private_env(tmp), time.monotonic()
     try:
-        up = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "up", "--local", "--nodes", "1", "--gpus-per-node",
-                             "2", "--state-dir", str(state), "--json"], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=ROOT, check=False)
-        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        info = json.loads(next(line for line in up.stdout.splitlines() if line.startswith("{")))
-        home = tmp / "home"  # Tune writes its results under ~/ray_results
-        home.mkdir()
-        yield {"env": {**env, "RAY_ADDRESS": info["address"], "PCS_RAY_API": info["api"]},
-               "driver_env": {**env, "RAY_ADDRESS": info["address"], "RAY_AUTH_MODE": "token", "HOME": str(home)},
-               "tmp": tmp}
+        with up_local(env, tmp / "state", "--nodes", 1, "--gpus-per-node", 2) as info:
+            home = tmp / "home"  # Tune writes its results under ~/ray_results
+            home.mkdir()
+            yield {"env": {**env, "RAY_ADDRESS": info["address"], "PCS_RAY_API": info["api"]},
+                   "driver_env": {**env, "RAY_ADDRESS": info["address"], "RAY_AUTH_MODE": "token", "HOME": str(home)},
+                   "tmp": tmp}
     finally:
-        if (state / lc.STATE_FILE).exists():
-            lc.down(state)
         print(f"\ntune examples: module wall time {time.monotonic() - began:.0f} s")
-
-
-def _status(env) -> dict:
-    out = subprocess.run([sys.executable, "-m", "pcs_ray.cli", "status", "--json"], env=env, capture_output=True,
-                         text=True, timeout=120, cwd=ROOT, check=True)
-    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
 
 
 def test_the_suites_examples_are_examples_that_run():
@@ -179,7 +157,7 @@ def test_rays_tune_example_runs_under_pcs_tuner_with_only_its_tuner_lines_change
     extra, sweep = RUNS[name]
     script = cluster["tmp"] / name
     script.write_text(port((EXAMPLES / name).read_text(), extra))
-    before = {j["id"] for j in _status(cluster["env"])["jobs"]}
+    before = {j["id"] for j in status(cluster["env"])["jobs"]}
     began = time.monotonic()
     run = subprocess.run([sys.executable, str(script), "--smoke-test"], env=cluster["driver_env"],
                          capture_output=True, text=True, timeout=900, cwd=script.parent, check=False)
@@ -187,6 +165,6 @@ def test_rays_tune_example_runs_under_pcs_tuner_with_only_its_tuner_lines_change
     print(f"\n{name}: {took:.0f} s")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     assert "Best hyperparameters" in run.stdout  # each example prints its best trial's config last
-    [job] = [j for j in _status(cluster["env"])["jobs"] if j["id"] not in before]  # its sweep: one app
+    [job] = [j for j in status(cluster["env"])["jobs"] if j["id"] not in before]  # its sweep: one app
     assert job["name"] == sweep and job["state"] == "finished", job
     assert job["steps"] > 0 and job["segments"] and job["gpus"] == []

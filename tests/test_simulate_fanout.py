@@ -11,6 +11,7 @@ from builders import invoke
 
 from pcs_ray.commands.inputs import UsageError
 from pcs_ray.commands.simulate_grid import combinations, integers, listed
+from pcs_ray.sim.metrics import without_wall
 
 SMALL = ["simulate", "--workload", "themis1", "--num-apps", "30", "--gpus", "16"]
 PLACED = [*SMALL, "--gpus-per-node", "4", "--profile", "longhorn"]
@@ -23,15 +24,6 @@ def given(**values) -> dict:
              "skip_threshold", "power", "power_budget_kw", "pcr", "energy_unit")
     return {**dict.fromkeys(unset), "gpus": 16, "gpus_per_node": 4, "overhead": 0.0, "predict": True, "workers": 1,
             "as_json": False, **values}
-
-
-def without_wall(data):
-    """``data`` with every ``wall_s`` (the one figure that depends on where a run ran) left out."""
-    if isinstance(data, dict):
-        return {k: without_wall(v) for k, v in data.items() if k != "wall_s"}
-    if isinstance(data, list):
-        return [without_wall(v) for v in data]
-    return data
 
 
 def run_json(capsys, *args) -> dict:

@@ -12,8 +12,6 @@ stuck driver's sweep waited for them.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -23,13 +21,13 @@ from pathlib import Path
 
 import pytest
 from builders import wait_until
+from local_up import ROOT, cli, one_json, private_env
 
 from pcs_ray.commands import local_cluster as lc
 
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the local launcher reads /proc"),
               pytest.mark.slow]  # a local Ray cluster through the CLI, and two Tune drivers
 
-ROOT = Path(__file__).resolve().parent.parent
 LEASE_S = 5.0
 
 DRIVER = textwrap.dedent("""
@@ -63,17 +61,6 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _cli(env, *args, timeout=180):
-    proc = subprocess.run([sys.executable, "-m", "pcs_ray.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, check=False)
-    assert proc.returncode == 0, f"pcs-ray {args[0]} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    return proc
-
-
-def _json(stdout: str) -> dict:
-    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
-
-
 def _driver(env, driver, mode, storage, *extra) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(driver), mode, str(storage), *map(str, extra)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -83,20 +70,16 @@ def test_sweeps_whose_driver_is_gone_free_their_gpus_within_the_lease_and_a_live
         tmp_path, monkeypatch):
     from pcs_ray.client import Client
 
-    token = tmp_path / "token"
-    token.write_text(secrets.token_hex(32))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS",
-                                                            "PCS_RAY_API")}
-    env.update(RAY_AUTH_TOKEN_PATH=str(token), PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    env = private_env(tmp_path)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", env["RAY_AUTH_TOKEN_PATH"])
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     state = tmp_path / "state"
     try:
-        up = _cli(env, "up", "--local", "--nodes", 1, "--gpus-per-node", 2, "--state-dir", state,
-                  "--limit", f"external_lease_s={LEASE_S:g}", "--json", timeout=300)
-        info = _json(up.stdout)
+        up = cli(env, "up", "--local", "--nodes", 1, "--gpus-per-node", 2, "--state-dir", state,
+                 "--limit", f"external_lease_s={LEASE_S:g}", "--json", timeout=300)
+        info = one_json(up.stdout)
         env["RAY_ADDRESS"] = info["address"]
-        _cli({**env, "PCS_RAY_API": info["api"]}, "config", "set", "--policy", "fair")  # an arrival takes a share
+        cli({**env, "PCS_RAY_API": info["api"]}, "config", "set", "--policy", "fair")  # an arrival takes a share
         api = Client(api=info["api"])
         driver = tmp_path / "driver.py"
         driver.write_text(DRIVER)
@@ -115,7 +98,7 @@ def test_sweeps_whose_driver_is_gone_free_their_gpus_within_the_lease_and_a_live
         dead = [_driver(env, driver, "die", tmp_path / f"tune-dead{i}") for i in range(2)]
         died_at = {}  # each driver printed its job and then killed itself at once
         for proc in dead:
-            line = _json(proc.stdout.readline())
+            line = one_json(proc.stdout.readline())
             died_at[line["job"]] = line["submitted"]
         first, second = sorted(died_at)
         seen: dict[int, list[str]] = {first: [], second: []}
@@ -137,13 +120,13 @@ def test_sweeps_whose_driver_is_gone_free_their_gpus_within_the_lease_and_a_live
 
         # (d) A driver stuck for three leases keeps its GPUs (it lives), then its sweep finishes on them.
         stuck = _driver({**env, "RAY_AUTH_MODE": "token"}, driver, "stuck", tmp_path / "tune-stuck", 3 * LEASE_S)
-        live_job = _json(stuck.stdout.readline())["job"]
-        woke = _json(stuck.stdout.readline())["fit"]
+        live_job = one_json(stuck.stdout.readline())["job"]
+        woke = one_json(stuck.stdout.readline())["fit"]
         held = api.job(live_job)
         out, err = stuck.communicate(timeout=300)
         assert stuck.returncode == 0 and "fit done" in out, out[-2000:] + err[-4000:]
 
-        jobs_now = {j["id"]: j for j in _json(_cli(env, "status", "--json").stdout)["jobs"]}
+        jobs_now = {j["id"]: j for j in one_json(cli(env, "status", "--json").stdout)["jobs"]}
         one, two, done = jobs_now[first], jobs_now[second], jobs_now[live_job]
         assert handed_over, seen  # the first dead sweep was asked for a GPU while it held both
         assert one["state"] == "cancelled" and one["end_reason"]["code"] == "driver-lost", one

@@ -19,6 +19,16 @@ def _linear_share(rec: JobRecord, share: float) -> float:
     return share
 
 
+def without_wall(data):
+    """``data`` (a summary, or lists and dicts of them) with every ``wall_s`` left out: what two runs of
+    the same simulation must agree on wherever they ran."""
+    if isinstance(data, dict):
+        return {k: without_wall(v) for k, v in data.items() if k != "wall_s"}
+    if isinstance(data, list):
+        return [without_wall(v) for v in data]
+    return data
+
+
 def pred_errors(records: list[JobRecord]) -> tuple[np.ndarray, np.ndarray]:
     """PCS's ``100 |JCT - pred| / pred`` and its signed version, for jobs with a prediction."""
     jct, pred = [], []
