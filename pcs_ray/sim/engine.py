@@ -280,8 +280,15 @@ class Engine:
         job.anchor = now
 
     def settle_all(self) -> None:
-        for job in self.running.values():
-            self.settle(job)
+        """``settle`` for every running job (inlined: this runs over every running job before each prediction)."""
+        now, eta = self.now, self.eta
+        for jid, job in self.running.items():
+            dt = now - job.anchor
+            if dt > 0 and job.alloc:
+                job.attained += job.alloc * dt
+                job.remaining = service_left(job.spec.speedup[job.alloc] / job.slowdown, eta[jid], now,
+                                             job.stall_until)
+            job.anchor = now
 
     def remove(self, finished: list[JobState]) -> None:
         for job in finished:
