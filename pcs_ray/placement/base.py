@@ -320,6 +320,18 @@ class Placement:
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
+    def plays_as(self) -> "Placement":
+        """The placement a forward play runs: this one. A wrapper that forwards what it does not define to
+        the placement it wraps (``PlacementLog``) answers with that placement, whose forks are its own."""
+        return self
+
+    @staticmethod
+    def count(rounds: int, touched: int) -> None:
+        """Count placement work done step by step (``take``/``give_back``, as a queue play does): ``rounds``
+        rounds and ``touched`` GPUs whose holder changed, as ``place`` and ``release`` count theirs."""
+        COUNTERS.rounds += rounds
+        COUNTERS.gpus_touched += touched
+
     def fork(self) -> "Placement":
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
