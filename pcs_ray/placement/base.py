@@ -320,7 +320,7 @@ class Placement:
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
-    def plays_as(self) -> "Placement":
+    def plays_as(self) -> Placement:
         """The placement a forward play runs: this one. A wrapper that forwards what it does not define to
         the placement it wraps (``PlacementLog``) answers with that placement, whose forks are its own."""
         return self
