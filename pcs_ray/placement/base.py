@@ -200,19 +200,14 @@ class Placement:
             by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
             # a sticky placement places only jobs without GPUs and never needs the running list: this runs
             # on every event of a forward play
-            # whether every job of the allocation runs (no zero counts): then its keys are the running jobs,
-            # and the passes below run as set and map operations rather than Python loops
-            every = 0 not in alloc.values()
-            running = None if self.sticky else list(map(by_id.__getitem__, alloc)) if every else [
-                by_id[jid] for jid, n in alloc.items() if n > 0]
+            running = None if self.sticky else [by_id[jid] for jid, n in alloc.items() if n > 0]
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
         for job in changed:
             jid = job.spec.job_id
             if jid in self.held and counts.get(jid, 0) != len(self.held[jid]):
                 old[jid] = self.give_back(jid)
-        num_running = len(running) if running is not None else len(alloc) if every else sum(
-            1 for n in alloc.values() if n > 0)
+        num_running = len(running) if running is not None else sum(1 for n in alloc.values() if n > 0)
         if alloc is not None and len(self.held) > num_running:
             # jobs the allocation leaves out lose their GPUs even if the caller did not list them
             for jid in [jid for jid in self.held if counts.get(jid, 0) == 0]:
@@ -223,22 +218,13 @@ class Placement:
                     changed.append(job)
         if running is None and self.sticky:
             held = self.held
-            if every:
-                new = alloc.keys() - held.keys()
-                todo = ([] if not new else [by_id[new.pop()]] if len(new) == 1 else
-                        [by_id[jid] for jid in alloc if jid in new])
-            else:
-                todo = [by_id[jid] for jid, n in alloc.items() if n > 0 and jid not in held]
+            todo = [by_id[jid] for jid, n in alloc.items() if n > 0 and jid not in held]
         elif self.sticky:
             todo = [j for j in running if j.spec.job_id not in self.held]
         elif self._keeps and not self._custom():
             # Jobs stay in ``held`` while the round walks them: it reads only where something changed.
             self._marked.update(j.spec.job_id for j in changed)
-            held_bits = self._held_bits
-            if alloc is not None and every:
-                outside = [held_bits[jid] for jid in held_bits.keys() - alloc.keys()]
-            else:
-                outside = [bits for jid, bits in held_bits.items() if not counts.get(jid, 0)]
+            outside = [bits for jid, bits in self._held_bits.items() if not counts.get(jid, 0)]
             start = 0
             for bits in outside:
                 start |= bits

@@ -280,15 +280,8 @@ class Engine:
         job.anchor = now
 
     def settle_all(self) -> None:
-        """``settle`` for every running job (inlined: this runs over every running job before each prediction)."""
-        now, eta = self.now, self.eta
-        for jid, job in self.running.items():
-            dt = now - job.anchor
-            if dt > 0 and job.alloc:
-                job.attained += job.alloc * dt
-                job.remaining = service_left(job.spec.speedup[job.alloc] / job.slowdown, eta[jid], now,
-                                             job.stall_until)
-            job.anchor = now
+        for job in self.running.values():
+            self.settle(job)
 
     def remove(self, finished: list[JobState]) -> None:
         for job in finished:
