@@ -3,19 +3,25 @@
 Each point is ``simulate`` of ``themis1`` apps (load 0.9, seed 4567) under ``pcs-bal`` on ``gpus`` GPUs,
 with a placement or none, predictions on or off, run in a child process of its own so that its peak RSS
 is its own. Nodes have 8 GPUs; ``mapa-*`` placements run on DGX-1 V100 nodes (``--topology dgx1-v100``,
-as ``bench/results_hashes.py`` runs the placements that read links; sizes round down to whole nodes). Per point: wall and CPU seconds,
-peak RSS, engine events, forward plays, and the placement work (``pcs_ray.placement.framework.COUNTERS``):
-placement calls (every job placed: decided, looked up again, or kept where it was), decisions computed
-and the cluster GPUs they read, per call; placement rounds (``place`` calls: the live schedule's decisions
-and the forward plays') and the GPUs they touched. A GPU is *touched* each time its holder changes: a job
-gains or loses it in a round, or gives it back when it finishes; a job kept where it was touches nothing,
-however much work a round spends to find that out. ``gpus_touched_per_round`` is what an event asks of
-placement, whatever the cluster's size. A point that runs past ``--cap`` seconds is reported as such.
+as ``bench/results_hashes.py`` runs the placements that read links; sizes round down to whole nodes).
+Per point: wall and CPU seconds, peak RSS, engine events, forward plays, and the placement work
+(``pcs_ray.placement.framework.COUNTERS``): placement calls (every job placed: decided, looked up again,
+or kept where it was), decisions computed and the cluster GPUs they read, per call; placement rounds (the
+live schedule's and the forward plays', ``Placement.place`` calls or a queue play's own) and the GPUs they
+touched. A GPU is *touched* each time its holder changes: a job gains or loses it in a round, or gives it
+back when it finishes; a job kept where it was touches nothing, however much work a round spends to find
+that out. ``gpus_touched_per_round`` is what an event asks of placement, whatever the cluster's size;
+``rounds_per_app`` and ``gpus_touched_per_app`` (rounds, and GPUs touched, over the whole run divided by
+its apps) say whether a larger cluster asks for more rounds per app. A point that runs past ``--cap``
+seconds is reported as such. Each point also gives the 1-minute load average before and after it.
 
 Per (placement, predictions) series: the growth exponent of wall time, and of CPU time (the figure to read
-on a shared machine), against apps x GPUs and against apps x GPUs touched per round (least squares of log
-time on log work over the points that finished; 1 = linear: time that follows what changed grows with
-exponent <= 1 against apps x GPUs touched). Each point also gives the 1-minute load average before and after it.
+on a shared machine), against three measures of work: apps x GPUs; apps x GPUs touched per round; and the
+total GPUs touched (apps x GPUs touched per app = rounds x GPUs touched per round). Each is the least-squares
+slope of log time on log work over the points that finished; 1 = linear, and time that follows what changed
+grows with exponent <= 1 against the GPUs touched. The per-round measure takes every app to ask for as many
+rounds on any cluster; the total one counts the rounds each app really asked for, live and in its forward
+plays (fewer per app on a larger cluster of this workload, so it is the stricter of the two).
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -70,6 +76,8 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
         "gpus_read_per_call": round(work["gpus_read"] / calls, 1) if calls else 0.0,
         "gpus_read_per_decision": round(work["gpus_read"] / work["decisions"], 1) if work["decisions"] else 0.0,
         "gpus_touched_per_round": round(work["gpus_touched"] / rounds, 2) if rounds else 0.0,
+        "rounds_per_app": round(rounds / apps, 3),
+        "gpus_touched_per_app": round(work["gpus_touched"] / apps, 2),
     }
 
 
@@ -90,8 +98,8 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
 
 
 def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
-    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x ``per_app``: ``gpus``
-    or ``gpus_touched_per_round``) over the finished points."""
+    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x ``per_app``: ``gpus``,
+    ``gpus_touched_per_round`` or ``gpus_touched_per_app``) over the finished points."""
     xy = [(math.log(p["apps"] * p[per_app]), math.log(p[time])) for p in points
           if p.get("finished") and p.get(per_app)]
     if len(xy) < 2:
@@ -143,7 +151,9 @@ def main() -> None:
                            "time_exponent_vs_apps_x_gpus": exponent(mine),
                            "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s"),
                            "time_exponent_vs_apps_x_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_round"),
-                           "cpu_time_exponent_vs_apps_x_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_round")})
+                           "cpu_time_exponent_vs_apps_x_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_round"),
+                           "time_exponent_vs_total_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_app"),
+                           "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app")})
     print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
                       "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
 

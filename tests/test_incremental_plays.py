@@ -131,6 +131,7 @@ def test_first_pass_stops_where_no_waiting_job_fits_and_decides_the_same():
     ("packed-sticky", {}, lambda: vc_config("0e4a51", "bal"), 0.0),
     ("random-sticky", {"seed": 3}, lambda: vc_config("0e4a51", "jct"), 10.0),
     ("pal", {"sticky": True}, lambda: build_policy("fifo"), 0.0),  # class A first: the placing order is not the policy's
+    ("logged:packed-sticky", {}, lambda: vc_config("0e4a51", "bal"), 0.0),  # as simulate's CLI wraps it (PlacementLog)
 ])
 def test_plays_with_a_sticky_placement_equal_the_full_fork(name, options, policy, overhead, monkeypatch):
     """The queue play runs a sticky placement itself (the GPUs and slowdown of every job whose count changed):
@@ -141,9 +142,15 @@ def test_plays_with_a_sticky_placement_equal_the_full_fork(name, options, policy
     placed = []
     commit = QueuePlay._commit_placed
     monkeypatch.setattr(QueuePlay, "_commit_placed", lambda self, *a: placed.append(1) or commit(self, *a))
+    from pcs_ray.placement.stats import PlacementLog
+
+    def placement():
+        made = create_placement(name.removeprefix("logged:"), cluster, **options)
+        return PlacementLog(made) if name.startswith("logged:") else made
+
     cluster, jobs, policy = measured_cluster(4, 8, 2), classed(with_costs(philly("0e4a51", 150))), policy()
     runs = [simulate(jobs, 32, policy, predict=True, overhead=overhead, incremental=incremental,
-                     placement=create_placement(name, cluster, **options)) for incremental in (False, True)]
+                     placement=placement()) for incremental in (False, True)]
     assert forecasts(runs[1]) == forecasts(runs[0])
     assert sum(r.refreshes for r in runs[0].records) > 0 and len(placed) > 1000  # the queue play did place
 

@@ -22,7 +22,11 @@ from pcs_ray.jobs.state import JobState
 
 def plays_itself(placement) -> bool:
     """Whether a queue play can run ``placement`` itself (``QueuePlay.place``): the one placement
-    class, sticky (only jobs whose count changed are placed), and no time-dependent run predictor."""
+    class, sticky (only jobs whose count changed are placed), and no time-dependent run predictor.
+    A wrapper (``PlacementLog``) plays as the placement it wraps (``Placement.plays_as``)."""
+    plays_as = getattr(placement, "plays_as", None)
+    if plays_as is not None:
+        placement = plays_as()
     return type(placement) is Placement and placement.sticky and getattr(placement.facts, "slow_runs", None) is None
 
 
@@ -223,7 +227,7 @@ class QueuePlay:
                     if i < f.at:
                         front[q] = Front(f.share, f.job, f.left, f.passed, f.at - 1)
                 if place is not None and jid in place.held:  # Engine.remove -> Placement.release
-                    place.give_back(jid)
+                    place.count(0, len(place.give_back(jid)))
                 self.left_jobs -= 1
                 self.dirty.add(q)
         self.demand -= dropped
@@ -431,9 +435,15 @@ class QueuePlay:
         if len(todo) > 1:
             todo.sort(key=self._alloc_order(todo, merged))
         counts = dict(todo)
+        touched = sum(len(gpus) for jid, gpus in home.items() if not counts.get(jid))
         for job in place.order([jobs[jid] for jid, _ in todo], None, counts):
             jid = job.spec.job_id
-            sd[jid] = place.slowdown(job, place.take(job, counts[jid], home.get(jid, ())))
+            mine = home.get(jid, ())
+            gpus = place.take(job, counts[jid], mine)
+            sd[jid] = place.slowdown(job, gpus)
+            if gpus != mine:
+                touched += len(set(gpus).symmetric_difference(mine))
+        place.count(1, touched)  # what Placement.place counts for the same round
         for jid, n in changed:
             if n:
                 end = eta[jid] = finish_time(now, stl[jid], rem[jid], jobs[jid].spec.speedup[n] / sd[jid])

@@ -306,6 +306,18 @@ class Placement:
             self.held[jid] = gpus
         job.slowdown = self.slowdown(job, gpus)
 
+    def plays_as(self) -> Placement:
+        """The placement a forward play runs: this one. A wrapper that forwards what it does not define to
+        the placement it wraps (``PlacementLog``) answers with that placement, whose forks are its own."""
+        return self
+
+    @staticmethod
+    def count(rounds: int, touched: int) -> None:
+        """Count placement work done step by step (``take``/``give_back``, as a queue play does): ``rounds``
+        rounds and ``touched`` GPUs whose holder changed, as ``place`` and ``release`` count theirs."""
+        COUNTERS.rounds += rounds
+        COUNTERS.gpus_touched += touched
+
     def fork(self) -> "Placement":
         """An independent copy for playing forward (predictions); static tables are shared."""
         other = copy.copy(self)
@@ -416,11 +428,10 @@ class Placement:
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
-        ids = [job.spec.job_id for job in jobs]
-        pos = {jid: i for i, jid in enumerate(ids)}
-        was = last.pos.get
-        at = np.fromiter([was(jid, -1) for jid in ids], dtype=np.int64, count=r)
-        n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
+        ids = list(map(_job_id, jobs))
+        pos = dict(zip(ids, range(r)))
+        at = np.fromiter(map(last.pos.get, ids, itertools.repeat(-1, r)), dtype=np.int64, count=r)
+        n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since
         plain = at >= 0
@@ -652,6 +663,7 @@ class _Kept(NamedTuple):
 
 
 _job_class = operator.attrgetter("spec.job_class")
+_job_id = operator.attrgetter("spec.job_id")
 
 
 def _bits(gpus) -> int:

@@ -241,14 +241,26 @@ class Embeddings(Source):
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         facts, n, pattern = ctx.facts, ctx.n, ctx.spec.pattern
         bits = ctx.bits
-        seen: set[tuple[int, int]] = set()
-        for node in ctx.node_ok.nonzero()[0]:
-            node = int(node)
+        nodes = ctx.node_ok.nonzero()[0]
+        if not len(nodes):
+            return
+        # the first node of each (table, free GPUs) group, in node order, found by array operations
+        width = facts.gpus_per_node
+        if width <= 32:
+            key = (facts.table_groups(n, pattern)[nodes] << width) | bits[nodes]
+            _, first = np.unique(key, return_index=True)
+            nodes = nodes[np.sort(first)]
+        else:  # the key would not fit in 64 bits: group one node at a time
+            seen: set[tuple[int, int]] = set()
+            keep = []
+            for node in nodes.tolist():
+                group = (id(facts.table(node, n, pattern)), int(bits[node]))
+                if group not in seen:
+                    seen.add(group)
+                    keep.append(node)
+            nodes = np.asarray(keep, dtype=np.int64)
+        for node in nodes.tolist():
             table = facts.table(node, n, pattern)
-            group = (id(table), int(bits[node]))
-            if group in seen:
-                continue
-            seen.add(group)
             rows = table.feasible(int(bits[node]))
             order = table.agg_order if self.embedding == "aggregated" else table.eff_order
             yield Candidates(self.name, np.full(len(rows), node), gpus=facts.node_start[node] + order[rows],

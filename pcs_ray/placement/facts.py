@@ -174,6 +174,19 @@ class ClusterFacts:
             table = tables[key] = self.hw_model.table(node, n, pattern)
         return table
 
+    def table_groups(self, n: int, pattern: str) -> np.ndarray:
+        """Per node, a number shared by exactly the nodes whose ``table(node, n, pattern)`` is the same object
+        (-1 for nodes smaller than ``n``), so that a decision can group nodes without looking each one up."""
+        key = (n, pattern)
+        cache = self.__dict__.setdefault("_table_groups", {})
+        groups = cache.get(key)
+        if groups is None:
+            seen: dict[int, int] = {}
+            groups = cache[key] = np.fromiter(
+                (seen.setdefault(id(self.table(k, n, pattern)), len(seen)) if n <= self.node_size[k] else -1
+                 for k in range(self.num_nodes)), dtype=np.int64, count=self.num_nodes)
+        return groups
+
     @cached_property
     def sockets(self) -> list[np.ndarray]:
         return [np.asarray(t.sockets(), dtype=np.int64) for t in self.hw]

@@ -56,7 +56,8 @@ class Counters:
     configuration and ``gpus_read``, the cluster GPUs their contexts read (each reads the free mask of the
     whole cluster); ``reused``, decisions looked up again (``Placement``'s reuse table); ``kept``, jobs a
     re-placing round left on their GPUs without deciding again (``Placement``'s round record); ``rounds``,
-    calls of ``Placement.place``; ``gpus_touched``, GPUs whose holder changed: each GPU a job gained or
+    calls of ``Placement.place`` and the rounds a queue play places itself (``Placement.count``);
+    ``gpus_touched``, GPUs whose holder changed: each GPU a job gained or
     lost in a round, or gave back when it finished (what the events asked for, whatever the work done)."""
 
     __slots__ = ("decisions", "gpus_read", "gpus_touched", "kept", "reused", "rounds")
