@@ -17,9 +17,10 @@ cores. Every job is sized to take about ``--seconds`` of steps on this machine, 
 the same loop before it (a separate coordinator, so the timed job is still never seen). Torch runs one
 thread (``OMP_NUM_THREADS=1``): the machine's cores are shared. Prints one JSON object (stdout): per loop
 the predictions at submission and at a tenth of the steps, the JCT, the errors, the start-up and the step
-pace before and after the tenth, and how many of the machine's cores were busy (all processes,
-``/proc/stat``) before and after it: the loop itself keeps about one busy, and a loop that slows after its
-tenth beside a machine busier then was slowed by the machine, not by its own work. Progress goes to stderr.
+pace before and after the tenth, and how busy the machine was before and after it (all processes,
+``/proc/stat``: cores busy, and threads runnable at each poll, this bench's among them): the loop itself
+keeps about one core busy, and a loop that slows after its tenth while more threads wait for the cores
+was slowed by the machine, not by its own work. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -135,33 +136,41 @@ def coordinator(ray, state_dir: Path):
             time.sleep(0.1)
 
 
-def cpu_jiffies() -> tuple[int, int] | None:
-    """The machine's (busy, total) CPU time so far in clock ticks, all cores together (None: no ``/proc/stat``)."""
+def cpu_reading() -> tuple[int, int, int] | None:
+    """The machine's CPU now, from ``/proc/stat``: (busy, total) CPU time so far in clock ticks, all cores
+    together, and the threads runnable at this instant (this bench's poll among them); None off Linux."""
     try:
         with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+            lines = f.read().splitlines()
+        ticks = [int(x) for x in lines[0].split()[1:]]
+        running = next(int(line.split()[1]) for line in lines if line.startswith("procs_running "))
+    except (OSError, ValueError, StopIteration, IndexError):
         return None
-    idle = sum(ticks[3:5])  # idle, iowait
-    return sum(ticks) - idle, sum(ticks)
+    return sum(ticks) - sum(ticks[3:5]), sum(ticks), running  # less idle and iowait
 
 
-def busy_cores(a: tuple[int, int] | None, b: tuple[int, int] | None) -> float | None:
-    """Cores busy on average between two :func:`cpu_jiffies` readings."""
+def busy_cores(a: tuple | None, b: tuple | None) -> float | None:
+    """Cores busy on average between two :func:`cpu_reading` readings."""
     if a is None or b is None or b[1] <= a[1]:
         return None
     return round((os.cpu_count() or 1) * (b[0] - a[0]) / (b[1] - a[1]), 2)
 
 
+def runnable(readings: list) -> float | None:
+    """The mean count of runnable threads over :func:`cpu_reading` readings: above the cores, the loop waits its turn."""
+    counts = [r[2] for r in readings if r is not None]
+    return round(sum(counts) / len(counts), 2) if counts else None
+
+
 def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple]]:
     """Poll the job until it ends: its final view and (time, predicted completion, steps, step time, the machine's
-    :func:`cpu_jiffies`) at each poll."""
+    :func:`cpu_reading`) at each poll."""
     history, began = [], time.time()
     while True:
         job = next(j for j in client.status()["jobs"] if j["id"] == jid)
         if job["state"] in ("finished", "failed", "cancelled", "timed_out"):
             return job, history
-        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"], cpu_jiffies()))
+        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"], cpu_reading()))
         if time.time() - began > deadline_s:
             raise TimeoutError(f"job {jid} still {job['state']} after {deadline_s:.0f} s")
         time.sleep(0.25)
@@ -199,6 +208,8 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
             "steps_per_s_after_tenth": None if after is None else round(after, 2),
             "machine_busy_cores_before_tenth": busy_cores(first[2], cpu) if first else None,
             "machine_busy_cores_after_tenth": busy_cores(cpu, history[-1][4]),
+            "machine_runnable_before_tenth": runnable([h[4] for h in history if first and first[0] <= h[0] <= t]),
+            "machine_runnable_after_tenth": runnable([h[4] for h in history if h[0] >= t]),
         })
     trace, last = [], None  # the forecast until a fifth of the steps: [s since submission, predicted JCT, steps, step s]
     for t, predicted, steps, step_s, _ in history:

@@ -38,8 +38,10 @@ def test_a_probe_spanning_a_few_seconds_gives_its_pace(bench):
 
 def test_busy_cores_is_the_machine_share_between_two_readings(bench, monkeypatch):
     monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
-    assert bench.busy_cores((100, 1000), (250, 1200)) == 1.5  # 150 of 200 ticks busy on 2 cores
-    assert bench.busy_cores(None, (250, 1200)) is None
-    assert bench.busy_cores((100, 1000), (100, 1000)) is None
-    reading = bench.cpu_jiffies()
-    assert reading is None or 0 <= reading[0] <= reading[1]
+    assert bench.busy_cores((100, 1000, 1), (250, 1200, 3)) == 1.5  # 150 of 200 ticks busy on 2 cores
+    assert bench.busy_cores(None, (250, 1200, 3)) is None
+    assert bench.busy_cores((100, 1000, 1), (100, 1000, 1)) is None
+    assert bench.runnable([(0, 0, 1), None, (0, 0, 4)]) == 2.5
+    assert bench.runnable([None]) is None
+    reading = bench.cpu_reading()
+    assert reading is None or (0 <= reading[0] <= reading[1] and reading[2] >= 1)  # this test's thread runs
