@@ -17,7 +17,10 @@ cores. Every job is sized to take about ``--seconds`` of steps on this machine, 
 the same loop before it (a separate coordinator, so the timed job is still never seen). Torch runs one
 thread (``OMP_NUM_THREADS=1``): the machine's cores are shared. Prints one JSON object (stdout): per loop
 the predictions at submission and at a tenth of the steps, the JCT, the errors, the start-up and the step
-pace before and after the tenth; progress goes to stderr.
+pace before and after the tenth, and how busy the machine was before and after it (all processes,
+``/proc/stat``: cores busy, and threads runnable at each poll, this bench's among them): the loop itself
+keeps about one core busy, and a loop that slows after its tenth while more threads wait for the cores
+was slowed by the machine, not by its own work. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from pcs_ray.api import strict_json
 TENTH = 0.1
 USER_CODE = ROOT / "examples" / "user-code"
 THREADS = {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
+#: A probe's pace is taken over polled reports at least this many seconds apart. Reports come once a
+#: second: over two of them the cnn's probe read 82-87 steps/s of a loop that then ran 160-197, and sized
+#: its job to half of ``--seconds``.
+PROBE_SPAN_S = 3.0
 
 CNN_LOOP = '''
 import os
@@ -129,14 +136,41 @@ def coordinator(ray, state_dir: Path):
             time.sleep(0.1)
 
 
+def cpu_reading() -> tuple[int, int, int] | None:
+    """The machine's CPU now, from ``/proc/stat``: (busy, total) CPU time so far in clock ticks, all cores
+    together, and the threads runnable at this instant (this bench's poll among them); None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+        ticks = [int(x) for x in lines[0].split()[1:]]
+        running = next(int(line.split()[1]) for line in lines if line.startswith("procs_running "))
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+    return sum(ticks) - sum(ticks[3:5]), sum(ticks), running  # less idle and iowait
+
+
+def busy_cores(a: tuple | None, b: tuple | None) -> float | None:
+    """Cores busy on average between two :func:`cpu_reading` readings."""
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return round((os.cpu_count() or 1) * (b[0] - a[0]) / (b[1] - a[1]), 2)
+
+
+def runnable(readings: list) -> float | None:
+    """The mean count of runnable threads over :func:`cpu_reading` readings: above the cores, the loop waits its turn."""
+    counts = [r[2] for r in readings if r is not None]
+    return round(sum(counts) / len(counts), 2) if counts else None
+
+
 def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple]]:
-    """Poll the job until it ends: its final view and (time, predicted completion, steps, step time) at each poll."""
+    """Poll the job until it ends: its final view and (time, predicted completion, steps, step time, the machine's
+    :func:`cpu_reading`) at each poll."""
     history, began = [], time.time()
     while True:
         job = next(j for j in client.status()["jobs"] if j["id"] == jid)
         if job["state"] in ("finished", "failed", "cancelled", "timed_out"):
             return job, history
-        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"]))
+        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"], cpu_reading()))
         if time.time() - began > deadline_s:
             raise TimeoutError(f"job {jid} still {job['state']} after {deadline_s:.0f} s")
         time.sleep(0.25)
@@ -153,8 +187,8 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
     job, history = follow(client, handle.id, deadline_s)
     total = job["total_steps"]
     jct = job["finish"] - submit
-    at_tenth = next(((t, p, s) for t, p, s, _ in history if s >= TENTH * total and p is not None), None)
-    reported = [(t, s) for t, _, s, _ in history if s > 0]
+    at_tenth = next(((t, p, s, cpu) for t, p, s, _, cpu in history if s >= TENTH * total and p is not None), None)
+    reported = [(t, s, cpu) for t, _, s, _, cpu in history if s > 0]
     first = reported[0] if reported else None
     out = {
         "state": job["state"], "steps": job["steps"], "total_steps": total, "jct_s": round(jct, 2),
@@ -163,7 +197,7 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
         "first_report_after_s": None if first is None else round(first[0] - submit, 2),
     }
     if at_tenth is not None:
-        t, predicted, steps = at_tenth
+        t, predicted, steps, cpu = at_tenth
         before = (steps - first[1]) / (t - first[0]) if first and t > first[0] else None
         after = (total - steps) / (job["finish"] - t) if job["finish"] > t else None
         out.update({
@@ -172,9 +206,13 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
             "signed_error_at_tenth_s": round(jct - (predicted - submit), 2),
             "steps_per_s_before_tenth": None if before is None else round(before, 2),
             "steps_per_s_after_tenth": None if after is None else round(after, 2),
+            "machine_busy_cores_before_tenth": busy_cores(first[2], cpu) if first else None,
+            "machine_busy_cores_after_tenth": busy_cores(cpu, history[-1][4]),
+            "machine_runnable_before_tenth": runnable([h[4] for h in history if first and first[0] <= h[0] <= t]),
+            "machine_runnable_after_tenth": runnable([h[4] for h in history if h[0] >= t]),
         })
     trace, last = [], None  # the forecast until a fifth of the steps: [s since submission, predicted JCT, steps, step s]
-    for t, predicted, steps, step_s in history:
+    for t, predicted, steps, step_s, _ in history:
         if predicted is not None and (predicted, steps) != last and steps <= 2 * TENTH * total:
             trace.append([round(t - submit, 2), round(predicted - submit, 2), steps, step_s and round(step_s, 5)])
             last = (predicted, steps)
@@ -182,30 +220,38 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
     return out
 
 
+def probe_pace(reported: list[tuple[float, int]]) -> float | None:
+    """Steps per second between the first and the last (time, steps) polled, or None when they are fewer than
+    :data:`PROBE_SPAN_S` apart (then the probe is too short to say)."""
+    if len(reported) < 2:
+        return None
+    (t0, s0), (t1, s1) = reported[0], reported[-1]
+    return (s1 - s0) / (t1 - t0) if t1 - t0 >= PROBE_SPAN_S and s1 > s0 else None
+
+
 def probe_steps_per_s(client, spec: dict, steps: int, deadline_s: float) -> float:
     """The loop's pace here, from a short run of it: steps per second between its first and last report seen.
 
-    A probe that ends before two of its reports were polled (a quiet machine runs it faster than the
-    polls) is run again with twice the steps, up to three times.
+    A probe whose polled reports span less than :data:`PROBE_SPAN_S` (a quiet machine runs it faster than
+    that) is run again with twice the steps, up to four times.
     """
-    for _ in range(4):
+    for _ in range(5):
         job, history = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
         if job["state"] != "finished":
             raise RuntimeError(f"probe of {spec['name']} ended {job['state']}: {job.get('error')}")
-        reported = [(t, s) for t, _, s, _ in history if s > 0]
-        if len(reported) >= 2 and reported[-1][1] > reported[0][1]:
-            (t0, s0), (t1, s1) = reported[0], reported[-1]
-            return (s1 - s0) / (t1 - t0)
-        log(f"probe of {spec['name']}: {steps} steps ended before two reports were polled; trying {2 * steps}")
+        rate = probe_pace([(t, s) for t, _, s, _, _ in history if s > 0])
+        if rate is not None:
+            return rate
+        log(f"probe of {spec['name']}: {steps} steps reported over less than {PROBE_SPAN_S:g} s; trying {2 * steps}")
         steps *= 2
-    raise RuntimeError(f"probe of {spec['name']} never showed two reports, up to {steps // 2} steps")
+    raise RuntimeError(f"probe of {spec['name']} never reported over {PROBE_SPAN_S:g} s, up to {steps // 2} steps")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loops", default="mlp,ray-train-port,cnn", help="comma-separated: mlp, ray-train-port, cnn")
     ap.add_argument("--seconds", type=float, default=40.0, help="seconds of steps each timed job is sized to")
-    ap.add_argument("--probe-steps", default="mlp=1500,ray-train-port=40,cnn=300",
+    ap.add_argument("--probe-steps", default="mlp=1500,ray-train-port=200,cnn=1000",
                     help="steps of each loop's probe run (NAME=STEPS,...)")
     ap.add_argument("--deadline", type=float, default=600.0, help="seconds a job may take before the bench gives up")
     args = ap.parse_args(argv)

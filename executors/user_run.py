@@ -332,6 +332,8 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         if pace is not None:
             pace.close()
         train_session.install(None)
+        if session is not None:
+            session.close()
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
 

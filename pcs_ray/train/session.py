@@ -119,6 +119,7 @@ class Session:
     on_step_begin: Callable[[], None] | None = None
     metrics_log: str | None = None  # a JSON line per report goes here (rank 0 of a pcs-ray run)
     logged: int = 0
+    log_file: Any = None  # ``metrics_log`` open for appending, line by line, until :meth:`close`
 
     def step_begins(self) -> None:
         if self.on_step_begin is not None:
@@ -196,9 +197,16 @@ class Session:
             if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
                 value = value.item()
             row[str(key)] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)[:200]
-        with open(self.metrics_log, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        if self.log_file is None:  # kept open: opening it at every report took 120-140 us on a busy machine
+            self.log_file = open(self.metrics_log, "a", buffering=1)  # noqa: SIM115 - closed by close()
+        self.log_file.write(json.dumps(row) + "\n")  # line-buffered: each report is on disk as it is made
         self.logged += 1
+
+    def close(self) -> None:
+        """The run ended: close its metrics log."""
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
 
     def staging_dir(self) -> str:
         """A folder to write a checkpoint into; reporting it moves it into place instead of copying."""
