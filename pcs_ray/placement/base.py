@@ -428,10 +428,11 @@ class Placement:
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
-        ids = list(map(_job_id, jobs))
-        pos = dict(zip(ids, range(r)))
-        at = np.fromiter(map(last.pos.get, ids, itertools.repeat(-1, r)), dtype=np.int64, count=r)
-        n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
+        ids = [job.spec.job_id for job in jobs]
+        pos = {jid: i for i, jid in enumerate(ids)}
+        was = last.pos.get
+        at = np.fromiter([was(jid, -1) for jid in ids], dtype=np.int64, count=r)
+        n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since
         plain = at >= 0
@@ -663,7 +664,6 @@ class _Kept(NamedTuple):
 
 
 _job_class = operator.attrgetter("spec.job_class")
-_job_id = operator.attrgetter("spec.job_id")
 
 
 def _bits(gpus) -> int:
