@@ -24,6 +24,8 @@ was slowed by the machine, not by its own work. The loop's own process is read t
 step and the cores it kept busy (``loop_cpu_ms_per_step_*``, ``loop_cores_*``): a pace that changes with its
 CPU per step, at one core, is the loop's own instructions running slower or faster (the same work: on this
 shared machine, what the other cores run changes it by up to a third), not a wait for a core or for pcs-ray.
+What Ray's other processes (the coordinator, a spare rank starting, raylet, GCS) kept busy meanwhile is read
+too (``ray_others_cores_*``): the part of the machine's load that pcs-ray's side makes.
 
 The anchor (``bare``, per loop, unless ``--no-bare``): right after its pcs-ray job, the same loop, config and
 steps run bare (``bench/bare_loop.py``: no Ray, no coordinator, one torch thread, its checkpoints committed as
@@ -178,18 +180,34 @@ def runnable(readings: list) -> float | None:
     return round(sum(counts) / len(counts), 2) if counts else None
 
 
-def rank_pids() -> list[int]:
-    """The processes running a user run's loop now (:data:`RANK_TITLE`); none off Linux."""
-    pids = []
+def ray_processes() -> dict[int, bytes]:
+    """This machine's Ray processes that this bench can see, by pid: their title (actors and workers, the
+    coordinator, a run's ranks and spares: ``ray::...``) or program (raylet, GCS, agents); none off Linux."""
+    found = {}
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if f.read().split(b"\0")[0].strip() == RANK_TITLE:
-                        pids.append(int(entry.name))
+                    argv = f.read().split(b"\0")[:2]
             except OSError:
                 continue
-    return pids
+            title = argv[0].strip()
+            if title.startswith(b"ray::") or any(b"/ray/" in a for a in argv):
+                found[int(entry.name)] = title
+    return found
+
+
+def rank_pids() -> list[int]:
+    """The processes running a user run's loop now (:data:`RANK_TITLE`)."""
+    return [pid for pid, title in ray_processes().items() if title == RANK_TITLE]
+
+
+def others_cpu_s(before: dict[int, float] | None, now: dict[int, float]) -> float | None:
+    """CPU seconds Ray's other processes spent between two readings of theirs ({pid: CPU seconds}): those
+    in both readings, and all of a process started between (one that ended between is not counted)."""
+    if before is None:
+        return None
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -204,19 +222,23 @@ def process_cpu_s(pid: int) -> float | None:
 
 def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple]]:
     """Poll the job until it ends: its final view and (time, predicted completion, steps, step time, the machine's
-    :func:`cpu_reading`, the CPU seconds of the loop's process) at each poll. The loop's process is the one
-    running a user loop once the job has reported (one job at a time here); its CPU is None when there is
-    not exactly one."""
-    history, began, rank = [], time.time(), None
+    :func:`cpu_reading`, the CPU seconds of the loop's process, those of Ray's other processes since the previous
+    poll) at each poll. The loop's process is the one running a user loop once the job has reported (one job at
+    a time here); its CPU is None when there is not exactly one."""
+    history, began, rank, others = [], time.time(), None, None
     while True:
         job = next(j for j in client.status()["jobs"] if j["id"] == jid)
         if job["state"] in ("finished", "failed", "cancelled", "timed_out"):
             return job, history
+        processes = ray_processes()
         if rank is None and job["steps"] > 0:
-            found = rank_pids()
+            found = [pid for pid, title in processes.items() if title == RANK_TITLE]
             rank = found[0] if len(found) == 1 else -1
         rank_cpu = process_cpu_s(rank) if rank is not None and rank > 0 else None
-        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"], cpu_reading(), rank_cpu))
+        now = {pid: cpu for pid in processes if pid != rank and (cpu := process_cpu_s(pid)) is not None}
+        others_s, others = others_cpu_s(others, now), now
+        history.append((time.time(), job["predicted_completion"], job["steps"], job["step_time"], cpu_reading(), rank_cpu,
+                        others_s))
         if time.time() - began > deadline_s:
             raise TimeoutError(f"job {jid} still {job['state']} after {deadline_s:.0f} s")
         time.sleep(0.25)
@@ -233,9 +255,9 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
     job, history = follow(client, handle.id, deadline_s)
     total = job["total_steps"]
     jct = job["finish"] - submit
-    at_tenth = next(((t, p, s, cpu, rank) for t, p, s, _, cpu, rank in history if s >= TENTH * total and p is not None),
+    at_tenth = next(((t, p, s, cpu, rank) for t, p, s, _, cpu, rank, _ in history if s >= TENTH * total and p is not None),
                     None)
-    reported = [(t, s, cpu, rank) for t, _, s, _, cpu, rank in history if s > 0]
+    reported = [(t, s, cpu, rank) for t, _, s, _, cpu, rank, _ in history if s > 0]
     first = reported[0] if reported else None
     out = {
         "state": job["state"], "steps": job["steps"], "total_steps": total, "jct_s": round(jct, 2),
@@ -262,9 +284,11 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
             "loop_cpu_ms_per_step_after_tenth": cpu_per_step(rank_cpu, last[3], last[1] - steps),
             "loop_cores_before_tenth": cpu_share(first[3], rank_cpu, t - first[0]) if first else None,
             "loop_cores_after_tenth": cpu_share(rank_cpu, last[3], last[0] - t),
+            "ray_others_cores_before_tenth": others_cores([h for h in history if first and first[0] < h[0] <= t]),
+            "ray_others_cores_after_tenth": others_cores([h for h in history if h[0] > t]),
         })
     trace, last = [], None  # the forecast until a fifth of the steps: [s since submission, predicted JCT, steps, step s]
-    for t, predicted, steps, step_s, _, _ in history:
+    for t, predicted, steps, step_s, *_ in history:
         if predicted is not None and (predicted, steps) != last and steps <= 2 * TENTH * total:
             trace.append([round(t - submit, 2), round(predicted - submit, 2), steps, step_s and round(step_s, 5)])
             last = (predicted, steps)
@@ -275,6 +299,15 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
 def cpu_per_step(cpu0: float | None, cpu1: float | None, steps: int) -> float | None:
     """Milliseconds of the loop's process CPU per step between two readings; None without both or steps."""
     return None if cpu0 is None or cpu1 is None or steps <= 0 else round(1000.0 * (cpu1 - cpu0) / steps, 3)
+
+
+def others_cores(polls: list[tuple]) -> float | None:
+    """Cores Ray's other processes kept busy over consecutive polls of :func:`follow` (each with the CPU they
+    spent since the poll before it)."""
+    spent = [h[6] for h in polls if h[6] is not None]
+    if len(polls) < 2 or len(spent) < len(polls):
+        return None
+    return round(sum(spent[1:]) / (polls[-1][0] - polls[0][0]), 3) if polls[-1][0] > polls[0][0] else None
 
 
 def cpu_share(cpu0: float | None, cpu1: float | None, seconds: float) -> float | None:

@@ -80,3 +80,14 @@ def test_the_loops_process_cpu_is_read_from_proc(bench):
     cpu = bench.process_cpu_s(os.getpid())
     assert cpu is None or cpu >= 0
     assert bench.process_cpu_s(2**22 + 12345) is None  # no such process
+
+
+def test_ray_processes_cpu_counts_those_seen_twice_and_those_started_between(bench):
+    before = {10: 5.0, 11: 1.0, 12: 3.0}  # 12 ends before the next reading: not counted
+    now = {10: 5.5, 11: 1.25, 13: 0.5}  # 13 started between: all of its CPU
+    assert bench.others_cpu_s(before, now) == pytest.approx(1.25)
+    assert bench.others_cpu_s(None, now) is None
+    polls = [(100.0, 0, 0, 0, 0, 0, 0.2), (101.0, 0, 0, 0, 0, 0, 0.5), (102.0, 0, 0, 0, 0, 0, 0.3)]
+    assert bench.others_cores(polls) == pytest.approx(0.4)  # 0.8 s of CPU over the 2 s between the first and last poll
+    assert bench.others_cores(polls[:1]) is None
+    assert bench.others_cores([(100.0, 0, 0, 0, 0, 0, None), (101.0, 0, 0, 0, 0, 0, 0.5)]) is None
