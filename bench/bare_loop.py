@@ -7,8 +7,8 @@ end when nothing of pcs-ray runs beside it. The loop runs in this process (start
 ``runtime_env`` ``env_vars``: one torch thread), its working dir current and first on ``sys.path``, as a
 run's rank would; Ray is not imported. A :class:`pcs_ray.train.session.Session` with a checkpoint folder answers its calls, so its
 checkpoints are committed and its reports logged as in a run; the report hook only notes the time. Prints one
-JSON object: ``reports`` as [seconds since the call, step, CPU seconds this process spent since the call] and
-``jct_s``, the call's duration.
+JSON object: ``reports`` as [seconds since the call, step, CPU seconds this process spent since the call],
+``jct_s``, the call's duration, and ``niceness``, this process's (the caller sets it: a run's rank has Ray's 15).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run(spec: dict) -> dict:
         train_session.install(None)
         session.close()
         shutil.rmtree(work, ignore_errors=True)
-    return {"jct_s": round(jct, 3), "reports": reports}
+    return {"jct_s": round(jct, 3), "reports": reports, "niceness": os.nice(0)}
 
 
 def main(argv=None) -> int:

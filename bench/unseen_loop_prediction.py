@@ -29,7 +29,7 @@ too (``ray_others_cores_*``): the part of the machine's load that pcs-ray's side
 
 The anchor (``bare``, per loop, unless ``--no-bare``): right after its pcs-ray job, the same loop, config and
 steps run bare (``bench/bare_loop.py``: no Ray, no coordinator, one torch thread, its checkpoints committed as
-in a run), and the error at its tenth of the ideal extrapolation, its own pace from its first report to its
+in a run, at the niceness its rank had, ``loop_niceness``: Ray starts workers at 15), and the error at its tenth of the ideal extrapolation, its own pace from its first report to its
 tenth as the forecast reads a user loop's (``LiveJob.run_pace``), against its own end. It is printed beside
 pcs-ray's (``error_at_tenth_pct_vs_bare``): a miss that the loop's own pace drift makes shows there too.
 Progress goes to stderr.
@@ -220,20 +220,30 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple]]:
+def process_niceness(pid: int) -> int | None:
+    """The niceness of process ``pid`` (``/proc/<pid>/stat``); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def follow(client, jid: int, deadline_s: float) -> tuple[dict, list[tuple], int | None]:
     """Poll the job until it ends: its final view and (time, predicted completion, steps, step time, the machine's
     :func:`cpu_reading`, the CPU seconds of the loop's process, those of Ray's other processes since the previous
-    poll) at each poll. The loop's process is the one running a user loop once the job has reported (one job at
-    a time here); its CPU is None when there is not exactly one."""
-    history, began, rank, others = [], time.time(), None, None
+    poll) at each poll, and the loop process's niceness. The loop's process is the one running a user loop once the
+    job has reported (one job at a time here); its CPU and niceness are None when there is not exactly one."""
+    history, began, rank, others, niceness = [], time.time(), None, None, None
     while True:
         job = next(j for j in client.status()["jobs"] if j["id"] == jid)
         if job["state"] in ("finished", "failed", "cancelled", "timed_out"):
-            return job, history
+            return job, history, niceness
         processes = ray_processes()
         if rank is None and job["steps"] > 0:
             found = [pid for pid, title in processes.items() if title == RANK_TITLE]
             rank = found[0] if len(found) == 1 else -1
+            niceness = process_niceness(rank) if rank > 0 else None
         rank_cpu = process_cpu_s(rank) if rank is not None and rank > 0 else None
         now = {pid: cpu for pid in processes if pid != rank and (cpu := process_cpu_s(pid)) is not None}
         others_s, others = others_cpu_s(others, now), now
@@ -252,7 +262,7 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
     """One never-seen job, from submission to its end: its predictions and what actually happened."""
     handle = client.submit(spec)
     submit = next(j["submit"] for j in client.status()["jobs"] if j["id"] == handle.id)
-    job, history = follow(client, handle.id, deadline_s)
+    job, history, niceness = follow(client, handle.id, deadline_s)
     total = job["total_steps"]
     jct = job["finish"] - submit
     at_tenth = next(((t, p, s, cpu, rank) for t, p, s, _, cpu, rank, _ in history if s >= TENTH * total and p is not None),
@@ -264,6 +274,7 @@ def measure(client, spec: dict, deadline_s: float) -> dict:
         "predicted_jct_at_submission_s": round(handle.predicted_completion - submit, 2),
         "error_at_submission_pct": pct(jct, handle.predicted_completion - submit),
         "first_report_after_s": None if first is None else round(first[0] - submit, 2),
+        "loop_niceness": niceness,
     }
     if at_tenth is not None:
         t, predicted, steps, cpu, rank_cpu = at_tenth
@@ -342,20 +353,26 @@ def ideal_at_tenth(reports: list, total: int, jct: float) -> dict:
     }
 
 
-def bare(spec: dict, deadline_s: float) -> dict:
+def bare(spec: dict, deadline_s: float, niceness: int | None = None) -> dict:
     """``spec`` (a sized job) run bare (``bench/bare_loop.py``: no Ray, no coordinator) for its steps, with its
-    ``env_vars``: :func:`ideal_at_tenth` of it, and how busy the machine was meanwhile."""
+    ``env_vars`` and at ``niceness`` (that of the job's rank: Ray starts its workers at 15, so a loop in a run
+    yields the cores to the machine's other work; raised from this process's, never lowered):
+    :func:`ideal_at_tenth` of it, the niceness it ran at, and how busy the machine was meanwhile."""
+    raise_by = max(0, niceness - os.nice(0)) if niceness is not None else 0
     env = {**os.environ, **spec["runtime_env"].get("env_vars", {}),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     job = {k: spec[k] for k in ("entrypoint", "working_dir", "config", "steps")}
     before = cpu_reading()
-    done = subprocess.run([sys.executable, str(BARE_LOOP), json.dumps(job)], capture_output=True, text=True,
-                          env=env, timeout=deadline_s, check=False)
+    command = [sys.executable, str(BARE_LOOP), json.dumps(job)]
+    if raise_by:  # nice(1), not a preexec_fn: this process has Ray's threads
+        command = ["nice", "-n", str(raise_by), *command]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=deadline_s, check=False)
     after = cpu_reading()
     if done.returncode != 0:
         raise RuntimeError(f"bare run of {spec['name']} failed: {done.stderr.strip().splitlines()[-1:]}")
     run = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**ideal_at_tenth(run["reports"], spec["steps"], run["jct_s"]), "machine_busy_cores": busy_cores(before, after)}
+    return {**ideal_at_tenth(run["reports"], spec["steps"], run["jct_s"]), "niceness": run.get("niceness"),
+            "machine_busy_cores": busy_cores(before, after)}
 
 
 def probe_pace(reported: list[tuple[float, int]]) -> float | None:
@@ -374,7 +391,7 @@ def probe_steps_per_s(client, spec: dict, steps: int, deadline_s: float) -> floa
     that) is run again with twice the steps, up to four times.
     """
     for _ in range(5):
-        job, history = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
+        job, history, _ = follow(client, client.submit(sized(spec["spec"], spec["name"], steps)).id, deadline_s)
         if job["state"] != "finished":
             raise RuntimeError(f"probe of {spec['name']} ended {job['state']}: {job.get('error')}")
         rate = probe_pace([(t, s) for t, _, s, *_ in history if s > 0])
@@ -417,7 +434,7 @@ def main(argv=None) -> int:
                     timed = measure(client, job, args.deadline)
                 results[name] = {"probe_steps_per_s": round(rate, 2), **timed}
                 if not args.no_bare:  # right after, while the machine is as it was
-                    results[name]["bare"] = bare(job, args.deadline)
+                    results[name]["bare"] = bare(job, args.deadline, timed.get("loop_niceness"))
                 log(f"{name}: {results[name]}")
         finally:
             ray.shutdown()

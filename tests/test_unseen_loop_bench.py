@@ -80,6 +80,8 @@ def test_the_loops_process_cpu_is_read_from_proc(bench):
     cpu = bench.process_cpu_s(os.getpid())
     assert cpu is None or cpu >= 0
     assert bench.process_cpu_s(2**22 + 12345) is None  # no such process
+    assert bench.process_niceness(os.getpid()) in (None, os.nice(0))
+    assert bench.process_niceness(2**22 + 12345) is None
 
 
 def test_ray_processes_cpu_counts_those_seen_twice_and_those_started_between(bench):
