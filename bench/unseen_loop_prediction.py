@@ -22,15 +22,17 @@ pace before and after the tenth, and how busy the machine was before and after i
 keeps about one core busy, and a loop that slows after its tenth while more threads wait for the cores
 was slowed by the machine, not by its own work. The loop's own process is read too: its CPU milliseconds per
 step and the cores it kept busy (``loop_cpu_ms_per_step_*``, ``loop_cores_*``): a pace that changes with its
-CPU per step, at one core, is the loop's own instructions running slower or faster (the same work: on this
-shared machine, what the other cores run changes it by up to a third), not a wait for a core or for pcs-ray.
+CPU per step while its share of a core stays put is the loop's own instructions running slower or faster (the
+same work: on this shared machine, what the other cores run changes it by up to a third), not a wait for a
+core or for pcs-ray.
 What Ray's other processes (the coordinator, a spare rank starting, raylet, GCS) kept busy meanwhile is read
 too (``ray_others_cores_*``): the part of the machine's load that pcs-ray's side makes.
 
 The anchor (``bare``, per loop, unless ``--no-bare``): right after its pcs-ray job, the same loop, config and
 steps run bare (``bench/bare_loop.py``: no Ray, no coordinator, one torch thread, its checkpoints committed as
-in a run, at the niceness its rank had, ``loop_niceness``: Ray starts workers at 15), and the error at its tenth of the ideal extrapolation, its own pace from its first report to its
-tenth as the forecast reads a user loop's (``LiveJob.run_pace``), against its own end. It is printed beside
+in a run, at the niceness its rank had, ``loop_niceness``: Ray starts workers at 15), and the error at its
+tenth of the ideal extrapolation, its own pace from its first report to its tenth as the forecast reads a user
+loop's (``LiveJob.run_pace``), against its own end. It is printed beside
 pcs-ray's (``error_at_tenth_pct_vs_bare``): a miss that the loop's own pace drift makes shows there too.
 Progress goes to stderr.
 """
