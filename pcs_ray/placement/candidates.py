@@ -38,9 +38,10 @@ def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
     scores = ctx.class_scores
     thr = scores[cand[n - 1]]
     lo = int(np.count_nonzero(scores[cand[:n]] < thr))  # those below the n-th score: a prefix
-    # the tied GPUs follow, by id: the job's own first, then the others (``cand`` holds enough of them)
+    # the tied GPUs follow, by id: the job's own first, then the others (at most ``len(home)`` of the first
+    # ``n - lo + len(home)`` tied ones are its own, so those hold enough others)
     mine = sorted(g for g in home if free[g] and scores[g] == thr)[: n - lo]
-    tied = cand[lo:]
+    tied = cand[lo : n + len(home)]
     tied = tied[scores[tied] == thr]
     others = tied[~member(tied, home)][: n - lo - len(mine)]
     return np.concatenate([cand[:lo], np.asarray(mine, dtype=cand.dtype), others])
