@@ -275,10 +275,12 @@ class Placement:
         return list(touched.values())
 
     def release(self, job: JobState) -> None:
-        """``job`` finished: its GPUs are free again (its explanation stays, in a compact form)."""
+        """``job`` finished: its GPUs are free again (its explanation stays, in a compact form; where a round
+        kept the job without deciding, what the decision is made from, made only if someone asks)."""
         jid = job.spec.job_id
         if self.decisions is not None and jid in self.decisions:
-            self.decisions[jid] = self._decision(jid).compact()
+            decision = self._latest(jid)
+            self.decisions[jid] = decision if type(decision) is _Kept else decision.compact()
         if jid in self.held:
             COUNTERS.gpus_touched += len(self.held[jid])
             self.give_back(jid)
@@ -384,20 +386,25 @@ class Placement:
 
     def _decision(self, jid: int) -> Decision:
         """Job ``jid``'s latest decision, made now where a round kept the job without deciding (``_Kept``, or
-        the last round's record)."""
+        the last round's record); kept compact for a job that holds no GPUs any more."""
+        decision = self._latest(jid)
+        if type(decision) is _Kept:
+            job, n, free_bits, home = decision
+            decision = self.config.decide(self.config.context(self.facts, job, n, self._mask(free_bits), home,
+                                                              self.rng, self.memory, self.planned.get(jid)))[1]
+            self.decisions[jid] = decision if jid in self.held else decision.compact()
+        return decision
+
+    def _latest(self, jid: int) -> Decision | _Kept:
+        """Job ``jid``'s latest decision, or what to make it from where a round kept the job without deciding
+        (taken from the last round's record, which the next round replaces)."""
         last = self._last_round
         q = None if last is None else last.pos.get(jid)
         if q is not None and not last.decided[q]:
             job, gpus = last.jobs[q], last.gpus[q]
             self.decisions[jid] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
             last.decided[q] = True
-        decision = self.decisions[jid]
-        if type(decision) is _Kept:
-            job, n, free_bits, home = decision
-            decision = self.config.decide(self.config.context(self.facts, job, n, self._mask(free_bits), home,
-                                                              self.rng, self.memory, self.planned.get(jid)))[1]
-            self.decisions[jid] = decision
-        return decision
+        return self.decisions[jid]
 
     def replace_all(self, jobs: Sequence[JobState], counts: Mapping[int, int],
                     home: Mapping[int, tuple[int, ...]]) -> list[tuple[JobState, tuple[int, ...]]]:

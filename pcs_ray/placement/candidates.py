@@ -19,9 +19,35 @@ from pcs_ray.placement.plugin import Candidates, Context, Source, member
 
 
 def best_scores(ctx: Context, free: np.ndarray) -> np.ndarray:
-    """The ``n`` GPUs of ``free`` with the lowest binned scores, the job's own first on ties (PM-First's rule)."""
+    """The ``n`` GPUs of ``free`` with the lowest binned scores, the job's own first on ties (PM-First's rule).
+
+    Reads the class's GPUs best first only until it has ``n + 1`` free ones (in growing chunks), not the
+    whole cluster: the rule needs no more than those, and the job's own GPUs that tie at the ``n``-th
+    score, which it reads from ``free`` itself."""
     ranked = ctx.facts.sorted_gpus(ctx.spec.job_class)
-    return _first_n(ctx, ranked[free[ranked]])
+    n, home = ctx.n, ctx.home
+    size, k = len(ranked), _HEAD
+    while True:
+        head = ranked[:k]
+        cand = head[free[head]]  # the first free GPUs, best score first, ties by id
+        if len(cand) > n or k >= size:
+            break
+        k *= 4
+    if len(cand) <= n or not home:
+        return cand[:n]
+    scores = ctx.class_scores
+    thr = scores[cand[n - 1]]
+    lo = int(np.count_nonzero(scores[cand[:n]] < thr))  # those below the n-th score: a prefix
+    # Then the tied GPUs: the job's own (by id, as they rank), then the others of the first n. Those hold
+    # enough: each of the job's own among them leaves one place fewer to fill.
+    mine = sorted(g for g in home if free[g] and scores[g] == thr)[: n - lo]
+    tied = cand[lo:n]
+    others = tied[~member(tied, home)][: n - lo - len(mine)]
+    return np.concatenate([cand[:lo], np.asarray(mine, dtype=cand.dtype), others])
+
+
+#: how many of a class's GPUs, best first, ``best_scores`` reads first (then 4 times as many, and so on)
+_HEAD = 256
 
 
 def best_on_node(ctx: Context, node: int) -> np.ndarray:

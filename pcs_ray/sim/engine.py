@@ -376,6 +376,9 @@ class Engine:
             finish = queue_play(self, form, until, placing)
             if finish is not None:
                 return finish
+        finish = self._final_finishes()
+        if finish is not None:  # nothing can change: the play would end before its first event
+            return finish
         return self.fork(placement=placement).play_forward(until)
 
     def _queue_form(self, placing):
@@ -396,6 +399,14 @@ class Engine:
         form = self._queue_form(placing)
         return None if form is None else QueuePlay.start(self, form, placement=placing)
 
+    def _final_finishes(self) -> Forecast | None:
+        """Every running job's finish where they are final now, else None: every job holds all it can use and
+        nothing is due, so no work-conserving policy changes anything (and no job waits to start)."""
+        if self.review_at is not None or self.busy != self.demand:
+            return None
+        length = self.policy.round_s  # in rounds a finish is recorded at the next boundary
+        return Forecast({j: round_boundary(t, length, slack=True) for j, t in self.eta.items()} if length else self.eta)
+
     def play_forward(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction).
 
@@ -406,13 +417,10 @@ class Engine:
         finish = Forecast()
         waiting = [job for job in self.active.values() if not job.alloc and job.start_time is None]
         while self.active:
-            if self.review_at is None and self.busy == self.demand:
-                # Every job holds all it can use and nothing is due: no work-
-                # conserving policy changes anything now, so the ETAs are final.
-                length = self.policy.round_s  # in rounds a finish is recorded at the next boundary
-                ends = {j: round_boundary(t, length, slack=True) for j, t in self.eta.items()} if length else self.eta
-                finish.update(ends)
-                self.now = max(ends.values(), default=self.now)
+            final = self._final_finishes()
+            if final is not None:
+                finish.update(final)
+                self.now = max(final.values(), default=self.now)
                 self.active.clear()
                 break
             t = self.next_event()
