@@ -5,16 +5,15 @@
 The anchor of ``bench/unseen_loop_prediction.py``: how well a loop's own pace over its first tenth foretells its
 end when nothing of pcs-ray runs beside it. The loop runs in this process (started with the job's
 ``runtime_env`` ``env_vars``: one torch thread), its working dir current and first on ``sys.path``, as a
-run's rank would; Ray is not imported. A :class:`pcs_ray.train.session.Session` with a checkpoint folder answers its calls, so its
-checkpoints are committed and its reports logged as in a run; the report hook only notes the time. Prints one
+run's rank would, and loaded by the rank's own loader (``load_function``); Ray is not started. A
+:class:`pcs_ray.train.session.Session` with a checkpoint folder answers its calls, so its checkpoints are
+committed and its reports logged as in a run; the report hook only notes the time. Prints one
 JSON object: ``reports`` as [seconds since the call, step, CPU seconds this process spent since the call],
 ``jct_s``, the call's duration, and ``niceness``, this process's (the caller sets it: a run's rank has Ray's 15).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -25,27 +24,14 @@ import time
 from pathlib import Path
 
 
-def load(entrypoint: str):
-    """``file.py:function`` (in the current folder) or ``module:function``, loaded as a run's rank loads it."""
-    target, _, name = entrypoint.rpartition(":")
-    if target.endswith(".py"):
-        module_name = "pcs_ray_user_" + Path(target).with_suffix("").as_posix().replace("/", "_").replace("-", "_")
-        found = importlib.util.spec_from_file_location(module_name, Path.cwd() / target)
-        module = importlib.util.module_from_spec(found)
-        sys.modules[module_name] = module
-        found.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    return getattr(module, name)
-
-
 def run(spec: dict) -> dict:
     """Run ``spec``'s function once to ``spec["steps"]``: when it reported each step, and how long the call took."""
+    from pcs_ray.executors.user_run import load_function
+
     import pcs_ray.train.session as train_session
 
     work = Path(tempfile.mkdtemp(prefix="pcs-ray-bare-"))
     reports: list[list[float]] = []
-    began, cpu_began = time.monotonic(), time.process_time()
 
     def noted(step: int, _metrics) -> None:
         reports.append([round(time.monotonic() - began, 4), step, round(time.process_time() - cpu_began, 4)])
@@ -57,7 +43,7 @@ def run(spec: dict) -> dict:
     os.chdir(spec["working_dir"])
     sys.path.insert(0, spec["working_dir"])
     try:
-        function = load(spec["entrypoint"])
+        function = load_function({"entrypoint": spec["entrypoint"], "working_dir": spec["working_dir"]})
         began, cpu_began = time.monotonic(), time.process_time()
         function(dict(spec.get("config") or {})) if inspect.signature(function).parameters else function()
         jct = time.monotonic() - began

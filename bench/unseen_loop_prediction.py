@@ -199,11 +199,6 @@ def ray_processes() -> dict[int, bytes]:
     return found
 
 
-def rank_pids() -> list[int]:
-    """The processes running a user run's loop now (:data:`RANK_TITLE`)."""
-    return [pid for pid, title in ray_processes().items() if title == RANK_TITLE]
-
-
 def others_cpu_s(before: dict[int, float] | None, now: dict[int, float]) -> float | None:
     """CPU seconds Ray's other processes spent between two readings of theirs ({pid: CPU seconds}): those
     in both readings, and all of a process started between (one that ended between is not counted)."""
@@ -223,11 +218,10 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def process_niceness(pid: int) -> int | None:
-    """The niceness of process ``pid`` (``/proc/<pid>/stat``); None once it is gone."""
+    """The niceness of process ``pid``; None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[16])
-    except (OSError, IndexError, ValueError):
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
         return None
 
 
