@@ -153,6 +153,7 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
     if caps is None:
         caps = [other.cap(zeta) for other in queue]
     t = snap.now
+    settle = snap.settle
     for other, cap in zip(queue, caps):
         spec = other.spec
         n = cap if cap < guaranteed else guaranteed  # min(cap, guaranteed, max_gpus) without a call per job
@@ -160,6 +161,8 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
             n = spec.max_gpus
         if n < spec.min_gpus:
             return None
+        if settle is not None and other.alloc:
+            settle(other)
         t += other.remaining / (spec.speedup[n] / other.slowdown)
         if other is job:
             return t
@@ -296,7 +299,9 @@ class WFQPolicy(SchedulingPolicy):
                 left = self._first_pass(index.entries[q], share, alloc, index.least(q))
                 if left:
                     self.relax(queues[q], left, alloc)
-        if sum(alloc.values()) < snap.capacity:
+        held = sum(alloc.values())
+        # Every job holding its most (all the demand) leaves top_up nothing to give: skip its walk of every job.
+        if held < snap.capacity and (snap.demand is None or held < snap.demand):
             return top_up((j for q in queues for j in q), alloc, snap.capacity)
         return alloc
 

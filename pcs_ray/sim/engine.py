@@ -201,10 +201,11 @@ class Engine:
         self.seen_events += 1
         self._eventful = True
 
-    def snapshot(self) -> Snapshot:
-        # A live view, not a copy: a snapshot is only valid for the round it is made in.
+    def snapshot(self, *, settle: bool = False) -> Snapshot:
+        """A live view, not a copy: a snapshot is only valid for the round it is made in. ``settle``: its reader
+        settles the running jobs whose progress it reads (``Snapshot.settle``), not every job beforehand."""
         return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand,
-                        self.seen_total, self.seen_events)
+                        self.seen_total, self.seen_events, self.settle if settle else None)
 
     def next_completion(self) -> float:
         heap, eta = self.eta_heap, self.eta
@@ -313,8 +314,8 @@ class Engine:
             validate_allocation(snap, alloc, policy.name)
         prev = self.prev_alloc
         self.prev_alloc = alloc
-        # A non-sticky placement may move jobs even when no count changed.
-        if alloc != prev or self.placement is not None:
+        # A non-sticky placement may move jobs even when no count changed, unless nothing moved since.
+        if alloc != prev or (self.placement is not None and not self.placement.keep_all(alloc)):
             self._apply(alloc, prev)
         self.review_at = policy.next_review(snap, alloc)
         self.events += 1
