@@ -7,7 +7,7 @@ the caller validates what they return and never lets them mutate state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pcs_ray.jobs.spec import JobSpec
@@ -87,9 +87,6 @@ class Snapshot:
     # before each, and the event count; 0 events: the caller does not keep them.
     seen_total: float = 0.0
     seen_events: int = 0
-    #: Where running jobs' progress is settled lazily: brings one job's ``remaining`` up to ``now`` (a reader of
-    #: a few jobs' progress calls it instead of the caller settling every job). None: ``jobs`` are settled.
-    settle: Callable[[JobState], None] | None = None
 
     def contention(self, job: JobState) -> float:
         """Average number of active apps ``job`` has seen, per event (the PCS artifact's measure);

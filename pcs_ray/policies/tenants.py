@@ -311,7 +311,7 @@ class TenantPolicy(SchedulingPolicy):
         rule = self.min_runtime
         if not self.tenants.tenants and not rule.active:
             return self.inner.completion_bound(Snapshot(snap.now, snap.capacity, snap.jobs, None, snap.demand,
-                                                        snap.seen_total, snap.seen_events, snap.settle), job)
+                                                        snap.seen_total, snap.seen_events), job)
         key = self.group_of(job)
         quota = min(self.tenant(key, snap.capacity).quota, snap.capacity)
         if quota <= 0:
@@ -319,8 +319,7 @@ class TenantPolicy(SchedulingPolicy):
         index = self._index(snap)
         group = index.groups[key]
         bound = self.inner.completion_bound(Snapshot(snap.now, quota, group.values(), index.inner[key],
-                                                     index.demand[key], snap.seen_total, snap.seen_events,
-                                                     snap.settle), job)
+                                                     index.demand[key], snap.seen_total, snap.seen_events), job)
         if bound is None or not rule.active:
             return bound
         heads = list(group).index(job.spec.job_id) + 1  # the group keeps arrival order

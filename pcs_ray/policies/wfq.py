@@ -153,7 +153,6 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
     if caps is None:
         caps = [other.cap(zeta) for other in queue]
     t = snap.now
-    settle = snap.settle
     for other, cap in zip(queue, caps):
         spec = other.spec
         n = cap if cap < guaranteed else guaranteed  # min(cap, guaranteed, max_gpus) without a call per job
@@ -161,8 +160,6 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
             n = spec.max_gpus
         if n < spec.min_gpus:
             return None
-        if settle is not None and other.alloc:
-            settle(other)
         t += other.remaining / (spec.speedup[n] / other.slowdown)
         if other is job:
             return t

@@ -201,11 +201,10 @@ class Engine:
         self.seen_events += 1
         self._eventful = True
 
-    def snapshot(self, *, settle: bool = False) -> Snapshot:
-        """A live view, not a copy: a snapshot is only valid for the round it is made in. ``settle``: its reader
-        settles the running jobs whose progress it reads (``Snapshot.settle``), not every job beforehand."""
+    def snapshot(self) -> Snapshot:
+        # A live view, not a copy: a snapshot is only valid for the round it is made in.
         return Snapshot(self.now, self.capacity, self.active.values(), self.index, self.demand,
-                        self.seen_total, self.seen_events, self.settle if settle else None)
+                        self.seen_total, self.seen_events)
 
     def next_completion(self) -> float:
         heap, eta = self.eta_heap, self.eta
