@@ -118,9 +118,9 @@ class Placement:
         # (``Configuration.keeps``), by the last round's record (``RoundRecord``), shared with forks.
         self._keeps = not self.sticky and config.keeps(facts)
         self._last_round: RoundRecord | None = None
-        # The last round's allocation as (job id, count) pairs in order, while no GPU changed hands since it
+        # The last round's allocation (job id -> count, in order), while no GPU changed hands since it
         # (``keep_all``); None otherwise.
-        self._last_items: tuple | None = None
+        self._last_alloc: dict[int, int] | None = None
         self._marked: set[int] = set()  # jobs whose GPUs changed outside a round since the last one
         self._class_codes: dict[str, int] = {}  # job class -> its code in round records, shared with forks
         self._class_names: list[str] = []
@@ -190,7 +190,7 @@ class Placement:
         progress up to date only for the jobs whose rate changes settles it at its old rate there).
         """
         touched = self._round(snap, changed, alloc, settle)
-        self._last_items = None if alloc is None or self.planned else tuple(alloc.items())
+        self._last_alloc = None if alloc is None or self.planned else dict(alloc)  # a copy: the caller's may change
         return touched
 
     def keep_all(self, alloc: Mapping[int, int]) -> bool:
@@ -199,10 +199,10 @@ class Placement:
         no GPU changed hands since. A sticky placement then places nothing; a re-placing one that keeps
         (``Configuration.keeps``) keeps every job. True: the round is counted as ``place`` counts it, and the caller
         need not call ``place``."""
-        last = self._last_items
+        last = self._last_alloc
         if last is None or len(alloc) != len(last) or getattr(alloc, "gpus", None):
             return False
-        if not (self.sticky or (self._keeps and not self._custom())) or tuple(alloc.items()) != last:
+        if not (self.sticky or (self._keeps and not self._custom())) or alloc != last or list(alloc) != list(last):
             return False
         COUNTERS.rounds += 1
         if not self.sticky:
@@ -309,7 +309,7 @@ class Placement:
         """``job`` finished: its GPUs are free again (its explanation stays, in a compact form; where a round
         kept the job without deciding, what the decision is made from, made only if someone asks)."""
         jid = job.spec.job_id
-        self._last_items = None
+        self._last_alloc = None
         if self.decisions is not None and jid in self.decisions:
             decision = self._latest(jid)
             self.decisions[jid] = decision if type(decision) is _Kept else decision.compact()
@@ -327,7 +327,7 @@ class Placement:
         with jobs still running; its slowdown is set from them."""
         gpus = tuple(int(g) for g in job.gpus)
         jid = job.spec.job_id
-        self._last_items = None
+        self._last_alloc = None
         if jid in self.held:
             self.give_back(jid)
         taken = [g for g in gpus if not 0 <= g < self.num_gpus or self._busy >> g & 1]
@@ -629,7 +629,7 @@ class Placement:
         """Free the GPUs job ``jid`` holds and return them (the first half of a move; ``take`` is the second)."""
         gpus = self.held.pop(jid)
         bits = self._held_bits.pop(jid, None)
-        self._last_items = None
+        self._last_alloc = None
         if self._keeps:
             self._marked.add(jid)
         self._busy &= ~(_bits(gpus) if bits is None else bits)
@@ -638,7 +638,7 @@ class Placement:
     def take(self, job: JobState, n: int, home: tuple[int, ...]) -> tuple[int, ...]:
         """Give ``job`` ``n`` free GPUs (preferring ``home``, what it held before) and return them; the
         step ``place`` runs per job, which a forward play (``pcs_ray.forecast``) runs in the same order."""
-        self._last_items = None
+        self._last_alloc = None
         if self._keeps:
             self._marked.add(job.spec.job_id)
         return self._take(job, n, home)[0]
