@@ -12,7 +12,8 @@ touched. A GPU is *touched* each time its holder changes: a job gains or loses i
 back when it finishes; a job kept where it was touches nothing, however much work a round spends to find
 that out. ``gpus_touched_per_round`` is what an event asks of placement, whatever the cluster's size;
 ``rounds_per_app`` and ``gpus_touched_per_app`` (rounds, and GPUs touched, over the whole run divided by
-its apps) say whether a larger cluster asks for more rounds per app. A point that runs past ``--cap``
+its apps) say whether a larger cluster asks for more rounds per app; ``jobs_per_round`` (placement calls per
+round) is how many jobs a round walks, kept ones included. A point that runs past ``--cap``
 seconds is reported as such. Each point also gives the 1-minute load average before and after it.
 
 Per (placement, predictions) series: the growth exponent of wall time, and of CPU time (the figure to read
@@ -21,7 +22,9 @@ total GPUs touched (apps x GPUs touched per app = rounds x GPUs touched per roun
 slope of log time on log work over the points that finished; 1 = linear, and time that follows what changed
 grows with exponent <= 1 against the GPUs touched. The per-round measure takes every app to ask for as many
 rounds on any cluster; the total one counts the rounds each app really asked for, live and in its forward
-plays (fewer per app on a larger cluster of this workload, so it is the stricter of the two).
+plays (fewer per app on a larger cluster of this workload, so it is the stricter of the two). ``cpu_us_per_round``
+splits the CPU time per round into a fixed part and a part per job the round walks (a least-squares line over the
+points): the second is the work that follows the cluster's size rather than what changed.
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -76,6 +79,7 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
         "gpus_read_per_call": round(work["gpus_read"] / calls, 1) if calls else 0.0,
         "gpus_read_per_decision": round(work["gpus_read"] / work["decisions"], 1) if work["decisions"] else 0.0,
         "gpus_touched_per_round": round(work["gpus_touched"] / rounds, 2) if rounds else 0.0,
+        "jobs_per_round": round(calls / rounds, 2) if rounds else 0.0,
         "rounds_per_app": round(rounds / apps, 3),
         "gpus_touched_per_app": round(work["gpus_touched"] / apps, 2),
     }
@@ -108,6 +112,21 @@ def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") ->
     my = sum(y for _, y in xy) / len(xy)
     sxx = sum((x - mx) ** 2 for x, _ in xy)
     return round(sum((x - mx) * (y - my) for x, y in xy) / sxx, 3) if sxx else None
+
+
+def round_cost(points: list[dict]) -> dict | None:
+    """CPU microseconds per placement round, fitted as ``fixed + per_job x jobs_per_round`` over the finished points
+    (least squares): what a round costs whatever the cluster, and what each job it walks adds."""
+    xy = [(p["jobs_per_round"], 1e6 * p["cpu_s"] / p["rounds"]) for p in points if p.get("finished") and p.get("rounds")]
+    if len(xy) < 2:
+        return None
+    mx = sum(x for x, _ in xy) / len(xy)
+    my = sum(y for _, y in xy) / len(xy)
+    sxx = sum((x - mx) ** 2 for x, _ in xy)
+    if not sxx:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in xy) / sxx
+    return {"fixed_us": round(my - slope * mx, 1), "per_job_us": round(slope, 3)}
 
 
 def main() -> None:
@@ -153,7 +172,8 @@ def main() -> None:
                            "time_exponent_vs_apps_x_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_round"),
                            "cpu_time_exponent_vs_apps_x_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_round"),
                            "time_exponent_vs_total_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_app"),
-                           "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app")})
+                           "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app"),
+                           "cpu_us_per_round": round_cost(mine)})
     print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
                       "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
 

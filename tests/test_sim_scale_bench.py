@@ -1,0 +1,51 @@
+"""bench/sim_scale.py's own arithmetic: the growth exponents and the per-round cost split it prints.
+
+The bench itself (minutes per series) is run by hand; its figures are in the closing notes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "sim_scale.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("sim_scale_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCH.parent))  # as `python bench/sim_scale.py` has it
+        spec.loader.exec_module(module)
+        yield module
+    sys.modules.pop("common", None)
+
+
+def point(apps, gpus, cpu_s, rounds=0, jobs_per_round=0.0, touched=0.0, finished=True):
+    return {"apps": apps, "gpus": gpus, "cpu_s": cpu_s, "wall_s": cpu_s, "rounds": rounds,
+            "jobs_per_round": jobs_per_round, "gpus_touched_per_round": touched, "finished": finished}
+
+
+def test_the_exponent_is_the_slope_of_log_time_on_log_work(bench):
+    linear = [point(8 * g, g, 0.001 * 8 * g * g) for g in (500, 1000, 2000)]
+    assert bench.exponent(linear) == pytest.approx(1.0)
+    assert bench.exponent(linear, "cpu_s") == pytest.approx(1.0)
+    # against apps x GPUs touched per round, with as many GPUs touched per round at every size
+    flat = [point(8 * g, g, 0.002 * 8 * g, touched=100.0) for g in (500, 1000, 2000)]
+    assert bench.exponent(flat, "cpu_s", "gpus_touched_per_round") == pytest.approx(1.0)
+    unfinished = [*flat, point(64000, 8000, 1.0, touched=100.0, finished=False)]
+    assert bench.exponent(unfinished, "cpu_s", "gpus_touched_per_round") == pytest.approx(1.0)
+    assert bench.exponent(flat[:1]) is None
+
+
+def test_a_round_costs_a_fixed_part_and_a_part_per_job_it_walks(bench):
+    # 200 us a round plus 1.5 us per job walked, rounds in thousands
+    points = [point(1, 1, (200 + 1.5 * jobs) * rounds * 1e-6, rounds, jobs) for rounds, jobs in
+              ((24_000, 22.6), (47_000, 43.1), (82_000, 89.0), (133_000, 183.8))]
+    assert bench.round_cost(points) == {"fixed_us": pytest.approx(200.0, abs=0.1), "per_job_us": pytest.approx(1.5, abs=1e-3)}
+    assert bench.round_cost(points[:1]) is None
+    assert bench.round_cost([point(1, 1, 1.0)] * 3) is None  # no placement rounds
