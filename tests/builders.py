@@ -4,13 +4,17 @@ process. Keyword arguments carry the common defaults; a test names only what it 
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import importlib.util
 import random
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pcs_ray import cli
 from pcs_ray.cluster import ClusterSpec, GPUSpec, NodeSpec
@@ -252,3 +256,20 @@ def wait_until(predicate, timeout: float = 60.0, what: str = "a condition", ever
             raise AssertionError(f"timed out after {timeout:.0f} s: {what}")
         time.sleep(every)
     return value
+
+
+# -- bench scripts ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def bench_module(name: str):
+    """``bench/<name>.py`` loaded as a module, with ``bench/`` on the path as ``python bench/<name>.py`` has it
+    (its ``common`` helpers), for a test of the bench's own arithmetic."""
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(path.parent))
+        spec.loader.exec_module(module)
+        yield module
+    sys.modules.pop("common", None)

@@ -5,24 +5,14 @@ The bench itself (minutes per series) is run by hand; its figures are in the clo
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "sim_scale.py"
+from builders import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("sim_scale_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCH.parent))  # as `python bench/sim_scale.py` has it
-        spec.loader.exec_module(module)
+    with bench_module("sim_scale") as module:
         yield module
-    sys.modules.pop("common", None)
 
 
 def point(apps, gpus, cpu_s, rounds=0, jobs_per_round=0.0, touched=0.0, finished=True):

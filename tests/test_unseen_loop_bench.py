@@ -5,24 +5,14 @@ The bench itself (three loops on a private Ray) is run by hand; its figures are 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "unseen_loop_prediction.py"
+from builders import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("unseen_loop_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCH.parent))  # as `python bench/unseen_loop_prediction.py` has it
-        spec.loader.exec_module(module)
+    with bench_module("unseen_loop_prediction") as module:
         yield module
-    sys.modules.pop("common", None)
 
 
 def test_a_probe_whose_reports_span_one_second_is_too_short_to_size_a_job(bench):
