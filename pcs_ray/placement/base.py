@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -252,13 +253,10 @@ class Placement:
         elif self._keeps and not self._custom():
             # Jobs stay in ``held`` while the round walks them: it reads only where something changed.
             self._marked.update(j.spec.job_id for j in changed)
-            held_bits = self._held_bits
-            # jobs holding GPUs outside the round; a set difference where no count is 0 (the common case)
-            outside = (held_bits.keys() - counts.keys() if num_running == len(counts)
-                       else [jid for jid in held_bits if not counts.get(jid, 0)])
+            outside = [bits for jid, bits in self._held_bits.items() if not counts.get(jid, 0)]
             start = 0
-            for jid in outside:
-                start |= held_bits[jid]
+            for bits in outside:
+                start |= bits
             placed = self._replace_keeping(self.order(running, snap, counts), counts, old, start)
             return self._settled(placed, changed, touched, counts, settle)
         else:
@@ -401,7 +399,7 @@ class Placement:
             if config.class_order:
                 return sorted(jobs, key=lambda j: (j.spec.job_class, -counts[j.spec.job_id]))
             return sorted(jobs, key=lambda j: -counts[j.spec.job_id])
-        return _by_class(jobs) if config.class_order else jobs
+        return sorted(jobs, key=_job_class) if config.class_order else jobs
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
@@ -471,8 +469,8 @@ class Placement:
         ids = [job.spec.job_id for job in jobs]
         pos = {jid: i for i, jid in enumerate(ids)}
         was = last.pos.get
-        at = np.fromiter(map(was, ids, itertools.repeat(-1)), dtype=np.int64, count=r)
-        n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
+        at = np.fromiter([was(jid, -1) for jid in ids], dtype=np.int64, count=r)
+        n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since
         plain = at >= 0
@@ -705,20 +703,7 @@ class _Kept(NamedTuple):
     home: tuple[int, ...]
 
 
-def _by_class(jobs: list[JobState]) -> list[JobState]:
-    """``jobs`` sorted by class name, in their order within a class (a stable sort by class, without a key call
-    per job: a round orders every running job, and there are a few classes)."""
-    groups: dict[str, list[JobState]] = {}
-    for job in jobs:
-        name = job.spec.job_class
-        group = groups.get(name)
-        if group is None:
-            groups[name] = [job]
-        else:
-            group.append(job)
-    if len(groups) == 1:
-        return list(jobs)
-    return [job for name in sorted(groups) for job in groups[name]]
+_job_class = operator.attrgetter("spec.job_class")
 
 
 def _bits(gpus) -> int:
