@@ -13,9 +13,9 @@ from functools import cached_property
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
+from pcs_ray.cluster.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
 from pcs_ray.placement.bandwidth import CommModel, SubsetTable, uniform_topology
 from pcs_ray.variability.profiles import bin_cluster_scores
-from pcs_ray.cluster.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
 
 
 class ClusterFacts:
@@ -229,7 +229,7 @@ class ClusterFacts:
 
 
 #: set bits per byte value
-_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.int64)
+_POPCOUNT = np.array([b.bit_count() for b in range(256)], dtype=np.int64)
 
 
 __all__ = ["ClusterFacts"]
