@@ -45,6 +45,8 @@ CLUSTERS = {
     "16-gpu nodes": ClusterSpec.homogeneous(480, 16),
     "a smaller last node": ClusterSpec.homogeneous(203, 8),
     "6-gpu nodes": ClusterSpec.homogeneous(120, 6),
+    "24-gpu nodes": ClusterSpec.homogeneous(480, 24),
+    "32-gpu nodes": ClusterSpec.homogeneous(640, 32),
     "mixed sizes": _mixed([8, 2, 4, 8, 1, 8, 3] * 12),
 }
 
@@ -74,7 +76,7 @@ def test_spread_gives_the_rule_on_random_free_gpus(name):
 @pytest.mark.parametrize("name", list(CLUSTERS))
 def test_free_masks_per_node_are_the_plain_counts_and_bits(name):
     facts = ClusterFacts(CLUSTERS[name])
-    assert facts.byte_nodes == (name in ("8-gpu nodes", "16-gpu nodes"))
+    assert facts.byte_nodes == (name in ("8-gpu nodes", "16-gpu nodes", "32-gpu nodes"))
     rng = np.random.default_rng(7)
     for p in (0.0, 0.02, 0.5, 1.0):
         free = rng.random(facts.num_gpus) < p

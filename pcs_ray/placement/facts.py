@@ -143,10 +143,10 @@ class ClusterFacts:
     # -- free GPUs -------------------------------------------------------------------
     @cached_property
     def byte_nodes(self) -> bool:
-        """Whether every node has the same number of GPUs, a multiple of 8 up to 32: then the free mask packed
-        into bytes is the nodes' bitmasks side by side, read without a pass per GPU in Python or floats."""
+        """Whether every node has 8, 16 or 32 GPUs: then the free mask packed into bytes is the nodes' bitmasks
+        side by side (1, 2 or 4 bytes each), read without a pass per GPU in Python or floats."""
         w = self.gpus_per_node
-        return w % 8 == 0 and w <= 32 and bool((self.node_size == w).all())
+        return w in (8, 16, 32) and bool((self.node_size == w).all())
 
     def free_per_node(self, free: np.ndarray) -> np.ndarray:
         if self.byte_nodes:
