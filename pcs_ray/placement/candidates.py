@@ -266,10 +266,10 @@ class Embeddings(Source):
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
         facts, n, pattern = ctx.facts, ctx.n, ctx.spec.pattern
-        bits = ctx.bits
         nodes = ctx.node_ok.nonzero()[0]
         if not len(nodes):
             return
+        bits = ctx.bits
         # the first node of each (table, free GPUs) group, in node order, found by array operations
         width = facts.gpus_per_node
         if width <= 32:
@@ -294,7 +294,10 @@ class Embeddings(Source):
 
 
 class Spread(Source):
-    """Across nodes as Packed spreads: the nodes with the most free GPUs first, lowest ids (own GPUs first) on each."""
+    """Across nodes as Packed spreads: the nodes with the most free GPUs first, lowest ids (own GPUs first) on each.
+
+    Every node but the last it takes from gives all its free GPUs (in id order); only the last one chooses
+    among its free GPUs, so only that node's are read one by one."""
 
     name = "spread"
     reads = frozenset()
@@ -303,17 +306,21 @@ class Spread(Source):
         self.fallback = fallback
 
     def candidates(self, ctx: Context) -> Iterator[Candidates]:
-        per_node, need, out = ctx.per_node, ctx.n, []
-        room = per_node.tolist()
-        for node in np.argsort(-per_node, kind="stable").tolist():
-            take = min(need, room[node])
-            if take <= 0:
-                break
-            out.append(lowest_ids(ctx, node, take, ctx.home))
-            need -= take
-            if need == 0:
-                break
-        yield Candidates(self.name, _ACROSS, gpus=np.concatenate(out)[None, :], across=True)
+        per_node, n, facts = ctx.per_node, ctx.n, ctx.facts
+        some = per_node.nonzero()[0]  # nodes with a free GPU, in node order
+        nodes = some[np.argsort(-per_node[some], kind="stable")]  # the most free GPUs first, ties by node
+        held = np.cumsum(per_node[nodes])
+        k = int(np.searchsorted(held, n))  # the first node where the GPUs taken reach n
+        if k >= len(nodes):  # fewer free GPUs than n: all of them
+            k, need = len(nodes) - 1, int(per_node[nodes[-1]])
+        else:
+            need = n - (int(held[k - 1]) if k else 0)
+        whole = facts.grid[nodes[:k]].ravel()
+        if not facts.byte_nodes:
+            whole = whole[whole >= 0]  # smaller nodes' padding
+        last = lowest_ids(ctx, int(nodes[k]), need, ctx.home)
+        gpus = np.concatenate([whole[ctx.free[whole]], last])
+        yield Candidates(self.name, _ACROSS, gpus=gpus[None, :], across=True)
 
 
 class RandomDraw(Source):

@@ -13,9 +13,9 @@ from functools import cached_property
 import numpy as np
 
 from pcs_ray.cluster import ClusterSpec
+from pcs_ray.cluster.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
 from pcs_ray.placement.bandwidth import CommModel, SubsetTable, uniform_topology
 from pcs_ray.variability.profiles import bin_cluster_scores
-from pcs_ray.cluster.topology import TopoMatrix, link_bandwidth, nvlinks, read_topo
 
 
 class ClusterFacts:
@@ -141,7 +141,20 @@ class ClusterFacts:
         return np.where(free[safe] & real, scores[safe], np.inf)
 
     # -- free GPUs -------------------------------------------------------------------
+    @cached_property
+    def byte_nodes(self) -> bool:
+        """Whether every node has 8, 16 or 32 GPUs: then the free mask packed into bytes is the nodes' bitmasks
+        side by side (1, 2 or 4 bytes each), read without a pass per GPU in Python or floats."""
+        w = self.gpus_per_node
+        return w in (8, 16, 32) and bool((self.node_size == w).all())
+
     def free_per_node(self, free: np.ndarray) -> np.ndarray:
+        if self.byte_nodes:
+            packed = np.packbits(free, bitorder="little")
+            per_byte = _POPCOUNT[packed]
+            if self.gpus_per_node > 8:
+                return per_byte.reshape(self.num_nodes, -1).sum(axis=1)
+            return per_byte
         return np.bincount(self.node[free], minlength=self.num_nodes)
 
     @cached_property
@@ -150,6 +163,9 @@ class ClusterFacts:
 
     def free_bits(self, free: np.ndarray) -> np.ndarray:
         """Per node, the bitmask of its free GPUs (bit = local index)."""
+        if self.byte_nodes:
+            packed = np.packbits(free, bitorder="little")
+            return packed.view(f"<u{self.gpus_per_node // 8}").astype(np.int64)
         return np.bincount(self.node, weights=np.where(free, self._bit, 0), minlength=self.num_nodes).astype(np.int64)
 
     # -- links -----------------------------------------------------------------------
@@ -210,6 +226,10 @@ class ClusterFacts:
             values = [getattr(self.table(k, n, pattern), column).max() for k in nodes.values()]
             cache[key] = float(max(values)) if values else 0.0
         return cache[key]
+
+
+#: set bits per byte value
+_POPCOUNT = np.array([b.bit_count() for b in range(256)], dtype=np.int64)
 
 
 __all__ = ["ClusterFacts"]
