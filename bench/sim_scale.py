@@ -116,8 +116,10 @@ def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") ->
 
 def round_cost(points: list[dict]) -> dict | None:
     """CPU microseconds per placement round, fitted as ``fixed + per_job x jobs_per_round`` over the finished points
-    (least squares): what a round costs whatever the cluster, and what each job it walks adds."""
-    xy = [(p["jobs_per_round"], 1e6 * p["cpu_s"] / p["rounds"]) for p in points if p.get("finished") and p.get("rounds")]
+    (least squares): what a round costs whatever the cluster, and what each job it walks adds. Only for a placement
+    that re-places every running job (it keeps some: ``kept``); a sticky one's calls are only the jobs it places."""
+    xy = [(p["jobs_per_round"], 1e6 * p["cpu_s"] / p["rounds"]) for p in points
+          if p.get("finished") and p.get("rounds") and p.get("kept")]
     if len(xy) < 2:
         return None
     mx = sum(x for x, _ in xy) / len(xy)

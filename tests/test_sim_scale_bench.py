@@ -15,9 +15,10 @@ def bench():
         yield module
 
 
-def point(apps, gpus, cpu_s, rounds=0, jobs_per_round=0.0, touched=0.0, finished=True):
+def point(apps, gpus, cpu_s, rounds=0, jobs_per_round=0.0, touched=0.0, finished=True, kept=None):
     return {"apps": apps, "gpus": gpus, "cpu_s": cpu_s, "wall_s": cpu_s, "rounds": rounds,
-            "jobs_per_round": jobs_per_round, "gpus_touched_per_round": touched, "finished": finished}
+            "jobs_per_round": jobs_per_round, "gpus_touched_per_round": touched, "finished": finished,
+            "kept": int(rounds * jobs_per_round * 0.9) if kept is None else kept}
 
 
 def test_the_exponent_is_the_slope_of_log_time_on_log_work(bench):
@@ -39,3 +40,4 @@ def test_a_round_costs_a_fixed_part_and_a_part_per_job_it_walks(bench):
     assert bench.round_cost(points) == {"fixed_us": pytest.approx(200.0, abs=0.1), "per_job_us": pytest.approx(1.5, abs=1e-3)}
     assert bench.round_cost(points[:1]) is None
     assert bench.round_cost([point(1, 1, 1.0)] * 3) is None  # no placement rounds
+    assert bench.round_cost([{**p, "kept": 0} for p in points]) is None  # a sticky placement walks no kept jobs
