@@ -24,7 +24,8 @@ grows with exponent <= 1 against the GPUs touched. The per-round measure takes e
 rounds on any cluster; the total one counts the rounds each app really asked for, live and in its forward
 plays (fewer per app on a larger cluster of this workload, so it is the stricter of the two). ``cpu_us_per_round``
 splits the CPU time per round into a fixed part and a part per job the round walks (a least-squares line over the
-points): the second is the work that follows the cluster's size rather than what changed.
+points; for a placement that re-places every running job): the second is the work that follows the cluster's size
+rather than what changed.
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.

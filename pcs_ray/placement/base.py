@@ -201,7 +201,7 @@ class Placement:
         (``Configuration.keeps``) keeps every job. True: the round is counted as ``place`` counts it, and the caller
         need not call ``place``."""
         last = self._last_alloc
-        if last is None or len(alloc) != len(last) or getattr(alloc, "gpus", None):
+        if last is None or getattr(alloc, "gpus", None):
             return False
         if not (self.sticky or (self._keeps and not self._custom())) or alloc != last or list(alloc) != list(last):
             return False
