@@ -115,30 +115,39 @@ class WarmRunner:
         import pcs_ray.executors.training  # noqa: F401  (torch, the loop, checkpoints)
 
         self.warmed = time.time()
-        # The workloads' own heavy modules (torchvision) load in the background: a run that needs one
-        # first simply waits on Python's import lock, and runs that do not are not held up.
+        # The workloads' own heavy modules (torchvision) load, and CUDA warms, in the background while the
+        # runner is idle; a run waits until that is done. A run importing torch's modules while this thread
+        # does (``torch.use_deterministic_algorithms`` imports ``torch._inductor``) can be handed a partially
+        # initialized module by Python's import-deadlock breaker: every built-in run failed so on an H200.
+        self._warm = threading.Event()
         threading.Thread(target=self._import_workloads, name="warm-imports", daemon=True).start()
 
     def _import_workloads(self) -> None:
         import importlib
 
-        from pcs_ray.executors.training import warm_cuda
-        from pcs_ray.workloads.models import WORKLOADS
-
-        for workload in WORKLOADS.values():
-            for module in workload.imports:
-                try:
-                    importlib.import_module(module)
-                except Exception:  # a run that needs it reports the error itself
-                    log.exception("warm runner: importing %s failed", module)
         try:
-            warm_cuda()
-        except Exception:  # the first run then pays for it, and reports any real CUDA fault itself
-            log.exception("warm runner: CUDA warm-up failed")
-        # Everything imported lives as long as the runner: keep it out of the cyclic collector, whose full
-        # passes over torch and torchvision's ~340,000 objects take ~200 ms here (a whole emulated step).
-        gc.collect()
-        gc.freeze()
+            from pcs_ray.workloads.models import WORKLOADS
+
+            for workload in WORKLOADS.values():
+                for module in workload.imports:
+                    try:
+                        importlib.import_module(module)
+                    except Exception:  # a run that needs it reports the error itself
+                        log.exception("warm runner: importing %s failed", module)
+            try:
+                from pcs_ray.executors.training import warm_cuda
+
+                warm_cuda()
+            except Exception:  # the first run then pays for it, and reports any real CUDA fault itself
+                log.exception("warm runner: CUDA warm-up failed")
+            # Everything imported lives as long as the runner: keep it out of the cyclic collector, whose full
+            # passes over torch and torchvision's ~340,000 objects take ~200 ms here (a whole emulated step).
+            gc.collect()
+            gc.freeze()
+        except Exception:  # the runner still serves runs, as a cold process would
+            log.exception("warm runner: warm-up failed")
+        finally:
+            self._warm.set()
 
     def info(self) -> dict:
         with self._state:
@@ -231,6 +240,7 @@ class WarmRunner:
             if after:
                 ray.wait(after, num_returns=len(after))
             with self._run_lock:
+                self._warm.wait()
                 with self._state:
                     self._pending.discard(token)
                     self._current, self._step = token, 0
