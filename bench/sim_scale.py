@@ -25,7 +25,9 @@ rounds on any cluster; the total one counts the rounds each app really asked for
 plays (fewer per app on a larger cluster of this workload, so it is the stricter of the two). ``cpu_us_per_round``
 splits the CPU time per round into a fixed part and a part per job the round walks (a least-squares line over the
 points; for a placement that re-places every running job): the second is the work that follows the cluster's size
-rather than what changed.
+rather than what changed. With the ``none`` series in the same run, a placement's series also gives
+``placement_cpu_time_exponent_vs_apps_x_gpus_touched``: the exponent of the CPU time placement added (the ``none``
+run's CPU time at the same size subtracted; ``mapa-*``'s whole-node sizes match only where they equal the others').
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -115,6 +117,15 @@ def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") ->
     return round(sum((x - mx) * (y - my) for x, y in xy) / sxx, 3) if sxx else None
 
 
+def placement_share(points: list[dict], bare: list[dict]) -> list[dict]:
+    """``points`` with ``cpu_s`` replaced by what placement added: the CPU seconds of the run without placement at
+    the same size (``bare``, the ``none`` series with the same predictions) subtracted. Points without such a run,
+    or where placement added nothing measurable, are left out."""
+    none_cpu = {p["gpus"]: p["cpu_s"] for p in bare if p.get("finished")}
+    return [{**p, "cpu_s": p["cpu_s"] - none_cpu[p["gpus"]]} for p in points
+            if p.get("finished") and p["gpus"] in none_cpu and p["cpu_s"] > none_cpu[p["gpus"]]]
+
+
 def round_cost(points: list[dict]) -> dict | None:
     """CPU microseconds per placement round, fitted as ``fixed + per_job x jobs_per_round`` over the finished points
     (least squares): what a round costs whatever the cluster, and what each job it walks adds. Only for a placement
@@ -152,7 +163,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"error: unknown placement(s) {', '.join(unknown)}; choose from {', '.join(PLACEMENTS)}")
     predicts = {"on": [True], "off": [False], "both": [False, True]}[args.predict]
-    points, series = [], []
+    points, series, runs = [], [], {}
     for placement in placements:
         for predict in predicts:
             mine = []
@@ -169,6 +180,7 @@ def main() -> None:
                 log(f"  {json.dumps(p)}")
                 mine.append(p)
             points += mine
+            runs[placement, predict] = mine
             series.append({"placement": placement, "predict": predict, "points": len(mine),
                            "time_exponent_vs_apps_x_gpus": exponent(mine),
                            "cpu_time_exponent_vs_apps_x_gpus": exponent(mine, "cpu_s"),
@@ -177,6 +189,11 @@ def main() -> None:
                            "time_exponent_vs_total_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_app"),
                            "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app"),
                            "cpu_us_per_round": round_cost(mine)})
+    for entry in series:
+        bare = runs.get(("none", entry["predict"]))
+        if entry["placement"] != "none" and bare:
+            added = placement_share(runs[entry["placement"], entry["predict"]], bare)
+            entry["placement_cpu_time_exponent_vs_apps_x_gpus_touched"] = exponent(added, "cpu_s", "gpus_touched_per_round")
     print(json.dumps({"workload": "themis1", "load": 0.9, "seed": 4567, "policy": "pcs-bal",
                       "cpus": os.cpu_count(), "points": points, "series": series}, indent=1))
 

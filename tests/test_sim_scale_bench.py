@@ -41,3 +41,16 @@ def test_a_round_costs_a_fixed_part_and_a_part_per_job_it_walks(bench):
     assert bench.round_cost(points[:1]) is None
     assert bench.round_cost([point(1, 1, 1.0)] * 3) is None  # no placement rounds
     assert bench.round_cost([{**p, "kept": 0} for p in points]) is None  # a sticky placement walks no kept jobs
+
+
+def test_what_placement_adds_is_the_run_without_placement_subtracted(bench):
+    # the run without placement grows as apps x GPUs; placement adds 1 ms per app, touching 100 GPUs a round
+    bare = [point(8 * g, g, 1e-6 * 8 * g * g) for g in (500, 1000, 2000, 4000)]
+    placed = [point(8 * g, g, 1e-6 * 8 * g * g + 0.001 * 8 * g, touched=100.0) for g in (500, 1000, 2000, 4000)]
+    added = bench.placement_share(placed, bare)
+    assert [p["cpu_s"] for p in added] == pytest.approx([0.001 * 8 * g for g in (500, 1000, 2000, 4000)])
+    assert bench.exponent(added, "cpu_s", "gpus_touched_per_round") == pytest.approx(1.0)
+    assert bench.exponent(placed, "cpu_s", "gpus_touched_per_round") > 1.2  # the whole run's time grows faster
+    # sizes without a run without placement (mapa's whole DGX-1 nodes: 496), or no added time, are left out
+    assert [p["gpus"] for p in bench.placement_share([point(3968, 496, 5.0, touched=100.0), *placed[1:]], bare)] == [1000, 2000, 4000]
+    assert bench.placement_share([point(4000, 500, 0.1, touched=100.0)], bare) == []
