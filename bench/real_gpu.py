@@ -27,7 +27,8 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
 ``--budget-s`` (330 s: checks not reached then fail; the cluster's ``down`` gets 60 s more).
 ``--full`` runs longer jobs and adds the older figures (device step times, a warm-pool resume);
 ``--cli`` adds the README's live quick start (three ResNet-18 jobs, their predictions against their
-JCTs). ``--cpu`` rehearses on a machine without a GPU: the checks that CPU processes can run (pinning
+JCTs). ``--only user,energy`` (groups: builtin, preflight, user, energy) runs only those checks, the others
+being SKIP lines: a rerun after a fix costs only the checks it needs. ``--cpu`` rehearses on a machine without a GPU: the checks that CPU processes can run (pinning
 env, both resumes) run for real on logical GPUs and the GPU-only ones are ``SKIP`` lines, never
 passes; its exit status says whether the rehearsed checks passed.
 
@@ -661,6 +662,15 @@ FULL = {"pin_steps": 60, "user_steps": 2000, "user_stop_at": 700, "pace_s": 0.00
         "run_timeout_s": 300}
 
 
+#: The checks ``--only`` can name, each with the checks it runs (``builtin``: every ``builtin_resume:<workload>``).
+GROUPS = {"builtin": (), "preflight": ("preflight",), "user": ("user_pinning", "pinned_uuid", "user_resume"),
+          "energy": ("energy_builtin", "energy_user")}
+
+
+def group_of(check: str) -> str:
+    return "builtin" if check.startswith("builtin_resume:") else next(g for g, names in GROUPS.items() if check in names)
+
+
 def plan(workloads: list[str]) -> list[str]:
     """Every check's name, in the order they run."""
     return [*[f"builtin_resume:{w}" for w in workloads], "preflight", "user_pinning", "pinned_uuid", "user_resume",
@@ -721,31 +731,43 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     gpus = len(inventory.gpus) if inventory is not None else 1
     pinned, nvml_uuid = pin_target(inventory, args.gpu)
     slot = GPUSlot(node, pinned)
-    for w in args.workloads:  # first: in this process, the cheapest and least likely to hang
+    only = getattr(args, "only", None) or set(GROUPS)
+    for n in names:
+        if group_of(n) not in only:
+            done[n] = Check(n, "SKIP", f"not asked for (--only {','.join(g for g in GROUPS if g in only)})")
+    for w in args.workloads if "builtin" in only else ():  # first: in this process, the cheapest and least likely to hang
         guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
                                                                      settings["builtin_stop_after"], want_cuda)])
-    if args.cpu:
+    if "preflight" not in only:
+        pass
+    elif args.cpu:
         done["preflight"] = Check("preflight", "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
     else:
         guarded(["preflight"], lambda: [node_preflight(inventory)])
     _release_cuda_cache()
     ray_ = None
     try:
+        if "user" not in only and not (args.full and not args.cpu):
+            raise _NotAsked
         if time.monotonic() > deadline:  # not worth starting Ray for checks that cannot run
             raise TimeoutError(f"not run: --budget-s {settings['budget_s']:g} spent before it")
         began = time.monotonic()
         ray_, recorder = _start_ray(node, gpus, str(root / "ray"))
         figures["ray_start_s"] = round(time.monotonic() - began, 1)
         launcher = RayLauncher(ray_, recorder, deadline, settings["run_timeout_s"])
-        guarded(["user_pinning", "pinned_uuid"],
-                lambda: pinned_user_run(launcher, slot, root / "pin", settings["pin_steps"], want_cuda, nvml_uuid, recorder))
-        guarded(["user_resume"], lambda: [user_resume(launcher, slot, root / "resume", settings["user_steps"],
-                                                      settings["user_stop_at"], settings["pace_s"], want_cuda, recorder)])
+        if "user" in only:
+            guarded(["user_pinning", "pinned_uuid"],
+                    lambda: pinned_user_run(launcher, slot, root / "pin", settings["pin_steps"], want_cuda, nvml_uuid, recorder))
+            guarded(["user_resume"], lambda: [user_resume(launcher, slot, root / "resume", settings["user_steps"],
+                                                          settings["user_stop_at"], settings["pace_s"], want_cuda,
+                                                          recorder)])
         if args.full and not args.cpu:
             try:
                 figures["pool"] = _pool_figures(ray_, recorder, inventory, args, root / "pool")
             except Exception as exc:  # figures only: the checks above keep their verdicts
                 figures["pool"] = {"error": _error_line(exc)}
+    except _NotAsked:
+        pass
     except TimeoutError as exc:
         for n in ("user_pinning", "pinned_uuid", "user_resume"):
             done.setdefault(n, Check(n, "FAIL", str(exc)))
@@ -755,7 +777,9 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     finally:
         if ray_ is not None:
             ray_.shutdown()
-    if args.cpu:
+    if "energy" not in only:
+        pass
+    elif args.cpu:
         for n in ("energy_builtin", "energy_user"):
             done[n] = Check(n, "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
     else:
@@ -763,6 +787,10 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
                 lambda: energy_checks(root / "cluster", max(30.0, deadline - time.monotonic()),
                                       settings["energy_builtin_steps"], settings["energy_user_steps"], settings["pace_s"]))
     return [done.get(n) or Check(n, "FAIL", "not run") for n in names], figures
+
+
+class _NotAsked(Exception):
+    """``--only`` left out every check that needs Ray."""
 
 
 def _release_cuda_cache() -> None:
@@ -800,7 +828,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None, help="Stop starting checks after this many seconds.")
     parser.add_argument("--cli", action="store_true", help="Also run the README's live quick start (figures only).")
     parser.add_argument("--out", type=Path, help="Also write the JSON object here.")
+    parser.add_argument("--only", default=None,
+                        help=f"Comma-separated groups of checks to run, of {', '.join(GROUPS)} (a rerun after a fix); "
+                             "the others are SKIP lines [default: all].")
     args = parser.parse_args(argv)
+    if args.only is not None:
+        asked = {g.strip() for g in args.only.split(",") if g.strip()}
+        if not asked or asked - set(GROUPS):
+            parser.error(f"--only {args.only}: choose from {', '.join(GROUPS)}")
+        args.only = asked
     settings = dict(FULL if args.full else QUICK)
     if args.budget_s is not None:
         settings["budget_s"] = args.budget_s
@@ -830,7 +866,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu is not None and inventory is not None and not 0 <= args.gpu < len(inventory.gpus):
         parser.error(f"--gpu {args.gpu}: NVML lists GPUs 0..{len(inventory.gpus) - 1}")
     if missing and not args.cpu:
-        checks = [Check(n, "FAIL", f"not run: {missing}") for n in plan(args.workloads)]
+        only = args.only or set(GROUPS)
+        checks = [Check(n, "FAIL", f"not run: {missing}") if group_of(n) in only else
+                  Check(n, "SKIP", "not asked for (--only)") for n in plan(args.workloads)]
     else:
         if args.cpu:
             inventory = None  # a rehearsal pins to one logical GPU, whatever this machine has

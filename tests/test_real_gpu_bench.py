@@ -190,3 +190,22 @@ def test_the_uuid_compared_is_nvmls_for_the_index_the_job_was_pinned_to(bench):
     seen = {"torch_uuid": "fake-0"}  # a run that landed on NVML's GPU 0 instead
     assert uuid_problems(seen, bench.pin_target(inventory, None)[1], 3) == [
         "in the pinned process torch says CUDA device 0 is fake-0, NVML's GPU 3 is fake-3"]
+
+
+def test_only_runs_the_groups_asked_for_and_the_others_are_skip_lines(bench, capsys):
+    assert bench.main(["--cpu", "--only", "builtin", "--workloads", "tiny_cnn"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    verdicts = {line.split()[1]: line.split()[0] for line in out if line.startswith(("PASS ", "FAIL ", "SKIP "))}
+    assert verdicts == {"builtin_resume:tiny_cnn": "PASS", "preflight": "SKIP", "user_pinning": "SKIP",
+                        "pinned_uuid": "SKIP", "user_resume": "SKIP", "energy_builtin": "SKIP", "energy_user": "SKIP"}
+    assert "SKIP user_pinning (0.0 s): not asked for (--only builtin)" in out
+    assert out[-1].startswith("REHEARSAL PASS (CPU: not a real-GPU result): 1 passed, 0 failed, 6 skipped")
+    assert [bench.group_of(n) for n in bench.plan(["vgg11"])] == ["builtin", "preflight", "user", "user", "user",
+                                                                 "energy", "energy"]
+
+
+@pytest.mark.parametrize("only", ["", "builtin,gpu"])
+def test_only_with_an_unknown_group_is_a_usage_error(bench, capsys, only):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--cpu", "--only", only])
+    assert exit_.value.code == 2 and "choose from builtin, preflight, user, energy" in capsys.readouterr().err
