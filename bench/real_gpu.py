@@ -27,9 +27,9 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
 ``--budget-s`` (330 s: checks not reached then fail; the cluster's ``down`` gets 60 s more).
 ``--full`` runs longer jobs and adds the older figures (device step times, a warm-pool resume);
 ``--cli`` adds the README's live quick start (three ResNet-18 jobs, their predictions against their
-JCTs). ``--only user,energy`` (groups: builtin, preflight, user, energy) runs only those checks, the others
-being SKIP lines: a rerun after a fix costs only the checks it needs. ``--cpu`` rehearses on a machine without a GPU: the checks that CPU processes can run (pinning
-env, both resumes) run for real on logical GPUs and the GPU-only ones are ``SKIP`` lines, never
+JCTs). ``--only user,energy`` (groups: builtin, preflight, user, energy) runs only those checks, the
+others being SKIP lines: a rerun after a fix costs only the checks it needs. ``--cpu`` rehearses on a
+machine without a GPU: the checks that CPU processes can run (pinning env, both resumes) run for real on logical GPUs and the GPU-only ones are ``SKIP`` lines, never
 passes; its exit status says whether the rehearsed checks passed.
 
     PYTHONPATH=. python bench/real_gpu.py            # on the GPU machine
@@ -671,6 +671,11 @@ def group_of(check: str) -> str:
     return "builtin" if check.startswith("builtin_resume:") else next(g for g, names in GROUPS.items() if check in names)
 
 
+def not_asked(check: str, only: set[str]) -> Check:
+    """The SKIP line of a check ``--only`` left out."""
+    return Check(check, "SKIP", f"not asked for (--only {','.join(g for g in GROUPS if g in only)})")
+
+
 def plan(workloads: list[str]) -> list[str]:
     """Every check's name, in the order they run."""
     return [*[f"builtin_resume:{w}" for w in workloads], "preflight", "user_pinning", "pinned_uuid", "user_resume",
@@ -731,19 +736,18 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     gpus = len(inventory.gpus) if inventory is not None else 1
     pinned, nvml_uuid = pin_target(inventory, args.gpu)
     slot = GPUSlot(node, pinned)
-    only = getattr(args, "only", None) or set(GROUPS)
+    only = args.only
     for n in names:
         if group_of(n) not in only:
-            done[n] = Check(n, "SKIP", f"not asked for (--only {','.join(g for g in GROUPS if g in only)})")
+            done[n] = not_asked(n, only)
     for w in args.workloads if "builtin" in only else ():  # first: in this process, the cheapest and least likely to hang
         guarded([f"builtin_resume:{w}"], lambda w=w: [builtin_resume(w, root, settings["builtin_steps"],
                                                                      settings["builtin_stop_after"], want_cuda)])
-    if "preflight" not in only:
-        pass
-    elif args.cpu:
-        done["preflight"] = Check("preflight", "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
-    else:
-        guarded(["preflight"], lambda: [node_preflight(inventory)])
+    if "preflight" in only:
+        if args.cpu:
+            done["preflight"] = Check("preflight", "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
+        else:
+            guarded(["preflight"], lambda: [node_preflight(inventory)])
     _release_cuda_cache()
     ray_ = None
     try:
@@ -777,12 +781,10 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     finally:
         if ray_ is not None:
             ray_.shutdown()
-    if "energy" not in only:
-        pass
-    elif args.cpu:
+    if "energy" in only and args.cpu:
         for n in ("energy_builtin", "energy_user"):
             done[n] = Check(n, "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
-    else:
+    elif "energy" in only:
         guarded(["energy_builtin", "energy_user"],
                 lambda: energy_checks(root / "cluster", max(30.0, deadline - time.monotonic()),
                                       settings["energy_builtin_steps"], settings["energy_user_steps"], settings["pace_s"]))
@@ -832,7 +834,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"Comma-separated groups of checks to run, of {', '.join(GROUPS)} (a rerun after a fix); "
                              "the others are SKIP lines [default: all].")
     args = parser.parse_args(argv)
-    if args.only is not None:
+    if args.only is None:
+        args.only = set(GROUPS)
+    else:
         asked = {g.strip() for g in args.only.split(",") if g.strip()}
         if not asked or asked - set(GROUPS):
             parser.error(f"--only {args.only}: choose from {', '.join(GROUPS)}")
@@ -866,9 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu is not None and inventory is not None and not 0 <= args.gpu < len(inventory.gpus):
         parser.error(f"--gpu {args.gpu}: NVML lists GPUs 0..{len(inventory.gpus) - 1}")
     if missing and not args.cpu:
-        only = args.only or set(GROUPS)
-        checks = [Check(n, "FAIL", f"not run: {missing}") if group_of(n) in only else
-                  Check(n, "SKIP", "not asked for (--only)") for n in plan(args.workloads)]
+        checks = [Check(n, "FAIL", f"not run: {missing}") if group_of(n) in args.only else not_asked(n, args.only)
+                  for n in plan(args.workloads)]
     else:
         if args.cpu:
             inventory = None  # a rehearsal pins to one logical GPU, whatever this machine has

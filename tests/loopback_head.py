@@ -85,8 +85,8 @@ def ray_job_submit(ray_head, entrypoint: list[str]):
     ``ray job submit``), retried while its job agent comes up.
 
     Ray's CLI follows the job's output over a WebSocket, and it exits 1 when that connection drops
-    (close code 1006: a loaded machine) even though the job goes on. The job's outcome is then taken
-    from ``ray job status`` and its output from ``ray job logs``, as a user would."""
+    (close code 1006: a loaded machine) even though the job goes on. The job's outcome and output are then
+    read from Ray's job API, as a user would (``_followed_up``)."""
     options, entrypoint = (entrypoint[:entrypoint.index("--")], entrypoint[entrypoint.index("--") + 1:]) if "--" in entrypoint else ([], entrypoint)
     deadline = time.monotonic() + 90
     while True:  # the head's job agent comes up a little after its dashboard
