@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
+from itertools import repeat
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -467,9 +468,8 @@ class Placement:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
         ids = [job.spec.job_id for job in jobs]
-        pos = {jid: i for i, jid in enumerate(ids)}
-        was = last.pos.get
-        at = np.fromiter([was(jid, -1) for jid in ids], dtype=np.int64, count=r)
+        pos = dict(zip(ids, range(r)))
+        at = np.fromiter(map(last.pos.get, ids, repeat(-1, r)), dtype=np.int64, count=r)
         n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since

@@ -105,6 +105,8 @@ class Engine:
         self.seen_total = 0.0
         self.seen_events = 0
         self._eventful = False  # an arrival or completion since the last reallocate
+        # Jobs whose finish changed since the last final forecast ``play_ahead_changes`` gave; None: not kept.
+        self._finish_changes: set[int] | None = None
 
     # -- state -------------------------------------------------------------
     def fork(self, *, placement: bool = True) -> "Engine":
@@ -123,6 +125,7 @@ class Engine:
             self.now, self.review_at, self.busy, self.demand, self.area, 0,
         )
         other.seen_total, other.seen_events, other._eventful = self.seen_total, self.seen_events, self._eventful
+        other._finish_changes = None
         other.active = {jid: j.clone() for jid, j in self.active.items()}
         other.running = {jid: other.active[jid] for jid in self.running}
         other.eta = dict(self.eta)
@@ -185,6 +188,8 @@ class Engine:
         if job.alloc:
             end = finish_time(self.now, stall_until, job.remaining, job.rate())
             self.eta[job_id] = end
+            if self._finish_changes is not None:
+                self._finish_changes.add(job_id)
             heapq.heappush(self.eta_heap, (end, job_id))
             if len(self.eta_heap) > 4 * len(self.eta) + 64:  # drop stale entries now and then
                 self.eta_heap = [(t, j) for j, t in self.eta.items()]
@@ -362,6 +367,8 @@ class Engine:
                 heapq.heappush(heap, (end, jid))
             else:
                 eta.pop(jid, None)
+        if self._finish_changes is not None:
+            self._finish_changes.update(job.spec.job_id for job in changed)
 
     def play_ahead(self, *, placement: bool = True, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives; this engine is left untouched.
@@ -399,10 +406,31 @@ class Engine:
         form = self._queue_form(placing)
         return None if form is None else QueuePlay.start(self, form, placement=placing)
 
+    def play_ahead_changes(self) -> dict[int, float]:
+        """``play_ahead()``, except where its forecast and the last one this method gave are both final
+        (``_final_finishes``): then only the finishes that changed since that one. Folded in turn into a run's
+        records (``pcs_ray.sim.forecast_fold``), these forecasts leave the records as ``play_ahead``'s would,
+        since a finish that did not change folds to nothing; a cluster where every job holds all it can use
+        then costs a forecast the jobs that changed, not every running job."""
+        if not self._final():
+            self._finish_changes = None
+            return self.play_ahead()
+        changes, self._finish_changes = self._finish_changes, set()
+        if changes is None:
+            return self.play_ahead()
+        eta, length = self.eta, self.policy.round_s
+        if length:
+            return {j: round_boundary(eta[j], length, slack=True) for j in changes if j in eta}
+        return {j: eta[j] for j in changes if j in eta}
+
+    def _final(self) -> bool:
+        """Whether every running job's finish is final now: every job holds all it can use and nothing is due,
+        so no work-conserving policy changes anything (and no job waits to start)."""
+        return self.review_at is None and self.busy == self.demand
+
     def _final_finishes(self) -> Forecast | None:
-        """Every running job's finish where they are final now, else None: every job holds all it can use and
-        nothing is due, so no work-conserving policy changes anything (and no job waits to start)."""
-        if self.review_at is not None or self.busy != self.demand:
+        """Every running job's finish where they are final now (``_final``), else None."""
+        if not self._final():
             return None
         length = self.policy.round_s  # in rounds a finish is recorded at the next boundary
         return Forecast({j: round_boundary(t, length, slack=True) for j, t in self.eta.items()} if length else self.eta)

@@ -108,13 +108,14 @@ def _replay(
     area_at_submit: dict[int, float] = {}
     timeline: list[tuple[float, int]] = []
     # Serially every play is folded into the records as it completes; shares of a parallel run return theirs.
-    forecasts = FoldedForecasts(records) if plays == (0, 1) else []
+    serial = plays == (0, 1)
+    forecasts = FoldedForecasts(records) if serial else []
     i, total = 0, len(arrivals)
     finished = 0
     # Successive plays share their past where the policy allows it (every arrival played, in one process).
     form = policy.queue_form()
     chain = (
-        PlayChain(form) if incremental and placement is None and plays == (0, 1) and form is not None
+        PlayChain(form) if incremental and placement is None and serial and form is not None
         and not policy.round_s else None
     )
     while i < total or engine.active:
@@ -155,7 +156,8 @@ def _replay(
                     chain.play(engine, job, not done and engine.prev_alloc == before, forecasts)
                 elif k % plays[1] == plays[0]:
                     if forecast is None:
-                        forecast = engine.play_ahead()
+                        # Serially every forecast is folded at once, in turn: a final one need bring only changes.
+                        forecast = engine.play_ahead_changes() if serial and incremental else engine.play_ahead()
                     forecasts.append(forecast)
         if progress is not None and (done or arrived):
             progress(finished, total)
