@@ -601,7 +601,8 @@ class Placement:
             moved_to[at[keeps]] = np.flatnonzero(keeps)
             held_then = (last.owner >= 0) & (last.owner < NOWHERE)
             owner[held_then] = moved_to[last.owner[held_then]]
-        owner[bits_to_mask(start, self.num_gpus)] = BEFORE
+        if start:  # most rounds have no job outside them
+            owner[bits_to_mask(start, self.num_gpus)] = BEFORE
         code = self._class_codes
         for row, (g, t, s) in decided.items():
             gpus[row], total[row], strict[row] = g, t, s
