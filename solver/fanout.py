@@ -2,7 +2,7 @@
 
 The solver's evaluations and ``pcs-ray simulate``'s combinations both fan out
 through here: ``run_in_process`` calls the function one call after another,
-``RayFanOut`` submits every call as a ``ray.remote`` task on the cluster this
+``RayFanOut`` runs every call as a ``ray.remote`` task on the cluster this
 process is connected to (one CPU each, no pool of its own) and hands results
 back in the order they finish. Both call the same function on the same
 arguments, so they return the same values.
@@ -10,6 +10,7 @@ arguments, so they return the same values.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -35,6 +36,7 @@ class RayFanOut:
         import ray
 
         self._ray = ray
+        self._num_cpus = num_cpus
         self._task = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(fn)
 
     def put(self, value):
@@ -45,12 +47,22 @@ class RayFanOut:
         return float(self._ray.cluster_resources().get("CPU", 0.0))
 
     def run(self, calls: Iterable[Call], on_result: OnResult) -> None:
-        """Submit every call, then ``on_result(key, result)`` as each finishes; a call that raised raises
-        its own exception here (not Ray's wrapper of it), after which the others are cancelled."""
+        """``on_result(key, result)`` for every call, as each finishes; a call that raised raises its own
+        exception here (not Ray's wrapper of it), after which the others are cancelled.
+
+        No more calls are in flight than the cluster has CPUs for (counted again as each finishes, so a
+        cluster that grows gets more): the next call goes to whichever worker frees up first. Submitted all
+        at once, calls were queued behind busy workers while others sat idle (``bench/sim_fanout.py``)."""
         ray = self._ray
-        pending = {self._task.remote(*args): key for key, args in calls}
+        todo = iter(calls)
+        pending: dict = {}
         try:
-            while pending:
+            while True:
+                room = max(1, int(self.cluster_cpus() // self._num_cpus)) - len(pending)
+                for key, args in itertools.islice(todo, max(room, 0)):
+                    pending[self._task.remote(*args)] = key
+                if not pending:
+                    return
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     key = pending.pop(ref)

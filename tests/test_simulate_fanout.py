@@ -153,3 +153,52 @@ def test_a_ray_task_that_fails_raises_its_own_error(ray_local):
     with pytest.raises(statistics.StatisticsError) as raised:
         fan_out.run([("none", ([],))], got.__setitem__)
     assert type(raised.value) is statistics.StatisticsError  # the task's own exception, not Ray's wrapper of it
+
+
+class _FakeRay:
+    """Just enough of Ray for ``RayFanOut.run``: tasks finish in submission order, one per ``wait``."""
+
+    def __init__(self, cpus):
+        self.cpus, self.order, self.in_flight, self.most, self.cancelled = list(cpus), [], [], 0, []
+
+    def remote(self, *args):
+        self.in_flight.append(args)
+        self.most = max(self.most, len(self.in_flight))
+        return args
+
+    def cluster_resources(self):
+        return {"CPU": self.cpus.pop(0) if len(self.cpus) > 1 else self.cpus[0]}
+
+    def wait(self, refs, num_returns):
+        assert num_returns == 1 and refs
+        self.in_flight.remove(refs[0])
+        self.order.append(refs[0])
+        return [refs[0]], refs[1:]
+
+    def get(self, ref):
+        if ref == ("boom",):
+            raise ValueError("boom")
+        return ref[0] * 10
+
+    def cancel(self, ref):
+        self.cancelled.append(ref)
+
+
+def test_a_fan_out_keeps_no_more_calls_in_flight_than_the_cluster_has_cpus():
+    """The next call goes out as one finishes, so it runs on whichever worker frees up first; a cluster
+    that grows gets more at once; a call that raises cancels those still in flight."""
+    import statistics
+
+    from pcs_ray.solver.fanout import RayFanOut
+
+    fan_out = RayFanOut(statistics.fmean)
+    fan_out._ray = fan_out._task = fake = _FakeRay([2, 2, 2, 3])
+    got = {}
+    fan_out.run([(k, (k,)) for k in range(9)], got.__setitem__)
+    assert got == {k: 10 * k for k in range(9)} and fake.order == [(k,) for k in range(9)]
+    assert fake.most == 3 and fake.cancelled == []  # two at a time, three once the cluster had three CPUs
+
+    fan_out._ray = fan_out._task = fake = _FakeRay([2])
+    with pytest.raises(ValueError, match="boom"):
+        fan_out.run([(0, ("boom",)), (1, (1,)), (2, (2,))], got.__setitem__)
+    assert fake.cancelled == [(1,)] and fake.most == 2  # the third call was never submitted
