@@ -203,26 +203,27 @@ def test_a_pass_that_passed_a_job_over_resumes_there_and_decides_the_same(placed
     assert len(resumed) > 100  # the path under test ran
 
 
-@pytest.mark.parametrize("name", ["pal", "packed-sticky"])
+@pytest.mark.parametrize("name", ["pal", "packed-sticky", None])
 def test_final_forecasts_of_changes_only_leave_the_records_as_whole_plays_do(name, monkeypatch):
     """Where every job holds all it can use, a forecast brings only the finishes that changed since the last
-    such one (``Engine.play_ahead_changes``): every job's first and last prediction and refresh count are
-    the reference's, which plays every arrival's whole forecast."""
+    such one (``Engine.final_changes``), with a placement or without (the chained plays): every job's first
+    and last prediction and refresh count are the reference's, which plays every arrival's whole forecast."""
     from pcs_ray.placement import create_placement
 
     sizes = []
-    changes = Engine.play_ahead_changes
+    changes = Engine.final_changes
 
     def spy(self):
         forecast = changes(self)
-        sizes.append((len(forecast), len(self.running)))
+        if forecast is not None:
+            sizes.append((len(forecast), len(self.running)))
         return forecast
 
-    monkeypatch.setattr(Engine, "play_ahead_changes", spy)
+    monkeypatch.setattr(Engine, "final_changes", spy)
     cluster, jobs = measured_cluster(32, 8, 2), classed(generate_workload("themis1", 400, 256, load=0.7, seed=11))
     policy = WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal")))
     runs = [simulate(jobs, 256, policy, predict=True, incremental=incremental,
-                     placement=create_placement(name, cluster)) for incremental in (False, True)]
+                     placement=name and create_placement(name, cluster)) for incremental in (False, True)]
     assert forecasts(runs[1]) == forecasts(runs[0])
     assert sum(r.refreshes for r in runs[0].records) > 0
-    assert len(sizes) == len(jobs) and sum(1 for n, running in sizes if n < running) > 50  # changes only, often
+    assert sum(1 for n, running in sizes if n < running) > 50  # changes only, often

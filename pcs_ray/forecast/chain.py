@@ -36,6 +36,13 @@ class PlayChain:
         t, trunk, policy = engine.now, self.trunk, self.policy
         q = policy.queue_of(job)
         forecasts.append(None)
+        final = engine.final_changes()
+        if final is not None:  # nothing to play: every job holds all it can use
+            if trunk is not None:
+                forecasts[self.slot] = trunk.run()
+                self.trunk = None
+            forecasts[-1] = final
+            return
         child = None
         if trunk is not None and calm and self.noisy[q] < t:
             child = self._branch(trunk, job, q, t)

@@ -105,7 +105,7 @@ class Engine:
         self.seen_total = 0.0
         self.seen_events = 0
         self._eventful = False  # an arrival or completion since the last reallocate
-        # Jobs whose finish changed since the last final forecast ``play_ahead_changes`` gave; None: not kept.
+        # Jobs whose finish changed since the last final forecast ``final_changes`` gave; None: not kept.
         self._finish_changes: set[int] | None = None
 
     # -- state -------------------------------------------------------------
@@ -407,17 +407,24 @@ class Engine:
         return None if form is None else QueuePlay.start(self, form, placement=placing)
 
     def play_ahead_changes(self) -> dict[int, float]:
-        """``play_ahead()``, except where its forecast and the last one this method gave are both final
-        (``_final_finishes``): then only the finishes that changed since that one. Folded in turn into a run's
-        records (``pcs_ray.sim.forecast_fold``), these forecasts leave the records as ``play_ahead``'s would,
-        since a finish that did not change folds to nothing; a cluster where every job holds all it can use
-        then costs a forecast the jobs that changed, not every running job."""
+        """``play_ahead()``, or ``final_changes()`` where the finishes are final now."""
+        changes = self.final_changes()
+        return self.play_ahead() if changes is None else changes
+
+    def final_changes(self) -> dict[int, float] | None:
+        """Where every running job's finish is final now (``_final``): those that changed since the last forecast
+        this method gave, or all of them where that one was not final; else None (a play must tell).
+
+        Folded in turn into a run's records (``pcs_ray.sim.forecast_fold``) with every other forecast made
+        where this method said None, these leave the records as whole forecasts would, since a finish that did
+        not change folds to nothing: a cluster where every job holds all it can use then costs a forecast the
+        jobs that changed, not every running job."""
         if not self._final():
             self._finish_changes = None
-            return self.play_ahead()
+            return None
         changes, self._finish_changes = self._finish_changes, set()
         if changes is None:
-            return self.play_ahead()
+            return self._final_finishes()
         eta, length = self.eta, self.policy.round_s
         if length:
             return {j: round_boundary(eta[j], length, slack=True) for j in changes if j in eta}
