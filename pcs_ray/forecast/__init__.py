@@ -2,7 +2,9 @@
 
 ``Engine.play_ahead`` plays a fork of the engine (``Engine.play_forward``), or, for a policy with a queue
 form, a ``QueuePlay`` that gives the same finish times recomputing only what each event touches;
-``simulate`` chains the plays of successive arrivals (``PlayChain``); the live coordinator branches a new
+``simulate`` chains the plays of successive arrivals (``PlayChain``), and where every job holds all it can
+use it plays nothing and takes only the finishes that changed since (``Engine.final_changes``), folded into
+the same records as a whole forecast would be; the live coordinator branches a new
 job's forecast from its latest whole play (``BranchPoints``). Every play decides with its own
 policy state (``SchedulingPolicy.fork``), so a forecast cannot change the schedule it forecasts.
 
