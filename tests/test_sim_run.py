@@ -282,6 +282,47 @@ def test_wfq_completion_bound_holds(config, make):
     assert s["bound_violations"] == 0 and s["jobs_with_bound"] == len(bounded)
 
 
+@pytest.mark.parametrize("policy", [
+    pytest.param(lambda: WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal"))), id="wfq-own-queue"),
+    pytest.param(lambda: build_policy("fifo"), id="fifo-every-job"),
+])
+def test_a_bound_made_with_only_the_jobs_it_reads_settled_is_the_bound_of_every_job_settled(policy, monkeypatch):
+    """At each arrival ``simulate`` brings up to date only the jobs ``bound_reads`` names: the bound is,
+    bit for bit, the one made after every running job was brought up to date."""
+    from pcs_ray.sim.engine import Engine
+
+    policy = policy()
+    seen = {"engine": None, "bounds": 0, "stale": 0}
+    settle_each, settle_all = Engine.settle_each, Engine.settle_all
+
+    def remembered(self, jobs):
+        seen["engine"] = self
+        return settle_each(self, jobs)
+
+    def remembered_all(self):
+        seen["engine"] = self
+        return settle_all(self)
+
+    bound = type(policy).completion_bound
+
+    def compared(self, snap, job):
+        got = bound(self, snap, job)
+        engine = seen["engine"]
+        if engine is not None and engine.snapshot().now == snap.now:
+            seen["stale"] += sum(1 for j in engine.running.values() if j.anchor != snap.now)
+            settle_all(engine)
+            assert bound(self, snap, job) == got
+            seen["bounds"] += got is not None
+        return got
+
+    monkeypatch.setattr(Engine, "settle_each", remembered)
+    monkeypatch.setattr(Engine, "settle_all", remembered_all)
+    monkeypatch.setattr(type(policy), "completion_bound", compared)
+    simulate(narrow(themis1(seed=11, n=300, load=1.2)), 16, policy, predict=True)
+    assert seen["bounds"] > 100
+    assert seen["stale"] > 0 or policy.name == "fifo"  # WFQ left jobs of other queues as they were
+
+
 # --- metrics ---------------------------------------------------------------------------
 
 

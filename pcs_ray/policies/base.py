@@ -96,6 +96,11 @@ class SchedulingPolicy(ABC):
         """Worst-case finish time of ``job`` whatever arrives later, if the policy guarantees one."""
         return None
 
+    def bound_reads(self, snap: Snapshot, job: JobState) -> Iterable[JobState] | None:
+        """The jobs whose progress ``completion_bound(snap, job)`` reads, which the caller brings up to date
+        first; None: any job's. A policy without a bound reads none."""
+        return () if type(self).completion_bound is SchedulingPolicy.completion_bound else None
+
     def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
         """Why each active job without GPUs in ``alloc`` (this policy's decision on ``snap``) has none.
         A policy with a rule of its own says so; the default names the GPUs the job needs and the free ones."""

@@ -376,6 +376,10 @@ class WFQPolicy(SchedulingPolicy):
         caps = map(itemgetter(1), index.entries[q])  # the index's caps are at zeta_min, as asked here
         return fifo_queue_bound(snap, index.queues[q], job, guaranteed, self.config.zeta_min, caps)
 
+    def bound_reads(self, snap: Snapshot, job: JobState) -> list[JobState]:
+        """The bound reads the job's own queue alone."""
+        return self._index(snap).queues[self.queue_of(job)]
+
     def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
         """Its place among the queue's waiting jobs, and the GPUs the queue holds of its weighted share."""
         index = self._index(snap)

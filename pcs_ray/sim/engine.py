@@ -288,6 +288,12 @@ class Engine:
         for job in self.running.values():
             self.settle(job)
 
+    def settle_each(self, jobs) -> None:
+        """``settle`` those of ``jobs`` that hold GPUs (others make no progress to bring up to date)."""
+        for job in jobs:
+            if job.alloc:
+                self.settle(job)
+
     def remove(self, finished: list[JobState]) -> None:
         for job in finished:
             jid = job.spec.job_id

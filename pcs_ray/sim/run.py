@@ -148,10 +148,15 @@ def _replay(
         if not timeline or timeline[-1][1] != engine.busy:
             timeline.append((t, engine.busy))
         if arrived and plays is not None:
-            engine.settle_all()
             forecast = None
             for k, job in arrived:
-                records[job.spec.job_id].bound = policy.completion_bound(engine.snapshot(), job)
+                snap = engine.snapshot()
+                reads = policy.bound_reads(snap, job)
+                if reads is None:
+                    engine.settle_all()
+                else:
+                    engine.settle_each(reads)
+                records[job.spec.job_id].bound = policy.completion_bound(snap, job)
                 if chain is not None:
                     chain.play(engine, job, not done and engine.prev_alloc == before, forecasts)
                 elif k % plays[1] == plays[0]:
