@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,31 @@ def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
     return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
 
 
+#: how long a rank's watcher waits for Ray to learn why the rank's actor died
+DEATH_CAUSE_WAIT_S = 5.0
+
+
+def death_of(actor, exc: BaseException) -> BaseException:
+    """``exc``, or, where Ray raised it before it knew why the rank's actor died (its message is then its bare
+    first line), the error a call to the dead actor raises once Ray knows (asked for ``DEATH_CAUSE_WAIT_S``
+    at most): that is what tells a SIGKILL from ``ray.kill`` or a node's death (``rank_death``)."""
+    died = ray.exceptions.ActorDiedError
+    if not (isinstance(exc, died) and str(exc) == died.BASE_ERROR_MSG):
+        return exc
+    deadline = time.monotonic() + DEATH_CAUSE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            return exc  # it answers: restarted, so this error is all there is
+        except died as again:
+            if str(again) != died.BASE_ERROR_MSG:
+                return again
+        except Exception:
+            return exc
+        time.sleep(0.2)
+    return exc
+
+
 @ray.remote(num_cpus=0, max_retries=0)
 def watch_ranks(request: RunRequest, actors: list, runs: list) -> RunOutcome:
     """Wait for every rank; on the first failure kill the other ranks (they would block in collectives)."""
@@ -43,7 +69,8 @@ def watch_ranks(request: RunRequest, actors: list, runs: list) -> RunOutcome:
             try:
                 outcomes[rank] = ray.get(ready)
             except Exception as exc:
-                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, exc, rank_log(request, rank)))
+                why = death_of(actors[rank], exc)
+                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, why, rank_log(request, rank)))
             if outcomes[rank].status == "failed":
                 break
     finally:

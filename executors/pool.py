@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 import ray
 
 from pcs_ray.executors import rank_death
+from pcs_ray.executors.handle import death_of
 from pcs_ray.executors.launch import RunHandle, launch as cold_launch
 from pcs_ray.executors.runner import failed_outcome, rendezvous_address, train_rank
 from pcs_ray.contract import GPUSlot, RunOutcome, RunRequest
@@ -292,7 +293,7 @@ def _watch_warm(request: RunRequest, actors: list, runs: list) -> RunOutcome:
             try:
                 outcomes[rank] = ray.get(ref)
             except Exception as exc:
-                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, exc))
+                outcomes[rank] = failed_outcome(request, rank_death.describe(rank, death_of(actors[rank], exc)))
             if outcomes[rank].status == "failed" and failed_at is None:
                 failed_at = time.monotonic()
     failed = [o for o in outcomes.values() if o.status == "failed"]

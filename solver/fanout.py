@@ -51,8 +51,8 @@ class RayFanOut:
         exception here (not Ray's wrapper of it), after which the others are cancelled.
 
         No more calls are in flight than the cluster has CPUs for (counted again as each finishes, so a
-        cluster that grows gets more): the next call goes to whichever worker frees up first. Submitted all
-        at once, calls were queued behind busy workers while others sat idle (``bench/sim_fanout.py``)."""
+        cluster that grows gets more), so that the next call goes to whichever worker frees up first rather
+        than waiting behind a busy one while another sits idle (``bench/sim_fanout.py`` measures both)."""
         ray = self._ray
         todo = iter(calls)
         pending: dict = {}

@@ -43,3 +43,28 @@ def test_a_crash_faulthandler_wrote_to_the_log_is_told_from_a_kill(tmp_path):
     assert describe(0, error("ActorDiedError", NO_WORD), log) == \
         "rank 0 died: crashed with SIGSEGV (segmentation fault); its stack is at the end of its log"
     assert describe(0, error("ActorDiedError", NO_WORD), tmp_path / "missing.log").startswith("rank 0 died: killed by signal 9")
+
+
+def test_a_death_ray_reported_before_it_knew_why_is_asked_of_the_dead_actor_again(ray_local):
+    """Ray may raise a rank's ActorDiedError before it has the death's cause (the bare first line alone):
+    the watcher asks the dead actor again and words what Ray then says."""
+    import os
+    import signal
+
+    from ray.exceptions import ActorDiedError
+
+    from pcs_ray.executors.handle import death_of
+
+    @ray_local.remote(num_cpus=0)
+    class Rank:
+        def pid(self) -> int:
+            return os.getpid()
+
+    rank = Rank.remote()
+    os.kill(ray_local.get(rank.pid.remote()), signal.SIGKILL)
+    bare = ActorDiedError()
+    assert describe(0, bare).startswith("rank 0 died: ActorDiedError")  # all that the bare error tells
+    told = death_of(rank, bare)
+    assert describe(0, told).startswith("rank 0 died: killed by signal 9 (SIGKILL"), str(told)
+    other = RuntimeError("not a death")
+    assert death_of(rank, other) is other

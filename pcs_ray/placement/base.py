@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
-from itertools import repeat
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -469,7 +468,7 @@ class Placement:
         r = len(jobs)
         ids = [job.spec.job_id for job in jobs]
         pos = dict(zip(ids, range(r)))
-        at = np.fromiter(map(last.pos.get, ids, repeat(-1, r)), dtype=np.int64, count=r)
+        at = np.fromiter(map(last.pos.get, ids, itertools.repeat(-1, r)), dtype=np.int64, count=r)
         n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since

@@ -421,10 +421,10 @@ class Engine:
         """Where every running job's finish is final now (``_final``): those that changed since the last forecast
         this method gave, or all of them where that one was not final; else None (a play must tell).
 
-        Folded in turn into a run's records (``pcs_ray.sim.forecast_fold``) with every other forecast made
-        where this method said None, these leave the records as whole forecasts would, since a finish that did
-        not change folds to nothing: a cluster where every job holds all it can use then costs a forecast the
-        jobs that changed, not every running job."""
+        Folded in turn into a run's records (``pcs_ray.sim.forecast_fold``), together with the plays made where
+        it returns None, these leave the records as whole forecasts would, since a finish that did not change
+        folds to nothing: on a cluster where every job holds all it can use, a forecast then costs the jobs
+        that changed, not every running job."""
         if not self._final():
             self._finish_changes = None
             return None
