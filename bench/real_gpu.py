@@ -29,8 +29,9 @@ not run, for want of CUDA, NVML or time, fails), 2 a bad option.
 ``--cli`` adds the README's live quick start (three ResNet-18 jobs, their predictions against their
 JCTs). ``--only user,energy`` (groups: builtin, preflight, user, energy) runs only those checks, the
 others being SKIP lines: a rerun after a fix costs only the checks it needs. ``--cpu`` rehearses on a
-machine without a GPU: the checks that CPU processes can run (pinning env, both resumes) run for real on logical GPUs and the GPU-only ones are ``SKIP`` lines, never
-passes; its exit status says whether the rehearsed checks passed.
+machine without a GPU: the checks that CPU processes can run (pinning env, both resumes) run for real
+on logical GPUs and the GPU-only ones are ``SKIP`` lines, never passes; its exit status says whether
+the rehearsed checks passed.
 
     PYTHONPATH=. python bench/real_gpu.py            # on the GPU machine
     PYTHONPATH=. python bench/real_gpu.py --cpu      # a rehearsal anywhere
@@ -781,13 +782,15 @@ def run_checks(args, settings: dict, inventory, root: Path, deadline: float) -> 
     finally:
         if ray_ is not None:
             ray_.shutdown()
-    if "energy" in only and args.cpu:
-        for n in ("energy_builtin", "energy_user"):
-            done[n] = Check(n, "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
-    elif "energy" in only:
-        guarded(["energy_builtin", "energy_user"],
-                lambda: energy_checks(root / "cluster", max(30.0, deadline - time.monotonic()),
-                                      settings["energy_builtin_steps"], settings["energy_user_steps"], settings["pace_s"]))
+    if "energy" in only:
+        if args.cpu:
+            for n in ("energy_builtin", "energy_user"):
+                done[n] = Check(n, "SKIP", "needs NVML and a CUDA device (--cpu rehearsal)")
+        else:
+            guarded(["energy_builtin", "energy_user"],
+                    lambda: energy_checks(root / "cluster", max(30.0, deadline - time.monotonic()),
+                                          settings["energy_builtin_steps"], settings["energy_user_steps"],
+                                          settings["pace_s"]))
     return [done.get(n) or Check(n, "FAIL", "not run") for n in names], figures
 
 

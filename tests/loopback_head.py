@@ -86,7 +86,7 @@ def ray_job_submit(ray_head, entrypoint: list[str]):
 
     Ray's CLI follows the job's output over a WebSocket, and it exits 1 when that connection drops
     (close code 1006: a loaded machine) even though the job goes on. The job's outcome and output are then
-    read from Ray's job API, as a user would (``_followed_up``)."""
+    read from Ray's job API, as a user would (``followed_up``)."""
     options, entrypoint = (entrypoint[:entrypoint.index("--")], entrypoint[entrypoint.index("--") + 1:]) if "--" in entrypoint else ([], entrypoint)
     deadline = time.monotonic() + 90
     while True:  # the head's job agent comes up a little after its dashboard
@@ -95,7 +95,7 @@ def ray_job_submit(ray_head, entrypoint: list[str]):
                   submission, *options, "--", *entrypoint]
         submitted = run_command(submit, ray_head["env"], timeout=240, check=False)
         if any(drop in submitted.stderr for drop in TAIL_DROPPED):
-            return _followed_up(ray_head, submission, submitted)
+            return followed_up(ray_head, submission, submitted)
         if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
             return submitted
         time.sleep(3)
@@ -105,7 +105,7 @@ def ray_job_submit(ray_head, entrypoint: list[str]):
 TAIL_DROPPED = ("WebSocket connection closed unexpectedly", "WebSocket error while tailing logs")
 
 
-def _followed_up(ray_head, submission: str, submitted: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+def followed_up(ray_head, submission: str, submitted: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     """The outcome of a job whose output stream dropped: its status once terminal, and its whole output
     (Ray's job SDK, in a process with the CLI's environment)."""
     probe = (

@@ -70,14 +70,14 @@ def test_ray_job_submit_runs_pcs_ray_submit_wait(ray_head, tmp_path):
     # job's outcome and output as a user would: checked here on a job submitted without following it.
     import subprocess
 
-    from loopback_head import _followed_up
+    from loopback_head import followed_up
 
     for code, verdict in (("print('pcs-ray loopback ok')", 0), ("import sys; print('pcs-ray loopback bad'); sys.exit(3)", 1)):
         submission = f"pcsray-followed-{verdict}"
         run_command([str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--submission-id",
                      submission, "--no-wait", "--", "python", "-c", code], env)
         dropped = subprocess.CompletedProcess(["ray", "job", "submit"], 1, "", "RuntimeError: WebSocket connection closed unexpectedly")
-        outcome = _followed_up(ray_head, submission, dropped)
+        outcome = followed_up(ray_head, submission, dropped)
         assert outcome.returncode == verdict, outcome.stderr
         assert ("pcs-ray loopback ok" if verdict == 0 else "pcs-ray loopback bad") in outcome.stdout
         assert ("ended SUCCEEDED" if verdict == 0 else "ended FAILED") in outcome.stderr

@@ -431,10 +431,8 @@ class Engine:
         changes, self._finish_changes = self._finish_changes, set()
         if changes is None:
             return self._final_finishes()
-        eta, length = self.eta, self.policy.round_s
-        if length:
-            return {j: round_boundary(eta[j], length, slack=True) for j in changes if j in eta}
-        return {j: eta[j] for j in changes if j in eta}
+        eta = self.eta
+        return self._recorded({j: eta[j] for j in changes if j in eta})
 
     def _final(self) -> bool:
         """Whether every running job's finish is final now: every job holds all it can use and nothing is due,
@@ -445,8 +443,12 @@ class Engine:
         """Every running job's finish where they are final now (``_final``), else None."""
         if not self._final():
             return None
-        length = self.policy.round_s  # in rounds a finish is recorded at the next boundary
-        return Forecast({j: round_boundary(t, length, slack=True) for j, t in self.eta.items()} if length else self.eta)
+        return Forecast(self._recorded(self.eta))
+
+    def _recorded(self, ends: dict[int, float]) -> dict[int, float]:
+        """Finish times as a forecast records them: in rounds, at the next boundary."""
+        length = self.policy.round_s
+        return {j: round_boundary(t, length, slack=True) for j, t in ends.items()} if length else ends
 
     def play_forward(self, until: int | None = None) -> dict[int, float]:
         """Finish time of every active job if nothing else arrives (the prediction).
