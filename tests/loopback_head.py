@@ -37,14 +37,8 @@ def run_command(args, env, timeout=180, check=True):
     return proc
 
 
-@pytest.fixture
-def ray_head(tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text("nodes:\n  - {name: loop0, gpus: 2}\n")
-    node_args = run_command([str(VENV_BIN / "pcs-ray"), "node-resources", "--cluster-spec", str(spec), "--node-name", "loop0"], env).stdout
+def _start_head(env, node_args: str):
+    """`ray start --head --block` on fresh ports and its own temp dir: (process, dashboard URL, GCS address, temp dir)."""
     port, dash = free_port(), free_port()
     temp_dir = tempfile.mkdtemp(prefix="pcsray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     head = subprocess.Popen(
@@ -56,28 +50,66 @@ def ray_head(tmp_path):
          f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
+    return head, f"http://127.0.0.1:{dash}", f"127.0.0.1:{port}", temp_dir
+
+
+def _stop_head(head) -> None:
+    head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
     try:
-        deadline = time.monotonic() + 120
-        while True:  # the job API answers once the dashboard is up
-            probe = subprocess.run([str(VENV_BIN / "ray"), "job", "list", "--address", f"http://127.0.0.1:{dash}"],
-                                   env=env, capture_output=True, text=True)
-            if probe.returncode == 0:
-                break
-            if head.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"ray head did not come up: {probe.stderr[-2000:]}")
-            time.sleep(2)
-        yield {"env": env, "gcs": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dash}", "spec": spec,
-               "state": tmp_path / "state"}
+        head.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        head.kill()
+    try:
+        os.killpg(head.pid, signal.SIGKILL)  # anything of ours left in its session
+    except ProcessLookupError:
+        pass
+
+
+def _job_agent_answers(head, dashboard: str, env, within: float) -> str | None:
+    """None once the head takes a job (a `--no-wait` job that does nothing), else why not.
+
+    The dashboard answers before the head's job agent has registered, and an agent that failed to start
+    (a port taken between `free_port` and Ray binding it) never does: Ray then answers every submission
+    with "No available agent to submit job"."""
+    deadline = time.monotonic() + within
+    while True:
+        probe = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", dashboard, "--no-wait",
+                                "--submission-id", f"pcsray-probe-{uuid.uuid4().hex[:8]}", "--", "true"],
+                               env=env, capture_output=True, text=True, timeout=120)
+        if probe.returncode == 0:
+            return None
+        if head.poll() is not None or time.monotonic() > deadline:
+            return (probe.stderr or probe.stdout)[-1500:]
+        time.sleep(2)
+
+
+def _agent_log_tail(temp_dir: str) -> str:
+    logs = sorted(Path(temp_dir).glob("session_*/logs/dashboard_agent.log"))
+    return logs[-1].read_text(errors="replace")[-1500:] if logs else "(no dashboard_agent.log)"
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("nodes:\n  - {name: loop0, gpus: 2}\n")
+    node_args = run_command([str(VENV_BIN / "pcs-ray"), "node-resources", "--cluster-spec", str(spec), "--node-name", "loop0"], env).stdout
+    failures = []
+    for _attempt in range(3):  # a head whose job agent never comes up is started again on other ports
+        head, dashboard, gcs, temp_dir = _start_head(env, node_args)
+        why = _job_agent_answers(head, dashboard, env, within=90)
+        if why is None:
+            break
+        failures.append(f"{why}\n--- dashboard_agent.log ---\n{_agent_log_tail(temp_dir)}")
+        _stop_head(head)
+    else:
+        raise AssertionError("ray head's job agent did not come up in 3 tries:\n" + "\n=====\n".join(failures))
+    try:
+        yield {"env": env, "gcs": gcs, "dashboard": dashboard, "spec": spec, "state": tmp_path / "state"}
     finally:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
-        try:
-            head.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            head.kill()
-        try:
-            os.killpg(head.pid, signal.SIGKILL)  # anything of ours left in its session
-        except ProcessLookupError:
-            pass
+        _stop_head(head)
 
 
 def ray_job_submit(ray_head, entrypoint: list[str]):
