@@ -50,14 +50,12 @@ PLACEMENTS = ("none", "pal", "combined", "mapa-preserve")
 DGX1 = "dgx1-v100"  # placements that read links run on these nodes
 
 
-def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
-    """One simulation in this process (the child's side)."""
+def setup(apps: int, gpus: int, placement: str):
+    """A point's jobs, policy and placement (None for ``none``): ``themis1`` at load 0.9, seed 4567, ``pcs-bal``."""
     from pcs_ray.cluster import ClusterSpec
     from pcs_ray.data import locate, pcs_config
     from pcs_ray.placement.configure import configure_placement
-    from pcs_ray.placement.framework import COUNTERS
     from pcs_ray.policies import WFQConfig, WFQPolicy
-    from pcs_ray.sim.run import simulate
     from pcs_ray.workloads.generator import generate_workload
 
     spec = ClusterSpec.homogeneous(gpus, 8)
@@ -66,7 +64,15 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
         topology = str(locate("topology", DGX1)) if placement.startswith("mapa") else None
         place = configure_placement(spec, placement, topology=topology).new()
     jobs = generate_workload("themis1", apps, gpus, load=0.9, seed=4567)
-    policy = WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal")))
+    return jobs, WFQPolicy(WFQConfig.load(pcs_config("themis1", "bal"))), place
+
+
+def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
+    """One simulation in this process (the child's side)."""
+    from pcs_ray.placement.framework import COUNTERS
+    from pcs_ray.sim.run import simulate
+
+    jobs, policy, place = setup(apps, gpus, placement)
     COUNTERS.reset()
     wall0, cpu0 = time.perf_counter(), time.process_time()
     result = simulate(jobs, gpus, policy, predict=predict, placement=place)

@@ -70,6 +70,10 @@ def _calls(tree):
 #: own driver (``Trainer``) and unpickled only inside that user's own run process, which runs their code anyway.
 #: The coordinator, the runners' shared processes and everything else never touch it.
 USER_PICKLES = {("pcs_ray/train/trainer/__init__.py", "cloudpickle"), ("executors/user_run.py", "cloudpickle")}
+#: And one more: ``simulate --workers`` pickles its own setup (jobs, policy, placement) in this process, before the
+#: run changes it, and hands the bytes to the worker processes it starts, as multiprocessing does with every call;
+#: nothing it unpickles was read from outside.
+OWN_PICKLES = {("pcs_ray/sim/run.py", "pickle")}
 
 
 def test_product_code_never_unpickles_and_loads_checkpoints_weights_only():
@@ -82,7 +86,7 @@ def test_product_code_never_unpickles_and_loads_checkpoints_weights_only():
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
                     found = [n for n in names if n in ("pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve")]
-                    if any((where, n) not in USER_PICKLES for n in found):
+                    if any((where, n) not in USER_PICKLES | OWN_PICKLES for n in found):
                         offenders.append(f"{path}:{node.lineno} imports a pickle module")
             for node, base, name in _calls(tree):
                 if base == "torch" and name == "load":

@@ -170,6 +170,74 @@ def test_parallel_forward_plays_give_the_serial_result(name, start, monkeypatch)
     assert parallel.utilization_timeline == serial.utilization_timeline
 
 
+@pytest.mark.parametrize("placement,start", [("pal", "fork"), ("pal", "spawn"), ("packed-sticky", "fork")])
+def test_parallel_forward_plays_with_a_placement_give_the_serial_result(placement, start, monkeypatch):
+    """Every process replays the schedule on its own copy of the placement (this one on the placement given,
+    whose log then holds the whole schedule's placements, as in one process)."""
+    import pcs_ray.sim.run as sim
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.placement.configure import configure_placement
+    from pcs_ray.placement.stats import PlacementLog
+
+    monkeypatch.setattr(sim, "_start_method", lambda: start)
+    jobs = mixed(themis1(seed=24, n=60))
+    setup = configure_placement(ClusterSpec.homogeneous(16, 4), placement)
+    serial_log, parallel_log = PlacementLog(setup.new()), PlacementLog(setup.new())
+    serial = simulate(jobs, 16, _make_policy("pcs", {}), placement=serial_log)
+    parallel = simulate(jobs, 16, _make_policy("pcs", {}), placement=parallel_log, workers=3)
+    assert parallel.records == serial.records
+    assert parallel.predictions == serial.predictions == len(jobs)
+    assert parallel.utilization_timeline == serial.utilization_timeline
+    assert parallel_log.summary() == serial_log.summary() and len(serial_log.gpus_of) == len(jobs)
+    assert parallel_log.assignment() == serial_log.assignment()
+
+
+class _SlowToPickle:
+    """A placement that notes how many jobs it held when it was pickled."""
+
+    held_when_pickled: list[int] = []
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __getstate__(self):
+        import threading
+        import time
+
+        # Pickled in a thread of its own, it waits (up to 5 s) for the run to start placing jobs.
+        deadline = time.monotonic() + 5
+        while threading.current_thread() is not threading.main_thread() and not self.inner.held \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _SlowToPickle.held_when_pickled.append(len(self.inner.held))
+        return self.__dict__
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def test_the_other_processes_get_the_placement_as_it_was_before_the_run(monkeypatch):
+    """The pool pickles its calls in a thread of its own: the setup is pickled before this process replays its
+    share, or the other processes would start from a placement half-way through the schedule."""
+    import pcs_ray.sim.run as sim
+    from pcs_ray.cluster import ClusterSpec
+    from pcs_ray.placement.configure import configure_placement
+
+    monkeypatch.setattr(sim, "_start_method", lambda: "fork")
+    _SlowToPickle.held_when_pickled.clear()
+    jobs = mixed(themis1(seed=24, n=60))
+    placement = _SlowToPickle(configure_placement(ClusterSpec.homogeneous(16, 4), "pal").new())
+    serial = simulate(jobs, 16, _make_policy("pcs", {}), placement=configure_placement(ClusterSpec.homogeneous(16, 4), "pal").new())
+    parallel = simulate(jobs, 16, _make_policy("pcs", {}), placement=placement, workers=2)
+    assert _SlowToPickle.held_when_pickled == [0]
+    assert parallel.records == serial.records
+
+
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers"):
         simulate(themis1(n=5), 16, build_policy("fifo"), workers=0)

@@ -74,7 +74,6 @@ BAD = {
     "seeds with a trace": (["--trace", "philly/51b7ef", "--seed", "1,2"], "--seed applies only to generated"),
     "one unknown placement": (["--gpus-per-node", "4", "--placement", "pal,nowhere"], "nowhere"),
     "profile without placement": (["-p", "fifo", "--profile", "longhorn", "--seed", "1,2"], "need --placement"),
-    "workers with placements": (["--workers", "2", "--placement", "pal,packed-sticky"], "does not combine with --placement"),
     "address with tenants": (["--tenants", "philly/51b7ef=8", "--address", "127.0.0.1:1"],
                              "--tenants does not combine with --address"),
 }

@@ -122,7 +122,4 @@ class SimulateOptions:
             raise UsageError("--power-budget-kw and --pcr need --power (a power profile)")
         if opts.workers > 1 and opts.power is not None:
             raise UsageError("--workers > 1 does not combine with --power (energy is accounted in one process)")
-        if opts.workers > 1 and opts.placement is not None:
-            # Each process would place on its own copy, and the placement summary is kept in this one.
-            raise UsageError("--workers > 1 does not combine with --placement yet")
         return opts

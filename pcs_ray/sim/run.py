@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,7 +47,9 @@ def simulate(
     process replays the whole (cheap, deterministic) schedule itself and plays
     forward only every ``workers``-th arrival, so nothing but the forecasts
     crosses a process boundary and the result is identical to ``workers=1``.
-    Progress is then reported only at the end.
+    With a placement, the other processes place on copies of it and this one on
+    ``placement`` itself, so its log and explanations cover the whole schedule,
+    as in one process. Progress is then reported only at the end.
 
     ``energy`` (a ``pcs_ray.power.meter.EnergyMeter``) integrates system power
     over the schedule; its summary lands in ``result.extra["energy"]``.
@@ -179,8 +182,14 @@ def _replay(
     return result, forecasts if isinstance(forecasts, list) else []
 
 
-def _replay_share(args) -> tuple[SimResult | None, list[dict[int, float]]]:
-    arrivals, capacity, policy, overhead, placement, plays, incremental = args
+def _replay_share(setup: bytes, plays: tuple[int, int]) -> tuple[SimResult | None, list[dict[int, float]]]:
+    """Another process's share: ``_replay_plays`` of the pickled setup."""
+    arrivals, capacity, policy, overhead, placement, incremental = pickle.loads(setup)
+    return _replay_plays(arrivals, capacity, policy, overhead, placement, plays, incremental)
+
+
+def _replay_plays(arrivals, capacity, policy, overhead, placement, plays, incremental):
+    """The schedule and the forward plays of share ``plays``; the result only for share 0, which carries it."""
     result, forecasts = _replay(arrivals, capacity, policy, overhead, placement, plays, None, (), incremental)
     return (result if plays[0] == 0 else None), forecasts
 
@@ -195,12 +204,15 @@ def _start_method() -> str:
 
 def _simulate_parallel(arrivals, capacity, policy, overhead, placement, workers: int, incremental: bool) -> SimResult:
     ctx = multiprocessing.get_context(_start_method())
-    tasks = [(arrivals, capacity, policy, overhead, placement, (r, workers), incremental) for r in range(workers)]
+    # Pickled here, before share 0 starts: the pool pickles its calls in a thread of its own, which would
+    # otherwise read the policy and the placement while share 0 changes them.
+    setup = pickle.dumps((arrivals, capacity, policy, overhead, placement, incremental))
     # This process takes share 0 itself while the others run: one process fewer to start and
     # no result to ship back for the share that carries the schedule.
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=ctx) as pool:
-        others = [pool.submit(_replay_share, task) for task in tasks[1:]]
-        shares = [_replay_share(tasks[0])] + [f.result() for f in others]
+        others = [pool.submit(_replay_share, setup, (r, workers)) for r in range(1, workers)]
+        shares = [_replay_plays(arrivals, capacity, policy, overhead, placement, (0, workers), incremental)]
+        shares += [f.result() for f in others]
     result = shares[0][0]
     # Process r played arrivals r, r + workers, ...: arrival k is its (k // workers)-th forecast.
     total = sum(len(forecasts) for _, forecasts in shares)

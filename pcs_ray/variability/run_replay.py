@@ -257,6 +257,8 @@ class ReplayedPlacement:
         self._factor: dict[int, float] = {}  # job id -> its current run's drawn slowdown
 
     def __getattr__(self, name):
+        if name == "inner":  # unpickling asks before ``inner`` is set: no recursion into itself
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def place(self, snap: Snapshot, changed: Iterable[JobState], alloc: Mapping[int, int] | None = None, settle=None):
