@@ -114,23 +114,19 @@ def ray_head(tmp_path):
 
 def ray_job_submit(ray_head, entrypoint: list[str]):
     """``ray job submit -- ENTRYPOINT`` to the loopback head (options before a ``--`` in ``entrypoint`` go to
-    ``ray job submit``), retried while its job agent comes up.
+    ``ray job submit``); the ``ray_head`` fixture has already seen its job agent take a job.
 
     Ray's CLI follows the job's output over a WebSocket, and it exits 1 when that connection drops
     (close code 1006: a loaded machine) even though the job goes on. The job's outcome and output are then
     read from Ray's job API, as a user would (``followed_up``)."""
     options, entrypoint = (entrypoint[:entrypoint.index("--")], entrypoint[entrypoint.index("--") + 1:]) if "--" in entrypoint else ([], entrypoint)
-    deadline = time.monotonic() + 90
-    while True:  # the head's job agent comes up a little after its dashboard
-        submission = f"pcsray-test-{uuid.uuid4().hex[:12]}"
-        submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--submission-id",
-                  submission, *options, "--", *entrypoint]
-        submitted = run_command(submit, ray_head["env"], timeout=240, check=False)
-        if any(drop in submitted.stderr for drop in TAIL_DROPPED):
-            return followed_up(ray_head, submission, submitted)
-        if "No available agent" not in submitted.stderr + submitted.stdout or time.monotonic() > deadline:
-            return submitted
-        time.sleep(3)
+    submission = f"pcsray-test-{uuid.uuid4().hex[:12]}"
+    submit = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head["dashboard"], "--submission-id",
+              submission, *options, "--", *entrypoint]
+    submitted = run_command(submit, ray_head["env"], timeout=240, check=False)
+    if any(drop in submitted.stderr for drop in TAIL_DROPPED):
+        return followed_up(ray_head, submission, submitted)
+    return submitted
 
 
 #: What Ray's CLI prints when its WebSocket to the job's output drops while the job runs.

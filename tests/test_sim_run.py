@@ -231,9 +231,9 @@ def test_the_other_processes_get_the_placement_as_it_was_before_the_run(monkeypa
     monkeypatch.setattr(sim, "_start_method", lambda: "fork")
     _SlowToPickle.held_when_pickled.clear()
     jobs = mixed(themis1(seed=24, n=60))
-    placement = _SlowToPickle(configure_placement(ClusterSpec.homogeneous(16, 4), "pal").new())
-    serial = simulate(jobs, 16, _make_policy("pcs", {}), placement=configure_placement(ClusterSpec.homogeneous(16, 4), "pal").new())
-    parallel = simulate(jobs, 16, _make_policy("pcs", {}), placement=placement, workers=2)
+    setup = configure_placement(ClusterSpec.homogeneous(16, 4), "pal")
+    serial = simulate(jobs, 16, _make_policy("pcs", {}), placement=setup.new())
+    parallel = simulate(jobs, 16, _make_policy("pcs", {}), placement=_SlowToPickle(setup.new()), workers=2)
     assert _SlowToPickle.held_when_pickled == [0]
     assert parallel.records == serial.records
 
