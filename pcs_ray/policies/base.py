@@ -175,11 +175,36 @@ def validate_allocation(snap: Snapshot, alloc: Allocation, policy: str) -> None:
     by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
     total = 0
     for jid, n in alloc.items():
-        job = by_id.get(jid)
-        if job is None:
-            raise AllocationError(f"{policy}: allocated GPUs to unknown job {jid}")
-        if n < 0 or n > job.spec.max_gpus or (0 < n < job.spec.min_gpus):
-            raise AllocationError(f"{policy}: job {jid} got {n} GPUs, demand is {job.spec.min_gpus}..{job.spec.max_gpus}")
+        _check_count(by_id.get(jid), jid, n, policy)
         total += n
-    if total > snap.capacity:
-        raise AllocationError(f"{policy}: allocated {total} GPUs on a {snap.capacity}-GPU cluster")
+    _check_total(total, snap.capacity, policy)
+
+
+def validate_changes(active: Mapping[int, JobState], alloc: Allocation, changed: Iterable[int], left: Iterable[int],
+                     busy: int, capacity: int, policy: str) -> None:
+    """``validate_allocation`` for a caller that validated the last allocation and knows what changed since: the
+    jobs whose count ``alloc`` changes (``changed``, each active job's ``alloc`` the count it holds, ``busy`` their
+    sum) and the jobs that left the active ones since (``left``). A job whose count did not change passed the
+    check with the same spec, so an event costs the jobs it changes, not every job allocated."""
+    for jid in left:
+        if jid in alloc and jid not in active:
+            _check_count(None, jid, alloc[jid], policy)
+    total = busy
+    for jid in changed:
+        job = active.get(jid)
+        n = alloc.get(jid, 0)
+        _check_count(job, jid, n, policy)
+        total += n - job.alloc
+    _check_total(total, capacity, policy)
+
+
+def _check_count(job: JobState | None, jid: int, n: int, policy: str) -> None:
+    if job is None:
+        raise AllocationError(f"{policy}: allocated GPUs to unknown job {jid}")
+    if n < 0 or n > job.spec.max_gpus or (0 < n < job.spec.min_gpus):
+        raise AllocationError(f"{policy}: job {jid} got {n} GPUs, demand is {job.spec.min_gpus}..{job.spec.max_gpus}")
+
+
+def _check_total(total: int, capacity: int, policy: str) -> None:
+    if total > capacity:
+        raise AllocationError(f"{policy}: allocated {total} GPUs on a {capacity}-GPU cluster")

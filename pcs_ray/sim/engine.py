@@ -17,7 +17,7 @@ from pcs_ray.forecast.queue_play import QueuePlay, plays_itself, queue_play
 from pcs_ray.forecast.result import Forecast
 from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.jobs.moves import charged_stall, finish_time, service_left
-from pcs_ray.policies.base import SchedulingPolicy, validate_allocation
+from pcs_ray.policies.base import SchedulingPolicy, validate_changes
 from pcs_ray.sim.semantics import round_boundary
 from pcs_ray.jobs.state import JobState, Snapshot
 
@@ -107,6 +107,7 @@ class Engine:
         self._eventful = False  # an arrival or completion since the last reallocate
         # Jobs whose finish changed since the last final forecast ``final_changes`` gave; None: not kept.
         self._finish_changes: set[int] | None = None
+        self._left: list[int] = []  # jobs removed since the last round, while allocations are checked
 
     # -- state -------------------------------------------------------------
     def fork(self, *, placement: bool = True) -> "Engine":
@@ -126,6 +127,7 @@ class Engine:
         )
         other.seen_total, other.seen_events, other._eventful = self.seen_total, self.seen_events, self._eventful
         other._finish_changes = None
+        other._left = []
         other.active = {jid: j.clone() for jid, j in self.active.items()}
         other.running = {jid: other.active[jid] for jid in self.running}
         other.eta = dict(self.eta)
@@ -303,6 +305,8 @@ class Engine:
             self.eta.pop(jid, None)
             self.running.pop(jid, None)
             del self.active[jid]
+            if self.check:
+                self._left.append(jid)
             if self.index is not None:
                 self.index.remove(job)
             if self.placement is not None:
@@ -320,27 +324,39 @@ class Engine:
         self._eventful = False
         snap = self.snapshot()
         alloc = policy.allocate(snap)
-        if self.check:
-            validate_allocation(snap, alloc, policy.name)
         prev = self.prev_alloc
+        counts_changed = alloc != prev
+        moved = self._moved(alloc, prev) if counts_changed else []
+        if self.check:
+            validate_changes(self.active, alloc, moved, self._left, self.busy, self.capacity, policy.name)
+            self._left = []
         self.prev_alloc = alloc
         # A non-sticky placement may move jobs even when no count changed, unless nothing moved since.
-        if alloc != prev or (self.placement is not None and not self.placement.keep_all(alloc)):
-            self._apply(alloc, prev)
+        if counts_changed or (self.placement is not None and not self.placement.keep_all(alloc)):
+            self._apply(alloc, moved)
         self.review_at = policy.next_review(snap, alloc)
         self.events += 1
 
-    def _apply(self, alloc: dict[int, int], prev: dict[int, int]) -> None:
-        """Give every job its new count (and GPUs), settling it at its old rate first; new ETAs."""
-        now, overhead = self.now, self.overhead
-        active, running, eta, heap = self.active, self.running, self.eta, self.eta_heap
+    def _moved(self, alloc: dict[int, int], prev: dict[int, int]) -> list[int]:
+        """The jobs whose entry in ``alloc`` differs from ``prev``, in ``alloc``'s order, then the active ones it leaves
+        out (a job given 0 GPUs where it had none is among them: ``_apply`` leaves it as it is)."""
         get = prev.get  # bound once: this diff runs over every allocated job in every round
         moved = [jid for jid, n in alloc.items() if get(jid) != n]
+        active = self.active
         moved += [jid for jid in prev if jid not in alloc and jid in active]  # finished jobs are gone
+        return moved
+
+    def _apply(self, alloc: dict[int, int], moved: list[int]) -> None:
+        """Give every job of ``moved`` its new count in ``alloc`` (and every job its GPUs), settling it at its
+        old rate first; new ETAs."""
+        now, overhead = self.now, self.overhead
+        active, running, eta, heap = self.active, self.running, self.eta, self.eta_heap
         changed: list[JobState] = []
         for jid in moved:
             job = active[jid]
             n = alloc.get(jid, 0)
+            if n == job.alloc:  # 0 GPUs again, given or left out
+                continue
             if job.anchor != now:  # policies that read progress had every running job settled already
                 self.settle(job)
             if job.alloc and not n:
