@@ -229,7 +229,12 @@ class Placement:
             by_id = getattr(snap.jobs, "mapping", None) or {j.spec.job_id: j for j in snap.jobs}
             # a sticky placement places only jobs without GPUs and never needs the running list: this runs
             # on every event of a forward play
-            running = None if self.sticky else [by_id[jid] for jid, n in alloc.items() if n > 0]
+            if self.sticky:
+                running = None
+            elif 0 in alloc.values():
+                running = [by_id[jid] for jid, n in alloc.items() if n > 0]
+            else:  # every job of the allocation runs: looked up without a loop of Python's own
+                running = list(map(by_id.__getitem__, alloc))
         touched: dict[int, JobState] = {j.spec.job_id: j for j in changed}
         old: dict[int, tuple[int, ...]] = {}
         for job in changed:
@@ -253,7 +258,11 @@ class Placement:
         elif self._keeps and not self._custom():
             # Jobs stay in ``held`` while the round walks them: it reads only where something changed.
             self._marked.update(j.spec.job_id for j in changed)
-            outside = [bits for jid, bits in self._held_bits.items() if not counts.get(jid, 0)]
+            held_bits = self._held_bits
+            if len(running) == len(counts):  # no job of the allocation has 0 GPUs: a set difference finds the others
+                outside = [held_bits[jid] for jid in held_bits.keys() - counts.keys()]
+            else:
+                outside = [bits for jid, bits in held_bits.items() if not counts.get(jid, 0)]
             start = 0
             for bits in outside:
                 start |= bits
@@ -466,10 +475,10 @@ class Placement:
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
-        ids = [job.spec.job_id for job in jobs]
+        ids = list(map(_job_id, jobs))
         pos = dict(zip(ids, range(r)))
         at = np.fromiter(map(last.pos.get, ids, itertools.repeat(-1, r)), dtype=np.int64, count=r)
-        n_now = np.fromiter([counts[jid] for jid in ids], dtype=np.int64, count=r)
+        n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since
         plain = at >= 0
@@ -593,13 +602,16 @@ class Placement:
         else:
             gpus, total = np.empty(r, dtype=object), np.zeros(r)
             strict, cls = np.zeros(r, dtype=bool), np.zeros(r, dtype=np.int64)
-        owner = np.full(self.num_gpus, NOWHERE, dtype=np.int64)
         if len(last.n):
             keeps = ~was_decided
-            moved_to = np.full(len(last.n), NOWHERE, dtype=np.int64)
-            moved_to[at[keeps]] = np.flatnonzero(keeps)
-            held_then = (last.owner >= 0) & (last.owner < NOWHERE)
-            owner[held_then] = moved_to[last.owner[held_then]]
+            # each GPU's holder then, at its new position: moved[p + 1] for position p; BEFORE and NOWHERE read the
+            # ends, both NOWHERE (this round's own GPUs held before it are set below)
+            held = len(last.n)
+            moved = np.full(held + 2, NOWHERE, dtype=np.int64)
+            moved[at[keeps] + 1] = np.flatnonzero(keeps)
+            owner = moved[np.minimum(last.owner, held) + 1]
+        else:
+            owner = np.full(self.num_gpus, NOWHERE, dtype=np.int64)
         if start:  # most rounds have no job outside them
             owner[bits_to_mask(start, self.num_gpus)] = BEFORE
         code = self._class_codes
@@ -704,6 +716,7 @@ class _Kept(NamedTuple):
 
 
 _job_class = operator.attrgetter("spec.job_class")
+_job_id = operator.attrgetter("spec.job_id")
 
 
 def _bits(gpus) -> int:
