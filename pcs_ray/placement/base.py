@@ -439,7 +439,7 @@ class Placement:
         """Job ``jid``'s latest decision, or what to make it from where a round kept the job without deciding
         (taken from the last round's record, which the next round replaces)."""
         last = self._last_round
-        q = None if last is None else last.pos.get(jid)
+        q = None if last is None else last.position(jid)
         if q is not None and not last.decided[q]:
             job, gpus = last.jobs[q], last.gpus[q]
             self.decisions[jid] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
@@ -476,8 +476,8 @@ class Placement:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
         ids = list(map(_job_id, jobs))
-        pos = dict(zip(ids, range(r)))
-        at = np.fromiter(map(last.pos.get, ids, itertools.repeat(-1, r)), dtype=np.int64, count=r)
+        id_array = np.fromiter(ids, dtype=np.int64, count=r)
+        at = last.positions(id_array)
         n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
         # whether a job can be part of a stretch: it held a position of the last round, with as many GPUs,
         # and its GPUs did not change outside the rounds since
@@ -486,10 +486,8 @@ class Placement:
             plain &= last.n[np.where(plain, at, 0)] == n_now
         else:
             plain[:] = False
-        for jid in self._marked:
-            i = pos.get(jid)
-            if i is not None:
-                plain[i] = False
+        for jid in self._marked:  # a few jobs: one comparison each costs less than np.isin
+            plain[id_array == jid] = False
         self._marked = set()
         # a stretch (jobs at consecutive positions of the last round, each plain) ends before the next break
         shift = at - np.arange(r)
@@ -565,7 +563,7 @@ class Placement:
         COUNTERS.kept += kept
         if self.decisions is not None:
             self._explain_dropped(last, at)
-        self._last_round = self._record(last, jobs, pos, at, n_now, decided, start)
+        self._last_round = self._record(last, jobs, id_array, at, n_now, decided, start)
         return out
 
     def _keeps_against(self, floors: dict, freed: int, job_class: str, total: float, strict: bool) -> bool:
@@ -589,7 +587,7 @@ class Placement:
             job, gpus = last.jobs[q], last.gpus[q]
             self.decisions[job.spec.job_id] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
 
-    def _record(self, last: RoundRecord, jobs: list[JobState], pos: dict[int, int], at: np.ndarray,
+    def _record(self, last: RoundRecord, jobs: list[JobState], ids: np.ndarray, at: np.ndarray,
                 n_now: np.ndarray, decided: dict, start: int) -> RoundRecord:
         """This round's record, from the last one for the jobs that kept their GPUs."""
         r = len(jobs)
@@ -624,7 +622,7 @@ class Placement:
                 self._class_names.append(name)
             cls[row] = c
             owner[list(g)] = row
-        return RoundRecord(self.num_gpus, start, jobs, pos, gpus, n_now, total, strict, cls, owner, was_decided)
+        return RoundRecord(self.num_gpus, start, jobs, ids, gpus, n_now, total, strict, cls, owner, was_decided)
 
     # -- helpers ---------------------------------------------------------------
     def _floor(self, bits: int, job_class: str) -> float:

@@ -33,28 +33,43 @@ def bits_to_mask(bits: int, num_gpus: int) -> np.ndarray:
 
 
 class RoundRecord:
-    """One round, by position in its placement order: each job, its GPUs, count, decision total, whether
+    """One round, by position in its placement order: each job and its id, its GPUs, count, decision total, whether
     a freed GPU must score strictly above that total to leave it (``strict``), its class (as a code), and
     whether the round decided it (else it kept its GPUs); per GPU, its holder's position (``owner``:
     ``BEFORE`` for GPUs held when the round started, ``NOWHERE`` for free ones). Never changed once made,
     except ``decided``, which the live placement sets where it makes a kept job's decision on request."""
 
-    __slots__ = ("cls", "decided", "gpus", "jobs", "n", "num_gpus", "owner", "pos", "start", "strict", "total")
+    __slots__ = ("cls", "decided", "gpus", "ids", "jobs", "n", "num_gpus", "owner", "sorter", "start", "strict", "total")
 
-    def __init__(self, num_gpus: int, start: int, jobs: list[JobState], pos: dict[int, int], gpus: np.ndarray,
+    def __init__(self, num_gpus: int, start: int, jobs: list[JobState], ids: np.ndarray, gpus: np.ndarray,
                  n: np.ndarray, total: np.ndarray, strict: np.ndarray, cls: np.ndarray, owner: np.ndarray,
                  decided: np.ndarray) -> None:
-        self.num_gpus, self.start, self.jobs, self.pos = num_gpus, start, jobs, pos
+        self.num_gpus, self.start, self.jobs, self.ids = num_gpus, start, jobs, ids
         self.gpus, self.n, self.total, self.strict, self.cls = gpus, n, total, strict, cls
         self.owner, self.decided = owner, decided
+        self.sorter = np.argsort(ids, kind="stable")  # ids in increasing order, for ``positions``
 
     @classmethod
     def empty(cls, num_gpus: int, start: int) -> RoundRecord:
         """A round of no jobs that started with ``start`` held (what the first round compares with)."""
         owner = np.full(num_gpus, NOWHERE, dtype=np.int64)
         owner[bits_to_mask(start, num_gpus)] = BEFORE
-        return cls(num_gpus, start, [], {}, np.empty(0, dtype=object), np.empty(0, dtype=np.int64),
+        return cls(num_gpus, start, [], np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=np.int64),
                    np.empty(0), np.empty(0, dtype=bool), np.empty(0, dtype=np.int64), owner, np.empty(0, dtype=bool))
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Each of ``ids``' position in this round, -1 where it was not in it (array operations, not a dict
+        rebuilt every round)."""
+        if not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        sorter = self.sorter
+        where = sorter[np.minimum(np.searchsorted(self.ids, ids, sorter=sorter), len(sorter) - 1)]
+        return np.where(self.ids[where] == ids, where, -1)
+
+    def position(self, job_id: int) -> int | None:
+        """Job ``job_id``'s position in this round, or None."""
+        p = int(self.positions(np.array([job_id], dtype=np.int64))[0])
+        return None if p < 0 else p
 
     def held_before(self, k: int) -> int:
         """The GPUs held at position ``k`` of the round, before its job took any: at the start or by earlier jobs."""
