@@ -47,3 +47,22 @@ def test_best_scores_gives_the_rule_over_every_free_gpu(num_gpus):
         job = JobState.new(JobSpec(trial, 0.0, 1.0, n, linear_speedup(n)), 0.0)
         ctx = Context(PAL, facts, job, n, free, home)
         assert best_scores(ctx, free).tolist() == _rule(scores, free, n, home)
+
+
+def test_member_is_isin_for_every_shape_and_range():
+    """``member`` picks a broadcast compare, a set or isin's table by size; each gives ``np.isin``'s answer."""
+    from pcs_ray.placement.plugin import member
+
+    rng = np.random.default_rng(3)
+    cases = 0
+    for values_size, among_size, top in [(8, 4, 16), (64, 64, 8000), (300, 40, 64000), (2000, 8, 1000), (40, 90, 200)]:
+        for _ in range(20):
+            values = rng.integers(0, top, values_size)
+            among = tuple(rng.integers(0, top, among_size).tolist())
+            assert member(values, among).tolist() == np.isin(values, among).tolist()
+            grid = values[: values_size // 4 * 4].reshape(-1, 4)  # a batch of GPU sets, as scores compare them
+            assert member(grid, among).tolist() == np.isin(grid, among).tolist()
+            cases += 1
+    floats = rng.random(100)
+    assert member(floats, floats[::7]).tolist() == np.isin(floats, floats[::7]).tolist()
+    assert cases == 100

@@ -45,3 +45,40 @@ def test_which_configurations_keep():
     assert not PLACEMENTS["combined"].keeps(linked)  # subsets trade scores against links and free neighbours
     for name in ("packed-nonsticky", "random-nonsticky", "energy"):
         assert not PLACEMENTS[name].keeps(plain), name
+
+
+@pytest.mark.parametrize("name", ["pal", "combined"])
+def test_a_keeping_round_orders_jobs_by_their_class_now(name):
+    """A keeping round sorts by the class it knows for each job id: a job given a new class (released, then back
+    under the same id) and jobs it never saw placed (adopted) must be ordered as deciding every job orders them."""
+    from dataclasses import replace
+
+    from pcs_ray.jobs.state import JobState, Snapshot
+
+    spec = measured_cluster(4, 8, 2)
+    specs = classed(philly("0e4a51", 12))
+    assignments = []
+    for keeping in (False, True):
+        place = create_placement(name, spec)
+        place._keeps = keeping
+        jobs = {s.job_id: JobState.new(s, 0.0) for s in specs}
+        alloc = {jid: 2 for jid in list(jobs)[:10]}
+        place.place(Snapshot(0.0, 32, tuple(jobs.values())), list(jobs.values())[:10], alloc)
+        first = place.assignment()
+        # job 1 leaves and comes back as another class, with another count; the others keep theirs
+        back = list(jobs)[1]
+        place.release(jobs[back])
+        jobs[back] = JobState.new(replace(jobs[back].spec, job_class="D" if jobs[back].spec.job_class != "D" else "A"), 1.0)
+        alloc = {**alloc, back: 1}
+        place.place(Snapshot(1.0, 32, tuple(jobs.values())), [jobs[back]], alloc)
+        second = place.assignment()
+        # a new placement adopts what the jobs hold and places a round where none of them changed
+        other = create_placement(name, spec)
+        other._keeps = keeping
+        for jid, gpus in second.items():
+            jobs[jid].gpus = gpus
+            other.adopt(jobs[jid])
+        extra = list(jobs)[10]
+        other.place(Snapshot(2.0, 32, tuple(jobs.values())), [jobs[extra]], {**alloc, extra: 3})
+        assignments.append((first, second, other.assignment()))
+    assert assignments[1] == assignments[0]

@@ -124,6 +124,7 @@ class Placement:
         self._last_alloc: dict[int, int] | None = None
         self._marked: set[int] = set()  # jobs whose GPUs changed outside a round since the last one
         self._class_codes: dict[str, int] = {}  # job class -> its code in round records, shared with forks
+        self._class_of: dict[int, str] = {}  # job id -> its class, for the jobs a keeping round ordered (``_ordered_ids``)
         self._class_names: list[str] = []
 
     # -- cluster facts -------------------------------------------------------
@@ -231,6 +232,8 @@ class Placement:
             # on every event of a forward play
             if self.sticky:
                 running = None
+            elif self._keeps and not self._custom():  # ids, ordered before any job is looked up (``_ordered_ids``)
+                running = list(alloc) if 0 not in alloc.values() else [jid for jid, n in alloc.items() if n > 0]
             elif 0 in alloc.values():
                 running = [by_id[jid] for jid, n in alloc.items() if n > 0]
             else:  # every job of the allocation runs: looked up without a loop of Python's own
@@ -258,6 +261,9 @@ class Placement:
         elif self._keeps and not self._custom():
             # Jobs stay in ``held`` while the round walks them: it reads only where something changed.
             self._marked.update(j.spec.job_id for j in changed)
+            if alloc is None:
+                by_id = {j.spec.job_id: j for j in running}
+                running = list(by_id)
             held_bits = self._held_bits
             if len(running) == len(counts):  # no job of the allocation has 0 GPUs: a set difference finds the others
                 outside = [held_bits[jid] for jid in held_bits.keys() - counts.keys()]
@@ -266,7 +272,8 @@ class Placement:
             start = 0
             for bits in outside:
                 start |= bits
-            placed = self._replace_keeping(self.order(running, snap, counts), counts, old, start)
+            ids = self._ordered_ids(running, counts, changed, by_id)
+            placed = self._replace_keeping(list(map(by_id.__getitem__, ids)), counts, old, start, ids)
             return self._settled(placed, changed, touched, counts, settle)
         else:
             held, held_bits, freed = self.held, self._held_bits, 0
@@ -317,6 +324,7 @@ class Placement:
         kept the job without deciding, what the decision is made from, made only if someone asks)."""
         jid = job.spec.job_id
         self._last_alloc = None
+        self._class_of.pop(jid, None)
         if self.decisions is not None and jid in self.decisions:
             decision = self._latest(jid)
             self.decisions[jid] = decision if type(decision) is _Kept else decision.compact()
@@ -366,6 +374,7 @@ class Placement:
         other.held = dict(self.held)
         other._held_bits = dict(self._held_bits)
         other._marked = set(self._marked)
+        other._class_of = dict(self._class_of)
         if self._draws or self._custom():  # otherwise nothing draws from the generator or writes the memory
             other.rng = copy.deepcopy(self.rng)
             other.memory = copy.deepcopy(self.memory)
@@ -409,6 +418,27 @@ class Placement:
                 return sorted(jobs, key=lambda j: (j.spec.job_class, -counts[j.spec.job_id]))
             return sorted(jobs, key=lambda j: -counts[j.spec.job_id])
         return sorted(jobs, key=_job_class) if config.class_order else jobs
+
+    def _ordered_ids(self, ids: list[int], counts: Mapping[int, int], changed: list[JobState],
+                     by_id: Mapping[int, JobState]) -> list[int]:
+        """``order`` of the jobs of ``ids`` (the same sort, by the same keys), as ids: the class of each job comes from
+        ``_class_of``, kept for the jobs this placement has seen (``changed`` brings the new ones), so a round does
+        not read every running job's spec to sort it."""
+        config = self.config
+        if not config.class_order:
+            if config.size_order:
+                return sorted(ids, key=lambda jid: -counts[jid])
+            return ids
+        class_of = self._class_of
+        for job in changed:
+            class_of[job.spec.job_id] = job.spec.job_class
+        key = (lambda jid: (class_of[jid], -counts[jid])) if config.size_order else class_of.__getitem__
+        try:
+            return sorted(ids, key=key)
+        except KeyError:  # a job that ran before this placement saw it change (adopted, or a new placement)
+            for jid in ids:
+                class_of[jid] = by_id[jid].spec.job_class
+            return sorted(ids, key=key)
 
     def select(self, job: JobState, n: int, free: np.ndarray, home: tuple[int, ...]) -> np.ndarray:
         """``n`` free global GPU ids for ``job`` by the configuration. ``free`` is a boolean mask with
@@ -458,12 +488,12 @@ class Placement:
         return out
 
     def _replace_keeping(self, jobs: list[JobState], counts: Mapping[int, int], home: Mapping[int, tuple[int, ...]],
-                         start: int) -> list[tuple[JobState, tuple[int, ...], tuple[int, ...]]]:
+                         start: int, ids: list[int]) -> list[tuple[JobState, tuple[int, ...], tuple[int, ...]]]:
         """A re-placing round where the configuration keeps (``Configuration.keeps``): the same GPUs as
         ``replace_all`` would give, deciding only for jobs that are new, changed, or could prefer what moved.
 
-        ``jobs`` are the round's jobs in order, still in ``held`` where they hold GPUs (``home``: the GPUs of
-        those that gave theirs back); ``start``, the GPUs held by jobs outside the round. A job whose count and
+        ``jobs`` are the round's jobs in order (``ids``, their ids), still in ``held`` where they hold GPUs (``home``:
+        the GPUs of those that gave theirs back); ``start``, the GPUs held by jobs outside the round. A job whose count and
         GPUs are what it had at its position ``p`` of the last round takes them again without a decision when,
         against the GPUs held at ``p`` then, none of its GPUs was taken since (``taken``: held now, not then)
         and none of the GPUs freed since (``freed``: held then, not now) scores better for its class than its
@@ -475,7 +505,6 @@ class Placement:
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)
         r = len(jobs)
-        ids = list(map(_job_id, jobs))
         id_array = np.fromiter(ids, dtype=np.int64, count=r)
         at = last.positions(id_array)
         n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
@@ -714,7 +743,6 @@ class _Kept(NamedTuple):
 
 
 _job_class = operator.attrgetter("spec.job_class")
-_job_id = operator.attrgetter("spec.job_id")
 
 
 def _bits(gpus) -> int:

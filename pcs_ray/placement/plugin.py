@@ -42,8 +42,14 @@ def member(values: np.ndarray, among) -> np.ndarray:
     candidates) a broadcast compare, several times faster than ``isin``, which matters on the hot path."""
     among = np.asarray(among)
     if values.size * among.size > 2048:
-        # ids: a lookup table over their range, linear in the inputs (the default sorts them)
-        return np.isin(values, among, kind="table" if among.dtype.kind in "iu" and values.dtype.kind in "iu" else None)
+        ids = among.dtype.kind in "iu" and values.dtype.kind in "iu"
+        if ids and values.ndim == 1 and values.size <= 512:
+            # a few ids (a job's tied GPUs against its own): a set of them, whatever the range of the ids, where
+            # isin's table would span the cluster
+            seen = set(among.ravel().tolist())
+            return np.fromiter(map(seen.__contains__, values.tolist()), dtype=bool, count=values.size)
+        # many ids: a lookup table over their range, linear in the inputs (the default sorts them)
+        return np.isin(values, among, kind="table" if ids else None)
     return (values[..., None] == among).any(axis=-1)
 
 
