@@ -273,7 +273,7 @@ class Placement:
             for bits in outside:
                 start |= bits
             ids = self._ordered_ids(running, counts, changed, by_id)
-            placed = self._replace_keeping(list(map(by_id.__getitem__, ids)), counts, old, start, ids)
+            placed = self._replace_keeping(ids, by_id, counts, old, start)
             return self._settled(placed, changed, touched, counts, settle)
         else:
             held, held_bits, freed = self.held, self._held_bits, 0
@@ -326,7 +326,7 @@ class Placement:
         self._last_alloc = None
         self._class_of.pop(jid, None)
         if self.decisions is not None and jid in self.decisions:
-            decision = self._latest(jid)
+            decision = self._latest(jid, job)
             self.decisions[jid] = decision if type(decision) is _Kept else decision.compact()
         if jid in self.held:
             COUNTERS.gpus_touched += len(self.held[jid])
@@ -465,13 +465,14 @@ class Placement:
             self.decisions[jid] = decision if jid in self.held else decision.compact()
         return decision
 
-    def _latest(self, jid: int) -> Decision | _Kept:
+    def _latest(self, jid: int, job: JobState | None = None) -> Decision | _Kept:
         """Job ``jid``'s latest decision, or what to make it from where a round kept the job without deciding
-        (taken from the last round's record, which the next round replaces)."""
+        (taken from the last round's record, which the next round replaces; ``job``: the job, where the caller
+        has it, as a job being released has left the record's map already)."""
         last = self._last_round
         q = None if last is None else last.position(jid)
         if q is not None and not last.decided[q]:
-            job, gpus = last.jobs[q], last.gpus[q]
+            job, gpus = job if job is not None else last.job_at(q), last.gpus[q]
             self.decisions[jid] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
             last.decided[q] = True
         return self.decisions[jid]
@@ -487,13 +488,15 @@ class Placement:
         self._last_round = None
         return out
 
-    def _replace_keeping(self, jobs: list[JobState], counts: Mapping[int, int], home: Mapping[int, tuple[int, ...]],
-                         start: int, ids: list[int]) -> list[tuple[JobState, tuple[int, ...], tuple[int, ...]]]:
+    def _replace_keeping(self, ids: list[int], by_id: Mapping[int, JobState], counts: Mapping[int, int],
+                         home: Mapping[int, tuple[int, ...]],
+                         start: int) -> list[tuple[JobState, tuple[int, ...], tuple[int, ...]]]:
         """A re-placing round where the configuration keeps (``Configuration.keeps``): the same GPUs as
         ``replace_all`` would give, deciding only for jobs that are new, changed, or could prefer what moved.
 
-        ``jobs`` are the round's jobs in order (``ids``, their ids), still in ``held`` where they hold GPUs (``home``:
-        the GPUs of those that gave theirs back); ``start``, the GPUs held by jobs outside the round. A job whose count and
+        ``ids`` are the round's jobs in order (``by_id``: each one's job, looked up only for the jobs walked), still in
+        ``held`` where they hold GPUs (``home``: the GPUs of those that gave theirs back); ``start``, the GPUs held
+        by jobs outside the round. A job whose count and
         GPUs are what it had at its position ``p`` of the last round takes them again without a decision when,
         against the GPUs held at ``p`` then, none of its GPUs was taken since (``taken``: held now, not then)
         and none of the GPUs freed since (``freed``: held then, not now) scores better for its class than its
@@ -504,7 +507,7 @@ class Placement:
         last = self._last_round
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)
-        r = len(jobs)
+        r = len(ids)
         id_array = np.fromiter(ids, dtype=np.int64, count=r)
         at = last.positions(id_array)
         n_now = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=r)
@@ -556,7 +559,8 @@ class Placement:
                 if stop == length:
                     continue
             # one job by the rule itself
-            job, jid, n, p = jobs[j], ids[j], int(n_now[j]), int(at[j])
+            jid, n, p = ids[j], int(n_now[j]), int(at[j])
+            job = by_id[jid]
             mine = home.get(jid)
             if mine is None:
                 mine = held.get(jid, ())
@@ -592,7 +596,7 @@ class Placement:
         COUNTERS.kept += kept
         if self.decisions is not None:
             self._explain_dropped(last, at)
-        self._last_round = self._record(last, jobs, id_array, at, n_now, decided, start)
+        self._last_round = self._record(last, by_id, id_array, at, n_now, decided, start)
         return out
 
     def _keeps_against(self, floors: dict, freed: int, job_class: str, total: float, strict: bool) -> bool:
@@ -613,13 +617,13 @@ class Placement:
         stays = np.zeros(len(last.n), dtype=bool)
         stays[at[at >= 0]] = True
         for q in np.flatnonzero(~stays & ~last.decided).tolist():
-            job, gpus = last.jobs[q], last.gpus[q]
+            job, gpus = last.job_at(q), last.gpus[q]
             self.decisions[job.spec.job_id] = _Kept(job, len(gpus), self._all & ~last.held_before(q), gpus)
 
-    def _record(self, last: RoundRecord, jobs: list[JobState], ids: np.ndarray, at: np.ndarray,
+    def _record(self, last: RoundRecord, by_id: Mapping[int, JobState], ids: np.ndarray, at: np.ndarray,
                 n_now: np.ndarray, decided: dict, start: int) -> RoundRecord:
         """This round's record, from the last one for the jobs that kept their GPUs."""
-        r = len(jobs)
+        r = len(ids)
         was_decided = np.zeros(r, dtype=bool)
         rows = np.fromiter(decided, dtype=np.int64, count=len(decided))
         was_decided[rows] = True
@@ -644,14 +648,14 @@ class Placement:
         code = self._class_codes
         for row, (g, t, s) in decided.items():
             gpus[row], total[row], strict[row] = g, t, s
-            name = jobs[row].spec.job_class
+            name = by_id[int(ids[row])].spec.job_class
             c = code.get(name)
             if c is None:
                 c = code[name] = len(self._class_names)
                 self._class_names.append(name)
             cls[row] = c
             owner[list(g)] = row
-        return RoundRecord(self.num_gpus, start, jobs, ids, gpus, n_now, total, strict, cls, owner, was_decided)
+        return RoundRecord(self.num_gpus, start, by_id, ids, gpus, n_now, total, strict, cls, owner, was_decided)
 
     # -- helpers ---------------------------------------------------------------
     def _floor(self, bits: int, job_class: str) -> float:
