@@ -91,3 +91,41 @@ def test_a_wfq_policy_names_each_waiting_job_without_writing_why():
     snap = Snapshot(0.0, 16, jobs, policy.make_index(jobs))
     alloc = policy.allocate(snap)
     assert policy.waiting_codes(snap, alloc) == {jid: why.code for jid, why in policy.why_waiting(snap, alloc).items()}
+
+
+def test_a_queue_allocation_kept_by_membership_and_share_is_what_walking_the_queue_gives():
+    """WFQ gives a queue whose jobs and share are those of its last round that round's allocation again; its
+    index and forks of it change apart (a fork's change must not pass for the original's), and every round
+    must equal the allocation of an index built afresh from the same jobs."""
+    from pcs_ray.policies import WFQConfig, WFQPolicy
+
+    rng = random.Random(11)
+    policy = WFQPolicy(WFQConfig((300.0, float("inf")), (0.7, 0.3), 0.8, 0.2))
+    jobs = random_queue(rng, 60)
+    active = {j.spec.job_id: j for j in jobs[:20]}
+    index = policy.make_index(active.values())
+    copies = [(active, index)]
+    reused = walked = 0
+    for step in range(300):
+        mine, idx = rng.choice(copies)
+        if rng.random() < 0.3 and mine:
+            gone = mine.pop(rng.choice(list(mine)))
+            idx.remove(gone)
+        elif rng.random() < 0.4:
+            new = rng.choice(jobs)
+            if new.spec.job_id not in mine:
+                mine[new.spec.job_id] = new
+                idx.add(new)
+        if rng.random() < 0.05:  # a forward play's copy, changed apart from then on
+            other = {jid: j.clone() for jid, j in mine.items()}
+            copies.append((other, policy.fork_index(idx, other)))
+        capacity = rng.choice([16, 16, 16, 24])
+        for q, share in enumerate(policy.shares(idx.queues, idx.usable, capacity)):
+            if share:
+                last = idx.served[q]
+                reused += last is not None and last[0] == (idx.versions[q], share)
+                walked += not (last is not None and last[0] == (idx.versions[q], share))
+        fresh = policy.allocate(Snapshot(0.0, capacity, tuple(mine.values())))  # no index: built afresh
+        kept = policy.allocate(Snapshot(0.0, capacity, tuple(mine.values()), idx))
+        assert kept == fresh and list(kept) == list(fresh), step
+    assert reused > 50 and walked > 50  # both ways were taken

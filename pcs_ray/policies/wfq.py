@@ -170,9 +170,11 @@ class _QueueIndex:
     """Per-queue FIFO lists and summed demand, kept as jobs come and go, so a
     round costs O(queues x GPUs) instead of a rescan of every waiting app.
     ``entries`` mirrors ``queues`` with what the first FIFO pass needs
-    (id, cap at zeta_min, min GPUs, rigid), precomputed once per job."""
+    (id, cap at zeta_min, min GPUs, rigid), precomputed once per job. ``versions`` counts each queue's
+    changes of membership, and ``served`` keeps each queue's last allocation by its version and share
+    (``WFQPolicy.served``); a copy (``over``) takes both, so an allocation it keeps is for its own jobs."""
 
-    __slots__ = ("policy", "queues", "entries", "usable", "needs")
+    __slots__ = ("policy", "queues", "entries", "usable", "needs", "versions", "served")
 
     def __init__(self, policy: "WFQPolicy", jobs) -> None:
         self.policy = policy
@@ -182,6 +184,8 @@ class _QueueIndex:
         # Per queue, how many jobs need how many free GPUs to be served by the first pass: a pass
         # left with fewer than the smallest need stops instead of walking a long queue of waiting jobs.
         self.needs: list[dict[int, int]] = [{} for _ in policy.weights]
+        self.versions = [0] * len(policy.weights)
+        self.served: list[tuple | None] = [None] * len(policy.weights)
         for job in jobs:
             self.add(job)
 
@@ -194,6 +198,7 @@ class _QueueIndex:
         self.usable[q] += spec.max_gpus
         need, counts = _need(entry), self.needs[q]
         counts[need] = counts.get(need, 0) + 1
+        self.versions[q] += 1
 
     def over(self, jobs) -> _QueueIndex:
         """This index for other copies of the same jobs (``jobs``: id -> copy)."""
@@ -203,6 +208,8 @@ class _QueueIndex:
         other.entries = [list(entries) for entries in self.entries]
         other.usable = list(self.usable)
         other.needs = [dict(counts) for counts in self.needs]
+        other.versions = list(self.versions)
+        other.served = list(self.served)  # the same memberships: the same allocations (never changed once made)
         return other
 
     def remove(self, job: JobState) -> None:
@@ -215,6 +222,7 @@ class _QueueIndex:
         else:
             counts[need] -= 1
         self.usable[q] -= job.spec.max_gpus
+        self.versions[q] += 1
 
     def least(self, q: int) -> int:
         """Fewest free GPUs with which the first pass can serve some job of queue ``q`` (at least 1)."""
@@ -293,14 +301,32 @@ class WFQPolicy(SchedulingPolicy):
         alloc: Allocation = {}
         for q, share in enumerate(self.shares(queues, index.usable, snap.capacity)):
             if share:
-                left = self._first_pass(index.entries[q], share, alloc, index.least(q))
-                if left:
-                    self.relax(queues[q], left, alloc)
+                part = self.served(index, q, share)
+                if alloc:
+                    alloc.update(part)
+                else:
+                    alloc = part.copy()  # a whole table copied at once, for the first queue served
         held = sum(alloc.values())
         # Every job holding its most (all the demand) leaves top_up nothing to give: skip its walk of every job.
         if held < snap.capacity and (snap.demand is None or held < snap.demand):
             return top_up((j for q in queues for j in q), alloc, snap.capacity)
         return alloc
+
+    def served(self, index: _QueueIndex, q: int, share: int) -> Allocation:
+        """Queue ``q``'s allocation of ``share`` GPUs: FIFO at the zeta_min caps, then its leftover relaxed. It
+        reads nothing but the queue's jobs and the share, so a queue whose membership and share are those of
+        its last round is given that round's allocation again, not walked (a round's event touches one queue).
+        The caller copies it: it is kept."""
+        key = (index.versions[q], share)
+        last = index.served[q]
+        if last is not None and last[0] == key:
+            return last[1]
+        part: Allocation = {}
+        left = self._first_pass(index.entries[q], share, part, index.least(q))
+        if left:
+            self.relax(index.queues[q], left, part)
+        index.served[q] = (key, part)
+        return part
 
     @staticmethod
     def _first_pass(entries, left: int, alloc: Allocation, least: int = 1) -> int:
