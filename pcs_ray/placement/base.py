@@ -124,7 +124,7 @@ class Placement:
         self._last_alloc: dict[int, int] | None = None
         self._marked: set[int] = set()  # jobs whose GPUs changed outside a round since the last one
         self._class_codes: dict[str, int] = {}  # job class -> its code in round records, shared with forks
-        self._class_of: dict[int, str] = {}  # job id -> its class, for the jobs a keeping round ordered (``_ordered_ids``)
+        self._class_of: dict[int, str] = {}  # job id -> class, for the jobs a keeping round orders (``_ordered_ids``)
         self._class_names: list[str] = []
 
     # -- cluster facts -------------------------------------------------------
@@ -494,16 +494,15 @@ class Placement:
         """A re-placing round where the configuration keeps (``Configuration.keeps``): the same GPUs as
         ``replace_all`` would give, deciding only for jobs that are new, changed, or could prefer what moved.
 
-        ``ids`` are the round's jobs in order (``by_id``: each one's job, looked up only for the jobs walked), still in
-        ``held`` where they hold GPUs (``home``: the GPUs of those that gave theirs back); ``start``, the GPUs held
-        by jobs outside the round. A job whose count and
-        GPUs are what it had at its position ``p`` of the last round takes them again without a decision when,
-        against the GPUs held at ``p`` then, none of its GPUs was taken since (``taken``: held now, not then)
-        and none of the GPUs freed since (``freed``: held then, not now) scores better for its class than its
-        total. Over jobs at the last round's next positions that keep, ``taken`` and ``freed`` do not change,
-        so such a stretch is checked with array operations on the last round's record and skipped; the
-        rule runs job by job only where the stretch ends. Returns ``(job, gpus, home)`` for the jobs walked
-        one by one (the others kept their GPUs); records the round for the next one."""
+        ``ids`` are the round's jobs in order (``by_id``: each one's job, looked up only for the jobs walked), still
+        in ``held`` where they hold GPUs (``home``: the GPUs of those that gave theirs back); ``start``, the GPUs
+        held by jobs outside the round. A job whose count and GPUs are what it had at its position ``p`` of the
+        last round takes them again without a decision when, against the GPUs held at ``p`` then, none of its GPUs
+        was taken since (``taken``: held now, not then) and none of the GPUs freed since (``freed``: held then, not
+        now) scores better for its class than its total. Over jobs at the last round's next positions that keep,
+        ``taken`` and ``freed`` do not change, so such a stretch is checked with array operations on the last
+        round's record and skipped; the rule runs job by job only where the stretch ends. Returns ``(job, gpus,
+        home)`` for the jobs walked one by one (the others kept their GPUs); records the round for the next one."""
         last = self._last_round
         if last is None:
             last = RoundRecord.empty(self.num_gpus, start)

@@ -11,9 +11,9 @@ what moved.
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections.abc import Mapping
+
+import numpy as np
 
 from pcs_ray.jobs.state import JobState
 
@@ -35,13 +35,14 @@ def bits_to_mask(bits: int, num_gpus: int) -> np.ndarray:
 
 
 class RoundRecord:
-    """One round, by position in its placement order: each job's id (``job_at``: the job), its GPUs, count, decision total, whether
-    a freed GPU must score strictly above that total to leave it (``strict``), its class (as a code), and
-    whether the round decided it (else it kept its GPUs); per GPU, its holder's position (``owner``:
-    ``BEFORE`` for GPUs held when the round started, ``NOWHERE`` for free ones). Never changed once made,
-    except ``decided``, which the live placement sets where it makes a kept job's decision on request."""
+    """One round, by position in its placement order: each job's id (``job_at``: the job), its GPUs, count,
+    decision total, whether a freed GPU must score strictly above that total to leave it (``strict``), its class
+    (as a code), and whether the round decided it (else it kept its GPUs); per GPU, its holder's position
+    (``owner``: ``BEFORE`` for GPUs held when the round started, ``NOWHERE`` for free ones). Never changed once
+    made, except ``decided``, which the live placement sets where it makes a kept job's decision on request."""
 
-    __slots__ = ("by_id", "cls", "decided", "gpus", "ids", "n", "num_gpus", "owner", "sorter", "start", "strict", "total")
+    __slots__ = ("by_id", "cls", "decided", "gpus", "ids", "n", "num_gpus", "owner", "sorter", "start", "strict",
+                 "total")
 
     def __init__(self, num_gpus: int, start: int, by_id: Mapping[int, JobState], ids: np.ndarray, gpus: np.ndarray,
                  n: np.ndarray, total: np.ndarray, strict: np.ndarray, cls: np.ndarray, owner: np.ndarray,
@@ -56,8 +57,9 @@ class RoundRecord:
         """A round of no jobs that started with ``start`` held (what the first round compares with)."""
         owner = np.full(num_gpus, NOWHERE, dtype=np.int64)
         owner[bits_to_mask(start, num_gpus)] = BEFORE
-        return cls(num_gpus, start, {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=object), np.empty(0, dtype=np.int64),
-                   np.empty(0), np.empty(0, dtype=bool), np.empty(0, dtype=np.int64), owner, np.empty(0, dtype=bool))
+        return cls(num_gpus, start, {}, np.empty(0, dtype=np.int64), np.empty(0, dtype=object),
+                   np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=bool), np.empty(0, dtype=np.int64), owner,
+                   np.empty(0, dtype=bool))
 
     def job_at(self, q: int) -> JobState:
         """The job at position ``q``, from the round's id -> job map (the caller's, as it is now: a job that left
