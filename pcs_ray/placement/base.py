@@ -412,27 +412,31 @@ class Placement:
     def order(self, jobs: list[JobState], snap: Snapshot | None, counts: Mapping[int, int]) -> list[JobState]:
         """Placement priority of the jobs to place: the policy's order, or variability class A first;
         with ``size_order`` the most GPUs this round (``counts``) first within a class."""
+        key = self._order_key(_job_class, lambda j: counts[j.spec.job_id])
+        return jobs if key is None else sorted(jobs, key=key)
+
+    def _order_key(self, class_of, count_of):
+        """``order``'s sort key over items whose class and count this round ``class_of`` and ``count_of`` give
+        (jobs, or ids); None: the policy's order stands."""
         config = self.config
         if config.size_order:
             if config.class_order:
-                return sorted(jobs, key=lambda j: (j.spec.job_class, -counts[j.spec.job_id]))
-            return sorted(jobs, key=lambda j: -counts[j.spec.job_id])
-        return sorted(jobs, key=_job_class) if config.class_order else jobs
+                return lambda x: (class_of(x), -count_of(x))
+            return lambda x: -count_of(x)
+        return class_of if config.class_order else None
 
     def _ordered_ids(self, ids: list[int], counts: Mapping[int, int], changed: list[JobState],
                      by_id: Mapping[int, JobState]) -> list[int]:
         """``order`` of the jobs of ``ids`` (the same sort, by the same keys), as ids: the class of each job comes from
         ``_class_of``, kept for the jobs this placement has seen (``changed`` brings the new ones), so a round does
         not read every running job's spec to sort it."""
-        config = self.config
-        if not config.class_order:
-            if config.size_order:
-                return sorted(ids, key=lambda jid: -counts[jid])
-            return ids
         class_of = self._class_of
-        for job in changed:
-            class_of[job.spec.job_id] = job.spec.job_class
-        key = (lambda jid: (class_of[jid], -counts[jid])) if config.size_order else class_of.__getitem__
+        key = self._order_key(class_of.__getitem__, counts.__getitem__)
+        if key is None:
+            return ids
+        if self.config.class_order:
+            for job in changed:
+                class_of[job.spec.job_id] = job.spec.job_class
         try:
             return sorted(ids, key=key)
         except KeyError:  # a job that ran before this placement saw it change (adopted, or a new placement)

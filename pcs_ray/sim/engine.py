@@ -278,27 +278,24 @@ class Engine:
         return done
 
     def settle(self, job: JobState) -> None:
-        """Bring ``remaining`` and ``attained`` of ``job`` up to ``now``."""
-        now = self.now
-        dt = now - job.anchor
-        if dt > 0 and job.alloc:
-            job.attained += job.alloc * dt
-            job.remaining = service_left(job.rate(), self.eta[job.spec.job_id], now, job.stall_until)
-        job.anchor = now
+        """Bring ``remaining`` and ``attained`` of ``job`` up to ``now`` (one without GPUs only moves its anchor)."""
+        if job.alloc:
+            self.settle_each((job,))
+        else:
+            job.anchor = self.now
 
     def settle_all(self) -> None:
-        for job in self.running.values():
-            self.settle(job)
+        self.settle_each(self.running.values())
 
     def settle_each(self, jobs) -> None:
-        """``settle`` those of ``jobs`` that hold GPUs (others make no progress to bring up to date), in one loop:
-        an arrival's completion bound settles its whole queue."""
+        """Bring ``remaining`` and ``attained`` of those of ``jobs`` that hold GPUs up to ``now`` (others make no
+        progress), in one loop: an arrival's completion bound settles its whole queue."""
         now, eta = self.now, self.eta
         for job in jobs:
             n = job.alloc
             if n:
                 dt = now - job.anchor
-                if dt > 0:  # as settle does, with the job's rate read inline
+                if dt > 0:
                     job.attained += n * dt
                     job.remaining = service_left(job.spec.speedup[n] / job.slowdown, eta[job.spec.job_id], now,
                                                  job.stall_until)
