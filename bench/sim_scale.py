@@ -28,6 +28,11 @@ points; for a placement that re-places every running job): the second is the wor
 rather than what changed. With the ``none`` series in the same run, a placement's series also gives
 ``placement_cpu_time_exponent_vs_apps_x_gpus_touched``: the exponent of the CPU time placement added (the ``none``
 run's CPU time at the same size subtracted; ``mapa-*``'s whole-node sizes match only where they equal the others').
+Two figures read the exponents against the GPUs touched: ``constant_event_cost_exponent_vs_apps_x_gpus_touched``
+is the exponent a run whose every event cost the same would show on the per-round measure (its ``events`` in
+place of its time: above 1 where rounds touch fewer GPUs on a larger cluster, which no fixed cost per event can
+follow), and ``cpu_per_event_exponent_vs_gpus`` is the slope of log CPU time per event on log GPUs (0: an event
+costs the same on any cluster; per point, ``cpu_us_per_event``).
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -84,6 +89,7 @@ def run_point(apps: int, gpus: int, placement: str, predict: bool) -> dict:
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         "events": result.events, "forward_plays": result.predictions,
+        "cpu_us_per_event": round(1e6 * cpu / result.events, 1) if result.events else 0.0,
         "placement_calls": calls, **work,
         "gpus_read_per_call": round(work["gpus_read"] / calls, 1) if calls else 0.0,
         "gpus_read_per_decision": round(work["gpus_read"] / work["decisions"], 1) if work["decisions"] else 0.0,
@@ -110,17 +116,28 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
 
 
-def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
-    """Least-squares slope of log ``time`` (``wall_s`` or ``cpu_s``) on log (apps x ``per_app``: ``gpus``,
-    ``gpus_touched_per_round`` or ``gpus_touched_per_app``) over the finished points."""
-    xy = [(math.log(p["apps"] * p[per_app]), math.log(p[time])) for p in points
-          if p.get("finished") and p.get(per_app)]
-    if len(xy) < 2:
+def slope(xy: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of log y on log x over ``(x, y)`` pairs, rounded; None with fewer than two distinct x."""
+    logs = [(math.log(x), math.log(y)) for x, y in xy]
+    if len(logs) < 2:
         return None
-    mx = sum(x for x, _ in xy) / len(xy)
-    my = sum(y for _, y in xy) / len(xy)
-    sxx = sum((x - mx) ** 2 for x, _ in xy)
-    return round(sum((x - mx) * (y - my) for x, y in xy) / sxx, 3) if sxx else None
+    mx = sum(x for x, _ in logs) / len(logs)
+    my = sum(y for _, y in logs) / len(logs)
+    sxx = sum((x - mx) ** 2 for x, _ in logs)
+    return round(sum((x - mx) * (y - my) for x, y in logs) / sxx, 3) if sxx else None
+
+
+def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
+    """Least-squares slope of log ``time`` (``wall_s``, ``cpu_s``, or ``events`` for a run whose every event costs
+    the same) on log (apps x ``per_app``: ``gpus``, ``gpus_touched_per_round`` or ``gpus_touched_per_app``) over
+    the finished points."""
+    return slope([(p["apps"] * p[per_app], p[time]) for p in points if p.get("finished") and p.get(per_app)])
+
+
+def event_cost_exponent(points: list[dict]) -> float | None:
+    """Least-squares slope of log CPU time per event on log GPUs over the finished points: 0 where an event costs
+    the same on any cluster, above 0 where its cost grows with the cluster's size."""
+    return slope([(p["gpus"], p["cpu_s"] / p["events"]) for p in points if p.get("finished") and p.get("events")])
 
 
 def placement_share(points: list[dict], bare: list[dict]) -> list[dict]:
@@ -145,8 +162,8 @@ def round_cost(points: list[dict]) -> dict | None:
     sxx = sum((x - mx) ** 2 for x, _ in xy)
     if not sxx:
         return None
-    slope = sum((x - mx) * (y - my) for x, y in xy) / sxx
-    return {"fixed_us": round(my - slope * mx, 1), "per_job_us": round(slope, 3)}
+    per_job = sum((x - mx) * (y - my) for x, y in xy) / sxx
+    return {"fixed_us": round(my - per_job * mx, 1), "per_job_us": round(per_job, 3)}
 
 
 def main() -> None:
@@ -194,6 +211,9 @@ def main() -> None:
                            "cpu_time_exponent_vs_apps_x_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_round"),
                            "time_exponent_vs_total_gpus_touched": exponent(mine, "wall_s", "gpus_touched_per_app"),
                            "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app"),
+                           "constant_event_cost_exponent_vs_apps_x_gpus_touched":
+                               exponent(mine, "events", "gpus_touched_per_round"),
+                           "cpu_per_event_exponent_vs_gpus": event_cost_exponent(mine),
                            "cpu_us_per_round": round_cost(mine)})
     for entry in series:
         bare = runs.get(("none", entry["predict"]))

@@ -5,6 +5,7 @@ The bench itself (minutes per series) is run by hand; its figures are in the clo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from builders import bench_module
 
@@ -54,3 +55,19 @@ def test_what_placement_adds_is_the_run_without_placement_subtracted(bench):
     # sizes without a run without placement (mapa's whole DGX-1 nodes: 496), or no added time, are left out
     assert [p["gpus"] for p in bench.placement_share([point(3968, 496, 5.0, touched=100.0), *placed[1:]], bare)] == [1000, 2000, 4000]
     assert bench.placement_share([point(4000, 500, 0.1, touched=100.0)], bare) == []
+
+
+def test_a_fixed_cost_per_event_reads_above_one_where_rounds_touch_fewer_gpus(bench):
+    # every event costs 300 us on any cluster, two events per app; rounds touch 109 GPUs at 500 and 75 at 8,000
+    touched = {500: 109.0, 1000: 105.0, 2000: 100.0, 4000: 93.0, 8000: 75.0}
+    points = [{**point(8 * g, g, 300e-6 * 16 * g, touched=t), "events": 16 * g} for g, t in touched.items()]
+    reference = bench.exponent(points, "events", "gpus_touched_per_round")
+    assert reference == bench.exponent(points, "cpu_s", "gpus_touched_per_round")
+    work = np.log([p["apps"] * p["gpus_touched_per_round"] for p in points])
+    assert reference == pytest.approx(np.polyfit(work, np.log([p["events"] for p in points]), 1)[0], abs=1e-3)
+    assert reference > 1.1  # events grow 16x while apps x GPUs touched per round grow 16 x 75 / 109 = 11x
+    assert bench.event_cost_exponent(points) == pytest.approx(0.0)
+    # an event that costs 100 us more for every 1,000 GPUs grows with the cluster
+    growing = [{**p, "cpu_s": (300e-6 + 1e-7 * p["gpus"]) * p["events"]} for p in points]
+    assert bench.event_cost_exponent(growing) > 0.3
+    assert bench.event_cost_exponent(points[:1]) is None
