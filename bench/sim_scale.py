@@ -28,11 +28,12 @@ points; for a placement that re-places every running job): the second is the wor
 rather than what changed. With the ``none`` series in the same run, a placement's series also gives
 ``placement_cpu_time_exponent_vs_apps_x_gpus_touched``: the exponent of the CPU time placement added (the ``none``
 run's CPU time at the same size subtracted; ``mapa-*``'s whole-node sizes match only where they equal the others').
-Two figures read the exponents against the GPUs touched: ``constant_event_cost_exponent_vs_apps_x_gpus_touched``
+Three figures read the exponents against the GPUs touched. ``constant_event_cost_exponent_vs_apps_x_gpus_touched``
 is the exponent a run whose every event cost the same would show on the per-round measure (its ``events`` in
-place of its time: above 1 where rounds touch fewer GPUs on a larger cluster, which no fixed cost per event can
-follow), and ``cpu_per_event_exponent_vs_gpus`` is the slope of log CPU time per event on log GPUs (0: an event
-costs the same on any cluster; per point, ``cpu_us_per_event``).
+place of its time): above 1 where rounds touch fewer GPUs on a larger cluster, which no fixed cost per event can
+follow. ``constant_round_cost_exponent_vs_total_gpus_touched`` is the same for a fixed cost per placement round
+on the total measure. ``cpu_per_event_exponent_vs_gpus`` is the slope of log CPU time per event on log GPUs (0: an
+event costs the same on any cluster; per point, ``cpu_us_per_event``).
 
 Usage: ``python bench/sim_scale.py [--gpus 500,2000] [--apps-per-gpu 8] [--placements none,pal]
 [--predict on|off|both] [--cap 600]``. Prints one JSON object; progress on stderr.
@@ -128,9 +129,9 @@ def slope(xy: list[tuple[float, float]]) -> float | None:
 
 
 def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
-    """Least-squares slope of log ``time`` (``wall_s``, ``cpu_s``, or ``events`` for a run whose every event costs
-    the same) on log (apps x ``per_app``: ``gpus``, ``gpus_touched_per_round`` or ``gpus_touched_per_app``) over
-    the finished points."""
+    """Least-squares slope of log ``time`` (``wall_s``, ``cpu_s``; ``events`` or ``rounds`` for a run whose every
+    event or round costs the same) on log (apps x ``per_app``: ``gpus``, ``gpus_touched_per_round`` or
+    ``gpus_touched_per_app``) over the finished points."""
     return slope([(p["apps"] * p[per_app], p[time]) for p in points if p.get("finished") and p.get(per_app)])
 
 
@@ -213,6 +214,8 @@ def main() -> None:
                            "cpu_time_exponent_vs_total_gpus_touched": exponent(mine, "cpu_s", "gpus_touched_per_app"),
                            "constant_event_cost_exponent_vs_apps_x_gpus_touched":
                                exponent(mine, "events", "gpus_touched_per_round"),
+                           "constant_round_cost_exponent_vs_total_gpus_touched":
+                               exponent(mine, "rounds", "gpus_touched_per_app"),
                            "cpu_per_event_exponent_vs_gpus": event_cost_exponent(mine),
                            "cpu_us_per_round": round_cost(mine)})
     for entry in series:

@@ -71,3 +71,11 @@ def test_a_fixed_cost_per_event_reads_above_one_where_rounds_touch_fewer_gpus(be
     growing = [{**p, "cpu_s": (300e-6 + 1e-7 * p["gpus"]) * p["events"]} for p in points]
     assert bench.event_cost_exponent(growing) > 0.3
     assert bench.event_cost_exponent(points[:1]) is None
+
+
+def test_a_fixed_cost_per_round_is_read_against_the_total_gpus_touched(bench):
+    # 4 rounds per app on the smallest cluster, 2 on the largest; every round touches 100 GPUs
+    points = [{**point(8 * g, g, 1e-4 * 8 * g * r, rounds=8 * g * r), "gpus_touched_per_app": 100.0 * r}
+              for g, r in ((500, 4), (2000, 3), (8000, 2))]
+    assert bench.exponent(points, "rounds", "gpus_touched_per_app") == pytest.approx(1.0)
+    assert bench.exponent(points, "cpu_s", "gpus_touched_per_app") == pytest.approx(1.0)
