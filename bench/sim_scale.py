@@ -46,6 +46,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -117,15 +118,17 @@ def point(apps: int, gpus: int, placement: str, predict: bool, cap: float) -> di
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
 
 
+def line(xy: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares ``(slope, intercept)`` of y on x over ``(x, y)`` pairs; None with fewer than two distinct x."""
+    if len({x for x, _ in xy}) < 2:
+        return None
+    return statistics.linear_regression([x for x, _ in xy], [y for _, y in xy])
+
+
 def slope(xy: list[tuple[float, float]]) -> float | None:
     """Least-squares slope of log y on log x over ``(x, y)`` pairs, rounded; None with fewer than two distinct x."""
-    logs = [(math.log(x), math.log(y)) for x, y in xy]
-    if len(logs) < 2:
-        return None
-    mx = sum(x for x, _ in logs) / len(logs)
-    my = sum(y for _, y in logs) / len(logs)
-    sxx = sum((x - mx) ** 2 for x, _ in logs)
-    return round(sum((x - mx) * (y - my) for x, y in logs) / sxx, 3) if sxx else None
+    fit = line([(math.log(x), math.log(y)) for x, y in xy])
+    return None if fit is None else round(fit[0], 3)
 
 
 def exponent(points: list[dict], time: str = "wall_s", per_app: str = "gpus") -> float | None:
@@ -156,15 +159,11 @@ def round_cost(points: list[dict]) -> dict | None:
     that re-places every running job (it keeps some: ``kept``); a sticky one's calls are only the jobs it places."""
     xy = [(p["jobs_per_round"], 1e6 * p["cpu_s"] / p["rounds"]) for p in points
           if p.get("finished") and p.get("rounds") and p.get("kept")]
-    if len(xy) < 2:
+    fit = line(xy)
+    if fit is None:
         return None
-    mx = sum(x for x, _ in xy) / len(xy)
-    my = sum(y for _, y in xy) / len(xy)
-    sxx = sum((x - mx) ** 2 for x, _ in xy)
-    if not sxx:
-        return None
-    per_job = sum((x - mx) * (y - my) for x, y in xy) / sxx
-    return {"fixed_us": round(my - per_job * mx, 1), "per_job_us": round(per_job, 3)}
+    per_job, fixed = fit
+    return {"fixed_us": round(fixed, 1), "per_job_us": round(per_job, 3)}
 
 
 def main() -> None:
