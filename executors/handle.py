@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,15 +10,8 @@ import ray
 
 from pcs_ray.executors import rank_death
 from pcs_ray.executors.checkpoint import peek_step
+from pcs_ray.executors.rendezvous import rendezvous_address  # noqa: F401  (re-exported)
 from pcs_ray.contract import RunOutcome, RunRequest
-
-
-def rendezvous_address() -> tuple[str, int]:
-    """An address and free port on this node for torch.distributed (a run's rank 0)."""
-    host = ray.util.get_node_ip_address()
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return host, s.getsockname()[1]
 
 
 def rank_log(request: RunRequest, rank: int) -> Path | None:
@@ -29,7 +21,26 @@ def rank_log(request: RunRequest, rank: int) -> Path | None:
 
 def failed_outcome(request: RunRequest, error: str, **extra) -> RunOutcome:
     """A failed run: it resumes from its newest checkpoint, whose step we report."""
-    return RunOutcome(job_id=request.job_id, status="failed", step=peek_step(request.checkpoint_dir) or 0, error=error, gpus=tuple(request.gpus), **extra)
+    return RunOutcome(job_id=request.job_id, status="failed", step=durable_step(request), error=error,
+                      gpus=tuple(request.gpus), **extra)
+
+
+def durable_step(request: RunRequest) -> int:
+    """The step of the job's newest checkpoint where its next run restores from: the cluster's storage, or
+    ``checkpoint_dir`` without one (0: none, or a storage that stays unreachable)."""
+    if not request.storage:
+        return peek_step(request.checkpoint_dir) or 0
+    from pcs_ray.storage import StorageError, open_storage
+    from pcs_ray.train.remote_store import remote_step
+
+    try:
+        return remote_step(open_storage(request.storage, retry_s=STEP_RETRY_S), request.job_id) or 0
+    except StorageError:
+        return 0
+
+
+#: Seconds a failed run's watcher waits for an unreachable storage to say the step it resumes from.
+STEP_RETRY_S = 30.0
 
 
 #: how long a rank's watcher waits for Ray to learn why the rank's actor died

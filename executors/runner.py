@@ -85,16 +85,11 @@ def train_rank(request: RunRequest, should_stop, rank: int, world_size: int, mas
     try:
         import torch.distributed as dist
 
+        from pcs_ray.executors.rendezvous import join_group
         from pcs_ray.executors.training import run_training, uses_real_gpu
 
         if world_size > 1:
-            host, port = master
-            dist.init_process_group(
-                "nccl" if uses_real_gpu() else "gloo",
-                init_method=f"tcp://{host}:{port}",
-                rank=rank,
-                world_size=world_size,
-            )
+            join_group("nccl" if uses_real_gpu() else "gloo", master, rank, world_size)
         try:
             return run_training(request, should_stop, rank=rank, world_size=world_size, timings=timings, **hooks)
         finally:

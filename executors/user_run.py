@@ -27,6 +27,7 @@ compute since the previous one.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import faulthandler
 import importlib
 import importlib.util
@@ -122,10 +123,11 @@ class UserRank:
     """
 
     def __init__(self, gpu: GPUSlot | None = None, rank: int = 0, world_size: int = 1, log_dir: str | None = None,
-                 log_bytes: int | None = None):
+                 log_bytes: int | None = None, logs_to: tuple | None = None):
         self.created = time.time()
         self._stop = threading.Event()
         self.log_path = None
+        self.log_upload = None
         self.gpu = None
         if gpu is None:
             import torch  # noqa: F401  (the import a run would wait for)
@@ -133,19 +135,23 @@ class UserRank:
             import pcs_ray.train.session  # noqa: F401  (and the contract's package with it)
         self.warmed = time.time()
         if gpu is not None:
-            self.assign(gpu, rank, world_size, log_dir, log_bytes)
+            self.assign(gpu, rank, world_size, log_dir, log_bytes, logs_to)
 
     def ready(self) -> bool:
         return True
 
-    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None, log_bytes: int | None = None) -> None:
+    def assign(self, gpu: GPUSlot, rank: int, world_size: int, log_dir: str | None, log_bytes: int | None = None,
+               logs_to: tuple | None = None) -> None:
         """Pin this process to ``gpu`` as rank ``rank`` of ``world_size`` and send its output to ``log_dir``
-        (rotated past ``log_bytes``, ``pcs_ray.executors.log_cap``)."""
+        (rotated past ``log_bytes``, ``pcs_ray.executors.log_cap``). ``logs_to``: (storage URI, job, attempt)
+        where the cluster keeps its logs in a storage: the log is written in this node's cache and uploaded."""
         if self.gpu is not None:
             raise RuntimeError("a user rank process runs one run only")
         self.gpu, self.rank, self.world_size = gpu, rank, world_size
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if log_dir and logs_to is not None:
+            log_dir = str(upload_logs(self, *logs_to))
         if log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             self.log_path = Path(log_dir) / f"rank-{rank}.log"
@@ -180,9 +186,33 @@ class UserRank:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            if self.log_upload is not None:
+                self.log_upload.close()
 
 
 RemoteUserRank = ray.remote(UserRank)
+
+#: Seconds a log upload retries an unreachable storage before the next flush tries again.
+LOG_RETRY_S = 10.0
+
+
+def upload_logs(rank: UserRank, storage_uri: str, job_id: str, attempt: int) -> Path:
+    """Start uploading this attempt's logs folder (on this node) to the storage; returns the folder."""
+    from pcs_ray.storage import open_storage
+    from pcs_ray.storage.folders import FolderUpload
+    from pcs_ray.train.remote_store import local_paths
+
+    folder = local_paths(storage_uri, job_id, attempt)[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    rank.log_upload = FolderUpload(open_storage(storage_uri, retry_s=LOG_RETRY_S), f"logs/{job_id}/attempt-{attempt}",
+                                   folder)
+    rank.log_upload.start()
+    return folder
+
+
+def logs_to(request: RunRequest) -> tuple | None:
+    """What :meth:`UserRank.assign` needs to upload the run's logs (None: they stay in ``log_dir``)."""
+    return (request.storage, request.job_id, request.attempt) if request.storage and request.log_dir else None
 
 
 #: The built-in workloads' loop (``pcs_ray.executors.training.builtin_loop``), run through the same contract.
@@ -276,14 +306,27 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         "workload": request.workload, "params": dict(request.params), "checkpoint_every": request.checkpoint_every}}
     device = "cpu"
     dist = None
+    storage = None
+    notes: list[str] = []
+    if request.storage:
+        from pcs_ray.storage import open_storage
+        import pcs_ray.train.remote_store as remote_store
+
+        storage = open_storage(request.storage)
+        checkpoints, logs = remote_store.local_paths(request.storage, request.job_id, request.attempt)
+        request = dataclasses.replace(request, checkpoint_dir=str(checkpoints),
+                                      log_dir=str(logs) if request.log_dir else None)
     if rank == 0:
         store.remove_leftovers(request.checkpoint_dir)
     start_step = peek_step(request.checkpoint_dir) or 0
     timings["start_step"] = start_step
     session = pace = budget = None
-    notes: list[str] = []
     hang_dump.arm(request.report_timeout_s)  # start-up counts: a run that never reports is a hang too
     try:
+        if storage is not None:
+            start_step, pulled = remote_store.pull(storage, request.job_id, request.checkpoint_dir)
+            start_step = timings["start_step"] = start_step or 0
+            notes.extend(pulled)
         device = _device()
         if device == "cpu" and builtin:
             from pcs_ray.executors.emulation import StepBudget
@@ -294,9 +337,9 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         if world_size > 1 and distributed:
             import torch.distributed as dist
 
-            host, port = master
-            dist.init_process_group("nccl" if device != "cpu" else "gloo", init_method=f"tcp://{host}:{port}",
-                                    rank=rank, world_size=world_size)
+            from pcs_ray.executors.rendezvous import join_group
+
+            join_group("nccl" if device != "cpu" else "gloo", master, rank, world_size)
         context = train_session.TrainContext(
             world_size=world_size, world_rank=rank, local_rank=0, device=device, job_id=request.job_id,
             attempt=request.attempt, total_steps=request.total_steps, start_step=start_step)
@@ -304,7 +347,7 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
                      resolve=reporter)
         session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step,
                                         last_checkpoint_step=start_step, timings=timings, on_step_begin=pace.begin,
-                                        metrics_log=metrics_log(request, rank))
+                                        metrics_log=metrics_log(request, rank), storage=storage)
         train_session.install(session)
         if on_step is not None:
             on_step(start_step)
@@ -400,12 +443,13 @@ def launch_user(request: RunRequest, after: ray.ObjectRef | None = None, spares=
     nodes = spares.nodes_of(request.gpus) if spares.per_key > 0 else {}
     for rank, slot in enumerate(request.gpus):
         actor = spares.take(nodes.get(slot), key)
-        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir, request.log_bytes))
+        uploads = logs_to(request)
+        assignments.append(None if actor is None else (slot, rank, world_size, request.log_dir, request.log_bytes, uploads))
         if actor is None:
             actor = RemoteUserRank.options(
                 num_cpus=0, num_gpus=0, resources={gpu_resource(slot.node, slot.index): 1},
                 max_concurrency=2, max_restarts=0, runtime_env=env,
-            ).remote(slot, rank, world_size, request.log_dir, request.log_bytes)
+            ).remote(slot, rank, world_size, request.log_dir, request.log_bytes, uploads)
         actors.append(actor)
     spares.refill([nodes.get(slot) for slot in request.gpus], key, lambda node: _spare(node, env))
     master = actors[0].rendezvous.remote() if world_size > 1 else None

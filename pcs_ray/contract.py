@@ -232,6 +232,9 @@ class RunRequest:
     # just before the coordinator kills the run as hung; None: no timeout.
     report_timeout_s: float | None = None
     log_bytes: int | None = None  # each rank's log is rotated past this size (``pcs_ray.executors.log_cap``); None: never
+    # The cluster's storage URI (``pcs_ray.storage``): checkpoints and logs are kept there, and ``checkpoint_dir`` and
+    # ``log_dir`` name the coordinator's copies; each rank works in its node's cache. None: every node shares STATE_DIR.
+    storage: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)

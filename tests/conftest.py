@@ -19,6 +19,7 @@ import sys
 
 import pytest
 from loopback_head import ray_head  # noqa: F401  (a fixture: the modules that submit through Ray's job API take it)
+from s3_server import s3_bucket, s3_server  # noqa: F401  (fixtures: a real S3 endpoint, moto over HTTP)
 
 import browser
 

@@ -27,7 +27,7 @@ def harness(pytester):
     """A pytest project with this suite's conftest and the modules it imports, and one test that takes ``chromium``."""
     pytester.makeconftest((TESTS / "conftest.py").read_text())
     pytester.makepyfile(browser=(TESTS / "browser.py").read_text(), loopback_head=(TESTS / "loopback_head.py").read_text(),
-                        test_one=USES_THE_BROWSER)
+                        s3_server=(TESTS / "s3_server.py").read_text(), test_one=USES_THE_BROWSER)
     return pytester
 
 

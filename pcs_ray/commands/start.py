@@ -14,7 +14,7 @@ import typer
 
 from pcs_ray.api.advert import DEFAULT_API_PORT
 from pcs_ray.commands.limits import LIMIT, parse_limits
-from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, cluster_address, dashboard_line
+from pcs_ray.commands.target import ADDRESS, API_HOST, API_PORT, JSON_OUT, STORAGE, cluster_address, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.policies import policy_names
 from pcs_ray.commands.views import print_json
@@ -31,6 +31,7 @@ def start_cmd(
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
     api_port: Annotated[int, API_PORT] = DEFAULT_API_PORT,
     limit: Annotated[list[str] | None, LIMIT] = None,
+    storage: Annotated[str | None, STORAGE] = None,
 ) -> None:
     """Start the coordinator on a Ray cluster (or report the one already running).
 
@@ -42,20 +43,27 @@ def start_cmd(
     `pcs-ray solve --set` chose ($PCS_RAY_WFQ_CONFIG, default
     ~/.pcs-ray/wfq_config.json), else pcs-bal. A restart keeps a policy set
     with `pcs-ray config set` unless this command names a different one.
+
+    With --storage, a coordinator started on any machine with an empty
+    --state-dir rebuilds its journal from the storage and resumes every job
+    from its checkpoints there (a head that can be replaced).
     """
     from pcs_ray.api.actor_ref import NAMESPACE
 
     config, info, running = launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace,
-                                               api_host=api_host, api_port=api_port, limits=parse_limits(limit))
+                                               api_host=api_host, api_port=api_port, limits=parse_limits(limit),
+                                               storage=storage)
     print(f"coordinator running (namespace {NAMESPACE}): {info['jobs']} job(s) in its journal, "
           f"policy {running['policy']['policy']} (see `pcs-ray config show`), state in {config.state_dir}")
     print(f"dashboard: {dashboard_line(info.get('api'))}")
 
 
 def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, state_dir, grace, pin_node=None,
-                       api_host: str = "127.0.0.1", api_port: int = DEFAULT_API_PORT, limits: dict | None = None):
+                       api_host: str = "127.0.0.1", api_port: int = DEFAULT_API_PORT, limits: dict | None = None,
+                       storage: str | None = None):
     """Connect, read the cluster from Ray, and start the coordinator (or find the running one).
     ``limits``: its guards (``CoordinatorConfig`` fields, ``pcs_ray.commands.limits``), checked before it starts.
+    ``storage``: the cluster's storage URI, checked (written, read back) before anything starts.
 
     ``pin_node`` (a Ray node id) places it on that node instead of this process's (``pcs-ray up``: the head).
     Returns the config, its ``ping`` and the configuration in force; progress goes to stderr.
@@ -71,6 +79,11 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     from pcs_ray.placement import create_placement
 
     choice = choose_policy(policy, pcs_config)  # fail here, not inside the actor
+    if storage:
+        from pcs_ray.storage import open_storage
+
+        open_storage(storage, retry_s=STORAGE_CHECK_S).check()
+        print(f"storage {storage}: reachable", file=sys.stderr)
     declared = load_cluster_spec(cluster_spec) if cluster_spec is not None else None
     if declared is not None:
         create_placement(placement, declared)
@@ -79,6 +92,7 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     config = CoordinatorConfig(
         cluster=cluster_dict(cluster), state_dir=str(Path(state_dir).expanduser().resolve()), policy=choice.policy,
         wfq=choice.wfq, placement=placement, grace_s=grace, api_host=api_host, api_port=api_port, **(limits or {}),
+        storage=storage or None,
     )
     config.limits(), config.retention()  # a bad limit fails here, not inside the actor
     print(f"starting coordinator: {cluster.num_gpus} GPUs on {len(cluster.nodes)} node(s), "
@@ -86,6 +100,10 @@ def launch_coordinator(address, cluster_spec, policy, pcs_config, placement, sta
     actor = start_coordinator(config, pin_here=pin_node is None) if pin_node is None else _start_on(config, pin_node)
     info, running = ray.get([actor.ping.remote(), actor.config.remote()])  # one already running keeps its own
     return config, info, running
+
+
+#: Seconds `start` retries a storage that does not answer before it gives up with one line.
+STORAGE_CHECK_S = 15.0
 
 
 def _start_on(config, node_id: str):

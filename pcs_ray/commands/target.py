@@ -20,6 +20,12 @@ CLIENT_STATE_DIR = typer.Option("--state-dir", help="The coordinator's state fol
                                 "whose advert says where its API listens and whose cluster.json (`up`'s) gives the "
                                 "address [default: ~/.pcs-ray].", show_default=False)
 JSON_OUT = typer.Option("--json", help="Print JSON instead of a table.")
+STORAGE = typer.Option(
+    "--storage", envvar="PCS_RAY_STORAGE", show_default=False,
+    help="Where checkpoints, logs and the journal's mirror live, so that no machine's disk is needed after it is "
+         "gone: s3://BUCKET/PREFIX (endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+         "AWS_SECRET_ACCESS_KEY, AWS_REGION on every node), gs://..., file:///mnt/shared/... "
+         "[default: none: all of it under --state-dir, which every node must then share]")
 API_HOST = typer.Option("--api-host", help="Interface the coordinator's HTTP API listens on. The default, loopback, "
                         "serves this node only; another (0.0.0.0: all) lets any machine that can reach it and holds the "
                         "cluster's token submit, cancel and reconfigure.")

@@ -15,7 +15,7 @@ import typer
 
 from pcs_ray.api.advert import DEFAULT_API_PORT
 from pcs_ray.commands.limits import LIMIT, parse_limits
-from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT, dashboard_line
+from pcs_ray.commands.target import API_HOST, API_PORT, JSON_OUT, STORAGE, dashboard_line
 from pcs_ray.placement import PLACEMENTS
 from pcs_ray.commands.views import print_json
 
@@ -41,6 +41,7 @@ def up_cmd(
     api_host: Annotated[str, API_HOST] = "127.0.0.1",
     api_port: Annotated[int, API_PORT] = DEFAULT_API_PORT,
     limit: Annotated[list[str] | None, LIMIT] = None,
+    storage: Annotated[str | None, STORAGE] = None,
     as_json: Annotated[bool, JSON_OUT] = False,
 ) -> None:
     """Start a head and N-1 worker Ray nodes on this machine, token authentication on, and the coordinator on the head.
@@ -89,7 +90,7 @@ def up_cmd(
         connect(record.address)
         head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
         _, info, _ = launch_coordinator(record.address, spec, policy, None, placement, state, 30.0, pin_node=head,
-                                        api_host=api_host, api_port=api_port, limits=limits)
+                                        api_host=api_host, api_port=api_port, limits=limits, storage=storage)
         ray.shutdown()
         record.api = info.get("api") or ""
         lc.save(record, state / lc.STATE_FILE)

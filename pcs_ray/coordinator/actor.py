@@ -83,12 +83,25 @@ def _load_launcher(path: str):
     return getattr(importlib.import_module(module), name)
 
 
+def start_mirror(config: CoordinatorConfig):
+    """The journal's mirror in the cluster's storage, running (None: the cluster has no storage)."""
+    if not config.storage:
+        return None
+    from pcs_ray.coordinator.journal_mirror import JournalMirror
+    from pcs_ray.storage import open_storage
+
+    mirror = JournalMirror(open_storage(config.storage), config.journal_path)
+    mirror.start()
+    return mirror
+
+
 class CoordinatorService(CoordinatorHost):
     """The actor body: the host's calls, plus runners launched and collected by a background loop."""
 
     def __init__(self, config: dict) -> None:
         self.config = _on_alive_nodes(CoordinatorConfig.from_dict(config))
         super().__init__(build_core(self.config, keep_runs=True))
+        self.mirror = start_mirror(self.config)
         self.launch = _load_launcher(self.config.launcher)
         self.pool = None
         if self.config.warm_pool and self.config.launcher == DEFAULT_LAUNCHER:
@@ -325,8 +338,11 @@ class CoordinatorService(CoordinatorHost):
             self.suspects.clear()  # their jobs have no run: the replay below sends them back to the queue
             old = self.core
             self.config = _on_alive_nodes(self.config)
+            if self.mirror is not None:
+                self.mirror.close()
             self.core = build_core(self.config)  # replays the journal: jobs without a run go back to the queue
             old.journal.close()
+            self.mirror = start_mirror(self.config)
             self.draining = False
         self._resume()
 

@@ -13,6 +13,7 @@ running coordinator swaps it with ``pcs-ray config set``.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -32,6 +33,8 @@ from pcs_ray.workloads.catalog import registered_workloads
 from pcs_ray.workloads.history import HISTORY_FILE
 
 DEFAULT_POLICY = "pcs-bal"
+
+log = logging.getLogger("pcs_ray.coordinator")
 
 
 @dataclass
@@ -62,6 +65,9 @@ class CoordinatorConfig:
     ended_job_retention_s: float | None = Retention.ended_job_s  # forgotten this long after it ended
     ended_jobs_kept: int | None = Retention.ended_jobs_kept  # at most this many ended jobs kept, the oldest forgotten
     history_bytes: int | None = Retention.history_bytes  # the job history (history.jsonl) rotates past this size
+    # The cluster's storage URI (pcs_ray.storage): checkpoints, logs and a mirror of the journal live there, so
+    # no node's disk is needed after it is gone; None: all of it under state_dir, which every node must share.
+    storage: str | None = None
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -164,6 +170,13 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
     (``keep_runs``: see :class:`Coordinator`)."""
     config = config.resolved()
     cluster = cluster_spec_from_dict(config.cluster, "cluster spec")
+    if config.storage:
+        from pcs_ray.coordinator.journal_mirror import restore
+        from pcs_ray.storage import open_storage
+
+        restored = restore(open_storage(config.storage), config.state_dir)
+        if restored:
+            log.warning("journal rebuilt from %s: %d record(s)", config.storage, restored)
     return Coordinator(
         cluster, coordinator_policy(config.policy, config.wfq), Journal(config.journal_path),
         checkpoint_root=config.checkpoint_root, placement=create_placement(config.placement, cluster),
@@ -171,7 +184,7 @@ def build_core(config: CoordinatorConfig, clock=time.time, keep_runs: bool = Fal
         restart_overhead=config.restart_overhead, history_path=config.history_path, speeds_path=config.speeds_path,
         progress_journal_every=config.progress_journal_every, policies=coordinator_policy, keep_runs=keep_runs,
         branch_max_age_s=config.forecast_refresh_max_age_s, limits=config.limits(),
-        retain=config.retention(),
+        retain=config.retention(), storage=config.storage,
     )
 
 

@@ -86,6 +86,7 @@ class Coordinator(CoordinatorState):
         branch_max_age_s: float = BRANCH_MAX_AGE_S,
         limits: guards.RunLimits | None = None,
         retain: retention.Retention | None = None,
+        storage: str | None = None,
     ) -> None:
         if not branch_max_age_s >= 0:
             raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
@@ -95,6 +96,7 @@ class Coordinator(CoordinatorState):
         self._refreshing: tuple[BranchPoints, SchedulingPolicy, int] | None = None
         self._branches: tuple[BranchPoints, SchedulingPolicy, int] | None = None
         self.checkpoint_root = Path(checkpoint_root)
+        self.storage = storage  # the cluster's storage URI: runs keep their checkpoints and logs there
         self.workloads = workloads
         self.history_path = history_path
         self.speeds_path = speeds_path
@@ -255,8 +257,7 @@ class Coordinator(CoordinatorState):
         if status == "finished":
             extra = {"note": note} if note else {}
             if job.spec.user_code:
-                found = store.newest(self.checkpoint_root / str(jid))
-                extra.update(metrics=metrics or {}, checkpoint=str(found[0]) if found else None)
+                extra.update(metrics=metrics or {}, checkpoint=self._checkpoint_path(jid))
             self._record("finished", jid, step=step, **extra, **ran)
             self._write_history(job)
         elif job.cancel_requested:
@@ -296,8 +297,21 @@ class Coordinator(CoordinatorState):
             return []
         self.save_speeds()  # what they taught the speed model outlives their events
         ids = self.forget(ids)
-        retention.delete_files(ids, self.checkpoint_root, self.checkpoint_root.parent / "logs")
+        retention.delete_files(ids, self.checkpoint_root, self.checkpoint_root.parent / "logs", self.storage)
         return ids
+
+    def _checkpoint_path(self, jid: int) -> str | None:
+        """Where a finished job's newest checkpoint is: its folder, or its URI in the cluster's storage."""
+        if self.storage:
+            from pcs_ray.storage import StorageError, open_storage
+            from pcs_ray.train.remote_store import remote_url
+
+            try:
+                return remote_url(open_storage(self.storage, retry_s=10.0), str(jid))
+            except StorageError:
+                return None
+        found = store.newest(self.checkpoint_root / str(jid))
+        return str(found[0]) if found else None
 
     def _forgotten(self, jid: int) -> None:
         for per_job in (self._progress_logged, self._renewed, self._began, self._forecast_at):
@@ -462,7 +476,7 @@ class Coordinator(CoordinatorState):
 
     def _run_request(self, job: LiveJob, slots: tuple[GPUSlot, ...]):
         return run_request(job, slots, self.checkpoint_root / str(job.job_id), self.limits.report_timeout(job.spec),
-                           self.limits.log_bytes_per_rank)
+                           self.limits.log_bytes_per_rank, self.storage)
 
     # -- predictions -------------------------------------------------------------------
     def play_refresh(self, force: bool = False) -> None:

@@ -113,11 +113,12 @@ def start_kind(job: LiveJob, gpus: tuple[int, ...]) -> str:
 
 
 def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path,
-                report_timeout_s: float | None = None, log_bytes: int | None = None) -> RunRequest:
+                report_timeout_s: float | None = None, log_bytes: int | None = None,
+                storage: str | None = None) -> RunRequest:
     """What a runner needs for the job's current (just journaled) attempt; a user run's logs go to
     ``STATE_DIR/logs/<job>/attempt-<k>/`` beside ``STATE_DIR/checkpoints/<job>``. ``report_timeout_s``:
     the job's, after which its ranks dump their stacks (``pcs_ray.coordinator.guards``); ``log_bytes``: each
-    rank's log is rotated past this size."""
+    rank's log is rotated past this size; ``storage``: the cluster's storage URI, where the runs keep both."""
     spec = job.spec
     code = None
     if spec.user_code:
@@ -128,7 +129,7 @@ def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path,
         checkpoint_dir=str(checkpoint_dir), params=dict(spec.params), slowdown=job.slowdown,
         checkpoint_every=spec.checkpoint_every, attempt=job.attempt, code=code,
         log_dir=str(log_dir(checkpoint_dir, job.attempt)) if code is not None else None,
-        report_timeout_s=report_timeout_s, log_bytes=log_bytes if code is not None else None,
+        report_timeout_s=report_timeout_s, log_bytes=log_bytes if code is not None else None, storage=storage,
     )
 
 

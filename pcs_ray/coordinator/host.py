@@ -40,6 +40,7 @@ class CoordinatorHost(ABC):
         self.submit_s: deque[tuple[float, float]] = deque(maxlen=100_000)
         self.dashboard = DashboardSessions()  # its sign-in tickets and sessions (pcs_ray.coordinator.dashboard_routes)
         self.gc_pauses: GcPauses | None = None  # the process's garbage-collection pauses, where recorded (the actor)
+        self.mirror = None  # the journal's mirror in the cluster's storage (pcs_ray.coordinator.journal_mirror)
 
     @abstractmethod
     def _execute(self, actions: list[Action]) -> None:
@@ -60,7 +61,8 @@ class CoordinatorHost(ABC):
             self._execute(actions)
             completion, bound = self.core.submitted(jid)
             self.submit_s.append((got - asked, time.perf_counter() - got))
-            return Submitted(jid, completion, bound)
+        self.durable()
+        return Submitted(jid, completion, bound)
 
     def status(self) -> dict:
         with self.lock:
@@ -130,7 +132,9 @@ class CoordinatorHost(ABC):
         who = Caller.from_wire(caller)
         with self.lock:
             self._execute(self.core.cancel(int(job_id), who))
-            return self.core.job_view(int(job_id))
+            view = self.core.job_view(int(job_id))
+        self.durable()
+        return view
 
     def logs(self, job_id: int, attempt: int | None = None, offsets: dict | None = None,
              metrics: bool = False) -> dict:
@@ -138,7 +142,26 @@ class CoordinatorHost(ABC):
         with self.lock:
             self.core.job_view(int(job_id))  # an unknown job is refused as such
             root = self.core.checkpoint_root.parent / "logs"
+            storage = self.core.storage
+        if storage:
+            self._logs_from_storage(storage, root, int(job_id))
         return read_logs(root, int(job_id), None if attempt is None else int(attempt), offsets, metrics=bool(metrics))
+
+    def _logs_from_storage(self, storage: str, root, job_id: int) -> None:
+        """Bring the job's logs that ranks on any node uploaded into this coordinator's copy (``root``)."""
+        from pcs_ray.storage import StorageError, open_storage
+        from pcs_ray.storage.folders import download_changed
+
+        try:
+            download_changed(open_storage(storage, retry_s=5.0), f"logs/{job_id}", root / str(job_id))
+        except StorageError:
+            pass  # what was fetched before is read
+
+    def durable(self) -> None:
+        """Return once what this coordinator acknowledged is in the cluster's storage (with one: its journal
+        mirror); nothing to wait for without one."""
+        if self.mirror is not None:
+            self.mirror.wait()
 
     def report_progress(self, job_id: int | str, step: int, step_time_s: float | None = None,
                         emulated: bool = False, overruns: int = 0) -> None:
@@ -206,7 +229,9 @@ class CoordinatorHost(ABC):
         who = Caller.from_wire(caller)
         with self.lock:
             self._execute(self.core.set_policy(policy, wfq, who))
-            return self.core.config()
+            out = self.core.config()
+        self.durable()
+        return out
 
     def tenants(self) -> dict:
         with self.lock:

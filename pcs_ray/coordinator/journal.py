@@ -117,6 +117,17 @@ class Journal:
             (t, kind, job_id, json.dumps(data or {}, separators=(",", ":"))),
         )
 
+    def insert_rows(self, rows: list[tuple]) -> None:
+        """Put records with their own sequence numbers, in one transaction (a journal rebuilt from its mirror,
+        ``pcs_ray.coordinator.journal_mirror``): rows ``(seq, t, kind, job_id, data)``, data as JSON text."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany("INSERT INTO events (seq, t, kind, job_id, data) VALUES (?, ?, ?, ?, ?)", rows)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def forget(self, job_ids: list[int], t: float, marker: dict) -> None:
         """Delete every event of ``job_ids`` and put ``marker`` in the place of any earlier ``compacted``
         record, in one transaction (``pcs_ray.coordinator.retention``): a crash leaves all of it or none."""

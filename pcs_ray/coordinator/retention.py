@@ -51,8 +51,20 @@ def due(jobs: Iterable[LiveJob], now: float, retention: Retention) -> list[int]:
     return [j.job_id for j in ended[:cut]]
 
 
-def delete_files(job_ids: Iterable[int], *roots: Path) -> None:
-    """Delete each job's folder under each root (its checkpoints, its ranks' logs); what is gone already is fine."""
-    for root in roots:
+def delete_files(job_ids: Iterable[int], checkpoints: Path, logs: Path, storage: str | None = None) -> None:
+    """Delete each job's checkpoints and its ranks' logs, here and in the cluster's storage; what is gone
+    already is fine, and a storage that does not answer keeps them (they are only space)."""
+    job_ids = list(job_ids)
+    for root in (checkpoints, logs):
         for jid in job_ids:
             shutil.rmtree(Path(root) / str(jid), ignore_errors=True)
+    if storage:
+        from pcs_ray.storage import StorageError, open_storage
+
+        try:
+            kept = open_storage(storage, retry_s=10.0)
+            for jid in job_ids:
+                kept.delete_prefix(f"checkpoints/{jid}")
+                kept.delete_prefix(f"logs/{jid}")
+        except StorageError:
+            pass

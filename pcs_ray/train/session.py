@@ -17,6 +17,7 @@ loop's ``except Exception`` does not swallow it).
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections import deque
@@ -120,6 +121,7 @@ class Session:
     metrics_log: str | None = None  # a JSON line per report goes here (rank 0 of a pcs-ray run)
     logged: int = 0
     log_file: Any = None  # ``metrics_log`` open for appending, line by line, until :meth:`close`
+    storage: Any = None  # the cluster's storage (``pcs_ray.storage.Storage``): checkpoints are uploaded there first
 
     def step_begins(self) -> None:
         if self.on_step_begin is not None:
@@ -160,11 +162,16 @@ class Session:
             folder = Path(os.fspath(getattr(checkpoint, "path", checkpoint)))
             if self.checkpoint_dir is None:
                 self.last_checkpoint_step = step
+                saved = True
             else:
                 staged = folder.parent == Path(self.checkpoint_dir) and folder.name.startswith(".staging-")
-                store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt)
-                self.last_checkpoint_step = step
-            saved = True
+                origin = self._store_remotely(folder, step)
+                if origin is not False:
+                    store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt, origin=origin)
+                    self.last_checkpoint_step = step
+                    saved = True
+                elif staged:
+                    shutil.rmtree(folder, ignore_errors=True)
         self.step, self.reports = step, self.reports + 1
         self.metrics = dict(metrics or {})
         if self.checkpoint_dir is None:
@@ -187,6 +194,23 @@ class Session:
         # Nothing done since the newest checkpoint: ending now loses nothing, so no new one is needed.
         if stopping and (checkpointed or step == self.last_checkpoint_step):
             raise RunStopped(step)
+
+    def _store_remotely(self, folder: Path, step: int):
+        """Upload the checkpoint to the cluster's storage first (its copy is the one a run on any node resumes
+        from): the folder it was committed as there, None without a storage, False where the storage stayed
+        away (the job keeps its previous checkpoint, and the run's notes say why)."""
+        if self.storage is None:
+            return None
+        from pcs_ray.storage import StorageError
+        import pcs_ray.train.remote_store as remote_store
+
+        try:
+            return remote_store.push(self.storage, self.context.job_id, folder, step, self.context.attempt,
+                                     self.context.world_rank)
+        except StorageError as exc:
+            self.notes.append(f"checkpoint at step {step} not kept: {exc}; the job keeps its checkpoint at step "
+                              f"{self.last_checkpoint_step}")
+            return False
 
     def log_report(self, step: int) -> None:
         """Append this report to the run's metrics log: ``step``, ``attempt`` and the metrics as JSON."""

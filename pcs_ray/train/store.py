@@ -48,7 +48,8 @@ def _complete(folder: Path) -> dict | None:
     return marker if isinstance(marker, dict) and isinstance(marker.get("step"), int) else None
 
 
-def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False, run: int | None = None) -> Path:
+def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False, run: int | None = None,
+           origin: str | None = None) -> Path:
     """Make ``source`` (a folder) the job's newest checkpoint at ``step``; returns its new path.
 
     ``move``: ``source`` belongs to us (a staging folder on the same file system): rename it
@@ -56,6 +57,7 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
     ``run``: the run (attempt) committing. Several ranks of one run may each report a checkpoint at
     the same step (as Ray Train's examples do): commits are taken one at a time, and a later rank's
     files are merged into the checkpoint its run already made at that step, each file replaced atomically.
+    ``origin``: where the checkpoint came from (the storage's folder it was downloaded from), kept in its marker.
     """
     source, job_dir = Path(source), Path(job_dir)
     if not source.is_dir():
@@ -66,7 +68,7 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
         if run is not None and marker is not None and (marker["step"], marker.get("run")) == (int(step), run):
             _merge(source, job_dir / LATEST, move)
             return job_dir / LATEST
-        return _swap_in(job_dir, source, step, move, run)
+        return _swap_in(job_dir, source, step, move, run, origin)
 
 
 @contextmanager
@@ -94,13 +96,14 @@ def _merge(source: Path, into: Path, move: bool) -> None:
         shutil.rmtree(source, ignore_errors=True)
 
 
-def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None) -> Path:
+def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None, origin: str | None = None) -> Path:
     incoming = job_dir / f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if move:
         os.replace(source, incoming)
     else:
         shutil.copytree(source, incoming, symlinks=True)
-    (incoming / MARKER).write_text(json.dumps({"step": int(step), "committed_at": time.time(), "run": run}))
+    marker = {"step": int(step), "committed_at": time.time(), "run": run, **({"origin": origin} if origin else {})}
+    (incoming / MARKER).write_text(json.dumps(marker))
     for root, _, files in os.walk(incoming):
         for name in files:
             fsync_path(Path(root) / name)

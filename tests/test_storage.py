@@ -1,0 +1,167 @@
+"""The cluster's storage: objects through pyarrow, checkpoints committed by manifest, logs and the journal mirrored.
+
+Every storage here is a real one: a folder (``file://``) or moto's S3 server over HTTP on loopback
+(``s3_server``), never a mock of boto calls.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from pcs_ray.coordinator.journal import Journal
+from pcs_ray.coordinator.journal_mirror import JournalMirror, restore
+from pcs_ray.storage import StorageError, open_storage
+from pcs_ray.storage.folders import FolderUpload, download_changed
+from pcs_ray.train import remote_store, store
+
+
+@pytest.fixture(params=["file", "s3"])
+def storage(request, tmp_path):
+    if request.param == "file":
+        return open_storage(f"file://{tmp_path}/bucket", retry_s=2)
+    uri = request.getfixturevalue("s3_bucket")
+    return open_storage(uri, retry_s=2)
+
+
+def _checkpoint(folder, **files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_objects_round_trip(storage):
+    storage.write("a/b.txt", b"one")
+    assert storage.read("a/b.txt") == b"one"
+    assert storage.read("a/missing") is None
+    assert storage.list("a") == {"a/b.txt": 3}
+    storage.delete(["a/b.txt"])
+    assert storage.list("a") == {}
+    storage.check()
+
+
+def test_checkpoint_push_then_pull_on_another_node(storage, tmp_path):
+    remote_store.push(storage, "7", _checkpoint(tmp_path / "c1", **{"model.pt": "w1"}), 10, run=1)
+    remote_store.push(storage, "7", _checkpoint(tmp_path / "c2", **{"model.pt": "w2"}), 20, run=1)
+    assert remote_store.remote_step(storage, "7") == 20
+    other = tmp_path / "other-node" / "7"
+    step, notes = remote_store.pull(storage, "7", other)
+    assert (step, notes) == (20, [])
+    folder, found = store.newest(other)
+    assert found == 20 and (folder / "model.pt").read_text() == "w2"
+    # Only the two checkpoints the manifests name are kept in the storage.
+    folders = {key.split("/")[3] for key in storage.list("checkpoints/7/data")}
+    assert folders == {"1-10", "1-20"}
+
+
+def test_pull_uses_the_nodes_cache(storage, tmp_path):
+    remote_store.push(storage, "3", _checkpoint(tmp_path / "c", **{"m": "x" * 1000}), 5, run=0)
+    node = tmp_path / "node" / "3"
+    remote_store.pull(storage, "3", node)
+    reads = []
+    original = storage.read
+    storage.read = lambda key: reads.append(key) or original(key)
+    assert remote_store.pull(storage, "3", node)[0] == 5
+    assert all(key.endswith(".json") for key in reads), reads  # the manifest only: the files were cached
+
+
+def test_a_torn_upload_is_never_read(storage, tmp_path):
+    remote_store.push(storage, "9", _checkpoint(tmp_path / "c1", **{"m": "good"}), 1, run=0)
+    remote_store.push(storage, "9", _checkpoint(tmp_path / "c2", **{"m": "newer"}), 2, run=0)
+    storage.write("checkpoints/9/data/0-2/r0/m", b"to")  # a part the upload lost
+    step, notes = remote_store.pull(storage, "9", tmp_path / "n" / "9")
+    assert step == 1 and "unreadable" in notes[0]
+    assert (store.newest(tmp_path / "n" / "9")[0] / "m").read_text() == "good"
+
+
+def test_ranks_on_two_nodes_merge_into_one_checkpoint(storage, tmp_path):
+    remote_store.push(storage, "4", _checkpoint(tmp_path / "r0", **{"model": "m", "shared": "rank0"}), 3, run=2, rank=0)
+    remote_store.push(storage, "4", _checkpoint(tmp_path / "r1", **{"shard-1": "s", "shared": "rank1"}), 3, run=2, rank=1)
+    node = tmp_path / "n" / "4"
+    assert remote_store.pull(storage, "4", node)[0] == 3
+    folder = store.newest(node)[0]
+    assert {p.name for p in folder.iterdir() if not p.name.startswith(".")} == {"model", "shared", "shard-1"}
+    assert (folder / "shared").read_text() == "rank0"
+
+
+def test_no_checkpoint_in_storage_empties_the_cache(storage, tmp_path):
+    node = tmp_path / "n" / "5"
+    staged = _checkpoint(tmp_path / "stale", m="old")
+    store.commit(node, staged, 4)
+    assert remote_store.pull(storage, "5", node) == (None, [])
+    assert store.newest(node) is None
+
+
+def test_unreachable_storage_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    with pytest.raises(StorageError) as caught:
+        open_storage("s3://bucket/prefix", retry_s=0.5).check()
+    assert "\n" not in str(caught.value) and "AWS_ENDPOINT_URL" in str(caught.value)
+
+
+def test_a_missing_bucket_is_refused_at_once(s3_bucket):
+    began = time.monotonic()
+    with pytest.raises(StorageError) as caught:
+        open_storage("s3://no-such-bucket-x/prefix", retry_s=30).check()
+    assert time.monotonic() - began < 10, "a refusal for good is not retried"
+    assert "\n" not in str(caught.value) and "NO_SUCH_BUCKET" in str(caught.value)
+
+
+def test_folder_upload_and_download(storage, tmp_path):
+    local = tmp_path / "rank-logs"
+    local.mkdir()
+    upload = FolderUpload(storage, "logs/1/attempt-0", local, interval_s=0.05)
+    upload.start()
+    (local / "rank-1.log").write_text("hello from a worker\n")
+    time.sleep(0.3)
+    (local / "rank-1.log").write_text("hello from a worker\nbye\n")
+    upload.close()
+    head = tmp_path / "head-logs"
+    assert download_changed(storage, "logs/1", head / "1") == ["logs/1/attempt-0/rank-1.log"]
+    assert (head / "1" / "attempt-0" / "rank-1.log").read_text().endswith("bye\n")
+    assert download_changed(storage, "logs/1", head / "1") == []  # nothing new
+
+
+def test_journal_mirror_restores_on_a_new_state_folder(storage, tmp_path):
+    old = tmp_path / "old"
+    journal = Journal(old / "journal.sqlite")
+    mirror = JournalMirror(storage, old / "journal.sqlite", interval_s=0.05)
+    mirror.start()
+    for i in range(30):
+        journal.append(float(i), "submit", i, {"n": i})
+        if i % 7 == 0:
+            assert mirror.wait(10)
+    (old / "speeds.json").write_text(json.dumps({"a": 1}))
+    journal.forget([0, 1, 2], 31.0, {"jobs": 3})  # a compaction: records deleted, folded into a base
+    journal.append(32.0, "submit", 99, {})
+    assert mirror.wait(10)
+    mirror._files_at = 0.0
+    mirror.flush()
+    mirror.close()
+    new = tmp_path / "new"
+    assert restore(storage, new) == len(journal)
+    rebuilt = Journal(new / "journal.sqlite")
+    assert [(e.seq, e.kind, e.job_id, e.data) for e in rebuilt.events()] == \
+        [(e.seq, e.kind, e.job_id, e.data) for e in journal.events()]
+    assert json.loads((new / "speeds.json").read_text()) == {"a": 1}
+    assert restore(storage, new) == 0  # a folder with a journal keeps it
+
+
+def test_mirror_wait_covers_records_appended_from_another_thread(storage, tmp_path):
+    journal = Journal(tmp_path / "journal.sqlite")
+    mirror = JournalMirror(storage, tmp_path / "journal.sqlite", interval_s=0.5)
+    mirror.start()
+    writer = threading.Thread(target=lambda: [journal.append(float(i), "x", None, {}) for i in range(50)])
+    writer.start()
+    writer.join()
+    began = time.monotonic()
+    assert mirror.wait(10)
+    assert time.monotonic() - began < 2
+    assert mirror.mirrored == 50
+    mirror.close()
