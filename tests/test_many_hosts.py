@@ -1,0 +1,128 @@
+"""One cluster of three machines that share no disk and no loopback (network and mount namespaces,
+``hosts.py``), with a real S3 server: the operator's steps of the README, a job whose ranks span the
+machines, shrunk and grown, its logs from every host, and a coordinator replaced with nothing but the bucket."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hosts import hosts_fixture
+
+pytestmark = pytest.mark.slow
+
+HOSTS = ("head", "w1", "w2")
+hosts = hosts_fixture("module", names=HOSTS, gpus_per_host=2, start_ray=True)
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "user-code"
+#: The example loop, each rank first saying which machine it runs on (each host has its own host name).
+SPANNING = """
+import socket
+import pcs_ray.train as train
+from train_mlp import train_loop
+
+def loop(config):
+    print(f"rank {train.get_context().world_rank} on {socket.gethostname()}", flush=True)
+    train_loop(config)
+"""
+
+
+def pcs(hosts, *args, timeout=180, check=True):
+    """``pcs-ray`` on the head machine, as its operator types it."""
+    return hosts.run("head", ["pcs-ray", *map(str, args)], timeout=timeout, check=check)
+
+
+def status(hosts) -> dict:
+    return json.loads(pcs(hosts, "status", "--json", "--address", hosts.ray_address).stdout)
+
+
+def job(hosts, jid: int) -> dict:
+    return next(j for j in status(hosts)["jobs"] if j["id"] == jid)
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def submit(hosts, name: str, **fields) -> int:
+    spec = {"name": name, "entrypoint": "spanning.py:loop", "working_dir": str(hosts.inputs / "user-code"),
+            "class": "B", **fields}
+    path = hosts.put_file(f"{name}.yaml", json.dumps(spec))
+    out = pcs(hosts, "submit", path, "--json", "--address", hosts.ray_address).stdout
+    return int(json.loads(out)["id"])
+
+
+@pytest.fixture(scope="module")
+def cluster(hosts):
+    """The coordinator started on the head with the bucket as the cluster's storage, as the README says."""
+    shutil.copytree(EXAMPLE, hosts.inputs / "user-code", dirs_exist_ok=True)
+    (hosts.inputs / "user-code" / "spanning.py").write_text(SPANNING)
+    pcs(hosts, "start", "--address", hosts.ray_address, "--storage", hosts.storage_uri, "--state-dir", hosts.state_dir,
+        "--cluster-spec", hosts.spec_path, "--policy", "fair", "--grace", 20)
+    yield hosts
+    pcs(hosts, "stop", "--address", hosts.ray_address, "--timeout", 20, check=False)
+
+
+def test_a_job_spanning_three_machines_is_shrunk_grown_and_logs_every_rank(cluster):
+    hosts = cluster
+    elastic = submit(hosts, "elastic", steps=600, gpus=6, min_gpus=2,
+                     config={"lr": 0.02, "batch_size": 64, "checkpoint_every": 50})
+    wait_for(lambda: job(hosts, elastic)["state"] == "running" and job(hosts, elastic)["steps"] >= 60, 240,
+             "the elastic job to train across the hosts")
+    assert len(job(hosts, elastic)["gpus"]) == 6
+    rigid = submit(hosts, "rigid", steps=60, gpus=2, min_gpus=2, config={"checkpoint_every": 20})
+    wait_for(lambda: job(hosts, rigid)["state"] == "running", 240, "the rigid arrival to run")
+    shrunk = job(hosts, elastic)
+    wait_for(lambda: job(hosts, rigid)["state"] == "finished", 300, "the rigid job to finish")
+    final = wait_for(lambda: (j := job(hosts, elastic))["state"] in ("finished", "failed") and j, 600,
+                     "the elastic job to end")
+    assert final["state"] == "finished", final
+    assert final["steps"] == 600
+    assert final["lost_steps"] <= 50 * max(0, final["attempts"] - 1), final  # at most one interval per resume
+    # Logs: every attempt's ranks, the ones on the worker machines included, read through the head.
+    seen = {}
+    for attempt in range(final["attempts"] + 1):
+        out = pcs(hosts, "logs", elastic, "--attempt", attempt, "--address", hosts.ray_address, check=False)
+        if out.returncode == 0:
+            seen[attempt] = {line.split("] ", 1)[-1] for line in out.stdout.splitlines() if " on " in line
+                             and line.split("] ", 1)[-1].startswith("rank ")}
+    assert len(seen) >= 3, (seen, shrunk)  # spanning, shrunk, grown again
+    first = seen[min(seen)]
+    assert {line.rsplit(" ", 1)[1] for line in first} == set(HOSTS), first
+    assert all(seen.values()), seen
+
+
+KILL_COORDINATOR = """
+import ray
+ray.init(address="{address}", namespace="pcs-ray")
+ray.kill(ray.get_actor("coordinator"), no_restart=True)
+"""
+
+
+def test_a_coordinator_replaced_with_an_empty_state_folder_knows_every_job_from_the_bucket(cluster):
+    """The head's coordinator killed and its state folder deleted: a new one given only --storage (and an
+    empty --state-dir) knows every acknowledged job, and all of them finish."""
+    hosts = cluster
+    jobs = [submit(hosts, f"kept-{i}", steps=120, gpus=4, min_gpus=2, config={"checkpoint_every": 20})
+            for i in range(3)]  # acknowledged: each submission returned once its records were in the bucket
+    wait_for(lambda: job(hosts, jobs[0])["steps"] >= 20, 240, "the first job to checkpoint")
+    hosts.python("head", KILL_COORDINATOR.format(address=hosts.ray_address))
+    hosts.run("head", f"rm -rf {hosts.state_dir}/* {hosts.state_dir}/.[!.]*", check=False)
+    fresh = f"{hosts.state_dir}/replaced"
+    pcs(hosts, "start", "--address", hosts.ray_address, "--storage", hosts.storage_uri, "--state-dir", fresh,
+        "--cluster-spec", hosts.spec_path, "--policy", "fair", "--grace", 20)
+    known = {j["id"]: j for j in status(hosts)["jobs"]}
+    assert set(jobs) <= set(known), known.keys()
+    ended = wait_for(lambda: all(job(hosts, j)["state"] in ("finished", "failed") for j in jobs) and
+                     [job(hosts, j) for j in jobs], 600, "every job known before the replacement to end")
+    assert [j["state"] for j in ended] == ["finished"] * 3, ended
+    assert all(j["steps"] == 120 for j in ended)
