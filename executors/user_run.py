@@ -368,8 +368,9 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
         else:
             print(f"pcs-ray: the training function raised:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
             error = _user_traceback(exc)
-        return failed_outcome(request, error, start_step=start_step, timings=timings,
-                              fatal=not builtin and session is not None and not isinstance(exc, KeyboardInterrupt))
+        fatal = not builtin and session is not None and not isinstance(exc, KeyboardInterrupt) and \
+            not peer_lost(exc, world_size)
+        return failed_outcome(request, error, start_step=start_step, timings=timings, fatal=fatal)
     finally:
         hang_dump.disarm()
         if pace is not None:
@@ -379,6 +380,26 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
             session.close()
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
+
+
+#: What gloo and NCCL say in a collective whose peer went away (its process, or its machine).
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Connection refused", "Broken pipe",
+             "Timed out waiting", "NCCL communicator was aborted", "remote process exited")
+
+
+def peer_lost(exc: BaseException, world_size: int) -> bool:
+    """Whether the user's code failed in a collective because another rank is gone: the run, not the code,
+    failed, and a retry on the GPUs left resumes it (never counted as the code's own failure)."""
+    if world_size < 2:
+        return False
+    try:
+        import torch.distributed as dist
+
+        if isinstance(exc, dist.DistError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    return any(word in str(exc) for word in PEER_LOST)
 
 
 def metrics_log(request: RunRequest, rank: int) -> str | None:

@@ -126,3 +126,22 @@ def test_a_coordinator_replaced_with_an_empty_state_folder_knows_every_job_from_
                      [job(hosts, j) for j in jobs], 600, "every job known before the replacement to end")
     assert [j["state"] for j in ended] == ["finished"] * 3, ended
     assert all(j["steps"] == 120 for j in ended)
+
+
+def test_storage_down_for_30_s_then_a_worker_machine_killed_loses_no_job(cluster):
+    """S3 stopped for 30 s mid-run: no job fails (uploads wait and retry). Then every process of a worker
+    machine killed at once: its job resumes on the machines left, from the bucket, and finishes."""
+    hosts = cluster
+    elastic = submit(hosts, "survivor", steps=400, gpus=6, min_gpus=2, config={"checkpoint_every": 20})
+    wait_for(lambda: job(hosts, elastic)["steps"] >= 40, 300, "the job to train across the hosts")
+    hosts.s3.stop()
+    time.sleep(30)
+    hosts.s3.start()
+    assert job(hosts, elastic)["state"] in ("running", "queued"), job(hosts, elastic)
+    before = job(hosts, elastic)["steps"]
+    wait_for(lambda: job(hosts, elastic)["steps"] >= before + 40, 300, "training to go on after the outage")
+    hosts.kill_host("w2")
+    final = wait_for(lambda: (j := job(hosts, elastic))["state"] in ("finished", "failed") and j, 600,
+                     "the job to end after losing a machine")
+    assert final["state"] == "finished" and final["steps"] == 400, (final["error"] or "")[-600:]
+    assert final["lost_steps"] <= 20 * max(0, final["attempts"] - 1) + 20, final
