@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from typing import Any
 
@@ -51,6 +52,32 @@ def stop_iterations(stop) -> int | None:
     return None
 
 
+def tune_run_config(run_config):
+    """``run_config`` as a ``tune.RunConfig``: pcs-ray's own ``pcs_ray.train.RunConfig`` (a Train script's) is
+    read into one (name, storage, ``max_failures``, ``verbose``); Tune's is returned as it is."""
+    from pcs_ray.train.config import RunConfig
+
+    if not isinstance(run_config, RunConfig):
+        return run_config
+    from ray import tune
+
+    return tune.RunConfig(name=run_config.name, storage_path=None if run_config.storage_path is None else
+                          os.fspath(run_config.storage_path), storage_filesystem=run_config.storage_filesystem,
+                          failure_config=tune.FailureConfig(max_failures=run_config.max_failures),
+                          verbose=run_config.verbose if run_config.verbose is not None else 0)
+
+
+def check_storage(run_config) -> None:
+    """A remote ``storage_path`` (``s3://...``, or one in a ``storage_filesystem``) is written to once before the
+    sweep is registered; one that cannot be raises :class:`~pcs_ray.train.config.UnsupportedOptionError`."""
+    from pcs_ray.train.config import RunConfig
+
+    path = run_config.storage_path
+    if path is None or (run_config.storage_filesystem is None and "://" not in os.fspath(path)):
+        return  # a local folder: Tune makes it
+    RunConfig(storage_path=path, storage_filesystem=run_config.storage_filesystem).result_storage()
+
+
 class PCSTuner:
     """``tune.Tuner`` whose trials pcs-ray schedules and pins; the sweep is registered (and predicted) at construction.
 
@@ -63,6 +90,15 @@ class PCSTuner:
     sweep's GPUs (also a trial whose trainable asks for none: Tune's default) and the CPUs its trainable
     asks for (``cpus_per_trial`` overrides).
     Every trainable is wrapped with :func:`~pcs_ray.executors.tune_pin.pinned`: a trial sees only its GPUs.
+
+    ``storage_path`` (in ``run_config`` or as the shortcut) may be a remote URI, as in Ray Tune: with
+    ``s3://bucket/prefix`` the experiment folder (``<storage_path>/<name>``: its state, each trial's
+    ``result.json`` and the checkpoints its trials report with ``tune.report(..., checkpoint=...)``) is kept
+    in that bucket, through ``pyarrow.fs``: the driver reads S3's endpoint, region and credentials from the
+    AWS variables (``AWS_ENDPOINT_URL``, ...) and hands the trials the endpoint; each node's own AWS variables
+    are the trials' credentials, as for the cluster's storage. Before the sweep is registered the driver writes
+    a probe object there: a path that cannot be written is one line and no sweep holds GPUs. A
+    ``pcs_ray.train.RunConfig`` is taken too (read into Tune's).
     """
 
     def __init__(
@@ -96,7 +132,7 @@ class PCSTuner:
             raise ValueError("give storage_path and callbacks in run_config or as arguments, not both")
         tune_config = tune_config or tune.TuneConfig(scheduler=scheduler, num_samples=num_samples, metric=metric,
                                                      mode=mode)
-        run_config = run_config or tune.RunConfig(
+        run_config = tune_run_config(run_config) or tune.RunConfig(
             name=name, storage_path=storage_path, verbose=0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=max_failures))
         param_space = param_space or {}
@@ -109,6 +145,7 @@ class PCSTuner:
             gpus_per_trial=gpus_per_trial, cpus_per_trial=cpus_per_trial, iteration_time=iteration_time,
             trial_startup_s=trial_startup_s, name=run_config.name or name, inner=tune_config.scheduler, grace_s=grace_s,
         )
+        check_storage(run_config)  # a storage_path that cannot be written: one line, and no sweep holds GPUs
         join_cluster()  # before the sweep exists: a driver that cannot reach Ray never holds GPUs
         self.submitted_at = time.time()
         self.scheduler.register()

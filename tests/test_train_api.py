@@ -110,7 +110,9 @@ def test_use_gpu_false_is_said_not_dropped():
     (lambda: CheckpointConfig(num_to_keep=5), "num_to_keep"),
     (lambda: CheckpointConfig(checkpoint_score_attribute="loss"), "checkpoint_score_attribute"),
     (lambda: CheckpointConfig(checkpoint_frequency=2), "checkpoint_frequency"),
-    (lambda: RunConfig(storage_path="s3://bucket/runs"), "storage_path"),
+    (lambda: RunConfig(storage_path="nosuchscheme://bucket/runs"), "storage_path"),  # a URI nothing opens
+    (lambda: RunConfig(storage_path="s3:///runs"), "storage_path"),  # no bucket
+    (lambda: RunConfig(storage_path="bucket/runs", storage_filesystem=object()), "storage_filesystem"),
     (lambda: RunConfig(callbacks=[object()]), "callbacks"),
     (lambda: RunConfig(stop={"training_iteration": 3}), "stop"),
     (lambda: RunConfig(sync_config=object()), "sync_config"),
@@ -143,7 +145,8 @@ def test_a_result_answers_ray_trains_calls_and_keeps_itself_in_storage_path(tmp_
     assert CheckpointPath.from_directory(folder).to_directory(tmp_path / "copy") == str(tmp_path / "copy")
     kept = result.keep_in(tmp_path / "runs" / "mlp")
     assert kept.path == str(tmp_path / "runs" / "mlp") and (Path(kept.checkpoint) / "model.pt").read_text() == "weights"
-    assert json.loads((tmp_path / "runs" / "mlp" / "result.json").read_text())["metrics"] == {"loss": 1.0}
+    lines = [json.loads(line) for line in (tmp_path / "runs" / "mlp" / "result.json").read_text().splitlines()]
+    assert lines == [{**row, "job_id": 7} for row in rows]  # Ray's result.json: a line per report, oldest first
 
 
 def test_job_files_take_max_failures_for_own_code_and_need_steps_only_for_built_in_workloads():

@@ -23,7 +23,8 @@
   the job's progress in its own units (the job file's ``steps`` counts the same units); without it
   each report counts one step. Any rank, or several, passes ``checkpoint`` (a folder; several ranks'
   files at one step are merged into one checkpoint): pcs-ray copies it
-  under ``STATE_DIR/checkpoints/<job>/`` atomically, so the caller may delete it when the call
+  under ``checkpoints/<job>/`` of the cluster's storage (``pcs-ray start --storage s3://...``) or,
+  without one, of its ``STATE_DIR``, atomically, so the caller may delete it when the call
   returns (a folder from :func:`checkpoint_dir` is moved, not copied).
 * ``should_checkpoint()``: true once the coordinator wants the job's GPUs back (preemption,
   resize, migration, ``pcs-ray stop``). Every rank must call it at the same steps; all get the same
@@ -40,6 +41,8 @@
 The driver side is Ray Train's too: ``pcs_ray.train.torch.TorchTrainer`` with ``ScalingConfig``,
 ``RunConfig``, ``FailureConfig``, ``CheckpointConfig`` and ``Result`` (``pcs_ray.train.config``,
 ``pcs_ray.train.result``), or ``pcs_ray.train.Trainer`` with pcs-ray's own argument names.
+``Checkpoint(path, filesystem=None)`` is Ray Train's too: a local folder, or a URI (``s3://...``)
+whose files ``to_directory()`` / ``as_directory()`` download.
 
 Outside a pcs-ray run a local stand-in answers (one rank, no checkpoint, never asked to stop), so
 a loop can be tried as a plain script. Importing this module needs neither Ray nor the
@@ -124,7 +127,8 @@ WITHOUT_MEANING = {
     "get_dataset_shard": "Ray Data datasets do not travel with a pcs-ray job; build a DataLoader in the training "
                          "function and pass it through train.torch.prepare_data_loader",
     "DataConfig": "Ray Data datasets do not travel with a pcs-ray job; drop DataConfig",
-    "SyncConfig": "checkpoints are on pcs-ray's shared STATE_DIR, nothing to sync; drop SyncConfig",
+    "SyncConfig": "pcs-ray keeps checkpoints in the cluster's storage (pcs-ray start --storage) or its STATE_DIR "
+                  "itself, nothing to sync; drop SyncConfig",
     "Callback": "no Ray Train controller runs to call it; read Result.metrics_dataframe after fit()",
 }
 

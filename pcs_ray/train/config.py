@@ -20,7 +20,8 @@ KEPT_CHECKPOINTS = 2  # pcs-ray keeps a job's newest complete checkpoint and the
 
 
 class UnsupportedOptionError(ValueError):
-    """A Ray Train option that means nothing under pcs-ray; the message is one line with what to do instead."""
+    """A Ray Train option that means nothing under pcs-ray, or a value it cannot use (a ``storage_path`` that does
+    not open); the message is one line with what to do instead."""
 
 
 def refuse(option: str, why: str) -> UnsupportedOptionError:
@@ -108,8 +109,16 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The job's name, where its result is copied (``storage_path``, a local folder), its retries and checkpoints.
+    """The job's name, where its result is kept (``storage_path``), its retries and checkpoints.
 
+    ``storage_path``: a local folder, or a URI that ``pcs_ray.storage.open_storage`` opens (``s3://bucket/prefix``,
+    S3's endpoint and credentials from the AWS variables; ``gs://``, ``file://`` ...), or with
+    ``storage_filesystem`` (a ``pyarrow.fs.FileSystem``) a path in that file system, as in Ray Train. After
+    ``fit()`` the result is kept in ``storage_path/name`` (``Result.path``: ``result.json``, see
+    ``pcs_ray.train.result``); ``Result.checkpoint`` is the job's newest checkpoint where the cluster keeps it
+    (its storage's URI, ``pcs-ray start --storage``, else its ``STATE_DIR``), copied into a local folder's
+    ``checkpoint/`` too. A storage that cannot be opened is refused here, one that cannot be written before
+    the job is submitted (:meth:`result_storage`).
     ``worker_runtime_env``: the run's Ray ``runtime_env`` (``env_vars``, ``pip``...), as a job file's ``runtime_env``.
     ``verbose`` is accepted and changes nothing: ``fit()`` prints nothing (``pcs-ray status`` and ``logs`` do).
     """
@@ -128,20 +137,81 @@ class RunConfig:
     storage_filesystem: Any = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.storage_path, str) and "://" in self.storage_path:
-            raise refuse("RunConfig(storage_path)", f"{self.storage_path!r} is a remote URI; pcs-ray keeps checkpoints "
-                         "on its shared STATE_DIR and copies the result to a local folder: give a path, or None")
         for name, why in (
             ("callbacks", "pcs-ray runs no Ray Train controller to call them; read Result.metrics_dataframe after fit()"),
             ("stop", "a training function stops itself (it returns); pcs-ray stops it only to checkpoint"),
-            ("sync_config", "checkpoints are on pcs-ray's shared STATE_DIR, nothing to sync; drop sync_config"),
+            ("sync_config", "pcs-ray keeps checkpoints in the cluster's storage (pcs-ray start --storage) or its "
+                            "STATE_DIR itself, nothing to sync; drop sync_config"),
             ("progress_reporter", "pcs-ray's progress is `pcs-ray status` and Trainer.predict(); drop it"),
             ("log_to_file", "each rank's output is already in its log (`pcs-ray logs ID`); drop log_to_file"),
-            ("storage_filesystem", "checkpoints are on pcs-ray's shared STATE_DIR; drop storage_filesystem"),
         ):
             if getattr(self, name):
                 raise refuse(f"RunConfig({name})", why)
+        if self.storage_filesystem is not None:
+            from pyarrow import fs as pafs
+
+            if not isinstance(self.storage_filesystem, pafs.FileSystem):
+                raise refuse("RunConfig(storage_filesystem)", f"expected a pyarrow.fs.FileSystem, got "
+                             f"{type(self.storage_filesystem).__name__}; or drop it and give a URI as storage_path")
+            if self.storage_path is None or "://" in os.fspath(self.storage_path):
+                raise refuse("RunConfig(storage_filesystem)", "give storage_path as a path in that file system "
+                             "(bucket/prefix, no scheme), as Ray Train does")
+        elif self.remote:
+            self._open()
+
+    @property
+    def remote(self) -> bool:
+        """Whether the result goes to a storage other than a local folder (a URI, or a ``storage_filesystem``)."""
+        if self.storage_filesystem is not None:
+            return type(self.storage_filesystem).__name__ != "LocalFileSystem"
+        path = os.fspath(self.storage_path) if self.storage_path is not None else ""
+        return "://" in path and not path.startswith("file://")
+
+    def local_folder(self) -> str | None:
+        """The local folder the result is kept in (``storage_path``, a ``file://`` URI's path); None for a remote one."""
+        if self.storage_path is None or self.remote:
+            return None
+        path = os.fspath(self.storage_path)
+        return os.path.expanduser(path[len("file://"):] if path.startswith("file://") else path)
+
+    def _open(self, retry_s: float | None = None):
+        from pcs_ray.storage import StorageError, open_storage
+        from pcs_ray.storage.objects import DEFAULT_RETRY_S, RETRY_ENV, Storage
+
+        if self.storage_filesystem is not None:
+            path = os.fspath(self.storage_path).rstrip("/")
+            if retry_s is None:
+                retry_s = float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_S))
+            return Storage(path, self.storage_filesystem, path, retry_s)
+        try:
+            return open_storage(os.fspath(self.storage_path), retry_s)
+        except (StorageError, ValueError, ImportError) as exc:
+            raise refuse("RunConfig(storage_path)", f"{self.storage_path!r} cannot be opened ({_line(exc)}); give "
+                         "a local folder or a URI pyarrow.fs opens (s3://BUCKET/PREFIX, with AWS_ENDPOINT_URL, "
+                         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION set)") from None
+
+    def result_storage(self, retry_s: float | None = 20.0, check: bool = True):
+        """The remote storage the result goes to (None for a local folder), its calls retried for ``retry_s``
+        seconds (None: ``$PCS_RAY_STORAGE_RETRY_S``); ``check`` writes and deletes a probe object first, so that a
+        wrong bucket or credentials are one line before the job is submitted, not after it ran."""
+        if not self.remote:
+            return None
+        from pcs_ray.storage import StorageError
+
+        storage = self._open(retry_s)
+        if not check:
+            return storage
+        try:
+            storage.check()
+        except (StorageError, OSError) as exc:
+            raise refuse("RunConfig(storage_path)", f"{self.storage_path!r} cannot be written ({_line(exc)}); "
+                         "nothing was submitted") from None
+        return storage
 
     @property
     def max_failures(self) -> int:
         return (self.failure_config or FailureConfig()).max_failures
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -70,6 +70,12 @@ def remote_url(storage: Storage, job_id: str) -> str | None:
     return storage.url(f"{job_prefix(job_id)}/{found['folder']}/r0") if found else None
 
 
+def job_url(checkpoint_url: str) -> str:
+    """The job's folder in the storage (``.../checkpoints/<job>``) of a URI :func:`remote_url` gave."""
+    head, sep, _ = checkpoint_url.rstrip("/").rpartition("/data/")
+    return head if sep else checkpoint_url.rstrip("/").rsplit("/", 1)[0]
+
+
 def _digest(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

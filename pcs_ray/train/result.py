@@ -3,16 +3,25 @@
 ``metrics`` is what the loop last reported, ``checkpoint`` its newest checkpoint (a
 :class:`~pcs_ray.train.session.CheckpointPath`: ``as_directory()``, ``to_directory()``, ``path``),
 ``path`` the folder the result is kept in, ``metrics_dataframe`` every report of every run (a step
-redone after a resume keeps its newest row), ``error`` None for a finished job. pcs-ray adds
+redone after a resume keeps its newest row), ``error`` None for a finished job, ``filesystem`` the
+``pyarrow.fs.FileSystem`` of ``path`` where it is not a local folder. pcs-ray adds
 ``job_id``, ``state`` and ``view`` (the job as ``pcs-ray status --json`` shows it).
+
+With ``RunConfig(storage_path=..., name=...)`` the result is kept in ``storage_path/name``
+(:meth:`Result.keep_in`) as Ray Train leaves one there: ``result.json``, one JSON object a line,
+each the metrics of one report with ``step``, ``attempt`` (the run that made it) and ``job_id``,
+oldest first (every report of every run; the final metrics alone where the reports cannot be read). A
+local folder also gets a copy of the checkpoint (``checkpoint/``); a remote storage (``s3://...``, or a
+``storage_filesystem``) gets ``result.json`` only, the checkpoint staying where the cluster keeps it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pcs_ray.train.session import CheckpointPath
 
@@ -29,6 +38,7 @@ class Result:
     state: str = "finished"
     view: dict = field(default_factory=dict, repr=False)
     history: Callable[[], list[dict]] | None = field(default=None, repr=False, compare=False)
+    filesystem: Any = field(default=None, repr=False, compare=False)
 
     @property
     def metrics_dataframe(self):
@@ -46,13 +56,29 @@ class Result:
         """Ray's list of kept checkpoints with their metrics: here the newest one, with the final metrics."""
         return [] if self.checkpoint is None else [(self.checkpoint, self.metrics)]
 
-    def keep_in(self, folder: str | Path) -> Result:
-        """This result with its checkpoint copied into ``folder/checkpoint`` and its metrics written to
-        ``folder/result.json`` (``RunConfig(storage_path=..., name=...)``); ``path`` is then ``folder``."""
+    def result_lines(self) -> bytes:
+        """``result.json``: a JSON line per report (metrics, ``step``, ``attempt``, ``job_id``), oldest first."""
+        try:
+            rows = self.history() if self.history is not None else []
+        except Exception:  # the reports cannot be read back (the coordinator forgot the job): the final metrics
+            rows = []
+        rows = rows or [dict(self.metrics)]
+        return "".join(json.dumps({**row, "job_id": self.job_id}, default=str) + "\n" for row in rows).encode()
+
+    def keep_in(self, folder: str | Path, storage: Any = None) -> Result:
+        """This result kept in ``folder`` (``RunConfig(storage_path=..., name=...)``); ``path`` is then ``folder``.
+
+        A local folder gets the checkpoint copied into ``folder/checkpoint`` and ``result.json``; with
+        ``storage`` (a ``pcs_ray.storage.Storage`` of a remote storage, ``folder`` its key) ``result.json`` is
+        written there and ``path`` is its URI, the checkpoint staying where it is."""
+        if storage is not None:
+            key = str(folder).strip("/")
+            storage.write(f"{key}/result.json", self.result_lines())
+            return replace(self, path=storage.url(key), filesystem=storage.fs)
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         checkpoint = self.checkpoint
         if checkpoint is not None:
             checkpoint = CheckpointPath(checkpoint.to_directory(folder / "checkpoint"))
-        (folder / "result.json").write_text(json.dumps({"job_id": self.job_id, "metrics": self.metrics}))
-        return Result(self.metrics, checkpoint, self.error, str(folder), self.job_id, self.state, self.view, self.history)
+        (folder / "result.json").write_bytes(self.result_lines())
+        return replace(self, checkpoint=checkpoint, path=str(folder), filesystem=None)

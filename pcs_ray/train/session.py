@@ -42,29 +42,97 @@ class RunStopped(BaseException):
 
 
 class CheckpointPath(str):
-    """A checkpoint folder as a ``str`` that also answers Ray Train's ``Checkpoint`` calls, so a
-    ported loop's ``with ckpt.as_directory() as d`` and ``ckpt.path`` keep working."""
+    """A checkpoint as a ``str`` that also answers Ray Train's ``Checkpoint`` calls, so a ported loop's
+    ``with ckpt.as_directory() as d`` and ``ckpt.path`` keep working.
+
+    ``Checkpoint(path, filesystem=None)`` as in Ray Train: ``path`` is a local folder, or a URI
+    (``s3://bucket/...``: a checkpoint where a cluster with a storage keeps it, see
+    ``pcs_ray.train.remote_store``), or with ``filesystem`` (a ``pyarrow.fs.FileSystem``) a path in it.
+    The ``str`` and ``path`` are what was given (the URI for a remote one); ``filesystem`` is the pyarrow
+    file system it is read through. A remote checkpoint's files are downloaded by :meth:`to_directory`
+    (into a folder you name, else a fresh temporary one) and :meth:`as_directory` (into a temporary
+    folder, deleted when the ``with`` block ends); a local one is used where it is.
+    """
+
+    def __new__(cls, path: str | os.PathLike, filesystem: Any = None) -> "CheckpointPath":
+        made = super().__new__(cls, os.fspath(path))
+        made._filesystem = filesystem
+        return made
 
     @property
     def path(self) -> str:
         return str(self)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the files are somewhere other than a local folder (a URI, or a path in a given file system)."""
+        given = getattr(self, "_filesystem", None)
+        if given is not None:
+            return type(given).__name__ != "LocalFileSystem"
+        return "://" in self and not self.startswith("file://")
+
+    @property
+    def filesystem(self):
+        """The ``pyarrow.fs.FileSystem`` the checkpoint is read through (opened on first use, as ``open_storage``
+        opens its URI: S3's endpoint and credentials from the AWS variables)."""
+        given = getattr(self, "_filesystem", None)
+        return given if given is not None else self._storage().fs
+
+    def _storage(self):
+        from pcs_ray.storage import open_storage
+        from pcs_ray.storage.objects import Storage
+
+        given = getattr(self, "_filesystem", None)
+        if given is not None:
+            return Storage(str(self), given, str(self).rstrip("/"))
+        return open_storage(str(self))
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "CheckpointPath":
         return cls(os.fspath(path))
 
     def as_directory(self):
-        from contextlib import nullcontext
+        """A context manager giving a local folder of the checkpoint's files (a remote one's, downloaded
+        into a temporary folder that is deleted afterwards)."""
+        from contextlib import contextmanager, nullcontext
 
-        return nullcontext(str(self))
+        if not self.remote:
+            return nullcontext(self._local_folder())
+
+        @contextmanager
+        def downloaded():
+            import tempfile
+
+            folder = tempfile.mkdtemp(prefix="pcs-ray-checkpoint-")
+            try:
+                yield self.to_directory(folder)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        return downloaded()
 
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
+        """The checkpoint's files in the local folder ``path`` (created if need be); without ``path``, a local
+        checkpoint's own folder, or a fresh temporary folder a remote one is downloaded into."""
+        if not self.remote:
+            if path is None:
+                return self._local_folder()
+            shutil.copytree(self._local_folder(), path, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(store.MARKER))  # the user's files, not pcs-ray's marker
+            return os.fspath(path)
         if path is None:
-            return str(self)
-        import shutil
+            import tempfile
 
-        shutil.copytree(self, path, dirs_exist_ok=True)
+            path = tempfile.mkdtemp(prefix="pcs-ray-checkpoint-")
+        storage = self._storage()
+        keys = storage.list("")
+        if not keys:
+            raise FileNotFoundError(f"checkpoint {self}: no files there")
+        for key in keys:
+            storage.download(key, Path(path) / key)
         return os.fspath(path)
+
+    def _local_folder(self) -> str:
+        return str(self)[len("file://"):] if self.startswith("file://") else str(self)
 
 
 @dataclass(frozen=True)
@@ -102,7 +170,7 @@ class Session:
     back; ``on_report(step, metrics)`` is called on every report (progress, pacing)."""
 
     context: TrainContext
-    checkpoint_dir: str | None = None  # STATE_DIR/checkpoints/<job>
+    checkpoint_dir: str | None = None  # STATE_DIR/checkpoints/<job> (with a cluster storage: this node's cache of it)
     stop_requested: Callable[[], bool] = lambda: False
     on_report: Callable[[int, Mapping], None] | None = None
     step: int = 0

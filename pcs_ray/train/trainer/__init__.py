@@ -27,6 +27,16 @@ from pcs_ray.train.result import Result
 from pcs_ray.train.session import CheckpointPath
 
 
+def job_folder(checkpoint: str) -> str:
+    """Where a job's checkpoints are kept, from its newest one's folder or URI (``Result.path`` without a
+    ``storage_path``): ``STATE_DIR/checkpoints/<job>`` or ``<storage>/checkpoints/<job>``."""
+    if "://" in checkpoint:
+        from pcs_ray.train.remote_store import job_url
+
+        return job_url(checkpoint)
+    return str(Path(checkpoint).parent)
+
+
 class TrainingFailedError(RuntimeError):
     """The job ended without finishing (failed, cancelled or timed out); the message carries why."""
 
@@ -129,9 +139,9 @@ class Trainer:
         if view["state"] != "finished":
             why = (view.get("error") or "").strip().splitlines()
             raise TrainingFailedError(f"job {handle.id} {view['state']}" + (f": {why[-1]}" if why else ""))
-        folder = view.get("checkpoint")
+        folder = view.get("checkpoint")  # a folder of STATE_DIR, or a URI in the cluster's storage
         return Result(view.get("metrics") or {}, CheckpointPath(folder) if folder else None,
-                      path=str(Path(folder).parent) if folder else None, job_id=handle.id, state=view["state"],
+                      path=job_folder(folder) if folder else None, job_id=handle.id, state=view["state"],
                       view=view, history=lambda: self.history(handle.id))
 
     def history(self, job_id: int) -> list[dict]:

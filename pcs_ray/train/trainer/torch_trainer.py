@@ -12,12 +12,20 @@
     handle = trainer.submit()       # at once: job_id, predicted_completion, bound (trainer.predict() refreshes it)
     result = trainer.fit()          # blocks: result.metrics, result.checkpoint, result.metrics_dataframe
 
+``RunConfig(storage_path="s3://bucket/runs", name="mlp")`` (or ``storage_filesystem=``, as in Ray Train) keeps
+the result in ``s3://bucket/runs/mlp`` (``Result.path``, its ``result.json``), checked by a probe object before
+the job is submitted; ``Result.checkpoint`` is the job's newest checkpoint where the cluster keeps it: a URI in
+the cluster's storage (``pcs-ray start --storage``), whose ``to_directory()`` downloads it, or without one a
+folder of the cluster's ``STATE_DIR`` (said once, as a warning). A local ``storage_path`` also gets a copy
+of the checkpoint.
+
 Ray's options that mean nothing here are refused with one line
 (:class:`~pcs_ray.train.config.UnsupportedOptionError`) saying what to do instead.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +44,16 @@ REFUSED = {
                               "folder in train_loop_config and load it in the training function",
     "metadata": "pcs-ray keeps no checkpoint metadata; put what you need in the checkpoint's folder",
 }
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """A warning printed once per process, whatever the filters say."""
+    if message not in _said:
+        _said.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 class TorchTrainer:
@@ -63,6 +81,7 @@ class TorchTrainer:
             warnings.warn("ScalingConfig(use_gpu=False): each pcs-ray worker holds one GPU of the cluster all the "
                           "same, and its device is that GPU (the CPU on a logical GPU)", stacklevel=2)
         min_gpus, gpus = self.scaling_config.gpu_range()
+        self._storage_checked = False  # a remote storage_path is written to once before the job is submitted
         self.trainer = Trainer(
             train_loop_per_worker, config=train_loop_config, steps=steps, gpus=gpus, min_gpus=min_gpus,
             name=self.run_config.name or "", working_dir=working_dir, step_time=step_time, job_class=job_class,
@@ -75,7 +94,12 @@ class TorchTrainer:
         return self.trainer.spec()
 
     def submit(self):
-        """Submit once; returns at once with ``job_id``, ``predicted_completion`` and ``bound``."""
+        """Submit once; returns at once with ``job_id``, ``predicted_completion`` and ``bound``. A remote
+        ``RunConfig(storage_path=...)`` is checked first (a probe object written and deleted): one that cannot be
+        written raises :class:`~pcs_ray.train.config.UnsupportedOptionError` and nothing is submitted."""
+        if self.trainer.handle is None and self.run_config.remote and not self._storage_checked:
+            self.run_config.result_storage()
+            self._storage_checked = True
         return self.trainer.submit()
 
     @property
@@ -89,9 +113,17 @@ class TorchTrainer:
     def fit(self, timeout: float | None = None) -> Result:
         """Submit if not yet and block until the job ends: its :class:`Result`, or
         :class:`~pcs_ray.train.trainer.TrainingFailedError` with the loop's last error line. With
-        ``RunConfig(storage_path=...)`` the result is also copied to ``storage_path/name`` (``Result.path``)."""
+        ``RunConfig(storage_path=...)`` the result is also kept in ``storage_path/name`` (``Result.path``):
+        ``result.json``, and in a local folder a copy of the checkpoint (``pcs_ray.train.result``)."""
+        self.submit()
         result = self.trainer.fit(timeout)
-        if self.run_config.storage_path is not None:
-            name = self.run_config.name or f"job-{result.job_id}"
-            result = result.keep_in(Path(self.run_config.storage_path).expanduser() / name)
-        return result
+        if self.run_config.storage_path is None:
+            return result
+        name = self.run_config.name or f"job-{result.job_id}"
+        if not self.run_config.remote:
+            return result.keep_in(Path(self.run_config.local_folder()) / name)
+        if result.checkpoint is not None and not result.checkpoint.remote:
+            _say_once(f"RunConfig(storage_path={os.fspath(self.run_config.storage_path)!r}): the cluster has no "
+                      "storage (pcs-ray start --storage), so checkpoints stay in its STATE_DIR; only result.json "
+                      "is written there")
+        return result.keep_in(name, self.run_config.result_storage(None, check=False))  # the storage's own retry time
