@@ -135,7 +135,10 @@ def test_storage_down_for_30_s_then_a_worker_machine_killed_loses_no_job(cluster
     elastic = submit(hosts, "survivor", steps=400, gpus=6, min_gpus=2, config={"checkpoint_every": 20})
     wait_for(lambda: job(hosts, elastic)["steps"] >= 40, 300, "the job to train across the hosts")
     hosts.s3.stop()
-    time.sleep(30)
+    stopped = time.monotonic()
+    told = wait_for(lambda: (status(hosts).get("storage") or {}).get("problem"), 25, "status to say the storage is away")
+    assert "unreachable" in told, told
+    time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))
     hosts.s3.start()
     assert job(hosts, elastic)["state"] in ("running", "queued"), job(hosts, elastic)
     before = job(hosts, elastic)["steps"]

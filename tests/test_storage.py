@@ -34,6 +34,20 @@ def _checkpoint(folder, **files):
     return folder
 
 
+def test_a_deleted_checkpoint_leaves_no_empty_markers(s3_bucket, s3_server, tmp_path):
+    import boto3
+
+    storage = open_storage(s3_bucket, retry_s=2)
+    for step in range(1, 6):
+        folder = _checkpoint(tmp_path / f"c{step}", m="x")
+        _checkpoint(folder / "sub", m="y")
+        remote_store.push(storage, "2", folder, step, run=0)
+    bucket, _, prefix = s3_bucket[len("s3://"):].partition("/")
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+    assert not [k for k in keys if "/data/0-1" in k or "/data/0-2" in k or "/data/0-3" in k], keys
+
+
 def test_objects_round_trip(storage):
     storage.write("a/b.txt", b"one")
     assert storage.read("a/b.txt") == b"one"
@@ -56,6 +70,8 @@ def test_checkpoint_push_then_pull_on_another_node(storage, tmp_path):
     # Only the two checkpoints the manifests name are kept in the storage.
     folders = {key.split("/")[3] for key in storage.list("checkpoints/7/data")}
     assert folders == {"1-10", "1-20"}
+    remote_store.push(storage, "7", _checkpoint(tmp_path / "c3", **{"model.pt": "w3"}), 30, run=1)
+    assert {key.split("/")[3] for key in storage.list("checkpoints/7/data")} == {"1-20", "1-30"}
 
 
 def test_pull_uses_the_nodes_cache(storage, tmp_path):

@@ -103,6 +103,9 @@ class StatusTable:
     def notes(self, dropped: list[str]) -> list[str]:
         """Lines under the table: every waiting job's reason, and errors and skips whose column was dropped."""
         lines = []
+        storage = self.status.get("storage") or {}
+        if storage.get("problem"):
+            lines.append(f"storage: {storage['problem']}")
         for job in self.status["jobs"]:
             if job.get("waiting"):
                 lines.append(f"job {job['id']} waits: {job['waiting']['code']}: {job['waiting']['text']}")

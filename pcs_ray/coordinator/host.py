@@ -76,6 +76,8 @@ class CoordinatorHost(ABC):
             runners = self._runners()
             if runners is not None:
                 out["runners"] = runners
+            if self.mirror is not None:
+                out["storage"] = self.mirror.describe()
             return out
 
     def refresh_views(self) -> None:

@@ -143,8 +143,20 @@ class JournalMirror(threading.Thread):
                 self.storage.write(f"{FILES_PREFIX}/{name}", path.read_bytes())
                 self._files_sent[name] = seen
 
+    def describe(self) -> dict:
+        """The storage as ``status`` shows it: its URI, the journal records not yet in it, and what is wrong
+        (a storage being retried, or given up on; None: nothing)."""
+        with self._db_lock:
+            (last,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
+        return {"uri": self.storage.uri, "behind": max(0, last - self.mirrored),
+                "problem": self.storage.problem or self.problem}
+
     def wait(self, timeout_s: float = 30.0) -> bool:
-        """Block until every record committed before this call is in the storage (False: not within ``timeout_s``)."""
+        """Block until every record committed before this call is in the storage (False: not within ``timeout_s``,
+        or at once while the storage is known to be away: a call then returns on the head's journal alone, and
+        ``status`` says the storage is behind)."""
+        if self.storage.problem:
+            return False
         with self._db_lock:
             (target,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
         deadline = time.monotonic() + timeout_s

@@ -203,7 +203,14 @@ class Storage:
             self._call(f"delete {key}", rm)
 
     def delete_prefix(self, prefix: str) -> None:
-        self.delete(list(self.list(prefix)))
+        """Delete every object under ``prefix`` at once (one by one, an object store keeps an empty marker per
+        folder emptied)."""
+        def rm():
+            try:
+                self.fs.delete_dir(self.path(prefix).rstrip("/"))
+            except FileNotFoundError:
+                pass
+        self._call(f"delete {prefix}", rm)
 
     def check(self) -> None:
         """Write, read and delete a probe object: the one-line error a wrong setting gives, before anything runs."""

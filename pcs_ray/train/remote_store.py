@@ -112,8 +112,9 @@ def push(storage: Storage, job_id: str, folder: str | Path, step: int, run: int,
 def _collect(storage: Storage, job_id: str, keep: set[str]) -> None:
     """Delete the checkpoint folders neither manifest names."""
     prefix = f"{job_prefix(job_id)}/"
-    storage.delete([key for key in storage.list(f"{prefix}data")
-                    if "/".join(key[len(prefix):].split("/")[:2]) not in keep])
+    folders = {"/".join(key[len(prefix):].split("/")[:2]) for key in storage.list(f"{prefix}data")}
+    for folder in sorted(folders - keep):
+        storage.delete_prefix(f"{prefix}{folder}")
 
 
 @contextmanager
