@@ -181,3 +181,37 @@ def test_mirror_wait_covers_records_appended_from_another_thread(storage, tmp_pa
     assert time.monotonic() - began < 2
     assert mirror.mirrored == 50
     mirror.close()
+
+
+@pytest.mark.slow
+def test_wrong_credentials_are_one_line_at_start(tmp_path):
+    """moto's server checking credentials (its own process, auth on): `pcs-ray start --storage` refuses at once,
+    in one line naming what to set, before it looks for Ray."""
+    import os
+    import subprocess
+    import sys
+
+    from s3_server import free_port
+
+    port = free_port()
+    bin_dir = os.path.dirname(sys.executable)
+    server = subprocess.Popen([os.path.join(bin_dir, "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "wrong",
+               "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_REGION": "us-east-1"}
+        began = time.monotonic()
+        for _ in range(50):  # the server's start
+            done = subprocess.run([os.path.join(bin_dir, "pcs-ray"), "start", "--storage", "s3://bucket/prefix",
+                                   "--address", "127.0.0.1:1"], env=env, capture_output=True, text=True, timeout=60)
+            if "INVALID_ACCESS_KEY_ID" in done.stderr or "refused" in done.stderr:
+                break
+            time.sleep(0.2)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "refused" in lines[0] and "AWS_ACCESS_KEY_ID" in lines[0], lines
+        assert time.monotonic() - began < 40
+    finally:
+        server.kill()
+        server.wait()
