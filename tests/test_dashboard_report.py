@@ -54,3 +54,34 @@ def test_report_html_writes_the_pages_of_a_finished_run(tmp_path):
             'xmlns="http://www.w3.org/2000/svg"', "")
         for target in re.findall(r'(?:href|src)="([^"#]+)"', html):
             assert (folder / target).is_file(), (page.name, target)
+
+
+def test_report_reads_a_journal_from_the_clusters_storage(tmp_path):
+    """`pcs-ray report s3://...`: the journal's mirror in the storage is the run, with no head's disk."""
+    from pcs_ray.cli import run
+    from pcs_ray.coordinator.journal_mirror import JournalMirror
+    from pcs_ray.storage import open_storage
+
+    state = tmp_path / "state"
+    clock = Clock()
+    core = coordinator(gpus=2, per_node=2, journal=state / "journal.sqlite", clock=clock)
+    uri = f"file://{tmp_path}/bucket"
+    mirror = JournalMirror(open_storage(uri), state / "journal.sqlite", interval_s=0.05)
+    mirror.start()
+    job, _ = core.submit({"workload": "tiny", "steps": 10, "gpus": 2, "step_time": 0.1})
+    clock.t += 2
+    core.run_ended(job, 1, "finished", 10)
+    assert mirror.wait(10)
+    mirror.close()
+    core.journal.close()
+    import shutil
+
+    shutil.rmtree(state)  # the head's disk is gone
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run(["report", uri, "--out", str(tmp_path / "r"), "--json"]) == 0
+    assert json.loads(out.getvalue())["finished"] == 1
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run(["report", f"file://{tmp_path}/empty", "--json"]) == 2
+    assert "no journal in" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1

@@ -79,8 +79,25 @@ def journal_status(state_dir: Path, cluster_spec: Path | None = None,
     return status, names
 
 
+def _local_state(source: str, out: Path | None) -> tuple[Path, Path | None]:
+    """The state folder to read: ``source`` itself, or for a storage URI a copy rebuilt from its journal's mirror
+    (then the report goes to ``./pcs-ray-report`` unless ``out`` says where)."""
+    if "://" not in source:
+        return Path(source).expanduser(), out
+    import tempfile
+
+    from pcs_ray.coordinator.journal_mirror import restore
+    from pcs_ray.storage import open_storage
+
+    local = Path(tempfile.mkdtemp(prefix="pcs-ray-report-"))
+    if not restore(open_storage(source), local):
+        raise FileNotFoundError(f"no journal in {source} (journal/: a coordinator started with --storage writes it)")
+    return local, out or Path("pcs-ray-report")
+
+
 def report_cmd(
-    state_dir: Annotated[Path, typer.Argument(help="The run's state folder (holding journal.sqlite).")],
+    state_dir: Annotated[str, typer.Argument(help="The run's state folder (holding journal.sqlite), or the cluster's "
+                                              "storage URI (`start --storage`: the journal's mirror there).")],
     out: Annotated[Path | None, typer.Option("--out", help="Folder for report.json and the plots [default: STATE_DIR/report].",
                                              show_default=False)] = None,
     cluster_spec: Annotated[Path | None, typer.Option("--cluster-spec", help="Names the GPUs (default: STATE_DIR/cluster-spec.yaml).")] = None,
@@ -94,7 +111,7 @@ def report_cmd(
     from pcs_ray.commands.demo_plot import plot_report
     from pcs_ray.commands.demo_report import build_report
 
-    state_dir = state_dir.expanduser()
+    state_dir, out = _local_state(state_dir, out)
     config_events: list = []
     status, names = journal_status(state_dir, cluster_spec, config_events)
     if not status["jobs"]:
