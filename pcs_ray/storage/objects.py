@@ -76,7 +76,8 @@ def _s3():
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    options = {"connect_timeout": 5.0, "request_timeout": 30.0,
+    # A store that went away mid-connection is noticed within request_timeout (the longest wait for its bytes).
+    options = {"connect_timeout": 5.0, "request_timeout": 10.0,
                "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=2)}
     if endpoint:
         found = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
