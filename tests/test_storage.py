@@ -215,3 +215,29 @@ def test_wrong_credentials_are_one_line_at_start(tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_status_says_the_storage_is_away_when_nothing_is_written(s3_bucket, s3_server, tmp_path, monkeypatch):
+    """Runs all waiting on the storage write no journal records: the mirror's own check still notices."""
+    import pcs_ray.coordinator.journal_mirror as journal_mirror
+
+    monkeypatch.setattr(journal_mirror, "PROBE_EVERY_S", 0.5)
+    Journal(tmp_path / "journal.sqlite").append(1.0, "x", None, {})
+    mirror = JournalMirror(open_storage(s3_bucket, retry_s=2), tmp_path / "journal.sqlite", interval_s=0.1)
+    mirror.start()
+    assert mirror.wait(10) and mirror.describe()["problem"] is None
+    s3_server.stop()
+    try:
+        deadline = time.monotonic() + 15
+        while not mirror.describe()["problem"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "unreachable" in (mirror.describe()["problem"] or ""), mirror.describe()
+        began = time.monotonic()
+        assert mirror.wait(30) is False and time.monotonic() - began < 1  # a known outage holds no call up
+    finally:
+        s3_server.start()
+    deadline = time.monotonic() + 15
+    while mirror.describe()["problem"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mirror.describe()["problem"] is None
+    mirror.close()

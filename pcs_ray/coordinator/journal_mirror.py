@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from pcs_ray.storage.objects import Storage, StorageError
+from pcs_ray.storage.objects import Storage, StorageError, open_storage
 
 PREFIX = "journal"
 FILES_PREFIX = "coordinator"
@@ -31,6 +31,10 @@ FOLD_AFTER = 400
 #: The files besides the journal a coordinator rebuilds from, copied whole (names in the state folder).
 STATE_FILES = ("speeds.json", "history.jsonl", "cluster-spec.yaml")
 FILES_EVERY_S = 10.0
+#: Seconds between the mirror's checks that the storage answers while it has nothing to write (a cluster whose
+#: runs all wait on the storage writes no records, and status must still say why).
+PROBE_EVERY_S = 5.0
+PROBE_RETRY_S = 2.0
 
 log = logging.getLogger("pcs_ray.coordinator")
 
@@ -60,6 +64,8 @@ class JournalMirror(threading.Thread):
         self._files_sent: dict[str, tuple[int, int]] = {}
         self._files_at = 0.0
         self.problem: str | None = None
+        self._probe = open_storage(storage.uri, retry_s=PROBE_RETRY_S)
+        self._answered = time.monotonic()
         self.lag_s: float = 0.0  # how far behind the last pass ended (the oldest record it copied, when copied)
 
     # -- what the storage holds -------------------------------------------------------------------
@@ -92,6 +98,7 @@ class JournalMirror(threading.Thread):
                 self._cond.wait(timeout=self.interval_s)
             try:
                 self.flush()
+                self._check()
             except StorageError as exc:
                 self.problem = str(exc)
                 log.warning("journal mirror: %s", exc)
@@ -114,11 +121,20 @@ class JournalMirror(threading.Thread):
             self.mirrored = rows[-1][0]
             self.lag_s = time.time() - began
             self.problem = None
+            self._answered = time.monotonic()
         with self._cond:
             self._cond.notify_all()
         if time.monotonic() - self._files_at >= FILES_EVERY_S:
             self._files_at = time.monotonic()
             self._copy_files()
+
+    def _check(self) -> None:
+        """Ask the storage for a small object when nothing was written for a while: whether it answers."""
+        if time.monotonic() - self._answered < PROBE_EVERY_S:
+            return
+        self._probe.read(f"{PREFIX}/.probe")  # raises StorageError (the problem) where it does not answer
+        self._answered = time.monotonic()
+        self.problem = None
 
     def _fold(self) -> None:
         """One base object holding the whole journal as it is now; older bases and segments deleted."""
@@ -149,13 +165,13 @@ class JournalMirror(threading.Thread):
         with self._db_lock:
             (last,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
         return {"uri": self.storage.uri, "behind": max(0, last - self.mirrored),
-                "problem": self.storage.problem or self.problem}
+                "problem": self.storage.problem or self.problem or self._probe.problem}
 
     def wait(self, timeout_s: float = 30.0) -> bool:
         """Block until every record committed before this call is in the storage (False: not within ``timeout_s``,
         or at once while the storage is known to be away: a call then returns on the head's journal alone, and
         ``status`` says the storage is behind)."""
-        if self.storage.problem:
+        if self.storage.problem or self.problem:
             return False
         with self._db_lock:
             (target,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
