@@ -171,7 +171,7 @@ class JournalMirror(threading.Thread):
         """Block until every record committed before this call is in the storage (False: not within ``timeout_s``,
         or at once while the storage is known to be away: a call then returns on the head's journal alone, and
         ``status`` says the storage is behind)."""
-        if self.storage.problem or self.problem:
+        if self.storage.problem or self.problem or self._probe.problem:
             return False
         with self._db_lock:
             (target,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
