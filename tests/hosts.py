@@ -452,9 +452,22 @@ class Hosts:
         if self.alive(host):
             raise RuntimeError(f"{host} is running")
         disk = self.disks / host
+        # The software every machine has installed (this checkout, its venv, the interpreter) may lie under a
+        # folder a host gets afresh (a CI clone in /tmp): it is set aside before, and put back after.
+        software = sorted({p for p in (REPO, Path(sys.prefix), Path(sys.executable).resolve().parent.parent)
+                           if any(p == Path(d) or Path(d) in p.parents for d in ("/tmp", "/dev/shm"))})
+        keep, restore = [], []
+        for i, path in enumerate(software):
+            aside = self.root / "software" / host / str(i)
+            aside.mkdir(parents=True, exist_ok=True)
+            keep.append(f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(aside))}")
+            restore.append(f"mkdir -p {shlex.quote(str(path))} && mount --bind {shlex.quote(str(aside))} "
+                           f"{shlex.quote(str(path))}")
         mounts = [
+            *keep,
             "mount -t tmpfs -o mode=1777 tmpfs /tmp",
             "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
+            *restore,
             f"mount --bind {shlex.quote(str(disk / 'state'))} {shlex.quote(self.state_dir)}",
         ]
         if not self.shared_home:
