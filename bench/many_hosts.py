@@ -126,7 +126,8 @@ def head_loss(cluster: Cluster, jobs: int) -> dict:
     hosts = cluster.hosts
     ids = [cluster.submit(f"head-{i}", steps=400, gpus=2, min_gpus=2, config={"checkpoint_every": CHECKPOINT_EVERY})
            for i in range(jobs)]
-    cluster.wait_for(lambda: sum(j["steps"] >= 30 for j in cluster.jobs(ids).values()) >= 2, 300, "jobs to train")
+    cluster.wait_for(lambda: sum(j["state"] == "running" and j["steps"] >= 30 for j in cluster.jobs(ids).values()) >= 2,
+                     300, "two jobs to train")
     before = cluster.jobs(ids)
     hosts.python("head", KILL_COORDINATOR.format(address=hosts.ray_address))
     killed = time.monotonic()
@@ -142,7 +143,10 @@ def head_loss(cluster: Cluster, jobs: int) -> dict:
         "seconds_kill_to_status": round(answered, 1),
         "start_command_s": round(answered_s, 1),
         "finished": sum(j["state"] == "finished" for j in ended.values()),
+        "not_finished": {str(k): {"state": j["state"], "steps": j["steps"], "error": (j["error"] or "")[-400:]}
+                         for k, j in ended.items() if j["state"] != "finished"},
         "steps_redone": {str(k): redone(cluster, k, before[k]["steps"], before[k]["attempts"]) for k in ended},
+        "attempts_at_kill_and_end": {str(k): [before[k]["attempts"], j["attempts"]] for k, j in ended.items()},
         "checkpoint_every": CHECKPOINT_EVERY,
     }
 
