@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import hosts_cli  # noqa: E402  (the operator's commands on an emulated head, as the tests type them)
 
 CHECKPOINT_EVERY = 20
 LOOP = """
@@ -57,7 +58,7 @@ class Cluster:
         self.hosts = hosts
 
     def pcs(self, *args, timeout=180, check=True):
-        return self.hosts.run("head", ["pcs-ray", *map(str, args)], timeout=timeout, check=check)
+        return hosts_cli.pcs(self.hosts, *args, timeout=timeout, check=check)
 
     def start(self, state_dir: str) -> float:
         began = time.monotonic()
@@ -67,7 +68,7 @@ class Cluster:
         return time.monotonic() - began
 
     def status(self) -> dict:
-        return json.loads(self.pcs("status", "--json", "--address", self.hosts.ray_address).stdout)
+        return hosts_cli.status(self.hosts)
 
     def jobs(self, ids) -> dict[int, dict]:
         return {j["id"]: j for j in self.status()["jobs"] if j["id"] in set(ids)}
@@ -79,13 +80,7 @@ class Cluster:
         return int(json.loads(self.pcs("submit", path, "--json", "--address", self.hosts.ray_address).stdout)["id"])
 
     def wait_for(self, predicate, timeout: float, what: str, every: float = 1.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = predicate()
-            if found:
-                return found
-            time.sleep(every)
-        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        return hosts_cli.wait_for(predicate, timeout, what, every)
 
     def ended(self, ids, timeout: float = 900) -> dict[int, dict]:
         return self.wait_for(lambda: (js := self.jobs(ids)) and all(j["state"] in ("finished", "failed", "cancelled")

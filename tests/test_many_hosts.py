@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hosts import hosts_fixture
+from hosts_cli import job, pcs, status, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,29 +29,6 @@ def loop(config):
     print(f"rank {train.get_context().world_rank} on {socket.gethostname()}", flush=True)
     train_loop(config)
 """
-
-
-def pcs(hosts, *args, timeout=180, check=True):
-    """``pcs-ray`` on the head machine, as its operator types it."""
-    return hosts.run("head", ["pcs-ray", *map(str, args)], timeout=timeout, check=check)
-
-
-def status(hosts) -> dict:
-    return json.loads(pcs(hosts, "status", "--json", "--address", hosts.ray_address).stdout)
-
-
-def job(hosts, jid: int) -> dict:
-    return next(j for j in status(hosts)["jobs"] if j["id"] == jid)
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def submit(hosts, name: str, builtin: bool = False, **fields) -> int:

@@ -12,62 +12,23 @@ the cluster's storage in a real S3 bucket (``pcs-ray start --storage``) and each
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 from hosts import VENV_BIN, hosts_fixture
+from hosts_cli import job, pcs, wait_for
+from test_ray_train_examples import LINEAR, PORTED, port
 
 pytestmark = pytest.mark.slow
 
 HOSTS = ("head", "w1", "w2")
 hosts = hosts_fixture("module", names=HOSTS, gpus_per_host=2, start_ray=True)
 
-RAY_TRAIN = Path(importlib.util.find_spec("ray").submodule_search_locations[0]) / "train"
-LINEAR = RAY_TRAIN / "examples" / "pytorch" / "torch_linear_example.py"
-#: The only lines a Ray Train script changes to run under pcs-ray (as ``test_ray_train_examples`` ports it).
-PORTED = {
-    "import ray.train as train": "import pcs_ray.train as train",
-    "from ray.train import Checkpoint, RunConfig, ScalingConfig": "from pcs_ray.train import Checkpoint, RunConfig, ScalingConfig",
-    "from ray.train.torch import TorchTrainer": "from pcs_ray.train.torch import TorchTrainer",
-}
-
-
-def port(source: str) -> str:
-    """``source`` with its Ray Train import lines swapped for pcs-ray's, every other line as it was."""
-    return "".join(PORTED.get(line.rstrip("\n"), line.rstrip("\n")) + ("\n" if line.endswith("\n") else "")
-                   for line in source.splitlines(keepends=True))
-
-
-# -- helpers (as test_many_hosts's) ------------------------------------------------------------------------
-def pcs(hosts, *args, timeout=180, check=True):
-    """``pcs-ray`` on the head machine, as its operator types it."""
-    return hosts.run("head", ["pcs-ray", *map(str, args)], timeout=timeout, check=check)
-
-
-def status(hosts) -> dict:
-    return json.loads(pcs(hosts, "status", "--json", "--address", hosts.ray_address).stdout)
-
-
-def job(hosts, jid: int) -> dict:
-    return next(j for j in status(hosts)["jobs"] if j["id"] == jid)
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def machines(gpus) -> set[str]:

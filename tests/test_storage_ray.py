@@ -5,31 +5,11 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 from builders import wait_until
 from pcs_ray.contract import GPUSlot, RunRequest
 from pcs_ray.storage import open_storage
 from pcs_ray.train import remote_store
-from test_user_code_ray import LOOP
-
-
-@pytest.fixture(scope="module")
-def recorder(ray_local):
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class Recorder:
-        def __init__(self):
-            self.reports = []
-
-        def report_progress(self, job_id, step, step_time_s, **extra):
-            self.reports.append((job_id, step))
-
-        def top(self, job_id):
-            return max([s for j, s in self.reports if j == job_id], default=0)
-
-    return ray, Recorder.remote()
+from test_user_code_ray import env  # noqa: F401  (a fixture: Ray, a progress recorder, the loop's folder)
 
 
 def _request(code_dir, head, cache, storage, gpus, attempt, env, steps=20, reporter=None, **config) -> RunRequest:
@@ -40,14 +20,10 @@ def _request(code_dir, head, cache, storage, gpus, attempt, env, steps=20, repor
                       reporter=reporter, attempt=attempt, storage=storage)
 
 
-def test_a_run_resumes_from_the_bucket_in_another_nodes_cache(recorder, s3_bucket, s3_server, tmp_path):
-    from pcs_ray.executors.launch import launch
+def test_a_run_resumes_from_the_bucket_in_another_nodes_cache(env, s3_bucket, s3_server, tmp_path):  # noqa: F811
     from pcs_ray.executors.user_spares import SPARES
 
-    ray, reporter = recorder
-    code_dir = tmp_path / "code"
-    code_dir.mkdir()
-    (code_dir / "loop.py").write_text(LOOP)
+    ray, reporter, code_dir, launch, _ = env
     head = tmp_path / "head"
     first = launch(_request(code_dir, head, tmp_path / "cache-a", s3_bucket, [("node0", 2), ("node1", 3)], 1,
                             s3_server.env(), reporter=reporter))
