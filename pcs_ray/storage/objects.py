@@ -130,7 +130,8 @@ class Storage:
                                        f"(check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket)") from None
                 self.problem = f"storage {self.uri} unreachable ({what}): {_short(text)}; retrying"
                 if time.monotonic() + delay > deadline:
-                    raise StorageError(f"storage {self.uri}: {what} failed for {self.retry_s:.0f} s: {_short(text)}") from None
+                    raise StorageError(f"storage {self.uri} unreachable: {what} failed for {self.retry_s:.0f} s: "
+                                       f"{_short(text)}") from None
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(5.0, delay * 2)
 
