@@ -44,6 +44,21 @@ def _rows(db: sqlite3.Connection, after: int) -> list[list]:
                                         (after,))]
 
 
+def chain(keys) -> tuple[int, str | None, list[tuple[int, int, str]]]:
+    """What the mirror's objects ``keys`` hold: the newest base (its last record and key; 0 and None: none) and
+    the segments after it, in order (first record, last record, key)."""
+    bases = [(int(k.rsplit("-", 1)[1].split(".")[0]), k) for k in keys if k.split("/")[-1].startswith("base-")]
+    base_last, base_key = max(bases) if bases else (0, None)
+    segments = []
+    for key in keys:
+        name = key.split("/")[-1]
+        if name.startswith("seg-"):
+            first, end = (int(x) for x in name[4:].split(".")[0].split("-"))
+            if first > base_last:
+                segments.append((first, end, key))
+    return base_last, base_key, sorted(segments)
+
+
 def _encode(rows: list[list]) -> bytes:
     return ("\n".join(json.dumps(r, separators=(",", ":")) for r in rows) + "\n").encode()
 
@@ -56,8 +71,8 @@ class JournalMirror(threading.Thread):
         self.storage, self.path, self.interval_s = storage, Path(journal_path), interval_s
         self._db = sqlite3.connect(str(self.path), check_same_thread=False)
         self._db_lock = threading.Lock()  # the mirror's thread and callers of wait share the connection
+        self.segments = 0
         self.mirrored = self._stored_last()
-        self.segments = len(self._segments_after(self._newest_base()[0]))
         self._cond = threading.Condition()
         self._wanted = 0
         self._halt = threading.Event()
@@ -68,28 +83,10 @@ class JournalMirror(threading.Thread):
         self._answered = time.monotonic()
         self.lag_s: float = 0.0  # how far behind the last pass ended (the oldest record it copied, when copied)
 
-    # -- what the storage holds -------------------------------------------------------------------
-    def _keys(self) -> dict[str, int]:
-        return self.storage.list(PREFIX)
-
-    def _newest_base(self) -> tuple[int, str | None]:
-        bases = [(int(k.rsplit("-", 1)[1].split(".")[0]), k) for k in self._keys() if k.split("/")[-1].startswith("base-")]
-        return max(bases) if bases else (0, None)
-
-    def _segments_after(self, last: int) -> list[tuple[int, int, str]]:
-        found = []
-        for key in self._keys():
-            name = key.split("/")[-1]
-            if name.startswith("seg-"):
-                first, end = (int(x) for x in name[4:].split(".")[0].split("-"))
-                if first > last:
-                    found.append((first, end, key))
-        return sorted(found)
-
     def _stored_last(self) -> int:
-        base, _ = self._newest_base()
-        segments = self._segments_after(base)
-        return max([base] + [end for _, end, _ in segments])
+        base_last, _, segments = chain(self.storage.list(PREFIX))
+        self.segments = len(segments)
+        return max([base_last] + [end for _, end, _ in segments])
 
     # -- the thread ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -142,7 +139,7 @@ class JournalMirror(threading.Thread):
             rows = _rows(self._db, 0)
         if not rows:
             return
-        old = [k for k in self._keys()]
+        old = list(self.storage.list(PREFIX))
         self.storage.write(f"{PREFIX}/base-{rows[-1][0]:012d}.jsonl", _encode(rows))
         self.storage.delete([k for k in old if not k.endswith(f"base-{rows[-1][0]:012d}.jsonl")])
         self.segments = 0
@@ -213,18 +210,8 @@ def restore(storage: Storage, state_dir: str | Path, journal_name: str = "journa
                 return 0
         finally:
             existing.close()
-    keys = storage.list(PREFIX)
-    bases = sorted((int(k.rsplit("-", 1)[1].split(".")[0]), k) for k in keys if k.split("/")[-1].startswith("base-"))
-    base_last, base_key = bases[-1] if bases else (0, None)
-    chunks = [base_key] if base_key else []
-    segments = []
-    for key in keys:
-        name = key.split("/")[-1]
-        if name.startswith("seg-"):
-            first, end = (int(x) for x in name[4:].split(".")[0].split("-"))
-            if first > base_last:
-                segments.append((first, key))
-    chunks += [key for _, key in sorted(segments)]
+    base_last, base_key, segments = chain(storage.list(PREFIX))
+    chunks = ([base_key] if base_key else []) + [key for _, _, key in segments]
     rows: list = []
     for key in chunks:
         data = storage.read(key) or b""
