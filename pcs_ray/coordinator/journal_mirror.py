@@ -210,7 +210,7 @@ def restore(storage: Storage, state_dir: str | Path, journal_name: str = "journa
                 return 0
         finally:
             existing.close()
-    base_last, base_key, segments = chain(storage.list(PREFIX))
+    _, base_key, segments = chain(storage.list(PREFIX))
     chunks = ([base_key] if base_key else []) + [key for _, _, key in segments]
     rows: list = []
     for key in chunks:
