@@ -190,6 +190,10 @@ class Session:
     logged: int = 0
     log_file: Any = None  # ``metrics_log`` open for appending, line by line, until :meth:`close`
     storage: Any = None  # the cluster's storage (``pcs_ray.storage.Storage``): checkpoints are uploaded there first
+    # The run's data streams by name (``pcs_ray.train.data_order``): each checkpoint records where each stands.
+    streams: dict = field(default_factory=dict)
+    restored_streams: dict | None = None  # what the checkpoint resumed from recorded (read on first use)
+    said: set = field(default_factory=set)
 
     def step_begins(self) -> None:
         if self.on_step_begin is not None:
@@ -221,6 +225,27 @@ class Session:
         found = store.newest(self.checkpoint_dir)
         return CheckpointPath(found[0]) if found else None
 
+    def stream(self, name: str, size: int, **options):
+        """The run's data stream ``name`` over ``size`` samples (``DataStream``'s options), continuing where the
+        checkpoint this run resumed from left it; one stream per name (a second call returns the first)."""
+        from pcs_ray.train.data_order import DataStream, read_states
+
+        if name not in self.streams:
+            if self.restored_streams is None:
+                self.restored_streams = read_states(self.get_checkpoint())
+            self.streams[name] = DataStream(name, size, world_size=self.context.world_size,
+                                            rank=self.context.world_rank, state=self.restored_streams.get(name),
+                                            **options)
+        return self.streams[name]
+
+    def say_once(self, message: str) -> None:
+        """A line in this rank's log, once per run."""
+        if message not in self.said:
+            import sys
+
+            self.said.add(message)
+            print(f"pcs-ray: {message}", file=sys.stderr, flush=True)
+
     def report(self, metrics: Mapping | None, step: int | None, checkpoint: Any = None) -> None:
         step = self.step + 1 if step is None else int(step)
         if step < 0:
@@ -228,6 +253,10 @@ class Session:
         saved = False
         if checkpoint is not None:
             folder = Path(os.fspath(getattr(checkpoint, "path", checkpoint)))
+            if self.streams:
+                from pcs_ray.train.data_order import write_states
+
+                write_states(folder, self.streams)
             if self.checkpoint_dir is None:
                 self.last_checkpoint_step = step
                 saved = True

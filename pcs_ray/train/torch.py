@@ -50,36 +50,19 @@ def enable_reproducibility(seed: int = 0) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def prepare_data_loader(loader):
-    """``loader`` with each rank reading its own share of the data (a ``DistributedSampler``) when the
-    run has several ranks, and batches moved to this rank's device."""
+def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_device: bool = True,
+                        auto_transfer: bool = True):
+    """``data_loader`` with each rank reading its share of each epoch's one global order, from where the job's
+    checkpoint left it (``pcs_ray.train.data_loader``), and batches moved to this rank's device. Without
+    ``add_dist_sampler`` the loader reads as it is (every rank the whole dataset) and only moves batches."""
+    import pcs_ray.train.data_loader as data_loader_module
+
+    if add_dist_sampler:
+        return data_loader_module.resumable(data_loader, move_to_device=move_to_device)
     import torch
-    from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
 
-    context = train.get_context()
-    if context.world_size > 1 and not isinstance(getattr(loader, "sampler", None), DistributedSampler):
-        sampler = DistributedSampler(loader.dataset, num_replicas=context.world_size, rank=context.world_rank,
-                                     shuffle=not isinstance(loader.sampler, torch.utils.data.SequentialSampler))
-        loader = DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
-                            num_workers=loader.num_workers, collate_fn=loader.collate_fn, drop_last=loader.drop_last)
-    device = torch.device(context.device)
-    return _OnDevice(loader, device) if device.type != "cpu" else loader
-
-
-class _OnDevice:
-    def __init__(self, loader, device):
-        self.loader, self.device = loader, device
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __getattr__(self, name):  # sampler (``set_epoch``), dataset, batch_size: the wrapped loader's
-        return getattr(self.loader, name)
-
-    def __iter__(self):
-        for batch in self.loader:
-            yield [b.to(self.device) if hasattr(b, "to") else b for b in batch] if isinstance(batch, (list, tuple)) else batch.to(self.device)
+    device = torch.device(train.get_context().device)
+    return data_loader_module.OnDevice(data_loader, device) if move_to_device and device.type != "cpu" else data_loader
 
 
 def __getattr__(name: str):
