@@ -47,10 +47,16 @@ def pick_interfaces() -> dict[str, str]:
     return set_now
 
 
-def join_group(backend: str, master: tuple[str, int], rank: int, world_size: int) -> None:
-    """Join the run's process group at rank 0's ``master`` address over this node's interface."""
+def join_group(backend: str, master: tuple[str, int], rank: int, world_size: int,
+               timeout_s: float | None = None) -> None:
+    """Join the run's process group at rank 0's ``master`` address over this node's interface; ``timeout_s``:
+    its collectives' timeout (None: torch's default)."""
+    import datetime
+
     import torch.distributed as dist
 
     pick_interfaces()
     host, port = master
-    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world_size)
+    timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world_size,
+                            timeout=timeout)

@@ -292,6 +292,32 @@ def _device() -> str:
     return "cpu"
 
 
+def group_options(torch_config: dict | None, device: str, notes: list[str]) -> tuple[str, float | None]:
+    """The process group's backend and timeout from the job's ``torch_config`` (``TorchConfig``): NCCL on a GPU and
+    gloo on a logical one unless it names one; NCCL asked on a logical GPU is gloo, said in the run's notes."""
+    torch_config = torch_config or {}
+    backend = torch_config.get("backend") or ("nccl" if device != "cpu" else "gloo")
+    if backend == "nccl" and device == "cpu":
+        notes.append("TorchConfig(backend='nccl') on a logical GPU (the CPU): gloo instead")
+        backend = "gloo"
+    return backend, torch_config.get("timeout_s")
+
+
+#: What Ray Train's workers are told of their process group, and libraries built on torchrun's names read.
+GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def process_group_environment(rank: int, world_size: int, master: tuple[str, int] | None) -> None:
+    """Set torchrun's variables for the user's code (Lightning, accelerate and the Hugging Face Trainer find the
+    run's process group by them); a run without a group clears them, since its process may be a reused one."""
+    if master is None:
+        for name in GROUP_VARIABLES:
+            os.environ.pop(name, None)
+        return
+    values = (rank, world_size, 0, 1, rank, master[0], master[1])
+    os.environ.update({name: str(value) for name, value in zip(GROUP_VARIABLES, values)})
+
+
 def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, master: tuple[str, int] | None,
              timings: dict, *, on_step=None, reporter=None, distributed: bool = True) -> RunOutcome:
     """One rank of a run in this process, the user's code or a built-in workload's loop; every way it
@@ -339,7 +365,10 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
 
             from pcs_ray.executors.rendezvous import join_group
 
-            join_group("nccl" if device != "cpu" else "gloo", master, rank, world_size)
+            backend, timeout_s = group_options(code.get("torch_config"), device, notes)
+            join_group(backend, master, rank, world_size, timeout_s)
+        if not builtin:
+            process_group_environment(rank, world_size, master if world_size > 1 and distributed else None)
         context = train_session.TrainContext(
             world_size=world_size, world_rank=rank, local_rank=0, device=device, job_id=request.job_id,
             attempt=request.attempt, total_steps=request.total_steps, start_step=start_step)
@@ -347,7 +376,8 @@ def run_rank(request: RunRequest, should_stop, rank: int, world_size: int, maste
                      resolve=reporter)
         session = train_session.Session(context, request.checkpoint_dir, should_stop, pace, step=start_step,
                                         last_checkpoint_step=start_step, timings=timings, on_step_begin=pace.begin,
-                                        metrics_log=metrics_log(request, rank), storage=storage)
+                                        metrics_log=metrics_log(request, rank), storage=storage,
+                                        keep=code.get("checkpoint_config"))
         train_session.install(session)
         if on_step is not None:
             on_step(start_step)

@@ -225,7 +225,8 @@ class RunRequest:
     reporter: Any = None
     report_interval_s: float = 1.0  # at most one progress report per interval (the first step is reported at once)
     # The user's own code (``workload`` is then its ``user:`` label): entrypoint or pickled function, working_dir,
-    # runtime_env and config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``); None for a built-in workload.
+    # runtime_env, config, torch_config and checkpoint_config, as the job file gave them (``pcs_ray.jobs.jobfile.JobFile``);
+    # None for a built-in workload.
     code: dict | None = None
     log_dir: str | None = None  # where each rank's stdout and stderr go (``rank-<r>.log``); None: Ray's worker logs
     # The job's report timeout: a rank silent this long dumps its stacks to its stderr (``pcs_ray.executors.hang_dump``)

@@ -146,3 +146,52 @@ def test_an_elastic_torch_trainer_is_resized_by_a_rigid_arrival_and_resumes_from
             (cluster["state"] / "logs" / str(elastic["id"]) / f"attempt-{attempt}" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["step"] == r["epoch"] + 1 for r in rows) and {r["epoch"] for r in rows} == set(range(30))
     assert result["epochs"] == list(range(30)) and result["metrics"] == elastic["metrics"] and result["metrics"]["epoch"] == 29
+
+
+REGRESSION = RAY_TRAIN / "examples" / "pytorch" / "torch_regression_example.py"
+REGRESSION_CSV = 's3://anonymous@air-example-data/regression.csv'
+#: Its imports, as a Ray Data user changes them (``import ray`` and ``from ray.data import Dataset`` stay).
+PORTED_DATA = {
+    "import ray.train as train": "import pcs_ray.train as train",
+    "from ray.train import Checkpoint, DataConfig, ScalingConfig":
+        "from pcs_ray.train import Checkpoint, DataConfig, ScalingConfig",
+    "from ray.train.torch import TorchTrainer": "from pcs_ray.train.torch import TorchTrainer",
+}
+
+
+def test_rays_torch_regression_example_trains_on_ray_data_sharded_by_pcs_ray(cluster):
+    """Ray Data built by the driver on the cluster (a CSV read, mapped, repartitioned and split), a train
+    dataset split across the 2 ranks and a validation dataset read whole by rank 0, 3 epochs."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(300, 100)), columns=[f"x{i:03d}" for i in range(100)])
+    frame["y"] = frame.sum(axis=1) * 0.1
+    csv = cluster["tmp"] / "regression.csv"  # the example's own data is on S3: the same columns, here
+    frame.to_csv(csv, index=False)
+    original = REGRESSION.read_text()
+    ported = port_with(original, {**PORTED_DATA, f'    dataset = ray.data.read_csv("{REGRESSION_CSV}")':
+                                  f'    dataset = ray.data.read_csv("{csv}")'})
+    assert changed_lines(original, ported) == {*PORTED_DATA.items(), (
+        f'    dataset = ray.data.read_csv("{REGRESSION_CSV}")', f'    dataset = ray.data.read_csv("{csv}")')}
+    script = cluster["tmp"] / "torch_regression_example.py"
+    script.write_text(ported)
+    env = {**cluster["env"], "RAY_AUTH_MODE": "token"}
+    run = subprocess.run([sys.executable, str(script), "--address", cluster["up"]["address"], "--num-workers", "2"],
+                         env=env, capture_output=True, text=True, timeout=420, cwd=script.parent, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    job = max(status(cluster["env"])["jobs"], key=lambda j: j["id"])
+    assert job["state"] == "finished" and len(job["segments"][0]["gpus"]) == 2 and job["retries"] == 0
+    rows = [json.loads(line) for line in
+            (cluster["state"] / "logs" / str(job["id"]) / "attempt-1" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # one report per epoch, 3 epochs
+    assert set(job["metrics"]) == {"loss"} and job["metrics"]["loss"] > 0  # rank 0's validation loss
+    assert not any((cluster["state"] / "datasets").iterdir())  # fit() deleted the staged datasets
+
+
+def port_with(source: str, lines: dict[str, str]) -> str:
+    """``source`` with each line named in ``lines`` replaced, every other line as it was."""
+    return "".join(lines.get(line.rstrip("\n"), line.rstrip("\n")) + ("\n" if line.endswith("\n") else "")
+                   for line in source.splitlines(keepends=True))

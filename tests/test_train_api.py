@@ -42,9 +42,7 @@ def test_train_torch_is_an_attribute_and_importing_the_contract_imports_neither_
         getattr(train, "no_such_name")
 
 
-@pytest.mark.parametrize("module, name", [("pcs_ray.train", "get_dataset_shard"), ("pcs_ray.train", "DataConfig"),
-                                          ("pcs_ray.train", "SyncConfig"), ("pcs_ray.train", "Callback"),
-                                          ("pcs_ray.train.torch", "TorchConfig"), ("pcs_ray.train.torch", "accelerate")])
+@pytest.mark.parametrize("module, name", [("pcs_ray.train", "SyncConfig"), ("pcs_ray.train", "Callback")])
 def test_a_ray_train_name_without_meaning_here_says_so_when_imported(module, name):
     with pytest.raises(UnsupportedOptionError) as info:
         exec(f"from {module} import {name}", {})
@@ -107,7 +105,7 @@ def test_use_gpu_false_is_said_not_dropped():
     (lambda: FailureConfig(max_failures=-1), "max_failures"),
     (lambda: FailureConfig(max_failures=101), "max_failures"),
     (lambda: FailureConfig(fail_fast=True), "fail_fast"),
-    (lambda: CheckpointConfig(num_to_keep=5), "num_to_keep"),
+    (lambda: CheckpointConfig(num_to_keep=101), "num_to_keep"),
     (lambda: CheckpointConfig(checkpoint_score_attribute="loss"), "checkpoint_score_attribute"),
     (lambda: CheckpointConfig(checkpoint_frequency=2), "checkpoint_frequency"),
     (lambda: RunConfig(storage_path="nosuchscheme://bucket/runs"), "storage_path"),  # a URI nothing opens

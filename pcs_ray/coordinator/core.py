@@ -296,8 +296,10 @@ class Coordinator(CoordinatorState):
         if not ids:
             return []
         self.save_speeds()  # what they taught the speed model outlives their events
+        staged = [(self.jobs[j].spec.datasets or {}).get("token") for j in ids if j in self.jobs]
         ids = self.forget(ids)
-        retention.delete_files(ids, self.checkpoint_root, self.checkpoint_root.parent / "logs", self.storage)
+        retention.delete_files(ids, self.checkpoint_root, self.checkpoint_root.parent / "logs", self.storage,
+                               datasets=[t for t in staged if t])
         return ids
 
     def _checkpoint_path(self, jid: int) -> str | None:

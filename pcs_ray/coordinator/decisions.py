@@ -123,7 +123,15 @@ def run_request(job: LiveJob, gpus: tuple[GPUSlot, ...], checkpoint_dir: Path,
     code = None
     if spec.user_code:
         code = {"entrypoint": spec.entrypoint, "function": spec.function, "working_dir": spec.working_dir,
-                "runtime_env": dict(spec.runtime_env or {}), "config": dict(spec.config)}
+                "runtime_env": dict(spec.runtime_env or {}), "config": dict(spec.config),
+                "torch_config": spec.torch_config, "checkpoint_config": spec.checkpoint_config}
+        if spec.datasets:  # each rank finds the job's datasets in its environment (pcs_ray.train.datasets)
+            import json
+
+            from pcs_ray.train.datasets import ENV
+
+            env = code["runtime_env"]
+            env["env_vars"] = {**(env.get("env_vars") or {}), ENV: json.dumps(spec.datasets)}
     return RunRequest(
         job_id=str(job.job_id), workload=spec.workload, total_steps=spec.steps, gpus=gpus,
         checkpoint_dir=str(checkpoint_dir), params=dict(spec.params), slowdown=job.slowdown,

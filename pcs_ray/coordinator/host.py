@@ -78,6 +78,7 @@ class CoordinatorHost(ABC):
                 out["runners"] = runners
             if self.mirror is not None:
                 out["storage"] = self.mirror.describe()
+            out["state_dir"] = str(self.core.checkpoint_root.parent)  # where a driver without a storage stages files
             return out
 
     def refresh_views(self) -> None:

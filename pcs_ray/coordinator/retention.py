@@ -14,6 +14,7 @@ itself is rotated past ``history_bytes`` (the older part kept as ``history.jsonl
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -51,13 +52,19 @@ def due(jobs: Iterable[LiveJob], now: float, retention: Retention) -> list[int]:
     return [j.job_id for j in ended[:cut]]
 
 
-def delete_files(job_ids: Iterable[int], checkpoints: Path, logs: Path, storage: str | None = None) -> None:
-    """Delete each job's checkpoints and its ranks' logs, here and in the cluster's storage; what is gone
-    already is fine, and a storage that does not answer keeps them (they are only space)."""
+def delete_files(job_ids: Iterable[int], checkpoints: Path, logs: Path, storage: str | None = None,
+                 datasets: Iterable[str] = ()) -> None:
+    """Delete each job's checkpoints and its ranks' logs, and the Ray Data datasets its driver staged (by their
+    tokens, under ``datasets/`` of the storage or of ``STATE_DIR``, never where a spec says), here and in the
+    cluster's storage; what is gone already is fine, and a storage that does not answer keeps them (they are
+    only space)."""
     job_ids = list(job_ids)
+    tokens = [t for t in datasets if re.fullmatch(r"[0-9a-f]{8,64}", t)]
     for root in (checkpoints, logs):
         for jid in job_ids:
             shutil.rmtree(Path(root) / str(jid), ignore_errors=True)
+    for token in tokens:
+        shutil.rmtree(Path(checkpoints).parent / "datasets" / token, ignore_errors=True)
     if storage:
         from pcs_ray.storage import StorageError, open_storage
 
@@ -66,5 +73,7 @@ def delete_files(job_ids: Iterable[int], checkpoints: Path, logs: Path, storage:
             for jid in job_ids:
                 kept.delete_prefix(f"checkpoints/{jid}")
                 kept.delete_prefix(f"logs/{jid}")
+            for token in tokens:
+                kept.delete_prefix(f"datasets/{token}")
         except StorageError:
             pass

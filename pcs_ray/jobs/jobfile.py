@@ -6,6 +6,7 @@
     workload: resnet18      # a registered workload (pcs_ray.workloads.catalog), or instead your own code:
     entrypoint: train.py:train_loop   # FILE.py:FUNCTION in working_dir, or package.module:FUNCTION
     working_dir: .          # shipped to every node with Ray's runtime_env (relative to the job file)
+    datasets: {...}         # set by TorchTrainer(datasets=...): where its Ray Data datasets were written
     config: {lr: 0.1}       # handed to the function (JSON)
     runtime_env: {pip: [einops]}      # optional: env_vars, pip, uv, excludes, config
     scaling: linear         # optional seed of its scaling: linear, none, or speedups at 1..gpus GPUs
@@ -22,6 +23,8 @@
     max_failures: 2         # optional: a loop that raises is restarted from its newest checkpoint this many times
     max_runtime_s: 86400    # optional: GPU-holding time in all; then it checkpoints and ends timed_out
     report_timeout_s: 1800  # optional: a run silent this long is a hang (stacks logged, killed, job failed)
+    torch_config: {backend: gloo, timeout_s: 600}   # optional: your code's process group (Ray's TorchConfig)
+    checkpoint_config: {num_to_keep: 3, score_attribute: val_loss, score_order: min}  # optional: the 3 best too
     executor: runner        # or ``external``: something else (a Ray Tune sweep) runs it on
                             # the GPUs the coordinator assigns and acknowledges each change
 
@@ -41,10 +44,11 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, get_origin, runtime_checkable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pcs_ray.cluster import format_validation_error as _format_validation_error
 from pcs_ray.contract import JobSpecError  # one of the coordinator's typed errors; re-exported here
+from pcs_ray.jobs.train_options import checkpoint_spec, torch_spec
 from pcs_ray.jobs.usercode import CodeError, check_code
 
 USER_PREFIX = "user:"
@@ -87,6 +91,8 @@ class JobFile(BaseModel):
         default=None, description="how your job speeds up with GPUs (seed; learned from its runs)")
     function: str | None = Field(default=None, repr=False,
                                  description="your function by value (set by pcs_ray.train.Trainer)")
+    datasets: dict[str, Any] | None = Field(
+        default=None, description="where the driver wrote its Ray Data datasets (set by TorchTrainer(datasets=...))")
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description=(
         "training budget in steps (optimizer steps; your own units for your code, where it may be left out: "
         "the job runs until its function returns)"))
@@ -116,6 +122,17 @@ class JobFile(BaseModel):
     report_timeout_s: float | None = Field(default=None, gt=0, le=7 * 86400, allow_inf_nan=False,
                                            description="a run that reports no step for this long is hung: its stacks "
                                                        "are logged, it is killed (within the operator's bound)")
+    torch_config: dict[str, Any] | None = Field(
+        default=None, description="your code's torch.distributed: backend (nccl, gloo) and timeout_s")
+    checkpoint_config: dict[str, Any] | None = Field(
+        default=None, description="checkpoints kept beside the newest two: num_to_keep, score_attribute, "
+                                  "score_order (max, min)")
+
+    @field_validator("torch_config", "checkpoint_config")
+    @classmethod
+    def _train_options(cls, value: Any, info) -> Any:
+        """Checked as ``pcs_ray.train.config`` checks Ray's ``TorchConfig`` and ``CheckpointConfig``."""
+        return (torch_spec if info.field_name == "torch_config" else checkpoint_spec)(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -154,7 +171,7 @@ class JobFile(BaseModel):
         elif self.workload.startswith(USER_PREFIX):
             raise ValueError(f"workload: {self.workload!r} names user code but the job has no entrypoint")
         else:
-            for name in ("working_dir", "runtime_env", "scaling"):
+            for name in ("working_dir", "runtime_env", "scaling", "torch_config", "checkpoint_config", "datasets"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: only for your own code (an entrypoint)")
             if self.config:
@@ -162,6 +179,9 @@ class JobFile(BaseModel):
             if self.max_failures:
                 raise ValueError("max_failures: only for your own code (an entrypoint); a built-in workload's "
                                  "failed runs are retried by the coordinator")
+        if self.datasets is not None and not (isinstance(self.datasets.get("root"), str) and isinstance(
+                self.datasets.get("token"), str) and isinstance(self.datasets.get("datasets"), dict)):
+            raise ValueError("datasets: a mapping with root, token and datasets, as TorchTrainer(datasets=...) writes it")
         if isinstance(self.scaling, list):
             if not 1 <= len(self.scaling) <= self.gpus or any(not 0 < x <= 1e6 for x in self.scaling):
                 raise ValueError(f"scaling: a curve lists the speedup at 1..{self.gpus} GPUs, each > 0")
@@ -210,7 +230,7 @@ def fields_table() -> str:
         default = "required" if info.is_required() else info.get_default(call_default_factory=True)
         options = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
         allowed = RANGES.get(name) or " or ".join(options) or (
-            "a mapping" if name in ("params", "config", "runtime_env") else "text")
+            "a mapping" if name in ("params", "config", "runtime_env", "torch_config", "checkpoint_config", "datasets") else "text")
         shown = "null" if default is None else '""' if default == "" else default
         rows.append(f"| `{info.alias or name}` | {shown} | {allowed} | {info.description} |")
     return "\n".join(rows)

@@ -60,9 +60,9 @@ from pcs_ray.train.session import CheckpointPath, RunStopped, TrainContext, curr
 Checkpoint = CheckpointPath  # ``Checkpoint.from_directory(d)`` as in Ray Train; it is just the path
 
 __all__ = [
-    "Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig", "RunStopped", "ScalingConfig",
+    "Checkpoint", "CheckpointConfig", "DataConfig", "FailureConfig", "Result", "RunConfig", "RunStopped", "ScalingConfig",
     "TrainContext", "Trainer", "TrainingFailedError", "UnsupportedOptionError", "checkpoint_dir", "get_checkpoint",
-    "get_context", "get_preemption_info", "prepare_model", "report", "should_checkpoint", "torch",
+    "get_context", "get_dataset_shard", "get_preemption_info", "prepare_model", "report", "should_checkpoint", "torch",
 ]
 
 # Names read on first use, so that a loop importing this module pays for none of them: Ray Train's driver
@@ -73,6 +73,7 @@ LAZY = {
     "FailureConfig": "pcs_ray.train.config", "CheckpointConfig": "pcs_ray.train.config",
     "UnsupportedOptionError": "pcs_ray.train.config", "Result": "pcs_ray.train.result",
     "Trainer": "pcs_ray.train.trainer", "TrainingFailedError": "pcs_ray.train.trainer",
+    "DataConfig": "pcs_ray.train.datasets",
 }
 
 
@@ -90,6 +91,15 @@ def get_checkpoint() -> CheckpointPath | None:
 def report(metrics: Mapping | None = None, *, step: int | None = None, checkpoint: Any = None) -> None:
     """Progress (``step``, in the job's own units) and metrics; optionally a checkpoint folder."""
     current().report(metrics, step, checkpoint)
+
+
+def get_dataset_shard(name: str | None = None):
+    """This rank's shard of the dataset ``name`` given to ``TorchTrainer(datasets=...)``: Ray Data's iterator
+    calls (``iter_torch_batches``, ``iter_batches``), each one pass of an epoch that resumes exactly after a
+    preemption or a resize (``pcs_ray.train.datasets``)."""
+    from pcs_ray.train.datasets import get_dataset_shard as shard
+
+    return shard(name)
 
 
 def should_checkpoint() -> bool:
@@ -111,11 +121,13 @@ def checkpoint_dir() -> str:
 
 def prepare_model(model):
     """Move ``model`` to this rank's device and wrap it in DistributedDataParallel when the run has
-    several ranks (``torch.distributed`` is already initialised then, NCCL on GPUs, gloo otherwise)."""
+    several ranks (``torch.distributed`` is already initialised then, NCCL on GPUs, gloo otherwise); its forward
+    runs under autocast after ``train.torch.accelerate(amp=True)``."""
     import torch
 
     context = current().context
     model = model.to(torch.device(context.device))
+    model = importlib.import_module("pcs_ray.train.torch").accelerator().wrap_forward(model)
     if context.world_size > 1:
         ids = [0] if context.device.startswith("cuda") else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -124,9 +136,6 @@ def prepare_model(model):
 
 # Ray Train names that mean nothing under pcs-ray: reaching one says why and what to do, in one line.
 WITHOUT_MEANING = {
-    "get_dataset_shard": "Ray Data datasets do not travel with a pcs-ray job; build a DataLoader in the training "
-                         "function and pass it through train.torch.prepare_data_loader",
-    "DataConfig": "Ray Data datasets do not travel with a pcs-ray job; drop DataConfig",
     "SyncConfig": "pcs-ray keeps checkpoints in the cluster's storage (pcs-ray start --storage) or its STATE_DIR "
                   "itself, nothing to sync; drop SyncConfig",
     "Callback": "no Ray Train controller runs to call it; read Result.metrics_dataframe after fit()",

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pcs_ray.jobs.jobfile import MAX_GPUS, MAX_RETRIES
-
-KEPT_CHECKPOINTS = 2  # pcs-ray keeps a job's newest complete checkpoint and the one before it (pcs_ray.train.store)
+from pcs_ray.jobs.train_options import checkpoint_spec, torch_spec
 
 
 class UnsupportedOptionError(ValueError):
@@ -86,7 +85,10 @@ class FailureConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """``num_to_keep``: pcs-ray keeps the newest complete checkpoint and the one before it (1 or 2 accepted)."""
+    """Which checkpoints a job keeps, as in Ray Train: ``num_to_keep`` newest ones, or with
+    ``checkpoint_score_attribute`` the ``num_to_keep`` best by that metric (reported with each checkpoint),
+    ``checkpoint_score_order`` ``"max"`` or ``"min"``. Beside them pcs-ray always keeps the newest checkpoint (the
+    one a run resumes from) and the one before it (the fallback where the newest does not read back)."""
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
@@ -95,16 +97,44 @@ class CheckpointConfig:
     checkpoint_at_end: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.num_to_keep is not None and not (isinstance(self.num_to_keep, int) and 1 <= self.num_to_keep <= KEPT_CHECKPOINTS):
-            raise refuse("CheckpointConfig(num_to_keep)", "pcs-ray keeps a job's newest checkpoint and the one "
-                         "before it; give 1, 2 or None, and copy older ones out yourself (Checkpoint.to_directory)")
-        if self.checkpoint_score_attribute is not None or self.checkpoint_score_order != "max":
-            raise refuse("CheckpointConfig(checkpoint_score_attribute)", "pcs-ray keeps the newest checkpoints, not "
-                         "the best; drop it and keep your best model yourself")
         if self.checkpoint_frequency or self.checkpoint_at_end is not None:
             raise refuse("CheckpointConfig(checkpoint_frequency)", "a training function checkpoints when it reports "
                          "one; drop checkpoint_frequency/checkpoint_at_end (pcs-ray's checkpoint_every=N asks at "
                          "every N steps)")
+        try:
+            self.to_spec()
+        except ValueError as exc:
+            raise refuse("CheckpointConfig", str(exc)) from None
+
+    def to_spec(self) -> dict | None:
+        """The job spec's ``checkpoint_config`` (None: pcs-ray's default, the newest two)."""
+        spec = {"num_to_keep": self.num_to_keep, "score_attribute": self.checkpoint_score_attribute,
+                "score_order": self.checkpoint_score_order}
+        return checkpoint_spec({k: v for k, v in spec.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class TorchConfig:
+    """Ray Train's ``TorchConfig``: the ranks' ``torch.distributed`` backend (None: NCCL on GPUs, gloo on logical
+    ones; ``"nccl"`` on a logical GPU falls back to gloo, said in the run's notes) and ``timeout_s``, the
+    collectives' timeout. ``init_method`` is ``"env"`` only: pcs-ray gives the ranks their rendezvous itself."""
+
+    backend: str | None = None
+    init_method: str = "env"
+    timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.init_method != "env":
+            raise refuse("TorchConfig(init_method)", "pcs-ray gives the ranks their rendezvous address itself; "
+                         "drop init_method")
+        try:
+            self.to_spec()
+        except ValueError as exc:
+            raise refuse("TorchConfig", str(exc)) from None
+
+    def to_spec(self) -> dict:
+        """The job spec's ``torch_config``."""
+        return torch_spec({"backend": self.backend, "timeout_s": self.timeout_s})
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ rank that reported one uploads its own files), a part per rank naming its files 
 (``data/<run>-<step>/parts/rank-<r>.json``), and last the small manifest ``latest.json`` naming the
 folder; the manifest it replaces becomes ``previous.json``. Objects are written before the manifest
 that names them, so a torn or partial upload is never named; a reader checks every digest and falls
-back to ``previous.json`` where one does not match. Folders named by neither manifest are deleted
-after a commit.
+back to ``previous.json`` where one does not match. A job's checkpoint policy (``pcs_ray.train.store``) keeps
+more: their manifests are listed in ``kept.json``, written before the manifests that stop naming them. Folders
+named by no manifest are deleted after a commit. Each manifest carries the metrics reported with its checkpoint.
 
 A rank restores by :func:`pull`: the newest manifest's files, downloaded into the node's cache (the
 local checkpoint folder the rank then trains from, ``pcs_ray.train.store``'s layout) unless the cache
@@ -30,6 +31,7 @@ import pcs_ray.train.store as store
 
 LATEST = "latest.json"
 PREVIOUS = "previous.json"
+KEPT = "kept.json"
 CACHE_ENV = "PCS_RAY_CACHE"
 
 
@@ -50,12 +52,43 @@ def job_prefix(job_id: str) -> str:
 
 
 def manifest(storage: Storage, job_id: str, name: str = LATEST) -> dict | None:
-    raw = storage.read(f"{job_prefix(job_id)}/{name}")
+    return _manifest_at(storage, f"{job_prefix(job_id)}/{name}")
+
+
+def _manifest_at(storage: Storage, key: str) -> dict | None:
+    raw = storage.read(key)
     try:
         found = json.loads(raw) if raw else None
     except ValueError:
         return None
-    return found if isinstance(found, dict) and isinstance(found.get("step"), int) else None
+    return found if _is_manifest(found) else None
+
+
+def _is_manifest(found) -> bool:
+    return isinstance(found, dict) and isinstance(found.get("step"), int) and isinstance(found.get("folder"), str)
+
+
+def _kept_list(storage: Storage, prefix: str) -> list[dict]:
+    raw = storage.read(f"{prefix}/{KEPT}")
+    try:
+        found = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [entry for entry in found if _is_manifest(entry)] if isinstance(found, list) else []
+
+
+def kept_checkpoints(storage: Storage, prefix: str = "") -> list[tuple[str, dict]]:
+    """The job's committed checkpoints (``prefix``: its folder in ``storage``, ``checkpoints/<job>``; empty where
+    ``storage`` is opened at it): each one's URI (rank 0's files, as :func:`remote_url`) with its manifest
+    (``step``, ``metrics`` ...), oldest first."""
+    base = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    found = {}
+    for entry in [_manifest_at(storage, f"{base}{LATEST}"), _manifest_at(storage, f"{base}{PREVIOUS}"),
+                  *_kept_list(storage, base.rstrip("/"))]:
+        if entry is not None:
+            found.setdefault(entry["folder"], entry)
+    ordered = sorted(found.values(), key=lambda entry: float(entry.get("committed_at") or 0))
+    return [(storage.url(f"{base}{entry['folder']}/r0"), entry) for entry in ordered]
 
 
 def remote_step(storage: Storage, job_id: str) -> int | None:
@@ -84,9 +117,12 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def push(storage: Storage, job_id: str, folder: str | Path, step: int, run: int, rank: int = 0) -> str:
+def push(storage: Storage, job_id: str, folder: str | Path, step: int, run: int, rank: int = 0,
+         metrics: dict | None = None, keep: dict | None = None) -> str:
     """Upload ``folder`` as rank ``rank``'s part of the job's checkpoint at ``step`` of run ``run``, then commit
-    its manifest; returns the checkpoint's folder name (``data/<run>-<step>``, the local copy's ``origin``). Raises :class:`StorageError` when the storage stays away."""
+    its manifest; returns the checkpoint's folder name (``data/<run>-<step>``, the local copy's ``origin``). Raises :class:`StorageError` when the storage stays away.
+    ``metrics``: what was reported with it, kept in its manifest; ``keep``: the job's checkpoint policy
+    (``pcs_ray.train.store``; None: the newest two, and those an earlier policy kept stay)."""
     folder = Path(folder)
     name = f"data/{run}-{step}"
     base = f"{job_prefix(job_id)}/{name}"
@@ -99,13 +135,25 @@ def push(storage: Storage, job_id: str, folder: str | Path, step: int, run: int,
         storage.write(f"{base}/r{rank}/{rel}", data)
         files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     storage.write(f"{base}/parts/rank-{rank}.json", json.dumps({"rank": rank, "files": files}).encode())
+    prefix = job_prefix(job_id)
     current = manifest(storage, job_id)
     if current is None or (current["step"], current.get("run")) != (int(step), run):
+        made = {"step": int(step), "run": run, "folder": name, "committed_at": time.time(),
+                **({"metrics": metrics} if metrics else {})}
+        kept = _kept_list(storage, prefix)
+        if keep is not None:
+            dropped = manifest(storage, job_id, PREVIOUS)
+            entries = {entry["folder"]: entry for entry in [*kept, dropped, current, made] if entry is not None}
+            wanted = store.chosen(list(entries.items()), keep)
+            kept = [entries[f] for f in sorted(wanted) if f not in (name, current and current["folder"])]
+            storage.write(f"{prefix}/{KEPT}", json.dumps(kept).encode())  # before the manifests stop naming them
         if current is not None:
-            storage.write(f"{job_prefix(job_id)}/{PREVIOUS}", json.dumps(current).encode())
-        storage.write(f"{job_prefix(job_id)}/{LATEST}", json.dumps(
-            {"step": int(step), "run": run, "folder": name, "committed_at": time.time()}).encode())
-        _collect(storage, job_id, {name, current["folder"] if current else name})
+            storage.write(f"{prefix}/{PREVIOUS}", json.dumps(current).encode())
+        storage.write(f"{prefix}/{LATEST}", json.dumps(made).encode())
+        _collect(storage, job_id, {name, current["folder"] if current else name} | {e["folder"] for e in kept})
+    elif metrics and set(metrics) - set(current.get("metrics") or {}):
+        filled = {**current, "metrics": {**metrics, **(current.get("metrics") or {})}}
+        storage.write(f"{prefix}/{LATEST}", json.dumps(filled).encode())
     return name
 
 
@@ -180,6 +228,7 @@ def _download(storage: Storage, job_id: str, found: dict, job_dir: Path) -> None
                 target = incoming / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-        store.commit(job_dir, incoming, found["step"], move=True, run=found.get("run"), origin=found["folder"])
+        store.commit(job_dir, incoming, found["step"], move=True, run=found.get("run"), origin=found["folder"],
+                     metrics=found.get("metrics"))
     finally:
         shutil.rmtree(incoming, ignore_errors=True)

@@ -53,8 +53,30 @@ class Result:
 
     @property
     def best_checkpoints(self) -> list[tuple[CheckpointPath, dict]]:
-        """Ray's list of kept checkpoints with their metrics: here the newest one, with the final metrics."""
-        return [] if self.checkpoint is None else [(self.checkpoint, self.metrics)]
+        """Ray's list of the checkpoints the job keeps with the metrics reported with each, oldest first: the
+        ``CheckpointConfig``'s best (or newest) ``num_to_keep`` and beside them the newest two. Where the job's
+        checkpoints cannot be read from here, the newest one with the final metrics."""
+        if self.checkpoint is None:
+            return []
+        where = self.view.get("checkpoint") or str(self.checkpoint)  # where the cluster keeps the newest
+        try:
+            if "://" in where:  # in the cluster's storage (file:// included): its manifests name them
+                from pcs_ray.storage import open_storage
+                from pcs_ray.train.remote_store import job_url, kept_checkpoints
+
+                storage = open_storage(job_url(where))
+                found = [(CheckpointPath(url), entry) for url, entry in kept_checkpoints(storage)]
+            else:
+                import pcs_ray.train.store as store
+
+                found = [(CheckpointPath(folder), marker) for folder, marker in store.kept(Path(where).parent)]
+        except Exception:  # the cluster's storage or STATE_DIR cannot be read from here
+            found = []
+        if not found:
+            return [(self.checkpoint, self.metrics)]
+        newest = max(found, key=lambda entry: float(entry[1].get("committed_at") or 0))[0]
+        return [(self.checkpoint if path == newest else path, dict(marker.get("metrics") or {}))
+                for path, marker in found]
 
     def result_lines(self) -> bytes:
         """``result.json``: a JSON line per report (metrics, ``step``, ``attempt``, ``job_id``), oldest first."""

@@ -194,6 +194,8 @@ class Session:
     streams: dict = field(default_factory=dict)
     restored_streams: dict | None = None  # what the checkpoint resumed from recorded (read on first use)
     said: set = field(default_factory=set)
+    keep: dict | None = None  # the job's checkpoint policy (``pcs_ray.train.config.checkpoint_spec``)
+    accelerator: Any = None  # ``train.torch.accelerate``'s choice, made at the latest by ``prepare_model``
 
     def step_begins(self) -> None:
         if self.on_step_begin is not None:
@@ -262,9 +264,11 @@ class Session:
                 saved = True
             else:
                 staged = folder.parent == Path(self.checkpoint_dir) and folder.name.startswith(".staging-")
-                origin = self._store_remotely(folder, step)
-                if origin is not False:
-                    store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt, origin=origin)
+                reported = store.plain_metrics(metrics)
+                origin = self._store_remotely(folder, step, reported)
+                if origin is not False:  # with a storage, this is the node's cache: the storage's copy keeps the policy
+                    store.commit(self.checkpoint_dir, folder, step, move=staged, run=self.context.attempt, origin=origin,
+                                 metrics=reported, keep=self.keep if self.storage is None else None)
                     self.last_checkpoint_step = step
                     saved = True
                 elif staged:
@@ -292,7 +296,7 @@ class Session:
         if stopping and (checkpointed or step == self.last_checkpoint_step):
             raise RunStopped(step)
 
-    def _store_remotely(self, folder: Path, step: int):
+    def _store_remotely(self, folder: Path, step: int, metrics: dict | None = None):
         """Upload the checkpoint to the cluster's storage first (its copy is the one a run on any node resumes
         from): the folder it was committed as there, None without a storage, False where the storage stayed
         away (the job keeps its previous checkpoint, and the run's notes say why)."""
@@ -303,7 +307,7 @@ class Session:
 
         try:
             return remote_store.push(self.storage, self.context.job_id, folder, step, self.context.attempt,
-                                     self.context.world_rank)
+                                     self.context.world_rank, metrics, self.keep)
         except StorageError as exc:
             self.notes.append(f"checkpoint at step {step} not kept: {exc}; the job keeps its checkpoint at step "
                               f"{self.last_checkpoint_step}")

@@ -4,7 +4,13 @@
 before it. A new checkpoint is copied into a hidden folder beside them, marked complete, and only
 then renamed into place: at every instant at least one complete checkpoint exists, so a run killed
 while committing loses nothing but the checkpoint it was writing. The marker file records the step
-(the job's progress in its own units) so the coordinator reads it without opening the user's files.
+(the job's progress in its own units) so the coordinator reads it without opening the user's files,
+and the metrics reported with it.
+
+A job's checkpoint policy (``keep``, ``pcs_ray.train.config.checkpoint_spec``: Ray Train's
+``CheckpointConfig``) keeps more beside those two: the newest ``num_to_keep``, or the ``num_to_keep``
+best by the metric ``score_attribute``. A checkpoint pushed out of ``previous/`` that the policy keeps is
+renamed to ``kept-<step>-<id>/``; those it no longer keeps are deleted at each commit.
 
 Standard library only: the runners import it inside user runs.
 """
@@ -24,6 +30,7 @@ LATEST = "latest"
 PREVIOUS = "previous"
 MARKER = ".pcs-ray-checkpoint.json"
 LOCK = ".pcs-ray-commit.lock"
+KEPT_PREFIX = "kept-"
 
 
 def fsync_path(path: str | Path) -> None:
@@ -49,7 +56,7 @@ def _complete(folder: Path) -> dict | None:
 
 
 def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = False, run: int | None = None,
-           origin: str | None = None) -> Path:
+           origin: str | None = None, metrics: dict | None = None, keep: dict | None = None) -> Path:
     """Make ``source`` (a folder) the job's newest checkpoint at ``step``; returns its new path.
 
     ``move``: ``source`` belongs to us (a staging folder on the same file system): rename it
@@ -58,6 +65,8 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
     the same step (as Ray Train's examples do): commits are taken one at a time, and a later rank's
     files are merged into the checkpoint its run already made at that step, each file replaced atomically.
     ``origin``: where the checkpoint came from (the storage's folder it was downloaded from), kept in its marker.
+    ``metrics``: what was reported with it, kept in its marker (a later rank's fill in names the first's lacked).
+    ``keep``: the job's checkpoint policy (None: the newest two only; folders kept by a policy are left alone).
     """
     source, job_dir = Path(source), Path(job_dir)
     if not source.is_dir():
@@ -67,8 +76,10 @@ def commit(job_dir: str | Path, source: str | Path, step: int, *, move: bool = F
         marker = _complete(job_dir / LATEST)
         if run is not None and marker is not None and (marker["step"], marker.get("run")) == (int(step), run):
             _merge(source, job_dir / LATEST, move)
+            if metrics and set(metrics) - set(marker.get("metrics") or {}):
+                _write_marker(job_dir / LATEST, {**marker, "metrics": {**metrics, **(marker.get("metrics") or {})}})
             return job_dir / LATEST
-        return _swap_in(job_dir, source, step, move, run, origin)
+        return _swap_in(job_dir, source, step, move, run, origin, metrics, keep)
 
 
 @contextmanager
@@ -96,13 +107,22 @@ def _merge(source: Path, into: Path, move: bool) -> None:
         shutil.rmtree(source, ignore_errors=True)
 
 
-def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None, origin: str | None = None) -> Path:
+def _write_marker(folder: Path, marker: dict) -> None:
+    partial = folder / f".{MARKER}.{uuid.uuid4().hex[:8]}"
+    partial.write_text(json.dumps(marker))
+    fsync_path(partial)
+    os.replace(partial, folder / MARKER)
+
+
+def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None, origin: str | None = None,
+             metrics: dict | None = None, keep: dict | None = None) -> Path:
     incoming = job_dir / f".incoming-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if move:
         os.replace(source, incoming)
     else:
         shutil.copytree(source, incoming, symlinks=True)
-    marker = {"step": int(step), "committed_at": time.time(), "run": run, **({"origin": origin} if origin else {})}
+    marker = {"step": int(step), "committed_at": time.time(), "run": run, **({"origin": origin} if origin else {}),
+              **({"metrics": metrics} if metrics else {})}
     (incoming / MARKER).write_text(json.dumps(marker))
     for root, _, files in os.walk(incoming):
         for name in files:
@@ -111,13 +131,70 @@ def _swap_in(job_dir: Path, source: Path, step: int, move: bool, run: int | None
     latest, previous = job_dir / LATEST, job_dir / PREVIOUS
     if _complete(latest) is not None:
         if previous.exists():
-            shutil.rmtree(previous)
+            dropped = _complete(previous)
+            if keep is not None and dropped is not None and previous in chosen(_all(job_dir) + [(incoming, marker)], keep):
+                os.replace(previous, job_dir / f"{KEPT_PREFIX}{dropped['step']}-{uuid.uuid4().hex[:8]}")
+            else:
+                shutil.rmtree(previous)
         os.replace(latest, previous)  # from here until the next line, ``previous`` is the newest
     elif latest.exists():
         shutil.rmtree(latest)  # an incomplete leftover: never a checkpoint
     os.replace(incoming, latest)
     fsync_path(job_dir)
+    if keep is not None:
+        found = _all(job_dir)
+        wanted = chosen(found, keep)
+        for folder, _ in found:
+            if folder.name.startswith(KEPT_PREFIX) and folder not in wanted:
+                shutil.rmtree(folder, ignore_errors=True)
     return latest
+
+
+def chosen(found: list[tuple], keep: dict) -> set:
+    """Which of ``found`` (``(name, marker)`` pairs, in any order) the policy ``keep`` keeps: the newest two
+    always, and the newest ``num_to_keep`` or, with ``score_attribute``, the ``num_to_keep`` best by that
+    metric (a checkpoint reported without it is never among the best; ties go to the newer)."""
+    newest_first = sorted(found, key=lambda entry: -float(entry[1].get("committed_at") or 0))
+    wanted = {name for name, _ in newest_first[:2]}
+    count, attribute = keep.get("num_to_keep") or 0, keep.get("score_attribute")
+    if attribute is None:
+        return wanted | {name for name, _ in newest_first[:count]}
+    sign = -1.0 if keep.get("score_order", "max") == "max" else 1.0
+    scored = [(name, score) for name, marker in newest_first
+              if (score := _score(marker, attribute)) is not None]
+    scored.sort(key=lambda entry: sign * entry[1])  # stable: the newer of equal scores first
+    return wanted | {name for name, _ in scored[:count]}
+
+
+def _score(marker: dict, attribute: str) -> float | None:
+    value = (marker.get("metrics") or {}).get(attribute)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value)
+
+
+def _all(job_dir: Path) -> list[tuple[Path, dict]]:
+    """Every complete checkpoint of the job, ``latest/``, ``previous/`` and those a policy kept, with its marker."""
+    folders = [job_dir / LATEST, job_dir / PREVIOUS] + sorted(job_dir.glob(f"{KEPT_PREFIX}*"))
+    return [(folder, marker) for folder in folders if (marker := _complete(folder)) is not None]
+
+
+def kept(job_dir: str | Path) -> list[tuple[Path, dict]]:
+    """The job's complete checkpoints (``latest/``, ``previous/`` and those its policy kept) with their markers
+    (``step``, ``metrics`` ...), oldest first."""
+    job_dir = Path(job_dir)
+    return sorted(_all(job_dir), key=lambda entry: float(entry[1].get("committed_at") or 0)) if job_dir.is_dir() else []
+
+
+def plain_metrics(metrics) -> dict:
+    """``metrics`` as JSON values for a marker: numbers, strings, booleans and None as they are, a one-element
+    tensor or array as its number, anything else as (at most 200 characters of) its text."""
+    out = {}
+    for key, value in dict(metrics or {}).items():
+        if hasattr(value, "item") and getattr(value, "numel", lambda: getattr(value, "size", 1))() == 1:
+            value = value.item()
+        out[str(key)] = value if isinstance(value, (int, float, str, bool)) or value is None else str(value)[:200]
+    return out
 
 
 def staging(job_dir: str | Path) -> Path:

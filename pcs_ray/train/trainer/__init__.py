@@ -72,7 +72,9 @@ class Trainer:
     ``tenant``: the tenant whose quota it runs on (default: the client's, ``$PCS_RAY_TENANT``); the job's user is
     the client's (``$PCS_RAY_USER``, else the OS login). ``min_runtime_s``, ``max_failures`` (times a loop
     that raises is restarted from its newest checkpoint), ``max_runtime_s`` (a time limit) and ``report_timeout_s``
-    (silence that counts as a hang): as in a job file.
+    (silence that counts as a hang): as in a job file. ``torch_config`` (the ranks' ``torch.distributed`` backend
+    and timeout) and ``checkpoint_config`` (which checkpoints the job keeps): as in a job file, the specs
+    ``pcs_ray.jobs.train_options`` checks.
     """
 
     def __init__(self, train_loop: Callable | str, *, config: dict | None = None, steps: int | None = None,
@@ -80,13 +82,15 @@ class Trainer:
                  step_time: float | None = None, job_class: str = "A", checkpoint_every: int = 0,
                  runtime_env: dict | None = None, scaling: Any = None, client: Any = None,
                  tenant: str | None = None, min_runtime_s: float | None = None, max_failures: int = 0,
-                 max_runtime_s: float | None = None, report_timeout_s: float | None = None) -> None:
+                 max_runtime_s: float | None = None, report_timeout_s: float | None = None,
+                 torch_config: dict | None = None, checkpoint_config: dict | None = None) -> None:
         self.train_loop, self.working_dir = train_loop, working_dir
         self.fields = {"steps": steps, "gpus": gpus, "min_gpus": min_gpus, "name": name, "step_time": step_time,
                        "class": job_class, "checkpoint_every": checkpoint_every, "config": dict(config or {}),
                        "runtime_env": runtime_env, "scaling": scaling, "tenant": tenant,
                        "min_runtime_s": min_runtime_s, "max_failures": max_failures or None,
-                       "max_runtime_s": max_runtime_s, "report_timeout_s": report_timeout_s}
+                       "max_runtime_s": max_runtime_s, "report_timeout_s": report_timeout_s,
+                       "torch_config": torch_config, "checkpoint_config": checkpoint_config}
         self._client = client
         self.handle: JobHandle | None = None
 

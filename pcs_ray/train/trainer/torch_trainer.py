@@ -19,6 +19,10 @@ the cluster's storage (``pcs-ray start --storage``), whose ``to_directory()`` do
 folder of the cluster's ``STATE_DIR`` (said once, as a warning). A local ``storage_path`` also gets a copy
 of the checkpoint.
 
+``datasets={"train": ds, ...}`` with ``dataset_config=DataConfig(datasets_to_split=...)`` (default: all split)
+are written once at submission where every node reads them and deleted when ``fit()`` sees the job end; each
+rank reads ``train.get_dataset_shard(name)`` (``pcs_ray.train.datasets``).
+
 Ray's options that mean nothing here are refused with one line
 (:class:`~pcs_ray.train.config.UnsupportedOptionError`) saying what to do instead.
 """
@@ -31,19 +35,47 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pcs_ray.train.config import RunConfig, ScalingConfig, refuse
+from pcs_ray.train.config import CheckpointConfig, RunConfig, ScalingConfig, TorchConfig, refuse
 from pcs_ray.train.result import Result
-from pcs_ray.train.trainer import Trainer
+from pcs_ray.train.trainer import Trainer, TrainingFailedError
 
 REFUSED = {
-    "torch_config": "pcs-ray sets up torch.distributed itself (NCCL on GPUs, gloo on logical ones); drop torch_config",
-    "datasets": "Ray Data datasets do not travel with a pcs-ray job; build your DataLoader inside the training "
-                "function and pass it through train.torch.prepare_data_loader",
-    "dataset_config": "Ray Data datasets do not travel with a pcs-ray job; drop dataset_config",
     "resume_from_checkpoint": "a pcs-ray job resumes from its own checkpoints; to start from another one, pass its "
                               "folder in train_loop_config and load it in the training function",
     "metadata": "pcs-ray keeps no checkpoint metadata; put what you need in the checkpoint's folder",
 }
+
+
+def torch_spec_of(torch_config: Any) -> dict | None:
+    """The job spec's ``torch_config`` of a :class:`~pcs_ray.train.config.TorchConfig` (or Ray's own, read by its
+    fields); None: pcs-ray's default (NCCL on GPUs, gloo on logical ones)."""
+    if torch_config is None:
+        return None
+    if not isinstance(torch_config, TorchConfig):
+        try:
+            torch_config = TorchConfig(torch_config.backend, torch_config.init_method, torch_config.timeout_s)
+        except AttributeError:
+            raise refuse("TorchTrainer(torch_config)", f"expected a pcs_ray.train.torch.TorchConfig, got "
+                         f"{type(torch_config).__name__}; build one") from None
+    return torch_config.to_spec()
+
+
+def checked_datasets(datasets: Any, dataset_config: Any) -> dict:
+    """``datasets`` as a dict by name (Ray's ``{"train": ds, ...}``), checked before anything is written."""
+    from pcs_ray.train.datasets import DataConfig
+
+    if dataset_config is not None and not isinstance(dataset_config, DataConfig):
+        raise refuse("TorchTrainer(dataset_config)", f"expected a pcs_ray.train.DataConfig, got "
+                     f"{type(dataset_config).__name__}")
+    if datasets is None:
+        return {}
+    if not isinstance(datasets, dict) or not all(isinstance(k, str) and k and "/" not in k for k in datasets):
+        raise refuse("TorchTrainer(datasets)", "expected a dict of datasets by name; give {'train': ds, ...}")
+    for name, dataset in datasets.items():
+        if not (hasattr(dataset, "iter_batches") or type(dataset).__name__ in ("Table", "DataFrame")):
+            raise refuse("TorchTrainer(datasets)", f"{name!r} is a {type(dataset).__name__}; give a ray.data.Dataset, "
+                                                   "pyarrow.Table or pandas.DataFrame per name")
+    return dict(datasets)
 
 
 _said: set[str] = set()
@@ -70,8 +102,7 @@ class TorchTrainer:
                  step_time: float | None = None, checkpoint_every: int = 0, min_runtime_s: float | None = None,
                  max_runtime_s: float | None = None, report_timeout_s: float | None = None,
                  working_dir: str | Path | None = None, scaling: Any = None, client: Any = None) -> None:
-        given = {"torch_config": torch_config, "datasets": datasets, "dataset_config": dataset_config,
-                 "resume_from_checkpoint": resume_from_checkpoint, "metadata": metadata}
+        given = {"resume_from_checkpoint": resume_from_checkpoint, "metadata": metadata}
         for name, value in given.items():
             if value is not None:
                 raise refuse(f"TorchTrainer({name})", REFUSED[name])
@@ -81,13 +112,20 @@ class TorchTrainer:
             warnings.warn("ScalingConfig(use_gpu=False): each pcs-ray worker holds one GPU of the cluster all the "
                           "same, and its device is that GPU (the CPU on a logical GPU)", stacklevel=2)
         min_gpus, gpus = self.scaling_config.gpu_range()
+        # What the ranks need beyond the loop's own config: their process group's options and the checkpoint policy.
+        travels = {"torch_config": torch_spec_of(torch_config),
+                   "checkpoint_config": (self.run_config.checkpoint_config or CheckpointConfig()).to_spec()}
         self._storage_checked = False  # a remote storage_path is written to once before the job is submitted
         self.trainer = Trainer(
             train_loop_per_worker, config=train_loop_config, steps=steps, gpus=gpus, min_gpus=min_gpus,
             name=self.run_config.name or "", working_dir=working_dir, step_time=step_time, job_class=job_class,
             checkpoint_every=checkpoint_every, runtime_env=self.run_config.worker_runtime_env, scaling=scaling,
             client=client, tenant=tenant, min_runtime_s=min_runtime_s, max_failures=self.run_config.max_failures,
-            max_runtime_s=max_runtime_s, report_timeout_s=report_timeout_s)
+            max_runtime_s=max_runtime_s, report_timeout_s=report_timeout_s,
+            **{name: spec for name, spec in travels.items() if spec is not None})
+        self.datasets = checked_datasets(datasets, dataset_config)
+        self.dataset_config = dataset_config
+        self._staged: dict | None = None  # where submit() wrote the datasets (pcs_ray.train.datasets)
 
     def spec(self) -> dict:
         """The job spec it submits: the one :class:`Trainer` makes of the same fields."""
@@ -100,7 +138,29 @@ class TorchTrainer:
         if self.trainer.handle is None and self.run_config.remote and not self._storage_checked:
             self.run_config.result_storage()
             self._storage_checked = True
-        return self.trainer.submit()
+        if self.trainer.handle is None and self.datasets and self._staged is None:
+            self._stage_datasets()
+        try:
+            return self.trainer.submit()
+        except BaseException:
+            if self.trainer.handle is None:
+                self._unstage_datasets()
+            raise
+
+    def _stage_datasets(self) -> None:
+        """Write the datasets where every node reads them; the job spec says where."""
+        from pcs_ray.train import datasets as staging
+
+        root = staging.data_root(self.trainer.client.status())
+        self._staged = staging.stage(self.datasets, self.dataset_config, root)
+        self.trainer.fields["datasets"] = self._staged  # the job spec's datasets: each run's ranks get them
+
+    def _unstage_datasets(self) -> None:
+        if self._staged is not None:
+            from pcs_ray.train import datasets as staging
+
+            staging.unstage(self._staged)
+            self._staged = None
 
     @property
     def job_id(self) -> int | None:
@@ -116,7 +176,12 @@ class TorchTrainer:
         ``RunConfig(storage_path=...)`` the result is also kept in ``storage_path/name`` (``Result.path``):
         ``result.json``, and in a local folder a copy of the checkpoint (``pcs_ray.train.result``)."""
         self.submit()
-        result = self.trainer.fit(timeout)
+        try:
+            result = self.trainer.fit(timeout)
+        except TrainingFailedError:
+            self._unstage_datasets()  # the job ended: no run reads them again
+            raise
+        self._unstage_datasets()
         if self.run_config.storage_path is None:
             return result
         name = self.run_config.name or f"job-{result.job_id}"
