@@ -231,3 +231,22 @@ def test_a_decision_reads_none_of_the_ended_jobs_retention_keeps(tmp_path):
     clock.t += 1
     core.tick()  # guards and the policy's review
     assert reads["ended"] == 0
+
+
+def test_a_forgotten_jobs_staged_datasets_go_with_it_and_only_under_the_clusters_own_folder(tmp_path):
+    core, clock = make(tmp_path, Retention(ended_job_s=60, ended_jobs_kept=None))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "loop.py").write_text("def loop(config):\n    pass\n")
+    staged = core.checkpoint_root.parent / "datasets" / "0123456789abcdef"
+    staged.mkdir(parents=True)
+    (staged / "train.arrow").write_bytes(b"rows")
+    elsewhere = tmp_path / "elsewhere" / "datasets" / "0123456789abcdef"  # a spec's root is never trusted
+    elsewhere.mkdir(parents=True)
+    datasets = {"root": str(tmp_path / "elsewhere"), "token": "0123456789abcdef",
+                "datasets": {"train": {"key": "datasets/0123456789abcdef/train.arrow", "rows": 1, "split": True}}}
+    jid, _ = core.submit({"entrypoint": "loop.py:loop", "working_dir": str(code), "steps": 10, "datasets": datasets})
+    run_to_end(core, clock, jid)
+    clock.t += 60 + CHECK_EVERY_S
+    core.tick()
+    assert jid not in core.jobs and not staged.exists() and elsewhere.exists()
