@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -21,7 +22,12 @@ class ProgressReporter:
     the wall-clock seconds per step since the previous report instead: the checkpoints, data loading and
     reports between steps are what a job's completion waits for too (on an H100, periodic checkpoints of
     a ResNet-18 alone added 8 % to its steps' own time). The first report of a run is its first step alone.
+
+    A step held back by the interval is sent once the loop has been quiet for ``QUIET_S`` (an evaluation, a
+    slow epoch, a pause): what the coordinator shows is then never older than that behind the loop.
     """
+
+    QUIET_S = 1.0
 
     target: object
     job_id: str
@@ -32,6 +38,9 @@ class ProgressReporter:
     _last: float = field(default=float("-inf"))
     _last_step: int | None = None
     _times: list = field(default_factory=list)
+    _held: tuple | None = None  # (step, monotonic time) of the newest step the interval held back
+    _timer: threading.Timer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def began(self, step: int) -> None:
         """The run's ranks are up and its code starts (no step time: not a measurement): the coordinator
@@ -45,10 +54,46 @@ class ProgressReporter:
             log.warning("start report for %s failed: %s", self.job_id, exc)
 
     def step_done(self, step: int, step_time_s: float) -> None:
-        self._times.append(step_time_s)
-        now = time.monotonic()
+        with self._lock:
+            self._times.append(step_time_s)
+            now = time.monotonic()
+            if now - self._last < self.interval_s:
+                self._held = (step, now)
+                if self._timer is None:
+                    self._arm(self.QUIET_S)
+                return
+            self._send(step, now)
+
+    def close(self) -> None:
+        """The run ended: nothing held back is sent after it."""
+        with self._lock:
+            self._held = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm(self, delay: float) -> None:
+        self._timer = threading.Timer(delay, self._quiet)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _quiet(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._held is None:
+                return
+            step, at = self._held
+            left = at + self.QUIET_S - time.monotonic()
+            if left > 0:  # a step came since the timer was set: wait for the loop to go quiet after it
+                self._arm(left)
+                return
+            self._send(step, at)
+
+    def _send(self, step: int, now: float) -> None:
+        """Report ``step`` (done at ``now``); the caller holds the lock."""
+        self._held = None
         target = self.resolve() if self.resolve is not None else self.target
-        if target is None or now - self._last < self.interval_s:
+        if target is None or not self._times:
             return
         if self.emulated or self._last_step is None or step <= self._last_step:
             mean = sum(self._times) / len(self._times)

@@ -252,6 +252,8 @@ class _Pace:
         self.mark = time.monotonic()
 
     def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
         if self.telemetry is not None:
             self.telemetry.step_done(final=True)
             self.telemetry.meter.sampler.close()

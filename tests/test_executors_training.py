@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from pcs_ray.executors.checkpoint import LATEST, load_checkpoint
 from pcs_ray.executors.emulation import StepBudget
 from pcs_ray.executors.training import DataStream, ProgressReporter, run_training, shard
 from pcs_ray.workloads.device_model import emulated_step_s, reference_step_s
-from builders import Clock
+from builders import Clock, wait_until
 
 pytestmark = pytest.mark.slow  # real training steps
 
@@ -212,6 +213,27 @@ def test_real_gpu_progress_reports_wall_clock_seconds_per_step_between_reports(m
     reporter.step_done(10, 0.2)  # under the interval: not sent
     assert [(args[1], args[2]) for args, _ in target.calls] == [(1, 0.2), (5, 0.25), (9, 0.5)]
     assert all(kw == {"emulated": False} for _, kw in target.calls)
+
+
+def test_a_step_held_back_by_the_interval_is_sent_once_the_loop_goes_quiet():
+    """Steps 1-10, 0.05 s apart, then a pause (an evaluation): the coordinator hears of step 10 within a
+    second of it, not at the next step, however long the pause."""
+    target = _FakeActor()
+    reporter = ProgressReporter(target, "j", interval_s=1.0, emulated=True)
+    for step in range(1, 11):
+        reporter.step_done(step, 0.05)
+        time.sleep(0.05)
+    assert [args[1] for args, _ in target.calls] == [1]  # the rest held back by the interval, so far
+    last = time.monotonic()
+    wait_until(lambda: len(target.calls) == 2, timeout=3.0, every=0.01)
+    assert target.calls[1][0][1] == 10 and time.monotonic() - last <= 1.0 + 0.3
+    time.sleep(1.2)
+    assert len(target.calls) == 2  # sent once
+    reporter.step_done(11, 0.05)  # the interval has passed: at once
+    reporter.step_done(12, 0.05)
+    reporter.close()  # the run ended: what was held back is not sent after it
+    time.sleep(1.2)
+    assert [args[1] for args, _ in target.calls] == [1, 10, 11]
 
 
 def test_progress_is_reported_throttled_with_the_emulation_flag(tmp_path):
