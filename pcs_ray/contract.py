@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -45,6 +46,19 @@ class JobStatus(StrEnum):
 #: The states a job never leaves.
 TERMINAL = frozenset({JobStatus.FINISHED, JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.TIMED_OUT})
 _HOLDING = frozenset({JobStatus.RUNNING, JobStatus.STOPPING})
+
+
+#: What a job's ``bound`` is, said wherever it is shown.
+BOUND_MEANING = ("bound: the latest finish the policy guarantees the job whatever arrives later; a predicted "
+                 "finish past it means the job ran slower, or lost more time to stops and faults, than the bound "
+                 "assumed")
+
+
+def past_bound(job: Mapping) -> bool:
+    """A job view (``status``'s) not yet ended whose predicted finish is later than its bound."""
+    predicted, bound = job.get("predicted_completion"), job.get("bound")
+    return (job.get("state") not in TERMINAL and isinstance(predicted, (int, float))
+            and isinstance(bound, (int, float)) and predicted > bound)
 
 
 class EndCode(StrEnum):

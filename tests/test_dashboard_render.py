@@ -252,3 +252,24 @@ def test_the_sign_in_form_holds_no_cluster_data_and_says_why_it_refused():
     assert {i.attrs["name"] for i in form.all("input")} == {"token", "user", "tenant"}
     assert root.one("p", class_="error").text == "the token was refused"
     assert not root.all("nav") and not root.all("script")
+
+
+def test_a_running_job_predicted_past_its_bound_says_so_and_the_bound_is_explained_where_it_appears():
+    from pcs_ray.commands.format import StatusTable
+    from pcs_ray.contract import BOUND_MEANING
+
+    late, on_time = running(1, ["node0:0"], predicted=NOW + 13, bound=NOW), running(2, ["node0:1"])
+    root = dom(pages.jobs_page(snapshot([late, on_time]), JobsQuery(), SESSION))
+    rows = root.one("table", id="jobs").one("tbody").all("tr")
+    bounds = [{td.attrs["data-col"]: td for td in r.all("td")}["bound"] for r in rows]
+    assert bounds[0].attrs.get("data-missed") == "1" and "missed" in bounds[0].text
+    assert "data-missed" not in bounds[1].attrs and "missed" not in bounds[1].text
+    assert root.one("th", data_col="bound").attrs["title"] == BOUND_MEANING
+    page = dom(pages.job_page(late, [], NOW, None, SESSION))
+    assert "missed" in page.one(class_="missed").text and BOUND_MEANING in page.one("dl", class_="facts").text
+    assert not dom(pages.job_page(on_time, [], NOW, None, SESSION)).all(class_="missed")
+    status = {"now": NOW, "jobs": [dict(late, predicted_completion=NOW + 13, emulated=False, step_time=None,
+                                        total_steps=100, preemptions=0, error=None, **{"class": "A"})]}
+    table = StatusTable(status)
+    assert table.cells(status["jobs"][0])["bound"].endswith(" missed")
+    assert BOUND_MEANING in table.notes([]) and any("past its bound" in line for line in table.notes([]))

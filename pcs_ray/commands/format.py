@@ -9,7 +9,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from pcs_ray.contract import TERMINAL, JobStatus
+from pcs_ray.contract import BOUND_MEANING, TERMINAL, JobStatus, past_bound
 
 
 def clock(t: float | None) -> str:
@@ -80,7 +80,8 @@ class StatusTable:
             "progress": f"{job['steps']}/{job['total_steps']} {pct:3.0f}%" if pct is not None else f"{job['steps']}/?",
             "step s": "-" if job["step_time"] is None else f"{job['step_time']:.3f}" + ("*" if job["emulated"] else ""),
             "predicted finish": clock(job["finish"]) if done else when(job["predicted_completion"], now),
-            "bound": "-" if done else clock(job["bound"]), "preempt": str(job["preemptions"]),
+            "bound": "-" if done else clock(job["bound"]) + (" missed" if past_bound(job) else ""),
+            "preempt": str(job["preemptions"]),
             "skips": f"{job['skips']}: {job['skip_reason']}" if job.get("skips") else "",
             "why waiting": why["code"] if why else "",
             "error": last_line(job["error"]) if job["state"] in ENDED_WITH_ERROR else "",
@@ -106,6 +107,12 @@ class StatusTable:
         storage = self.status.get("storage") or {}
         if storage.get("problem"):
             lines.append(f"storage: {storage['problem']}")
+        missed = [job for job in self.status["jobs"] if past_bound(job)]
+        for job in missed:
+            lines.append(f"job {job['id']} is predicted to finish at {clock(job['predicted_completion'])}, past its "
+                         f"bound {clock(job['bound'])}")
+        if missed:
+            lines.append(BOUND_MEANING)
         for job in self.status["jobs"]:
             if job.get("waiting"):
                 lines.append(f"job {job['id']} waits: {job['waiting']['code']}: {job['waiting']['text']}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
+from pcs_ray.contract import BOUND_MEANING, past_bound
 from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
 
 PAGE_ROWS = 100
@@ -113,7 +114,7 @@ def row(job: dict, now: float) -> str:
          f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>'),
         f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
         f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
-        f'<td data-col="bound"{attrs(data__epoch=epoch(bound))}>{clock(bound, now)}</td>',
+        bound_cell(bound, past_bound(job), now),
         f'<td data-col="reason"{attrs(data__code=waiting.get("code", ""))}>{esc(reason_words(waiting))}</td>',
         f'<td data-col="preemptions">{job.get("preemptions", 0)}</td>',
         f'<td data-col="lost-steps">{job.get("lost_steps", 0)}</td>',
@@ -122,16 +123,24 @@ def row(job: dict, now: float) -> str:
             + "".join(cells) + "</tr>")
 
 
+def bound_cell(bound: float | None, missed: bool, now: float) -> str:
+    """The bound's cell: its time, marked where the predicted finish is past it (the meaning on hover)."""
+    mark = ' <span class="missed">missed</span>' if missed else ""
+    return (f'<td data-col="bound"{attrs(data__epoch=epoch(bound), data__missed="1" if missed else None)}>'
+            f"{clock(bound, now)}{mark}</td>")
+
+
 def header(q: JobsQuery) -> str:
     out = []
     for key, label in COLUMNS:
+        explain = BOUND_MEANING if key == "bound" else None
         if key in SORTS:
             order = "desc" if q.sort == key and q.order == "asc" else "asc"
             mark = (" ▲" if q.order == "asc" else " ▼") if q.sort == key else ""
-            out.append(f'<th{attrs(data__col=key)}><a{attrs(href=q.url(sort=key, order=order, page=1))}>'
+            out.append(f'<th{attrs(data__col=key, title=explain)}><a{attrs(href=q.url(sort=key, order=order, page=1))}>'
                        f"{label}{mark}</a></th>")
         else:
-            out.append(f'<th{attrs(data__col=key)}>{label}</th>')
+            out.append(f'<th{attrs(data__col=key, title=explain)}>{label}</th>')
     return "<tr>" + "".join(out) + "</tr>"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pcs_ray.contract import BOUND_MEANING, past_bound
 from pcs_ray.dashboard.charts import line_chart
 from pcs_ray.dashboard.jobs_table import (
     JobsQuery,
@@ -186,7 +187,10 @@ def _facts(job: dict, now: float) -> str:
             ("Start" if job["state"] != "queued" else "Predicted start",
              _time("predicted-start", job.get("start") if job["state"] != "queued" else job.get("predicted_start"), now)),
             ("Predicted finish", _time("predicted-finish", predicted_finish(job), now)),
-            ("Bound", f'<span{attrs(data__epoch=epoch(job.get("bound")), class_="bound")}>{clock(job.get("bound"), now)}</span>'),
+            ("Bound", f'<span{attrs(data__epoch=epoch(job.get("bound")), class_="bound", title=BOUND_MEANING)}>'
+                      f'{clock(job.get("bound"), now)}</span>'
+                      + (f' <span class="missed">missed: predicted past it</span> <small>{esc(BOUND_MEANING)}</small>'
+                         if past_bound(job) else "")),
             ("Finished", clock(job.get("finish"), now)),
             ("Why waiting", f'<span{attrs(data__code=waiting.get("code", ""), class_="reason")}>{esc(reason_words(waiting)) or "—"}</span>'),
             ("Preemptions / lost steps", f'{job.get("preemptions", 0)} / {job.get("lost_steps", 0)}')]
