@@ -273,3 +273,15 @@ def test_a_running_job_predicted_past_its_bound_says_so_and_the_bound_is_explain
     table = StatusTable(status)
     assert table.cells(status["jobs"][0])["bound"].endswith(" missed")
     assert BOUND_MEANING in table.notes([]) and any("past its bound" in line for line in table.notes([]))
+
+
+def test_the_timelines_axis_ends_where_its_last_bar_or_bound_does():
+    snap = snapshot([running(1, ["node0:0"], predicted=NOW + 120, bound=NOW + 130)])
+    svg = dom(pages.timeline_page(snap, SESSION)).one("svg", id="timeline")
+    since, until = float(svg.attrs["data-since"]), float(svg.attrs["data-until"])
+    assert NOW + 120 <= until <= NOW + 120 + 0.05 * (until - since)  # not minutes past the last bar
+    queued = snapshot([running(1, ["node0:0"], predicted=NOW + 120), job(2, predicted=NOW + 200, bound=NOW + 400)])
+    until = float(dom(pages.timeline_page(queued, SESSION)).one("svg", id="timeline").attrs["data-until"])
+    assert NOW + 400 <= until <= NOW + 440  # a queued job's bound is drawn, so the axis reaches it
+    idle = float(dom(pages.timeline_page(snapshot([]), SESSION)).one("svg", id="timeline").attrs["data-until"])
+    assert NOW + 60 <= idle <= NOW + 70  # "now" is never the axis's edge

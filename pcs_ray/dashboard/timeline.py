@@ -18,7 +18,8 @@ from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
 
 PAST_S = 1800.0  # how far back the window reaches
 MIN_PAST_S = 120.0
-MIN_FUTURE_S = 600.0
+MIN_FUTURE_S = 60.0  # the axis reaches at least this far past now, so that "now" is not its edge
+END_MARGIN = 0.02  # and this share of its span past the last thing it draws
 MAX_FUTURE_S = 7 * 24 * 3600.0
 MAX_QUEUED = 50
 LABEL_W, WIDTH, ROW_H, AXIS_H = 110, 1100, 22, 24
@@ -54,8 +55,10 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
     rows, queued = _bars(snapshot, now - past_s)
     starts = [b["start"] for bars in rows.values() for b in bars]
     since = max(now - past_s, min(starts + [now - MIN_PAST_S]))  # a young cluster's runs are not squeezed
-    ends = [b["finish"] for bars in rows.values() for b in bars] + [j["predicted_completion"] for j in queued]
-    until = min(max([now + MIN_FUTURE_S] + ends), now + MAX_FUTURE_S)
+    ends = ([b["finish"] for bars in rows.values() for b in bars] + [j["predicted_completion"] for j in queued]
+            + [j["bound"] for j in queued if j.get("bound") is not None])  # queued jobs' bounds are drawn as lines
+    last = max([now + MIN_FUTURE_S] + ends)
+    until = min(last + END_MARGIN * (last - since), now + MAX_FUTURE_S)  # the axis ends where the drawing does
     span = until - since
     inner = WIDTH - LABEL_W - 10
 
