@@ -27,9 +27,9 @@ SCRIPTS = Path(__file__).resolve().parent / "train_scripts"
 #: script → its loop's config: sized for about 20-40 s of training with 2 workers on a 2-core machine.
 CONFIGS = {
     "plain": {"samples": 8192, "epochs": 6},
-    "ray_data": {"rows": 8192, "epochs": 6},
-    "lightning_script": {"samples": 8192, "epochs": 6},
-    "transformers_script": {"samples": 1024, "epochs": 2},
+    "ray_data": {"rows": 8192, "epochs": 6, "batch": 16},
+    "lightning_script": {"samples": 8192, "epochs": 6, "batch": 16},
+    "transformers_script": {"samples": 1024, "epochs": 2, "batch": 8},
 }
 
 
@@ -64,7 +64,8 @@ def main() -> None:
                 for rep in range(args.repeats):
                     for framework in (("ray", "pcs_ray") if rep % 2 == 0 else ("pcs_ray", "ray")):
                         got = run_once(env, framework, script, config, tmp / "ray-results")
-                        log(f"{script} {framework} run {rep + 1}: {got.get('wall_s', got.get('error'))}")
+                        log(f"{script} {framework} run {rep + 1}: {got.get('wall_s', got.get('error'))} "
+                            f"{json.dumps(got.get('metrics', {}))}")  # the metrics show both did the same work
                         if "error" in got:
                             errors.append(f"{framework}: {got['error']}")
                         else:

@@ -1,5 +1,8 @@
 """Run one integration's script under Ray Train or pcs-ray on the Ray cluster at ``RAY_ADDRESS`` and print the
-wall time of ``fit()`` as JSON: ``python drive.py FRAMEWORK SCRIPT [CONFIG_JSON]``."""
+wall time of ``fit()`` as JSON: ``python drive.py FRAMEWORK SCRIPT [CONFIG_JSON]``.
+
+A script may define ``trainer_options(framework, config)``: more ``TorchTrainer`` arguments (datasets, their
+``DataConfig``), built by the driver before ``fit()`` from the same config the loop gets."""
 
 import importlib
 import json
@@ -27,7 +30,8 @@ def main() -> None:
         scaling = train.ScalingConfig(num_workers=config.pop("workers", 2), use_gpu=True)
         config.pop("storage")
         options["run_config"] = train.RunConfig(name=f"bench-{script}")
-    options.update(getattr(module, "trainer_options", lambda framework: {})(framework))
+    if hasattr(module, "trainer_options"):
+        options.update(module.trainer_options(framework, config))
     trainer = trainer_cls(module.train_func, train_loop_config=config, scaling_config=scaling, **options)
     began = time.perf_counter()
     result = trainer.fit()

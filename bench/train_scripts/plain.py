@@ -33,4 +33,5 @@ def train_func(config):
             opt.step()
         with tempfile.TemporaryDirectory() as d:
             torch.save(getattr(model, "module", model).state_dict(), os.path.join(d, "model.pt"))
-            train.report({"loss": loss.item(), "epoch": epoch}, checkpoint=train.Checkpoint.from_directory(d))
+            train.report({"loss": loss.item(), "epoch": epoch, "threads": torch.get_num_threads()},
+                         checkpoint=train.Checkpoint.from_directory(d))
