@@ -4,6 +4,7 @@ run under Ray Train or pcs-ray by ``config["framework"]``: the two differ in the
 import importlib
 import os
 import tempfile
+import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -15,6 +16,7 @@ def modules(framework: str):
 
 
 def train_func(config):
+    began = time.perf_counter()  # the loop's own time, beside fit()'s: what each framework adds around it
     train, train_torch = modules(config["framework"])
     torch.manual_seed(0)
     x = torch.randn(config["samples"], 32)
@@ -33,5 +35,6 @@ def train_func(config):
             opt.step()
         with tempfile.TemporaryDirectory() as d:
             torch.save(getattr(model, "module", model).state_dict(), os.path.join(d, "model.pt"))
-            train.report({"loss": loss.item(), "epoch": epoch, "threads": torch.get_num_threads()},
+            train.report({"loss": loss.item(), "epoch": epoch, "threads": torch.get_num_threads(),
+                          "loop_s": time.perf_counter() - began},
                          checkpoint=train.Checkpoint.from_directory(d))
