@@ -29,8 +29,8 @@ CALL = {"pcs_ray", "pcs_ray.cli", "pcs_ray.client", "pcs_ray.contract", "pcs_ray
         "pcs_ray.api", "pcs_ray.api.advert", "pcs_ray.api.discovery", "pcs_ray.api.ray_token", "pcs_ray.api.transport",
         "pcs_ray.api.wire", "pcs_ray.api.strict_json", "pcs_ray.tenants", "pcs_ray.tenants.identity"}
 TABLES = {"pcs_ray.commands.live", "pcs_ray.commands.format", "pcs_ray.commands.views"}
-JOB_FILE = {"pcs_ray.jobs", "pcs_ray.jobs.jobfile", "pcs_ray.jobs.usercode", "pcs_ray.cluster", "pcs_ray.cluster.spec",
-            "pcs_ray.cluster.nvml"}  # submit checks the file before it connects (NVML itself is imported lazily)
+JOB_FILE = {"pcs_ray.jobs", "pcs_ray.jobs.jobfile", "pcs_ray.jobs.usercode", "pcs_ray.jobs.train_options",
+            "pcs_ray.cluster", "pcs_ray.cluster.spec", "pcs_ray.cluster.nvml"}  # submit checks the file before it connects (NVML itself is imported lazily)
 PCS_RAY = {
     "status": CALL | TABLES,
     "predict": CALL | TABLES,

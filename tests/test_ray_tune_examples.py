@@ -23,17 +23,16 @@ is indeed not installed):
 
 * a library not installed: ``ax_example.py`` (ax), ``bayesopt_example.py`` (bayes_opt), ``bohb_example.py``
   (ConfigSpace, hpbandster), ``hyperopt_conditional_search_space_example.py`` (hyperopt),
-  ``lightgbm_example.py`` (lightgbm), ``mlflow_example.py`` (mlflow), ``mlflow_ptl.py`` (mlflow, lightning),
-  ``mnist_ptl_mini.py`` (lightning, torchmetrics, datasets), ``nevergrad_example.py`` (nevergrad),
+  ``lightgbm_example.py`` (lightgbm), ``mlflow_example.py`` (mlflow), ``mlflow_ptl.py`` (mlflow, and an MNIST download),
+  ``mnist_ptl_mini.py`` (datasets, and an MNIST download), ``nevergrad_example.py`` (nevergrad),
   ``optuna_define_by_run_example.py``, ``optuna_example.py``, ``optuna_multiobjective_example.py`` (optuna),
   ``pb2_ppo_example.py`` and ``pbt_ppo_example.py`` (gymnasium, for RLlib's PPO), ``pbt_memnn_example.py``,
   ``pbt_tune_cifar10_with_keras.py``, ``tf_mnist_example.py``, ``tune_mnist_keras.py`` (tensorflow),
-  ``xgboost_dynamic_resources_example.py``, ``xgboost_example.py`` (xgboost),
-  ``pbt_transformers/pbt_transformers.py`` (transformers, and a GLUE download);
+  ``xgboost_dynamic_resources_example.py``, ``xgboost_example.py`` (xgboost);
 * a download: ``cifar10_pytorch.py`` (CIFAR-10), ``mnist_pytorch.py``, ``mnist_pytorch_trainable.py``,
   ``pbt_convnet_example.py``, ``pbt_convnet_function_example.py`` (MNIST),
   ``pbt_dcgan_mnist/pbt_dcgan_mnist_func.py``, ``pbt_dcgan_mnist/pbt_dcgan_mnist_trainable.py`` (MNIST and a
-  pretrained classifier);
+  pretrained classifier), ``pbt_transformers/pbt_transformers.py`` (GLUE and a pretrained model);
 * not examples: ``__init__.py``, ``utils.py``, ``pbt_dcgan_mnist/common.py``, ``pbt_transformers/utils.py``.
 """
 
@@ -84,8 +83,8 @@ NOT_RUN = {
     "hyperopt_conditional_search_space_example.py": "needs hyperopt",
     "lightgbm_example.py": "needs lightgbm",
     "mlflow_example.py": "needs mlflow",
-    "mlflow_ptl.py": "needs mlflow, lightning",
-    "mnist_ptl_mini.py": "needs lightning, torchmetrics, datasets",
+    "mlflow_ptl.py": "needs mlflow; downloads MNIST (Hugging Face datasets)",
+    "mnist_ptl_mini.py": "needs datasets; downloads MNIST (Hugging Face datasets)",
     "mnist_pytorch.py": "downloads MNIST",
     "mnist_pytorch_trainable.py": "downloads MNIST",
     "nevergrad_example.py": "needs nevergrad",
@@ -108,7 +107,7 @@ NOT_RUN = {
     "pbt_dcgan_mnist/pbt_dcgan_mnist_trainable.py": "downloads MNIST and a pretrained classifier",
     "pbt_transformers/__init__.py": "not an example",
     "pbt_transformers/utils.py": "not an example (helpers: a GLUE download)",
-    "pbt_transformers/pbt_transformers.py": "needs transformers; downloads GLUE and a model",
+    "pbt_transformers/pbt_transformers.py": "downloads GLUE and a pretrained model",
 }
 
 def test_every_example_in_the_wheel_is_run_or_listed_with_why_not():
