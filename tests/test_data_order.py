@@ -54,8 +54,9 @@ def test_any_sequence_of_world_sizes_and_stops_sees_each_sample_once_per_epoch(s
     seen, state, short = play(size, batch, epochs=2, runs=runs + [(2, 10_000)])
     assert sorted(seen) == [0, 1] and state["epoch"] == 2
     for epoch, ids in seen.items():
-        assert len(ids) == len(set(ids))
-        if epoch not in short:  # all of it, unless a world grew past what the epoch's tail had left
+        if epoch in short:  # a world grew past what the epoch's tail had left: some ranks re-read one sample
+            assert set(ids) == set(range(size))
+        else:
             assert sorted(ids) == list(range(size))
 
 
@@ -86,6 +87,13 @@ def test_a_pass_left_early_counts_as_its_epoch_and_a_restored_one_continues():
     assert stream.epoch == 1 and stream.position == 0
     other_size = DataStream("d", 12, batch_size=2, state={"epoch": 4, "position": 6, "size": 10, "seed": 0})
     assert (other_size.epoch, other_size.position) == (4, 0)
+
+
+def test_a_tail_shorter_than_the_world_gives_every_rank_a_batch():
+    order = epoch_order(10, 0, seed=2)
+    per_rank = [rank_batches(order, 9, 3, r, 4) for r in range(3)]
+    assert [len(b) for b in per_rank] == [1, 1, 1]  # no rank without a batch: none left waiting in DDP
+    assert {b[0].indices.tolist()[0] for b in per_rank} == {order[9]} and per_rank[0][0].position_after == 10
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

@@ -11,8 +11,8 @@ At an epoch's end the last global batch is split as evenly as the ranks allow (c
 sample), so every rank gets the same number of batches (DDP needs that) and every sample is seen once; a
 final global batch smaller than the world is merged into the one before it. With ``drop_last`` the samples
 that do not fill a whole global batch are left out, as ``DistributedSampler(drop_last=True)`` does. Only a
-run that starts an epoch's tail with fewer samples left than ranks (the world grew near an epoch's end) gives
-some ranks no batch there; they skip it.
+run that starts an epoch's tail with fewer samples left than ranks (the world grew near an epoch's end) has
+some ranks re-read one of those samples there, so that every rank has a batch and none waits on the others.
 
 :class:`DataStream` holds a stream's state; the session writes every stream's state into each checkpoint
 (``STATE_FILE``), and a stream created in a resumed run reads its state back by name.
@@ -65,6 +65,8 @@ def rank_batches(order: np.ndarray, position: int, world_size: int, rank: int, b
     batches, start = [], position
     for size in global_batches(len(order) - position, world_size, batch_size, drop_last):
         chunk = np.array_split(order[start:start + size], world_size)[rank]
+        if not len(chunk):  # fewer samples than ranks: this rank re-reads one rather than leave DDP waiting
+            chunk = order[start + rank % size:start + rank % size + 1]
         start += size
         batches.append(Batch(chunk, start))
     return batches

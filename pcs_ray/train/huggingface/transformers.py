@@ -33,7 +33,8 @@ script ports by its imports::
 
 Not exact: a train dataset pcs-ray cannot order (an ``IterableDataset``, ``group_by_length``) is sharded
 with a ``DistributedSampler`` and its epoch starts over after a stop (the rank's log says so); a run that
-starts with fewer samples left in its epoch than ranks gives some ranks no batch, which DDP cannot train.
+starts with fewer samples left in its epoch than ranks has some ranks re-read one of them (as the data order
+does for every loop), so that DDP has a batch on every rank.
 
 When the run has several ranks, the variables Hugging Face and accelerate read to find the process group
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` ...) are set from the run's context on import
