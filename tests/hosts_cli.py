@@ -12,8 +12,14 @@ def pcs(hosts, *args, timeout=180, check=True):
     return hosts.run("head", ["pcs-ray", *map(str, args)], timeout=timeout, check=check)
 
 
+def one_json(stdout: str) -> dict:
+    """A ``--json`` command's one document: Ray's own processes may write into the same stdout (a fresh CI run
+    once saw text right after a ``submit --json`` document), so the first object is read and the rest left."""
+    return json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0]
+
+
 def status(hosts) -> dict:
-    return json.loads(pcs(hosts, "status", "--json", "--address", hosts.ray_address).stdout)
+    return one_json(pcs(hosts, "status", "--json", "--address", hosts.ray_address).stdout)
 
 
 def job(hosts, jid: int) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hosts import hosts_fixture
-from hosts_cli import job, pcs, status, wait_for
+from hosts_cli import job, one_json, pcs, status, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def submit(hosts, name: str, builtin: bool = False, **fields) -> int:
     spec = {"name": name, **code, "class": "B", **fields}
     path = hosts.put_file(f"{name}.yaml", json.dumps(spec))
     out = pcs(hosts, "submit", path, "--json", "--address", hosts.ray_address).stdout
-    return int(json.loads(out)["id"])
+    return int(one_json(out)["id"])
 
 
 @pytest.fixture(scope="module")

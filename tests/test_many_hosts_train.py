@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from hosts import VENV_BIN, hosts_fixture
-from hosts_cli import job, pcs, wait_for
+from hosts_cli import job, one_json, pcs, wait_for
 from test_ray_train_examples import LINEAR, PORTED, port
 
 pytestmark = pytest.mark.slow
@@ -212,7 +212,7 @@ def test_a_sweep_with_its_experiment_in_the_bucket_is_preempted_and_resumes_tria
         # A rigid job of 4 GPUs arrives: fair shares leave the sweep 2 of the 6, so at least one trial that is
         # training gives its GPU up (paused at its next report, from the checkpoint it reported).
         path = hosts.put_file("rigid.yaml", json.dumps(RIGID))
-        rigid = int(json.loads(pcs(hosts, "submit", path, "--json", "--address", hosts.ray_address).stdout)["id"])
+        rigid = int(one_json(pcs(hosts, "submit", path, "--json", "--address", hosts.ray_address).stdout)["id"])
         try:
             proc.wait(timeout=240)
         except subprocess.TimeoutExpired:
