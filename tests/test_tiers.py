@@ -1,188 +1,155 @@
-"""Packages in tiers, ground first, and no import cycles between files.
+"""Packages in tiers, ground first, and no import cycles, on grimp's import graph of the installed package.
 
-Tiers: the pure core (``pcs_ray`` minus the coordinator, client, CLI, training contract and the nested
-packages) < ``pcs_ray.workloads`` and ``pcs_ray.train`` (the contract user code runs against: torch, never Ray) < ``pcs_ray.solver`` and ``pcs_ray.executors`` <
-``pcs_ray.coordinator`` and
-``pcs_ray.client`` < the CLI (``pcs_ray.cli``, ``pcs_ray.commands``). A module
-may import its own tier or lower ones, never a higher one (a same-tier import
-between ``solver`` and ``executors`` is not allowed either: they are siblings).
-Every import counts, also those inside functions, because a lazy import is
-still a dependency. The core and ``workloads`` must not import Ray, and the
-core must not import torch.
+The tiers, the Ray- and torch-free core, the trainer's place and acyclic rooms are import-linter contracts
+(``[tool.importlinter]`` in ``pyproject.toml``; ``lint-imports`` checks them). Kept here, because a contract
+cannot say it:
 
-The repository's ``workloads/``, ``solver/`` and ``executors/`` folders are the packages
-``pcs_ray.workloads``, ``pcs_ray.solver`` and ``pcs_ray.executors``, and are imported by those names only.
+- which rooms a core package may import: a whitelist, where a forbidden contract lists what is forbidden
+  and would miss a room added later;
+- an import cycle through a package's own ``__init__``: ``acyclic_siblings`` compares siblings only;
+- underscore names read from another module: attributes, not imports;
+- the nested packages' old top-level names in tests, benchmarks and examples, which are not in the package.
 """
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+import copy
+import os
+import subprocess
+import sys
+from functools import cache
 from pathlib import Path
 
+import grimp
 import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NESTED = ("workloads", "solver", "executors")  # folders at the root, installed inside pcs_ray
-PACKAGES = ("pcs_ray", *NESTED)
+PYPROJECT = ROOT / "pyproject.toml"
+NESTED = ("workloads", "solver", "executors")  # folders at the root, linked into pcs_ray
 
 
 def within(module: str, *packages: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def tier_of(module: str) -> tuple[int, str]:
-    """(rank, group): a module may import groups of lower rank, or its own group."""
-    if within(module, "pcs_ray.cli", "pcs_ray.commands", "pcs_ray.__main__"):
-        return 4, "cli"
-    if within(module, "pcs_ray.coordinator", "pcs_ray.client", "pcs_ray.train.trainer"):
-        return 3, "coordinator"
-    if within(module, "pcs_ray.train"):
-        return 1, "train"
-    if within(module, "pcs_ray.solver", "pcs_ray.executors"):
-        return 2, module.split(".")[1]
-    if within(module, "pcs_ray.workloads"):
-        return 1, "workloads"
-    return 0, "core"
-
-
-def modules() -> dict[str, Path]:
+@cache
+def package_files() -> dict[str, Path]:
+    """Module name -> file, for every module of pcs_ray, through the links to the nested packages."""
     out = {}
-    for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            if parts[0] in NESTED:
-                parts.insert(0, "pcs_ray")
-            out[".".join(parts)] = path
-    return out
-
-
-def imports_of(module: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
-    """(imported project module, line) for every import statement in the file.
-
-    Only what the statement names counts: the parent packages Python initialises on the way
-    are not edges, or every package whose ``__init__`` re-exports its modules would be a cycle.
-    """
-    is_pkg = path.name == "__init__.py"
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            names = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
-        else:
-            continue
+    for folder, subfolders, names in os.walk(ROOT / "pcs_ray", followlinks=True):
+        subfolders[:] = [s for s in subfolders if s != "__pycache__"]
         for name in names:
-            target = name
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != module:
-                found.append((target, node.lineno))
-    return found
-
-
-def graph() -> tuple[nx.DiGraph, dict[tuple[str, str], int]]:
-    known = modules()
-    g = nx.DiGraph()
-    lines = {}
-    for mod, path in known.items():
-        g.add_node(mod)
-        for target, line in imports_of(mod, path, known):
-            g.add_edge(mod, target)
-            lines.setdefault((mod, target), line)
-    return g, lines
-
-
-def third_party(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            out.add(node.module.split(".")[0])
+            if name.endswith(".py"):
+                parts = list(Path(folder, name).relative_to(ROOT).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                out[".".join(parts)] = Path(folder, name)
     return out
 
 
-def test_every_import_goes_down_a_tier():
-    g, lines = graph()
-    known = modules()
-    bad = []
-    for src, dst in g.edges:
-        (rs, gs), (rd, gd) = tier_of(src), tier_of(dst)
-        if rd > rs or (rd == rs and gs != gd):
-            bad.append(f"{known[src].relative_to(ROOT)}:{lines[(src, dst)]} imports {dst} ({gd} tier) from the {gs} tier")
-    assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+@cache
+def graph() -> grimp.ImportGraph:
+    """The import graph of pcs_ray as Python finds it (the editable install: this checkout)."""
+    return grimp.build_graph("pcs_ray", cache_dir=None)
+
+
+@cache
+def graph_with_external_packages() -> grimp.ImportGraph:
+    """The graph the contracts are checked on: Ray and torch are nodes in it."""
+    return grimp.build_graph("pcs_ray", include_external_packages=True, cache_dir=None)
+
+
+def edges(g: grimp.ImportGraph) -> set[tuple[str, str]]:
+    return {(a, b) for a in g.modules for b in g.find_modules_directly_imported_by(a)}
+
+
+def test_the_import_contracts_hold():
+    out = subprocess.run([Path(sys.executable).with_name("lint-imports"), PYPROJECT, "--no-cache", "--no-logo"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def contract_kept(contract_id: str, g: grimp.ImportGraph) -> bool:
+    from importlinter.api import read_configuration
+    from importlinter.contracts import acyclic_siblings, forbidden, layers, protected
+
+    config = read_configuration(str(PYPROJECT))
+    options = next(c for c in config["contracts_options"] if c["id"] == contract_id)
+    kinds = {"layers": layers.LayersContract, "forbidden": forbidden.ForbiddenContract,
+             "protected": protected.ProtectedContract, "acyclic_siblings": acyclic_siblings.AcyclicSiblingsContract}
+    contract = kinds[options["type"]](name=options["name"], session_options=config["session_options"],
+                                      contract_options=options)
+    return contract.check(g, verbose=False).kept
+
+
+@pytest.mark.parametrize("contract_id, importer, imported", [
+    ("tiers", "pcs_ray.placement.framework", "pcs_ray.coordinator.core"),
+    ("tiers", "pcs_ray.solver.search", "pcs_ray.executors.launch"),
+    ("tiers", "pcs_ray.workloads.catalog", "pcs_ray.train.session"),
+    ("tiers", "pcs_ray.client", "pcs_ray.cli"),
+    ("acyclic-rooms", "pcs_ray.cluster.spec", "pcs_ray.jobs.spec"),
+    ("trainer-below-cli", "pcs_ray.train.trainer", "pcs_ray.commands"),
+    ("trainer-above-the-rest", "pcs_ray.executors.tune", "pcs_ray.train.trainer"),
+    ("trainer-above-the-rest", "pcs_ray.train.session", "pcs_ray.train.trainer.torch_trainer"),
+    ("core-without-ray-or-torch", "pcs_ray.sim.engine", "ray"),
+    ("core-without-ray-or-torch", "pcs_ray.policies.base", "torch"),
+    ("user-contract-without-ray", "pcs_ray.workloads.catalog", "ray"),
+])
+def test_a_contract_sees_the_import_it_forbids(contract_id, importer, imported):
+    """Each contract is kept on the package as it is and broken by one added import."""
+    assert contract_kept(contract_id, copy.deepcopy(graph_with_external_packages()))
+    wrong = copy.deepcopy(graph_with_external_packages())
+    wrong.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert not contract_kept(contract_id, wrong)
+
+
+def resolved_imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules a file's import statements name, as Python resolves them: ``from a import b`` is
+    ``a.b`` where that is a module, else ``a``; relative imports from the file's package."""
+    def nearest(name: str) -> str:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {nearest(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else nearest(base) for a in node.names}
+    return found - {"", module}
+
+
+def test_grimp_sees_every_import_the_code_has():
+    """The static graph misses no import: the pairs parsed from every file (imports in functions too) are
+    grimp's edges, also those into the nested packages, which are subpackages on disk."""
+    known = package_files()
+    parsed = {(m, dst) for m, path in known.items() for dst in resolved_imports(m, path, known)}
+    into_nested = {(m, d) for m, d in parsed if within(d, *(f"pcs_ray.{n}" for n in NESTED))}
+    g = graph()
+    assert set(g.modules) == set(known)
+    assert edges(g) == parsed, (f"grimp {len(edges(g))} edges, parsed {len(parsed)} pairs; only parsed: "
+                                f"{sorted(parsed - edges(g))[:10]}, only grimp's: {sorted(edges(g) - parsed)[:10]}")
+    assert into_nested <= edges(g) and len(into_nested) > 50
 
 
 def test_no_import_cycles_between_files():
-    g, lines = graph()
+    """Also through a package's own ``__init__``, which the contract's comparison of siblings cannot see."""
+    g = nx.DiGraph(list(edges(graph())))
     cycles = [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-def test_core_and_workloads_need_neither_ray_nor_torch_in_the_core():
-    known = modules()
-    bad = defaultdict(set)
-    for mod, path in known.items():
-        rank, _ = tier_of(mod)
-        deps = third_party(path)
-        if rank <= 1 and "ray" in deps:
-            bad[mod].add("ray")
-        if rank == 0 and deps & {"torch", "torchvision"}:
-            bad[mod] |= deps & {"torch", "torchvision"}
-    assert not bad, "\n".join(f"{m} imports {sorted(d)}" for m, d in sorted(bad.items()))
-
-
-def top_level_imports_of_nested(path: Path) -> list[str]:
-    """Imports of ``workloads``, ``solver`` or ``executors`` as top-level packages: those names are the user's."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in NESTED]
-    return found
-
-
-def test_the_nested_packages_are_imported_only_under_pcs_ray():
-    """Product, tests, benchmarks and examples import ``pcs_ray.workloads`` and its siblings, never a top-level
-    ``workloads``: that name is left to a user's own folder (and an import under it would escape the tier checks)."""
-    files = [p for top in (*PACKAGES, "tests", "bench", "examples", "cloudlab") for p in (ROOT / top).rglob("*.py")]
-    bad = [hit for path in files for hit in top_level_imports_of_nested(path)]
-    assert files and not bad, "\n".join(bad)
-
-
-def test_the_nested_packages_are_subpackages_of_pcs_ray():
-    import pcs_ray
-    import pcs_ray.executors
-    import pcs_ray.solver
-    import pcs_ray.workloads
-
-    assert pcs_ray.NESTED_PACKAGES == NESTED
-    for name, pkg in zip(NESTED, (pcs_ray.workloads, pcs_ray.solver, pcs_ray.executors)):
-        assert Path(pkg.__file__).resolve() == ROOT / name / "__init__.py"
-
-
-def test_the_checker_sees_an_upward_import(tmp_path):
-    """The parser resolves relative and absolute imports, so a violation cannot hide."""
-    pkg = tmp_path / "pcs_ray" / "placement"
-    pkg.mkdir(parents=True)
-    (tmp_path / "pcs_ray" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("from .x import y\n")
-    (pkg / "x.py").write_text("def f():\n    from pcs_ray.coordinator import core\n")
-    known = {"pcs_ray": tmp_path / "pcs_ray/__init__.py", "pcs_ray.placement": pkg / "__init__.py",
-             "pcs_ray.placement.x": pkg / "x.py", "pcs_ray.coordinator": tmp_path / "c.py",
-             "pcs_ray.coordinator.core": tmp_path / "cc.py"}
-    assert ("pcs_ray.placement.x", 1) in imports_of("pcs_ray.placement", pkg / "__init__.py", known)
-    assert ("pcs_ray.coordinator.core", 2) in imports_of("pcs_ray.placement.x", pkg / "x.py", known)
+def imports_outside(package: str, ground: tuple[str, ...]) -> list[str]:
+    g = graph()
+    return [f"{m} imports {dst}" for m in sorted(g.modules) if within(m, package)
+            for dst in sorted(g.find_modules_directly_imported_by(m)) if dst != "pcs_ray" and not within(dst, *ground)]
 
 
 #: What the forecast package may build on: the state, the policy and placement interfaces, itself.
@@ -194,10 +161,8 @@ def test_the_forecast_package_stands_on_the_policy_and_placement_interfaces():
     """Forecasting is a package of its own: it never imports the simulator (which imports it) or any
     module but the state, the rule that settles and charges a move (the engine's too), and the policy
     and placement interfaces."""
-    known = modules()
-    bad = [f"{mod} imports {dst}" for mod, path in known.items() if within(mod, "pcs_ray.forecast")
-           for dst, _ in imports_of(mod, path, known) if not within(dst, *FORECAST_GROUND)]
-    assert any(within(m, "pcs_ray.forecast") for m in known) and not bad, bad
+    assert "pcs_ray.forecast" in graph().modules
+    assert not imports_outside("pcs_ray.forecast", FORECAST_GROUND)
 
 
 #: What each package of the core may build on besides itself: its rooms below it, nothing sideways.
@@ -216,11 +181,39 @@ PACKAGE_GROUND = {
 def test_each_core_package_stands_on_its_ground(package):
     """A concern's folder imports only the rooms its ground names (``pcs_ray`` itself, whose ``__init__``
     imports nothing, aside): a new arrow between rooms is a decision, made here, not an accident."""
-    known = modules()
-    ground = (package, *PACKAGE_GROUND[package])
-    bad = [f"{mod} imports {dst}" for mod, path in known.items() if within(mod, package)
-           for dst, _ in imports_of(mod, path, known) if dst != "pcs_ray" and not within(dst, *ground)]
-    assert any(within(m, package) for m in known) and not bad, bad
+    assert package in graph().modules
+    assert not imports_outside(package, (package, *PACKAGE_GROUND[package]))
+
+
+def top_level_imports_of_nested(path: Path) -> list[str]:
+    """Imports of ``workloads``, ``solver`` or ``executors`` as top-level packages: those names are the user's."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+        found += [f"{path}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in NESTED]
+    return found
+
+
+def test_the_nested_packages_are_imported_only_under_pcs_ray():
+    """Product, tests, benchmarks and examples import ``pcs_ray.workloads`` and its siblings, never a top-level
+    ``workloads``: that name is left to a user's own folder (and an import under it would escape the tier checks)."""
+    files = [*package_files().values(), *(p for top in ("tests", "bench", "examples", "cloudlab")
+                                          for p in (ROOT / top).rglob("*.py"))]
+    bad = [hit for path in files for hit in top_level_imports_of_nested(path)]
+    assert files and not bad, "\n".join(bad)
+
+
+def test_the_nested_packages_are_links_inside_pcs_ray():
+    """``pcs_ray/<name>`` links to the repository's ``<name>/``: what a static tool reads from the package's folder is
+    what Python imports."""
+    import pcs_ray.executors
+    import pcs_ray.solver
+    import pcs_ray.workloads
+
+    for name, pkg in zip(NESTED, (pcs_ray.workloads, pcs_ray.solver, pcs_ray.executors)):
+        assert os.readlink(ROOT / "pcs_ray" / name) == f"../{name}"
+        assert Path(pkg.__file__).resolve() == ROOT / name / "__init__.py"
 
 
 def defined_names(tree: ast.AST) -> set[str]:
@@ -247,17 +240,15 @@ def underscore_reads(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and node.attr not in own:
-                found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} "
-                             f"{ast.unparse(node)}")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
-            found += [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} "
-                      f"from {node.module} import {a.name}"
+                found.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("pcs_ray", *NESTED):
+            found += [f"{path}:{node.lineno} from {node.module} import {a.name}"
                       for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     return found
 
 
 def test_no_module_reads_another_modules_underscore_names():
-    bad = [hit for path in modules().values() for hit in underscore_reads(path)]
+    bad = [hit for path in package_files().values() for hit in underscore_reads(path)]
     assert not bad, "underscore names read from another module:\n" + "\n".join(sorted(bad))
 
 
