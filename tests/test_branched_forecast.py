@@ -90,6 +90,23 @@ def test_a_forecast_is_played_fresh_without_a_usable_refresh():
     assert never.jobs[jid].forecast_basis == "fresh"
 
 
+def test_a_refresh_play_that_took_long_stays_usable_for_twice_its_length():
+    core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=5.0)
+    rng = random.Random(5)
+    for _ in range(30):
+        clock.t += 1.0
+        core.submit(random_submission(rng), refresh=False)
+    began, play = core.begin_play_refresh()
+    clock.t += 20.0  # the play took 20 s of the coordinator's clock, as one of 100,000 jobs does
+    core.end_play_refresh(began, play())
+    clock.t += 15.0  # 35 s after its state: older than 5 s, younger than twice the play's 20 s
+    jid, _ = core.submit(random_submission(rng))
+    assert core.jobs[jid].forecast_basis == "branch" and core.jobs[jid].refresh_age == pytest.approx(35.0)
+    clock.t += 10.0  # 45 s: too old
+    late, _ = core.submit(random_submission(rng))
+    assert core.jobs[late].forecast_basis == "fresh"
+
+
 def test_a_policy_without_queues_forecasts_fresh():
     core, clock = make(unequal_cluster(), "themis")  # lease reviews: no queue play, no branch points
     rng = random.Random(4)

@@ -38,6 +38,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
 from pcs_ray.workloads.catalog import CATALOG, WorkloadError
 
@@ -104,19 +105,49 @@ def _entry(workload: str) -> DeviceEntry:
         raise WorkloadError(f"no emulated-device entry for workload {workload!r}; known: {', '.join(sorted(TABLE))}") from None
 
 
-def _nominal_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
-    """One nominal GPU's time for its ceil(batch / n_gpus) samples of a step (no floor)."""
+@dataclass(frozen=True)
+class Reference:
+    """One workload shape (the workload and its params) on nominal GPUs: all it takes to time its step at
+    any GPU count, so a caller that times many counts asks the model once (:func:`reference`)."""
+
+    workload: str
+    fixed_s: float  # one CPU core's fixed cost of a step
+    per_sample_s: float  # one CPU core's cost of a sample, at this shape's sequence length
+    batch_size: int
+    speedups: tuple[float, ...]  # the scaling at 1, 2, ... GPUs: never decreasing, flat past its end
+
+    def nominal_s(self, n_gpus: int) -> float:
+        """One nominal GPU's time for its ceil(batch / n_gpus) samples of a step (no floor)."""
+        return TIME_SCALE * (self.fixed_s + self.per_sample_s * math.ceil(self.batch_size / max(1, n_gpus)))
+
+    def scaling(self, n: int) -> float:
+        """The speedup at ``n`` GPUs over one (1.0 at n=1; never decreasing; flat past the curve's end)."""
+        if n < 1:
+            raise ValueError(f"scaling needs at least one GPU, got {n}")
+        return self.speedups[min(n, len(self.speedups)) - 1]
+
+    def step_s(self, n_gpus: int, slowdown: float = 1.0) -> float:
+        """What one step takes on ``n_gpus`` of these GPUs whose placement costs ``slowdown``."""
+        step = max(MIN_STEP_S, self.nominal_s(1)) / self.scaling(n_gpus)
+        if n_gpus > 1:
+            step = max(step, self.nominal_s(n_gpus), MIN_DDP_STEP_S)
+        return step * float(slowdown)
+
+
+def reference(workload: str, params: Mapping | None = None) -> Reference:
+    """The record of ``workload`` with ``params`` (a :class:`WorkloadError` for a workload the model lacks
+    or params it does not accept)."""
     entry = _entry(workload)
     resolved = CATALOG[workload].resolve(params)
     per_sample = entry.per_sample_s
     if entry.reference_seq_len is not None:
         per_sample *= resolved["seq_len"] / entry.reference_seq_len
-    return TIME_SCALE * (entry.fixed_s + per_sample * math.ceil(resolved["batch_size"] / max(1, n_gpus)))
+    return Reference(workload, entry.fixed_s, per_sample, resolved["batch_size"], _speedups(entry.curve))
 
 
 def reference_step_s(workload: str, params: Mapping | None = None) -> float:
     """Seconds per global-batch optimizer step of ``workload`` with ``params`` on ONE nominal GPU."""
-    return max(MIN_STEP_S, _nominal_s(workload, params, 1))
+    return reference(workload, params).step_s(1)
 
 
 def rank_step_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
@@ -126,7 +157,7 @@ def rank_step_s(workload: str, params: Mapping | None, n_gpus: int) -> float:
     batches jobs here use, the fixed cost dominates it (ResNet-18 at batch 8 on 4 GPUs: 1.45 s against
     the curve's 0.44 s), and a step paced by the curve alone asked each rank for a third of a core, not
     the tenth the nominal GPU stands for: eight such ranks overran the machine."""
-    return _nominal_s(workload, params, n_gpus)
+    return reference(workload, params).nominal_s(n_gpus)
 
 
 @lru_cache(maxsize=None)
@@ -137,20 +168,21 @@ def _curves() -> dict:
     return load_speedup_curves(default_curves_path())
 
 
+@lru_cache(maxsize=None)
+def _speedups(curve: str) -> tuple[float, ...]:
+    """A bundled curve's speedups at 1 .. its last GPU count, each the best at that count or fewer."""
+    demand = _curves()[curve]
+    return tuple(accumulate((demand.speedup(k) for k in range(1, len(demand.iteration_times) + 1)), max))
+
+
 def scaling(workload: str, n: int) -> float:
-    """The speedup of ``workload`` at ``n`` GPUs over one (1.0 at n=1; never decreasing; flat past the curve's end)."""
-    if n < 1:
-        raise ValueError(f"scaling needs at least one GPU, got {n}")
-    curve = _curves()[_entry(workload).curve]
-    return max(curve.speedup(k) for k in range(1, n + 1))
+    """The speedup of ``workload`` at ``n`` GPUs over one (:meth:`Reference.scaling`)."""
+    return reference(workload).scaling(n)
 
 
 def emulated_step_s(workload: str, params: Mapping | None, n_gpus: int, slowdown: float = 1.0) -> float:
     """What one step takes on ``n_gpus`` emulated GPUs whose placement costs ``slowdown``."""
-    step = reference_step_s(workload, params) / scaling(workload, n_gpus)
-    if n_gpus > 1:
-        step = max(step, rank_step_s(workload, params, n_gpus), MIN_DDP_STEP_S)
-    return step * float(slowdown)
+    return reference(workload, params).step_s(n_gpus, slowdown)
 
 
 def describe() -> dict:

@@ -48,6 +48,9 @@ from pcs_ray.workloads.history import append_history
 TELEMETRY_JOURNAL_EVERY_S = 60.0
 #: A submission's forecast branches from the latest refresh play only while its state is younger than this (seconds)
 BRANCH_MAX_AGE_S = 10.0
+#: ... or while it is younger than this many times the latest refresh play took from its state to its
+#: forecasts: at 100,000 queued a play takes seconds, and its state is as young as any play's can be
+BRANCH_AGE_PER_PLAY = 2.0
 #: A refresh play's forecasts are written this many jobs at a time (Coordinator.end_play_refresh_in_parts)
 REFRESH_PART = 1000
 
@@ -91,6 +94,7 @@ class Coordinator(CoordinatorState):
         if not branch_max_age_s >= 0:
             raise ConfigError(f"the forecast's refresh age bound must be >= 0 seconds, got {branch_max_age_s}")
         self.branch_max_age_s = branch_max_age_s
+        self._branch_age_limit = branch_max_age_s  # and at least BRANCH_AGE_PER_PLAY times the latest play's length
         # The refresh play in flight and the latest one done, each with the policy it played and the
         # first job id it does not hold: a submission's forecast branches from the latest (see forecast).
         self._refreshing: tuple[BranchPoints, SchedulingPolicy, int] | None = None
@@ -192,13 +196,12 @@ class Coordinator(CoordinatorState):
         if step_time is None and job.reported_at is None and job.spec.executor == "runner":
             self._began[jid] = (job.attempt, now)
             return
+        report = {"step": step, "step_time": step_time, "emulated": emulated}
         if now - self._progress_logged.get(jid, -math.inf) >= self.progress_journal_every:
             self._progress_logged[jid] = now
-            self._record("progress", jid, step=step, step_time=step_time, emulated=emulated)
-        else:
-            self._apply_progress(job, now, step, step_time, emulated)
-            self._predictions_stale = True
-            self.changes += 1
+            self._record("progress", jid, **report)
+        else:  # applied as a journaled one is: a later report, or the run's end, journals the step it reached
+            self._apply(now, "progress", jid, report)
 
     def telemetry(self, jid: int, attempt: int, node: str, index: int, reading: dict) -> None:
         """A rank's NVML reading of its GPU (``pcs_ray.power.measured.RunMeter``); journaled at most every
@@ -250,7 +253,7 @@ class Coordinator(CoordinatorState):
         if job is None or job.attempt != attempt or not job.state.holds_gpus:
             return False
         if step_time and job.gpus:
-            self._apply_progress(job, self.now(), step, step_time, emulated or job.emulated)
+            self._apply(self.now(), "progress", jid, {"step": step, "step_time": step_time, "emulated": emulated})
         ran = {"emulated": True} if emulated else {}
         if job.stop_reason == EndCode.HANG and job.stop_why and status != "finished":
             status, fatal, error = "failed", True, job.stop_why  # killed as hung, to be retried
@@ -503,7 +506,8 @@ class Coordinator(CoordinatorState):
         leaves the new job waiting at its arrival (``BranchPoints.branch``): only the events from the
         job's branch point to its finish are played. Otherwise it is a play of the current state (the
         number the whole play gives, at the cost of the events before the job's finish). The job
-        records which (``forecast_basis``) and the refresh's age."""
+        records which (``forecast_basis``) and the refresh's age. Where the latest refresh play took long
+        (a queue of 100,000), its state may be as old as ``BRANCH_AGE_PER_PLAY`` times its length."""
         if not self._predictions_stale:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
@@ -511,7 +515,7 @@ class Coordinator(CoordinatorState):
         if self._branches is not None and self._branches[1] is self.policy:
             points, _, since_id = self._branches
             age = self.now() - points.started
-            if age < self.branch_max_age_s:
+            if age < self._branch_age_limit:
                 finish = self.model.play_branch(points, jid, since_id)
             else:
                 self._branches = None  # too old for any later submission too: its copies are let go
@@ -565,6 +569,8 @@ class Coordinator(CoordinatorState):
         refreshed, self._refreshing = self._refreshing, None
         if refreshed is not None and refreshed[0].done and refreshed[1] is self.policy:
             self._branches = refreshed
+            took = self.now() - refreshed[0].started
+            self._branch_age_limit = max(self.branch_max_age_s, BRANCH_AGE_PER_PLAY * took) if self.branch_max_age_s else 0.0
 
     def _forecast_passed(self) -> bool:
         """Whether an active job's forecast (its finish, or a queued job's start) is behind the clock: time
@@ -612,7 +618,7 @@ class Coordinator(CoordinatorState):
             job.bound = bound if bound is not None else job.bound
         view = views.prediction(job, self.epoch, self._explain(jid), self._uncertainty(job))
         view["waiting"] = self.waiting_for(jid)
-        self._floor_passed_forecasts([view])
+        self.floor_passed_forecasts([view])
         return view
 
     def submitted(self, jid: int) -> tuple[float | None, float | None]:
@@ -694,10 +700,10 @@ class Coordinator(CoordinatorState):
         waiting = self.waiting()
         for job in view["jobs"]:
             job["waiting"] = waiting.get(job["id"])
-        self._floor_passed_forecasts(view["jobs"])
+        self.floor_passed_forecasts(view["jobs"])
         return view
 
-    def _floor_passed_forecasts(self, shown: list[dict]) -> None:
+    def floor_passed_forecasts(self, shown: list[dict]) -> None:
         """Views of active jobs whose forecast the clock passed since the latest play (the coordinator's
         loop plays again within about a second, :meth:`_forecast_passed`): their finish shown as at least
         now plus their own work left on their GPUs, their start as now at the earliest."""

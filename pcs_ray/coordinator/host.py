@@ -17,6 +17,7 @@ import numpy as np
 
 from pcs_ray.contract import Action, Submitted
 from pcs_ray.dashboard.markup import PREFIX as DASHBOARD
+from pcs_ray.coordinator import reading, views
 from pcs_ray.coordinator.call_lock import CallLock
 from pcs_ray.coordinator.core import Coordinator
 from pcs_ray.coordinator.dashboard_sessions import DashboardSessions
@@ -65,12 +66,13 @@ class CoordinatorHost(ABC):
         return Submitted(jid, completion, bound)
 
     def status(self) -> dict:
-        with self.lock:
-            out = self.core.status()
+        """The whole cluster and every job (``Coordinator.status``'s view), read a part at a time
+        (``reading.read``): the lock is held for a bounded number of jobs at once, the views built outside it."""
+
+        def first(core) -> dict:
+            out = {"now": core.clock(), "epoch": core.epoch, "policy": core.policy.describe(),
+                   "gpus": core.cluster.num_gpus, "restart_overhead": core.speed.restart_overhead}
             totals = {jid: sum(runs.values()) for jid, runs in self.overruns.items()}
-            for view in out.get("jobs", []):
-                view["emulation_overruns"] = totals.get(view.get("id"), 0)
-                view["emulation_late_steps"] = self.late_steps.get(view.get("id"), 0)
             out["emulation_overruns"] = sum(totals.values())
             out["emulation_late_steps"] = sum(self.late_steps.values())
             runners = self._runners()
@@ -78,8 +80,23 @@ class CoordinatorHost(ABC):
                 out["runners"] = runners
             if self.mirror is not None:
                 out["storage"] = self.mirror.describe()
-            out["state_dir"] = str(self.core.checkpoint_root.parent)  # where a driver without a storage stages files
-            return out
+            out["state_dir"] = str(core.checkpoint_root.parent)  # where a driver without a storage stages files
+            out["speeds"] = core.speed.to_dict()  # what forecasts use: step times per shape and count, costs
+            return out, totals, dict(self.late_steps)
+
+        got = reading.read(self, first)
+        out, totals, late = got.first
+        shown = []
+        for job in reading.in_parts(got.jobs, got.pause):
+            view = views.job_view(job, got.epoch, got.gpu_name, got.gpu_watts, got.now - got.epoch)
+            view["waiting"] = got.waiting.get(job.job_id)
+            view["emulation_overruns"] = totals.get(job.job_id, 0)
+            view["emulation_late_steps"] = late.get(job.job_id, 0)
+            shown.append(view)
+        for at in range(0, len(shown), reading.READ_PART):
+            with self.lock:
+                self.core.floor_passed_forecasts(shown[at:at + reading.READ_PART])
+        return {**out, "jobs": shown}
 
     def refresh_views(self) -> None:
         """Under the lock: bring forecasts up to date before a view is copied (the actor's loop does it in the

@@ -1,9 +1,10 @@
 """The journal's interpreter: what each journaled event does to the jobs.
 
 The live state (:mod:`.state`) applies every event through it as it journals it, and replays a
-journal through it after a restart; ``pcs-ray report`` replays a journal through it alone. What an
-event does beyond the jobs (the cluster model, the speed measurements, the policy in force) the live
-state adds in the hooks, which do nothing here.
+journal through it after a restart; ``pcs-ray report`` replays a journal through it alone. What a
+job's event does beyond the job (to the cluster model, the speed measurements) the live state adds in
+the hooks, which do nothing here; the events of no job that change no job (a policy set, a tenants
+file, an older coordinator's measurement) are the live state's alone.
 """
 
 from __future__ import annotations
@@ -30,14 +31,9 @@ class JournalInterpreter:
         """One event's effect (``t``: seconds since the epoch)."""
         if kind == "init":
             self.epoch, self.started_with = data["epoch"], data.get("policy")
-        elif kind == "measured":
-            self._measured(data["workload"], data["t1"])
         elif kind == "config":
             if data["source"] == "start":
                 self.started_with = data["policy"]
-            self._configured(t, data)
-        elif kind == "tenants":
-            self._tenants_set(t, data)
         elif kind == "compacted":  # ended jobs' events were deleted: their ids stay used
             self.next_id = max(self.next_id, data["next_id"])
             self.forgotten = max(self.forgotten, data["jobs"])
@@ -51,7 +47,7 @@ class JournalInterpreter:
                 self.by_submission[job.submission_id] = jid
             self.next_id = max(self.next_id, jid + 1)
             self._admitted(job)
-        elif jid is not None:  # an event of no job and a kind this version does not know changes nothing
+        elif jid is not None:  # other events of no job (the live state's own, or of a kind unknown here) change no job
             job = self.jobs[jid]
             self._apply_to_job(t, kind, job, data)
             if job.gpus:
@@ -70,8 +66,14 @@ class JournalInterpreter:
         elif kind == "skip":  # RUSH held the start back: the count survives a restart
             job.skips, job.skip_reason = data["count"], data["reason"]
             self._skipped(job)
-        elif kind == "progress":
-            self._apply_progress(job, t, data["step"], data["step_time"], data.get("emulated", False))
+        elif kind == "progress":  # a runner's report: the step it reached and, where measured, its time per step
+            first = job.reported_at is None and job.started_at is not None
+            step, step_time = data["step"], data["step_time"]
+            job.steps, job.reported_at, job.emulated = step, t, data.get("emulated", False) or job.emulated
+            if step_time and job.gpus:
+                job.step_time = step_time
+                job.paced(t, step)
+            self._reported(job, t, step_time, first)
         elif kind == "telemetry":
             job.note_reading(data["attempt"], data["gpu"], data["reading"])
         elif kind == "predicted":  # the forecast made at submission
@@ -127,13 +129,6 @@ class JournalInterpreter:
             del self.by_submission[job.submission_id]
         self._forgotten(jid)
 
-    def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
-        """A runner's report: the step it reached and, where measured, its time per step."""
-        job.steps, job.reported_at, job.emulated = step, t, emulated or job.emulated
-        if step_time and job.gpus:
-            job.step_time = step_time
-            job.paced(t, step)
-
     def _terminate(self, job: LiveJob, state: JobStatus, t: float) -> None:
         job.ended(state, t)
         self.active.pop(job.job_id, None)
@@ -145,6 +140,9 @@ class JournalInterpreter:
 
     def _withdrawn(self, job: LiveJob) -> None:
         """A job no longer competes for GPUs (cancelled, or ended)."""
+
+    def _reported(self, job: LiveJob, t: float, step_time: float | None, first_of_run: bool) -> None:
+        """A runner reported ``job.steps`` at ``t`` (``first_of_run``: its run's first report since launch)."""
 
     def _skipped(self, job: LiveJob) -> None:
         """A job's start was held back once more (its ``skips`` count)."""
@@ -160,15 +158,6 @@ class JournalInterpreter:
 
     def _forgotten(self, jid: int) -> None:
         """An ended job was forgotten (retention)."""
-
-    def _measured(self, workload: str, t1: float) -> None:
-        """An older coordinator's measured time per step of ``workload`` on one GPU."""
-
-    def _configured(self, t: float, data: dict) -> None:
-        """The policy changed (``data``: the ``config`` event's)."""
-
-    def _tenants_set(self, t: float, data: dict) -> None:
-        """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenants.spec`` reads it)."""
 
 
 __all__ = ["JournalInterpreter"]

@@ -31,8 +31,3 @@ class LocalCoordinator(CoordinatorHost):
 
     def refresh_views(self) -> None:
         self.core.play_refresh()  # no background loop here refreshes them
-
-    def status(self) -> dict:
-        with self.lock:
-            self.core.play_refresh()  # a submission forecasts only its own job
-            return super().status()

@@ -4,7 +4,7 @@
 Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 
 * ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled, timed out so far)
-* ``pcs_ray_wfq_queue_length{queue}``: active apps in each WFQ queue (``waiting`` tag: those without GPUs)
+* ``pcs_ray_wfq_queue_length{queue}``: active jobs in each WFQ queue (``waiting`` tag: those without GPUs)
 * ``pcs_ray_gpus{state}``: GPUs allocated and idle
 * ``pcs_ray_waiting_jobs{reason}``: queued and stopping jobs by why they wait (``pcs_ray.policies.reasons.WaitCode``)
 * ``pcs_ray_tenant_jobs{tenant,waiting}`` and ``pcs_ray_tenant_gpus{tenant}``: each tenant's active jobs
@@ -82,7 +82,7 @@ class RayMetrics:
         from ray.util.metrics import Counter, Gauge, Histogram
 
         self.jobs = Gauge("pcs_ray_jobs", "pcs-ray jobs by state", tag_keys=("state",))
-        self.queue = Gauge("pcs_ray_wfq_queue_length", "active apps per WFQ queue", tag_keys=("queue", "waiting"))
+        self.queue = Gauge("pcs_ray_wfq_queue_length", "active jobs per WFQ queue", tag_keys=("queue", "waiting"))
         self.gpus = Gauge("pcs_ray_gpus", "GPUs allocated and idle", tag_keys=("state",))
         self.preemptions = Counter("pcs_ray_preemptions_total", "preemptions so far")
         self.waiting = Gauge("pcs_ray_waiting_jobs", "queued and stopping jobs by why they wait", tag_keys=("reason",))

@@ -25,6 +25,7 @@ from pcs_ray.jobs.spec import JobSpec
 from pcs_ray.placement import create_placement
 from pcs_ray.policies.base import SchedulingPolicy
 from pcs_ray.policies.rush import SkipTable
+from pcs_ray.policies.tail_bounds import TailBounds, keeps_tail_bounds
 from pcs_ray.sim.engine import Engine
 
 
@@ -61,19 +62,38 @@ class ClusterModel:
         self.placement_matters = placement_changes_rates(cluster)
         self._speed_version = -1
         self._synced: tuple | None = None  # (now, speed model version, engine decisions) of the last sync
+        self.tail_bounds = self._tail_bounds()
+
+    def _tail_bounds(self) -> TailBounds | None:
+        """The policy's bound of a queue's tail kept as jobs change, where it has one (``TailBounds``)."""
+        if not keeps_tail_bounds(self.policy):
+            return None
+        return TailBounds(self.policy, self.cluster.num_gpus, self.engine.active.values())
 
     # -- membership ------------------------------------------------------------
     def admit(self, spec: JobSpec) -> None:
         self.engine.admit(spec)
+        self._changed((spec.job_id,))
 
     def readmit(self, spec: JobSpec) -> None:
         """The job changed size: placement decides its GPUs afresh."""
         self.engine.readmit(spec)
+        self._changed((spec.job_id,))
 
     def remove(self, job_id: int) -> None:
         job = self.engine.job(job_id)
         if job is not None:
             self.engine.remove([job])
+        if self.tail_bounds is not None:
+            self.tail_bounds.drop(job_id)
+
+    def _changed(self, job_ids) -> None:
+        """Jobs whose allocation, remaining work or size may have changed: their bound's terms follow."""
+        if self.tail_bounds is not None:
+            for jid in job_ids:
+                job = self.engine.job(jid)
+                if job is not None:
+                    self.tail_bounds.update(job)
 
     def __contains__(self, job_id: int) -> bool:
         return self.engine.job(job_id) is not None
@@ -81,6 +101,7 @@ class ClusterModel:
     def set_policy(self, policy: SchedulingPolicy) -> None:
         self.policy = policy
         self.engine.set_policy(policy)
+        self.tail_bounds = self._tail_bounds()
 
     # -- keeping the model true --------------------------------------------------
     def sync(self, now: float, jobs: Mapping[int, LiveJob], dirty: set[int], speed: SpeedModel) -> None:
@@ -95,7 +116,8 @@ class ClusterModel:
         if speed.version != self._speed_version:  # estimates moved: every job's work and costs follow
             self._speed_version = speed.version
             dirty.update(jobs)
-        for jid in set(self.engine.running_ids()) | dirty:
+        written = set(self.engine.running_ids()) | dirty
+        for jid in written:
             job = jobs.get(jid)
             if job is None or jid not in self:
                 continue
@@ -103,6 +125,7 @@ class ClusterModel:
             self.engine.set_costs(jid, *speed.job_costs(job))
             table = self.engine.job(jid).spec.speedup
             self.engine.set_remaining(jid, speed.remaining(job, now, table), speed.stall_until(job, now))
+        self._changed(dirty)  # running jobs' terms are not kept: the bound reads them as it is asked
         dirty.clear()
         self._synced = synced
 
@@ -118,7 +141,9 @@ class ClusterModel:
             self.readmit(job_spec(job, speed))
 
     def reallocate(self) -> None:
+        before = set(self.engine.running)
         self.engine.reallocate()
+        self._changed(before.symmetric_difference(self.engine.running))
 
     def take_skips(self) -> list[tuple[int, int, str]]:
         """(job id, its skip count, reason) of every start the policy skipped since the last call (RUSH's
@@ -184,6 +209,12 @@ class ClusterModel:
         reasons = engine.policy.why_waiting(engine.snapshot(), engine.prev_alloc)
         return {jid: reason.to_dict() for jid, reason in reasons.items()}
 
+    def why_waiting_later(self):
+        """``why_waiting`` as a call to make later, outside the caller's lock (``SchedulingPolicy.why_waiting_later``):
+        it gives the reasons as they stood now, as objects (``WaitReason``)."""
+        engine = self.engine
+        return engine.policy.why_waiting_later(engine.snapshot(), engine.prev_alloc)
+
     def waiting_codes(self) -> dict[int, str]:
         """``why_waiting``'s codes alone (``SchedulingPolicy.waiting_codes``: no text per waiting job)."""
         engine = self.engine
@@ -205,4 +236,8 @@ class ClusterModel:
         return job.remaining / job.rate(n) + max(0.0, job.stall_until - self.engine.now)
 
     def bound(self, job_id: int) -> float | None:
-        return self.policy.completion_bound(self.engine.snapshot(), self.engine.job(job_id))
+        """The policy's worst-case finish of the job; of a queue's tail (a submission) from ``TailBounds``."""
+        engine = self.engine
+        if self.tail_bounds is not None:
+            return self.tail_bounds.bound(engine.snapshot(), engine.job(job_id), engine.running.values())
+        return self.policy.completion_bound(engine.snapshot(), engine.job(job_id))

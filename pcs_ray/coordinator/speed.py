@@ -8,9 +8,9 @@ system pays must be in it, and every forecast charges it. It keeps
   for the shape of the job (its workload and the parameters that change a
   step's cost: batch size, sequence length ...). Unmeasured counts follow
   from a measured one through the device model's step times of that shape
-  (its declared scaling, floored by a rank's share of the batch:
-  ``pcs_ray.workloads.device_model.emulated_step_s``), or the declared scaling
-  alone for a workload the model lacks; an unmeasured shape starts from the
+  (its scaling, floored by a rank's share of the batch: the record
+  ``pcs_ray.workloads.device_model.reference``, read once per shape), or
+  linearly for a workload the model lacks; an unmeasured shape starts from the
   device model's reference time, corrected by what other shapes of the same
   workload measured, else from the job's own ``step_time`` estimate (scaled
   by ``estimate_ratio``: users' guesses tend to be off in one direction),
@@ -46,10 +46,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.jobs.jobfile import USER_PREFIX, JobFile
+
+if TYPE_CHECKING:
+    from pcs_ray.workloads.device_model import Reference
 
 #: Work (fraction of one step) left in a job the model thinks is done but its runner has not reported:
 #: only the runner says when a job has finished.
@@ -162,6 +166,11 @@ class Stat:
         return cls(float(raw["mean"]), [float(x) for x in raw.get("samples", [])], bool(raw.get("provisional", False)))
 
 
+def _linear(n: int) -> float:
+    """A step's time on ``n`` GPUs at linear scaling, relative to one GPU's: for a workload the device model lacks."""
+    return 1.0 / float(n)
+
+
 def _device_model():
     """``pcs_ray.workloads.device_model`` (torch-free), imported on first use."""
     from pcs_ray.workloads import device_model
@@ -186,20 +195,22 @@ class SpeedModel:
         self._cache_version = -1
         self._estimated = False  # whether a step time in the cache came from the estimate ratio
         self._warming: set[int] = set()  # jobs whose latest report is their run's first step alone
+        self._references: dict[str, Reference | None] = {}  # shape -> the device model's record of it
 
     # -- priors --------------------------------------------------------------------
-    def _reference(self, spec: JobFile, n: int) -> float | None:
-        """The device model's step time for the job's shape on ``n`` nominal GPUs, or None (unknown workload)."""
-        try:
-            return _device_model().emulated_step_s(spec.workload, spec.params or {}, n, 1.0)
-        except (KeyError, ValueError):
-            return None
-
-    def _scaling(self, workload: str, n: int) -> float:
-        try:
-            return _device_model().scaling(workload, n)
-        except (KeyError, ValueError):
-            return float(n)
+    def _reference(self, shape: str) -> Reference | None:
+        """The device model's record of a built-in workload's shape (None: a workload it lacks), asked once
+        per shape: a forecast times every GPU count of every job, and the record holds them all."""
+        if shape not in self._references:
+            if len(self._references) >= SHAPES_KEPT:  # bounded as the step times are; a dropped shape is asked again
+                self._references.clear()
+            workload, _, params = shape.partition("{")
+            try:
+                found = _device_model().reference(workload, json.loads("{" + params) if params else {})
+            except (KeyError, ValueError):
+                found = None
+            self._references[shape] = found
+        return self._references[shape]
 
     def step_s(self, spec: JobFile, n: int) -> tuple[float, str]:
         """Seconds per step of the job on ``n`` GPUs at slowdown 1, and where the figure comes from:
@@ -220,27 +231,24 @@ class SpeedModel:
     def _step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
         if spec.user_code:
             return self._user_step_s(spec, n, shape)
+        device = self._reference(shape)
+        at = device.step_s if device is not None else _linear
         by_n = self.steps.get(shape)
         if by_n:
             if n in by_n:
                 return by_n[n].mean, "measured"
             m = min(by_n, key=lambda k: (abs(k - n), k))
-            at_n, at_m = self._reference(spec, n), self._reference(spec, m)
-            if at_n is None or at_m is None:
-                at_n, at_m = 1.0 / self._scaling(spec.workload, n), 1.0 / self._scaling(spec.workload, m)
-            return by_n[m].mean * at_n / at_m, "scaled"
-        reference = self._reference(spec, n)
-        if reference is not None:
+            return by_n[m].mean * at(n) / at(m), "scaled"
+        if device is not None:
             per_ref = self._workload_ratio(spec.workload)
             if per_ref is not None:
-                return reference * per_ref, "workload"
+                return at(n) * per_ref, "workload"
         if spec.step_time:
             # the device model's step times carry a one-GPU figure to n GPUs (a rank's share of the batch included)
-            per_n = reference / self._reference(spec, 1) if reference is not None else 1.0 / self._scaling(spec.workload, n)
-            return spec.step_time * self.estimate_ratio * per_n, "estimate"
-        if reference is not None:
-            return reference, "reference"
-        return self.default_step_time / self._scaling(spec.workload, n), "default"
+            return spec.step_time * self.estimate_ratio * (at(n) / at(1)), "estimate"
+        if device is not None:
+            return at(n), "reference"
+        return self.default_step_time / float(n), "default"
 
     def _user_step_s(self, spec: JobFile, n: int, shape: str) -> tuple[float, str]:
         """:meth:`step_s` of code the device model does not know. Measured counts of its shape stand;
@@ -301,16 +309,11 @@ class SpeedModel:
 
     def _measured_refs(self, workload: str):
         for key, by_n in self.steps.items():
-            name, _, params = key.partition("{")
-            if name != workload:
+            if key.partition("{")[0] != workload:
                 continue
-            shape = json.loads("{" + params) if params else {}
+            device = self._reference(key)
             for n, stat in by_n.items():
-                try:
-                    ref = _device_model().emulated_step_s(workload, shape, n, 1.0)
-                except (KeyError, ValueError):
-                    ref = None
-                yield key, n, stat, ref
+                yield key, n, stat, None if device is None else device.step_s(n)
 
     # -- what the engine gets --------------------------------------------------------
     def estimate(self, spec: JobFile) -> float:
@@ -457,7 +460,7 @@ class SpeedModel:
     def _scaling_source(self, spec: JobFile) -> str:
         if spec.user_code:
             return "declared" if spec.scaling is not None else "assumed linear"
-        return "device model" if self._reference(spec, 1) is not None else "assumed linear"
+        return "device model" if self._reference(spec_shape(spec)) is not None else "assumed linear"
 
     def spread(self, job: LiveJob) -> tuple[float, float]:
         """(p10, p90) of the job's step time over its mean: the measured spread of its shape, else wide."""

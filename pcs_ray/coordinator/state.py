@@ -3,7 +3,10 @@
 Every change goes through ``_record``: the event is appended to the journal
 and committed, then applied by ``_apply``. Replaying the journal through the
 same ``_apply`` rebuilds the state after a restart, so the live path and the
-recovery path cannot drift. The state is the jobs (:mod:`.jobs`), what was
+recovery path cannot drift. A runner's reports between the journaled ones
+(``Coordinator.progress`` journals one every few seconds) are applied by
+``_apply`` alone, the same way: the next journaled report, or the run's end,
+carries the step they reached. The state is the jobs (:mod:`.jobs`), what was
 measured (:mod:`.speed`), the cluster model kept in step with them
 (:mod:`.model`) and the policy in force. What an event does to the jobs is
 the journal's one interpreter (:class:`.journal_interpreter.JournalInterpreter`, which ``pcs-ray
@@ -133,6 +136,12 @@ class CoordinatorState(JournalInterpreter):
     # -- events ------------------------------------------------------------------
     def _apply(self, t: float, kind: str, jid: int | None, data: dict) -> None:
         self.apply(t, kind, jid, data)
+        if kind == "measured":  # an older coordinator's measured time per step of a workload on one GPU
+            self.speed.learned(data["workload"], data["t1"])
+        elif kind == "config":
+            self._configured(t, data)
+        elif kind == "tenants":
+            self._tenants_set(t, data)
         if kind not in ("init", "measured", "predicted", "compacted"):  # these change no job's prospects
             self._predictions_stale = True
             self.changes += 1
@@ -169,10 +178,8 @@ class CoordinatorState(JournalInterpreter):
             self.model.readmit(job_spec(job, self.speed))
         self._dirty.add(job.job_id)
 
-    def _measured(self, workload: str, t1: float) -> None:
-        self.speed.learned(workload, t1)
-
     def _configured(self, t: float, data: dict) -> None:
+        """The policy changed (``data``: the ``config`` event's)."""
         if data["source"] == "set":
             policy = self._build_policy(data["name"], data.get("wfq"))
         else:  # the latest start's policy is the one this coordinator was started with
@@ -182,6 +189,7 @@ class CoordinatorState(JournalInterpreter):
         self.config_source, self.config_since = data["source"], t
 
     def _tenants_set(self, t: float, data: dict) -> None:
+        """A tenants file was applied (``data["tenants"]``: the file, as ``pcs_ray.tenants.spec`` reads it)."""
         self.tenants = tenants_from_dict(data["tenants"], "journaled tenants")
         self.tenants_since = t
         self._install()
@@ -196,11 +204,9 @@ class CoordinatorState(JournalInterpreter):
         self.policy = policy
         self.model.set_policy(policy)
 
-    def _apply_progress(self, job: LiveJob, t: float, step: int, step_time: float | None, emulated: bool) -> None:
-        first = job.reported_at is None and job.started_at is not None
-        if step_time and first:
-            self.speed.observe_start_up(job, t, step, step_time)
-        super()._apply_progress(job, t, step, step_time, emulated)
+    def _reported(self, job: LiveJob, t: float, step_time: float | None, first_of_run: bool) -> None:
+        if step_time and first_of_run:
+            self.speed.observe_start_up(job, t, job.steps, step_time)
         if step_time and job.gpus:
-            self.speed.observe_step_time(job, step_time, first_of_run=first)
+            self.speed.observe_step_time(job, step_time, first_of_run=first_of_run)
         self._dirty.add(job.job_id)

@@ -1,6 +1,6 @@
 """The one interface every scheduling policy implements.
 
-A policy answers *how many* GPUs each active app gets; placement (which GPUs)
+A policy answers *how many* GPUs each active job gets; placement (which GPUs)
 is a separate concern. Most policies are pure: ``allocate`` depends only on
 the snapshot, so the simulator, the predictor, the solver and the live
 coordinator share one object. A policy that learns as it decides (the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 from pcs_ray.policies.reasons import WaitCode, WaitReason, waiting_for_gpus
@@ -47,7 +47,7 @@ class SchedulingPolicy(ABC):
     work_conserving: ClassVar[bool] = True
     #: Period (s) of reviews the policy asks for only while they can change something
     #: (``next_review``). The engine counts the ones it skips as events all the same, since the
-    #: PCS artifact's Themis counts every quantum in an app's observed contention. None: no quantum.
+    #: PCS artifact's Themis counts every quantum in a job's observed contention. None: no quantum.
     quantum: float | None = None
 
     @abstractmethod
@@ -105,6 +105,14 @@ class SchedulingPolicy(ABC):
         """Why each active job without GPUs in ``alloc`` (this policy's decision on ``snap``) has none.
         A policy with a rule of its own says so; the default names the GPUs the job needs and the free ones."""
         return {j.spec.job_id: waiting_for_gpus(snap, alloc, j) for j in snap.jobs if not alloc.get(j.spec.job_id)}
+
+    def why_waiting_later(self, snap: Snapshot, alloc: Allocation) -> Callable[..., dict[int, WaitReason]]:
+        """``why_waiting`` as a call to make later, when ``snap`` may have moved on: what it reads is taken
+        now, the reasons are written by the call (a reader writes them outside the coordinator's lock), which
+        may call the ``pause`` it is given now and then. The default writes them now; a policy whose reasons
+        read little of the snapshot takes only that."""
+        reasons = self.why_waiting(snap, alloc)
+        return lambda pause=None: reasons
 
     def waiting_codes(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitCode]:
         """``why_waiting``'s codes alone, for a count of wait reasons (the metrics): a policy whose reasons'

@@ -1,8 +1,8 @@
 """PCS's weighted fair queueing, WFQ(T, W, zeta_min, delta).
 
-Apps map to queues by size (GPU-seconds at one GPU). Queues share the
+Jobs map to queues by size (GPU-seconds at one GPU). Queues share the
 cluster in proportion to their weights, each getting at least the floor of
-its guaranteed share; an app inside a queue is served FIFO and capped at the
+its guaranteed share; a job inside a queue is served FIFO and capped at the
 largest allocation whose efficiency speedup(k)/k is >= zeta. GPUs a queue
 cannot use at that cap first relax zeta by delta inside the queue, and only
 then flow to other queues by weight (work conservation).
@@ -14,7 +14,7 @@ import bisect
 import json
 import math
 from itertools import groupby
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +47,7 @@ class WFQConfig:
         if any(b <= a for a, b in zip(self.thresholds, self.thresholds[1:])):
             raise ConfigError(f"WFQ thresholds must increase, got {list(self.thresholds)}")
         if not math.isinf(self.thresholds[-1]):
-            raise ConfigError("the last WFQ threshold must be 'inf' so every app has a queue")
+            raise ConfigError("the last WFQ threshold must be 'inf' so every job has a queue")
         if not 0 <= self.zeta_min <= 1:
             raise ConfigError(f"zeta_min (clip_demand_factor) must be in [0, 1], got {self.zeta_min}")
         if self.delta < 0:
@@ -168,7 +168,7 @@ def fifo_queue_bound(snap: Snapshot, queue: list[JobState], job: JobState, guara
 
 class _QueueIndex:
     """Per-queue FIFO lists and summed demand, kept as jobs come and go, so a
-    round costs O(queues x GPUs) instead of a rescan of every waiting app.
+    round costs O(queues x GPUs) instead of a rescan of every waiting job.
     ``entries`` mirrors ``queues`` with what the first FIFO pass needs
     (id, cap at zeta_min, min GPUs, rigid), precomputed once per job. ``versions`` counts each queue's
     changes of membership, and ``served`` keeps each queue's last allocation by its version and share
@@ -408,16 +408,28 @@ class WFQPolicy(SchedulingPolicy):
 
     def why_waiting(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitReason]:
         """Its place among the queue's waiting jobs, and the GPUs the queue holds of its weighted share."""
-        index = self._index(snap)
+        return self._reasons(self._index(snap).queues, alloc, snap.capacity)
+
+    def why_waiting_later(self, snap: Snapshot, alloc: Allocation) -> Callable[..., dict[int, WaitReason]]:
+        """The queues' order and the allocation are taken now (a list per queue); the reasons are written later."""
+        if type(self).why_waiting is not WFQPolicy.why_waiting:  # a subclass with reasons of its own
+            return super().why_waiting_later(snap, alloc)
+        queues, alloc, capacity = [list(q) for q in self._index(snap).queues], dict(alloc), snap.capacity
+        return lambda pause=None: self._reasons(queues, alloc, capacity, pause)
+
+    def _reasons(self, queues: list[list[JobState]], alloc: Allocation, capacity: int,
+                 pause: Callable[[], None] | None = None) -> dict[int, WaitReason]:
         out = {}
-        for q, queue in enumerate(index.queues):
+        for q, queue in enumerate(queues):
             held = sum(alloc.get(j.spec.job_id, 0) for j in queue)
             place = 0
             for job in queue:
                 if alloc.get(job.spec.job_id):
                     continue
                 place += 1
-                out[job.spec.job_id] = self._queue_reason(q, place, held, snap.capacity, job)
+                if pause is not None and place % 1000 == 1:
+                    pause()
+                out[job.spec.job_id] = self._queue_reason(q, place, held, capacity, job)
         return out
 
     def waiting_codes(self, snap: Snapshot, alloc: Allocation) -> dict[int, WaitCode]:
