@@ -1,6 +1,6 @@
 """Our baselines beside the PCS artifact's: its themis1 sample, and every Philly VC of Fig. 7 we have.
 
-themis1: the artifact's own 500-app sample (``reference/themis1-artifact``,
+themis1: the artifact's own 500-job sample (``reference/themis1-artifact``,
 64 GPUs, linear speedups), every policy with predictions, against the
 artifact's ``summary.json``: average JCT, average and p99 prediction error.
 
@@ -9,7 +9,7 @@ trace is bundled, 64 GPUs, model speedup curves (as the artifact replays
 traces); FIFO, SRSF (Fig. 7's "Tiresias"), Themis, AFS and PCS with the VC's
 three configurations. Average JCT normalised to AFS beside Fig. 7's, and the
 schemes ranked by it; prediction errors only for VCs of at most
-``--predict-max-jobs`` apps (forward plays cost grows with the backlog).
+``--predict-max-jobs`` jobs (forward plays cost grows with the backlog).
 
 Usage: ``python bench/baselines_fidelity.py [--vcs 0e4a51,ee9e8c] [--predict-max-jobs N] [--skip-themis1]``;
 prints one JSON object.
@@ -95,7 +95,7 @@ def philly(vcs: list[str], predict_max_jobs: int) -> dict:
         predict = len(jobs) <= predict_max_jobs
         ours: dict[str, dict] = {}
         for col, name in FIG7.items():
-            log(f"philly {vc} ({len(jobs)} apps) {name}{' with predictions' if predict else ''} ...")
+            log(f"philly {vc} ({len(jobs)} jobs) {name}{' with predictions' if predict else ''} ...")
             started = time.perf_counter()
             policy = build_policy("pcs", config=f"{vc}-{name[4:]}") if name.startswith("pcs-") else build_policy(name)
             res = simulate(jobs, GPUS, policy, predict=predict)
@@ -104,7 +104,7 @@ def philly(vcs: list[str], predict_max_jobs: int) -> dict:
         afs = ours["AFS"]["avg_jct_s"]
         norm = {col: f["avg_jct_s"] / afs for col, f in ours.items()}
         entry = {
-            "apps": len(jobs), "predictions": predict,
+            "jobs": len(jobs), "predictions": predict,
             "avg_jct_norm": {col: {"ours": norm[col], "fig7": fig7[vc]["avg_jct_norm"][col]} for col in FIG7},
             "rank_by_avg_jct": {"ours": rank(norm), "fig7": rank(fig7[vc]["avg_jct_norm"])},
             "avg_jct_s": {col: f["avg_jct_s"] for col, f in ours.items()},
@@ -126,7 +126,7 @@ def main() -> None:
     ap.add_argument("--vcs", default=",".join(default_vcs), help="comma-separated Philly VCs (default: every "
                     "Fig. 7 VC with a bundled trace)")
     ap.add_argument("--predict-max-jobs", type=int, default=2500,
-                    help="predict only on VCs of at most this many apps")
+                    help="predict only on VCs of at most this many jobs")
     ap.add_argument("--skip-themis1", action="store_true")
     args = ap.parse_args()
     vcs = [v for v in args.vcs.split(",") if v]

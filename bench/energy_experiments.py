@@ -26,7 +26,7 @@
 * ``pcs``: PCS (themis1's balanced configuration) with the energy placement
   (deciding on TSMVA's held-out predictions, and on the true power:
   ``energy+ideal``) against PCS with packed placement, on the themis1 workload
-  (500 apps, load 0.9, seed 4567), 64 GPUs (16 x 4), Longhorn power profile;
+  (500 jobs, load 0.9, seed 4567), 64 GPUs (16 x 4), Longhorn power profile;
   with and without the Longhorn variability profile; each run's utilisation,
   the share of its busy GPU-time with every GPU busy (placement has no choice
   then), and the power spread and prediction quality per class.
@@ -238,7 +238,7 @@ def run_pcs(seed: int, per_node: int = 4) -> dict:
                 "avg_pred_err_diff_points": e["avg_pred_err"] - p["avg_pred_err"],
                 "target": {"avg_jct_ratio_max_distance_from_1": 0.01, "avg_pred_err_diff_points_max_abs": 1.0},
             } for name, e in res.items() if name != "packed-sticky"}}
-    return {"setup": {"workload": "themis1", "apps": 500, "load": 0.9, "seed": 4567, "gpus": 64, "gpus_per_node": per_node,
+    return {"setup": {"workload": "themis1", "jobs": 500, "load": 0.9, "seed": 4567, "gpus": 64, "gpus_per_node": per_node,
                       "policy": "pcs-bal", "power_profile": "longhorn", "profile_seed": seed, "job_classes": classes}, **out}
 
 
@@ -318,8 +318,8 @@ def run_errors() -> dict:
         bad = Path(tmp) / "telemetry.csv"
         bad.write_text("app,device,power_w\nresnet,gpu0,180\nresnet,gpu1,hot\n")
         cases = {
-            "unknown_power_profile": ["simulate", "--power", "nosuch", "--policy", "vahrm", "--num-apps", "5"],
-            "negative_budget": ["simulate", "--power", "longhorn", "--power-budget-kw", "-1", "--num-apps", "5"],
+            "unknown_power_profile": ["simulate", "--power", "nosuch", "--policy", "vahrm", "--num-jobs", "5"],
+            "negative_budget": ["simulate", "--power", "longhorn", "--power-budget-kw", "-1", "--num-jobs", "5"],
             "malformed_csv": ["power", "fit", "--data", str(bad), "--out", str(Path(tmp) / "m.json")],
         }
         for name, args in cases.items():

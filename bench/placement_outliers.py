@@ -1,6 +1,6 @@
 """Why variability-aware placement can lose to Packed-Sticky under PCS on themis1; prints one JSON object.
 
-PCS (pcs-bal) on themis1 (500 apps, 64 GPUs, 16 nodes x 4, linear speedups,
+PCS (pcs-bal) on themis1 (500 jobs, 64 GPUs, 16 nodes x 4, linear speedups,
 no locality penalty) with Longhorn variability: every placement, on several
 profile draws (``--profile-seed``), measured side by side:
 
@@ -149,7 +149,7 @@ def run_placements(jobs, cluster: ClusterSpec, seed: int, predict: bool, placeme
 
 def themis1(seeds: int, predict_seeds: int) -> dict:
     jobs = generate_workload("themis1", 500, 64, load=0.9, seed=4567)
-    out: dict = {"setup": {"workload": "themis1", "apps": 500, "load": 0.9, "seed": 4567, "gpus": 64, "gpus_per_node": 4,
+    out: dict = {"setup": {"workload": "themis1", "jobs": 500, "load": 0.9, "seed": 4567, "gpus": 64, "gpus_per_node": 4,
                            "policy": "pcs-bal", "profile": "longhorn", "locality_penalty": 1.0, "overhead_s": 0.0,
                            "job_classes": sorted({j.job_class for j in jobs})},
                  "per_profile_seed": {}}

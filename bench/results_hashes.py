@@ -79,7 +79,7 @@ def main() -> None:
 
     hashes: dict[str, str] = {}
     log("themis1, every policy ...")
-    hashes |= cli_runs("themis1", ["--workload", "themis1", "--num-apps", "500", "--gpus", "64",
+    hashes |= cli_runs("themis1", ["--workload", "themis1", "--num-jobs", "500", "--gpus", "64",
                                    "--policy", ",".join(POLICIES)])
     log("philly ed69ec (model speedups), every policy ...")
     hashes |= cli_runs("philly-ed69ec", ["--trace", str(DATA / "pcs/traces/trace_ed69ec.csv"), "--speedup", "model", "--gpus", "64",

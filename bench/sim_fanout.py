@@ -11,7 +11,7 @@ before and after says how busy it was). ``solver_on_cluster``: a short ``pcs-ray
 cluster, its backend (``ray``: its evaluations ran as Ray tasks there) and simulations. ``identical``: every figure but ``wall_s`` is the same in the
 one-process and the cluster runs.
 
-Usage: python bench/sim_fanout.py [--num-apps 2000] [--gpus 64] [--policies fifo,srsf,pcs-bal,themis]
+Usage: python bench/sim_fanout.py [--num-jobs 2000] [--gpus 64] [--policies fifo,srsf,pcs-bal,themis]
        [--seeds 1,2,3,4] [--nodes 2] [--cpus-per-node 1]
 """
 
@@ -44,7 +44,7 @@ def solve_on(cli: Cli, address: str, out: Path) -> dict:
     """A short ``pcs-ray solve --address``: that its evaluations ran as Ray tasks there, and how long it took."""
     log("solve on the cluster ...")
     t0 = time.perf_counter()
-    cli("solve", "--num-apps", 100, "--gpus", 16, "--generations", 1, "--population", 4, "--samples", 2,
+    cli("solve", "--num-jobs", 100, "--gpus", 16, "--generations", 1, "--population", 4, "--samples", 2,
         "--test-samples", 1, "--address", address, "--out", out, timeout=3600)
     front = json.loads(out.read_text())
     return {"backend": front["backend"], "simulations": front["simulations_this_run"],
@@ -53,7 +53,7 @@ def solve_on(cli: Cli, address: str, out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num-apps", type=int, default=2000)  # fewer: Ray's start-up outweighs the runs
+    ap.add_argument("--num-jobs", type=int, default=2000)  # fewer: Ray's start-up outweighs the runs
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--policies", default="fifo,srsf,pcs-bal,themis")
     ap.add_argument("--seeds", default="1,2,3,4")
@@ -64,7 +64,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pcs-sim-fanout-"))
     token = private_token(work)
     cli = Cli(cli_env(token))
-    simulate = ["simulate", "--workload", "themis1", "--num-apps", args.num_apps, "--gpus", args.gpus,
+    simulate = ["simulate", "--workload", "themis1", "--num-jobs", args.num_jobs, "--gpus", args.gpus,
                 "-p", args.policies, "--seed", args.seeds]
     load_before = os.getloadavg()
     one_first, here = timed(cli, simulate, "one process")
@@ -81,7 +81,7 @@ def main() -> None:
     one = statistics.fmean([one_first, one_again])
     runs = here["runs"]
     result = {
-        "workload": f"themis1, {args.num_apps} apps, load 0.9, {args.gpus} GPUs, predictions on",
+        "workload": f"themis1, {args.num_jobs} jobs, load 0.9, {args.gpus} GPUs, predictions on",
         "policies": args.policies.split(","), "seeds": [int(s) for s in args.seeds.split(",")],
         "combinations": len(runs),
         "cluster": {"nodes": args.nodes, "ray_cpus": args.nodes * args.cpus_per_node, "up_s": round(up_s, 1)},

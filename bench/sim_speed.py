@@ -3,7 +3,7 @@
 (a) Philly trace_0e4a51 (2,465 jobs), 64 GPUs, the PCS-jct config of that
     VC, predictions on (one forward play per arrival, refreshing every job),
     serial and with the forward plays spread over 2 processes.
-(b) themis1, 500 apps, 64 GPUs, seed 4567, load 0.9, every policy, predictions on,
+(b) themis1, 500 jobs, 64 GPUs, seed 4567, load 0.9, every policy, predictions on,
     serial and with 2 processes (best of 3 each: other work shares this machine).
 (c) The cost of predictions (issue 13): Philly VCs 0e4a51, ee9e8c and b436b2 scaled by
     their model speedup curves, 64 GPUs, policy ``pcs`` with that VC's bundled PCS-jct

@@ -1,6 +1,6 @@
 """Done-when experiment of the preference solver (issue 4).
 
-Runs the solver on themis1 (500 apps per sample, 64 GPUs) within a wall-time
+Runs the solver on themis1 (500 jobs per sample, 64 GPUs) within a wall-time
 budget, Ray tasks on a fresh local Ray instance, then evaluates the front and
 the artifact's three themis1 configurations (and FIFO/SRSF/Themis/AFS) on the
 same held-out test samples. Prints one JSON object: wall times, evaluations,
@@ -132,7 +132,7 @@ def main() -> None:
     front_test = [p.test for p in points]
     result = {
         "objectives": [o.label for o in objectives],
-        "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs",
+        "workload": "themis1, 500 jobs/sample, load 0.9, 64 GPUs",
         "samples": args.samples, "test_samples": args.test_samples, "population": args.population,
         "seed": args.seed, "local_rate": args.local_rate, "backend": backend.name, "space": search.space.describe(),
         "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg(),

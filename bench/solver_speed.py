@@ -1,6 +1,6 @@
 """Preference-solver speed (issue 4): wall time, evaluations per second, hypervolume per generation.
 
-themis1, 500 apps per sample, 64 GPUs, 3 train samples per candidate,
+themis1, 500 jobs per sample, 64 GPUs, 3 train samples per candidate,
 objectives avg JCT and avg prediction error, fixed seed; simulations as Ray
 tasks on a fresh local Ray instance (all CPUs of this machine), or in
 process with --serial. Prints one JSON object. ``evaluations`` counts
@@ -59,7 +59,7 @@ def main() -> None:
     state = search.run(args.generations, on_generation)
     wall = time.perf_counter() - t1
     result = {
-        "workload": "themis1, 500 apps/sample, load 0.9, 64 GPUs", "objectives": ["jct:avg", "pred_err:avg"],
+        "workload": "themis1, 500 jobs/sample, load 0.9, 64 GPUs", "objectives": ["jct:avg", "pred_err:avg"],
         "samples_per_candidate": args.samples, "population": args.population, "generations": state.generation,
         "seed": args.seed, "backend": backend.name,
         "ray_cpus": backend.cluster_cpus() if not args.serial else None,

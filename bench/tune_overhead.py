@@ -2,7 +2,7 @@
 
 1. ``tune_fifo``: Tune's FIFO scheduler, one GPU per trial, no preemption (the floor).
 2. ``pcs_ray``: :class:`pcs_ray.executors.tune.PCSTuneScheduler` on a 4-GPU in-process coordinator
-   (``fair`` policy) while another 2-GPU app arrives and leaves a few times, so trials are
+   (``fair`` policy) while another 2-GPU job arrives and leaves a few times, so trials are
    preempted (checkpointed), parked and resumed on the GPUs the coordinator picks.
 3. ``tune_pause_resume``: Tune's own pause/resume (what PBT does): a FIFO scheduler that
    PAUSEs trials as often as pcs-ray preempted them; FIFO resumes them at once.
@@ -112,7 +112,7 @@ def run_tune(args, work: Path, name: str, pauses: int) -> dict:
 
 
 class Competitor(threading.Thread):
-    """A 2-GPU app that arrives, holds its GPUs ``hold_s`` and leaves, ``rounds`` times (accounting only)."""
+    """A 2-GPU job that arrives, holds its GPUs ``hold_s`` and leaves, ``rounds`` times (accounting only)."""
 
     def __init__(self, link, rounds: int, hold_s: float, gap_s: float) -> None:
         super().__init__(daemon=True)
@@ -222,7 +222,7 @@ def main() -> int:
             work = Path(tmp)
             log("tune FIFO, no preemption")
             fifo = run_tune(args, work, "fifo", pauses=0)
-            log("pcs-ray with a competing app")
+            log("pcs-ray with a competing job")
             # The sweep's start-up estimate: what the previous sweep on this cluster measured.
             startup = fifo["first_start_cost_s"]["median"] or 5.0
             pcs = run_pcs(args, work, startup)
@@ -237,7 +237,7 @@ def main() -> int:
         "iteration_time_estimate_s": args.iteration_time, "tune_fifo": fifo, "pcs_ray": pcs,
         "tune_pause_resume": pbt,
         "pcs_over_fifo_wall": pcs["wall_s"] / fifo["wall_s"],
-        "note": "pcs_ray also loses GPUs to the competing app for part of its run; compare per-pause costs for overhead",
+        "note": "pcs_ray also loses GPUs to the competing job for part of its run; compare per-pause costs for overhead",
     }, indent=2))
     return 0
 

@@ -5,7 +5,7 @@
     pcs-ray start --cluster-spec examples/clusters/laptop.yaml
     ray job submit --address http://127.0.0.1:8265 --working-dir examples -- python sweep.py --workload resnet18
 
-The sweep is one app to the coordinator (``pcs-ray status`` / ``pcs-ray predict
+The sweep is one job to the coordinator (``pcs-ray status`` / ``pcs-ray predict
 ID`` show it); its trials are ordinary Tune function trainables that report a
 checkpoint every iteration, so preempting one loses nothing. Every grid point
 is checked against the workload's parameter bounds before anything is

@@ -5,7 +5,7 @@
 - ``runner``: the Ray actor, one per GPU (``num_gpus=0`` + the GPU's custom resource; sets ``CUDA_VISIBLE_DEVICES``).
 - ``training``: the deterministic, preemptible loop (``TrainingSession``, ``run_training``); DDP for several GPUs.
 - ``checkpoint``: atomic, digest-verified checkpoints with fallback to the previous one.
-- ``tune``: Ray Tune sweeps as one coordinator app (``PCSTuner``); ``tune_scheduler`` maps the sweep's
+- ``tune``: Ray Tune sweeps as one coordinator job (``PCSTuner``); ``tune_scheduler`` maps the sweep's
   GPU assignment onto trials, ``tune_pin`` pins each trial to its GPUs, ``tune_trial`` is a deterministic trainable.
 - ``preflight``: a fresh process pinned to each GPU reports what it sees, for ``pcs_ray.cluster.preflight``'s checks.
 - ``standin``: runners that step, report, checkpoint and stop without training (``launcher="pcs_ray.executors.standin:launch"``

@@ -1,4 +1,4 @@
-"""Ray Tune sweeps scheduled by pcs-ray: the sweep is one coordinator app, the scheduler is its executor.
+"""Ray Tune sweeps scheduled by pcs-ray: the sweep is one coordinator job, the scheduler is its executor.
 
 ::
 

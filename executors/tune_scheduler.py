@@ -16,7 +16,7 @@ stopped hard and resumed from their last reported checkpoint. When every
 trial outside the kept GPUs has stopped it acknowledges, and the coordinator
 hands the GPUs on. New trials are parked (PAUSED) until admitted. An inner
 scheduler (ASHA, HyperBand, PBT) keeps its decisions: its STOPs (a stopped
-trial shrinks the sweep's demand so its GPUs go to other apps), its PAUSEs,
+trial shrinks the sweep's demand so its GPUs go to other jobs), its PAUSEs,
 and which waiting trial runs next, where a trial that waits only for pcs-ray's
 GPUs looks to it as the PENDING trial it would be under plain Tune. A trial
 keeps the CPUs its trainable asks for (Tune's default: 1); a trial that asks
@@ -133,9 +133,9 @@ class PCSTuneScheduler(TrialScheduler):
         # Tune pickles its config for experiment restore; the live link to the coordinator stays here.
         return {**self.__dict__, "coordinator": None, "lease": None}
 
-    # -- the app -----------------------------------------------------------------
+    # -- the job -----------------------------------------------------------------
     def register(self) -> dict:
-        """Submit the sweep as one app; returns its first prediction (absolute times)."""
+        """Submit the sweep as one job; returns its first prediction (absolute times)."""
         if self.job_id is None:
             began = time.monotonic()
             handle = self.coordinator.submit(self.spec)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from pathlib import Path
 
 Key = tuple[str, str, int]
@@ -19,6 +21,19 @@ CACHE_VERSION = 1
 
 class CacheError(ValueError):
     """A cache file from another problem or in a format this version cannot read."""
+
+
+def stored_fingerprint(stored, where: str):
+    """A fingerprint as a file records it, a workload's deprecated ``num_apps`` read as ``num_jobs``
+    (with a warning on stderr naming ``where``)."""
+    workload = stored.get("workload") if isinstance(stored, dict) else None
+    if not isinstance(workload, dict) or "num_apps" not in workload:
+        return stored
+    print(f"warning: {where}: key 'num_apps' is deprecated; use 'num_jobs'", file=sys.stderr, flush=True)
+    workload = {("num_jobs" if k == "num_apps" else k): v for k, v in workload.items()}
+    if isinstance(workload.get("label"), str):
+        workload["label"] = re.sub(r" \((\d+) apps, load ", r" (\1 jobs, load ", workload["label"])
+    return {**stored, "workload": workload}
 
 
 class EvaluationCache:
@@ -47,7 +62,7 @@ class EvaluationCache:
             raise CacheError(f"{self.path}: not an evaluation cache") from None
         if not isinstance(head, dict) or head.get("v") != CACHE_VERSION:
             raise CacheError(f"{self.path}: not an evaluation cache of version {CACHE_VERSION}")
-        if head.get("fingerprint") != self.fingerprint:
+        if stored_fingerprint(head.get("fingerprint"), str(self.path)) != self.fingerprint:
             raise CacheError(
                 f"{self.path}: cached evaluations belong to a different problem (workload, GPUs, objectives, "
                 "samples or seed differ); use another checkpoint folder or --fresh"

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from pcs_ray.solver.cache import EvaluationCache
+from pcs_ray.solver.cache import EvaluationCache, stored_fingerprint
 from pcs_ray.solver.spea2 import SearchState
 
 STATE_VERSION = 1
@@ -50,7 +50,7 @@ class Checkpoint:
             raise CheckpointError(f"{self.state_path}: not a search checkpoint") from None
         if not isinstance(raw, dict) or raw.get("v") != STATE_VERSION:
             raise CheckpointError(f"{self.state_path}: not a search checkpoint of version {STATE_VERSION}")
-        if raw.get("fingerprint") != self.fingerprint:
+        if stored_fingerprint(raw.get("fingerprint"), str(self.state_path)) != self.fingerprint:
             raise CheckpointError(
                 f"{self.state_path}: checkpoint of a different problem (workload, GPUs, objectives, samples, "
                 "population or seed differ); use another checkpoint folder or --fresh"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,19 +46,19 @@ def default_config_path() -> Path:
 
 
 def resolve_source(workload: str | None = None, trace: str | Path | None = None, history: str | Path | None = None,
-                   jobs: Sequence[JobSpec] | None = None, num_apps: int | None = None, load: float = 0.9,
+                   jobs: Sequence[JobSpec] | None = None, num_jobs: int | None = None, load: float = 0.9,
                    speedup: str = "linear") -> WorkloadSource:
     """Exactly one of a CDF workload name, a trace file, a job-history file or a list of jobs."""
     given = [n for n, v in (("workload", workload), ("trace", trace), ("history", history), ("jobs", jobs)) if v is not None]
     if len(given) != 1:
         raise PreferenceError(f"give exactly one of workload, trace, history or jobs (got {', '.join(given) or 'none'})")
     if workload is not None:
-        return WorkloadSource.generated(workload, 500 if num_apps is None else num_apps, load)
+        return WorkloadSource.generated(workload, 500 if num_jobs is None else num_jobs, load)
     if trace is not None:
-        return WorkloadSource.from_jobs(str(trace), read_trace(trace, speedup=speedup), num_apps)
+        return WorkloadSource.from_jobs(str(trace), read_trace(trace, speedup=speedup), num_jobs)
     if history is not None:
-        return WorkloadSource.from_jobs(str(history), read_history(history), num_apps)
-    return WorkloadSource.from_jobs("jobs", list(jobs), num_apps)
+        return WorkloadSource.from_jobs(str(history), read_history(history), num_jobs)
+    return WorkloadSource.from_jobs("jobs", list(jobs), num_jobs)
 
 
 def write_wfq_config(config: WFQConfig, path: str | Path) -> Path:
@@ -128,15 +129,23 @@ class PreferenceSolver:
 
     def update_pareto_front(
         self, workload: str | None = None, *, trace=None, history=None, jobs=None, gpus: int = 64,
-        num_apps: int | None = None, load: float = 0.9, samples: int = 3, test_samples: int = 3,
+        num_jobs: int | None = None, load: float = 0.9, samples: int = 3, test_samples: int = 3,
         generations: int = 20, population: int = 40, seed: int = 0, backend=None, checkpoint=None,
         time_limit: float | None = None, on_generation=None, max_points: int | None = None,
-        space: str = "paper", max_queues: int = DEFAULT_MAX_QUEUES,
+        space: str = "paper", max_queues: int = DEFAULT_MAX_QUEUES, num_apps: int | None = None,
     ) -> list[FrontPoint]:
-        """Search WFQ configurations; returns the front (train and test values), best first objective first."""
+        """Search WFQ configurations; returns the front (train and test values), best first objective first.
+
+        ``num_apps`` is the deprecated spelling of ``num_jobs``.
+        """
         if not self.objectives:
             raise PreferenceError("call set_preference(...) first")
-        source = resolve_source(workload, trace, history, jobs, num_apps, load)
+        if num_apps is not None:
+            if num_jobs is not None:
+                raise PreferenceError("num_apps and num_jobs are one argument: give num_jobs")
+            warnings.warn("num_apps is deprecated; use num_jobs", FutureWarning, stacklevel=2)
+            num_jobs = num_apps
+        source = resolve_source(workload, trace, history, jobs, num_jobs, load)
         problem = Problem(source, gpus, self.objectives, samples, test_samples, population, seed, space=space,
                           max_queues=max_queues)
         search = Search(problem, backend, checkpoint)

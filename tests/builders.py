@@ -126,7 +126,7 @@ def submit_random(core: Coordinator, clock: Clock, rng: random.Random, count: in
 
 def job_spec(job_id: int, *, submit: float = 0.0, service: float = 100.0, runtime: float | None = None,
              max_gpus: int = 1, min_gpus: int = 1, rigid: bool = False, speedup=None, **fields) -> JobSpec:
-    """An app as submitted: linear speedup up to ``max_gpus`` unless ``speedup`` says otherwise (its table
+    """A job as submitted: linear speedup up to ``max_gpus`` unless ``speedup`` says otherwise (its table
     then sets ``max_gpus``); a rigid one runs on all of them. ``runtime``, where given, is its run time on
     all its GPUs and sets ``service``. ``fields``: any other of ``JobSpec``'s."""
     if speedup is None:

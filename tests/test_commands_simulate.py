@@ -20,7 +20,7 @@ from builders import invoke
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-SMALL = ["simulate", "--workload", "themis1", "--num-apps", "30", "--gpus", "16"]
+SMALL = ["simulate", "--workload", "themis1", "--num-jobs", "30", "--gpus", "16"]
 TRACE = data_dir() / "pcs" / "traces" / "trace_51b7ef.csv"
 
 SUMMARY_KEYS = {
@@ -52,10 +52,21 @@ def test_json_single_policy(capsys):
     assert 0 < data["utilization"] <= 1
     assert data["avg_jct"] > 0 and data["p99_jct"] >= data["p50_jct"]
     assert data["workload"] == {
-        "source": "generated", "workload": "themis1", "num_apps": 30, "load": 0.9, "seed": 4567, "jobs": 30,
+        "source": "generated", "workload": "themis1", "num_jobs": 30, "load": 0.9, "seed": 4567, "jobs": 30,
         "gpus": 16, "nodes": 1, "gpus_per_node": 16, "cluster": None, "overhead": 0.0, "predict": True,
         "semantics": "continuous",
     }
+
+
+def test_num_apps_still_works_with_a_warning_and_help_shows_only_num_jobs(capsys):
+    new = run_json(capsys, "simulate", "--num-jobs", "12", "--gpus", "8", "-p", "fifo", "--no-predict")
+    code, out, err = invoke(capsys, "simulate", "--num-apps", "12", "--gpus", "8", "-p", "fifo", "--no-predict", "--json")
+    assert code == 0 and err == "warning: --num-apps is deprecated; use --num-jobs\n"
+    old = json.loads(out)
+    assert old["workload"]["num_jobs"] == 12 and {**old, "wall_s": 0} == {**new, "wall_s": 0}
+    for command in ("simulate", "solve"):
+        code, out, _ = invoke(capsys, command, "--help")
+        assert code == 0 and "--num-jobs" in out and "--num-apps" not in out
 
 
 def test_json_is_deterministic_for_a_seed(capsys):
@@ -66,7 +77,7 @@ def test_json_is_deterministic_for_a_seed(capsys):
 
 
 def test_workers_give_the_same_json(capsys):
-    args = ["simulate", "--num-apps", "30", "--gpus", "8", "-p", "pcs-jct", "--json"]
+    args = ["simulate", "--num-jobs", "30", "--gpus", "8", "-p", "pcs-jct", "--json"]
     serial = run_json(capsys, *args)
     parallel = run_json(capsys, *args, "--workers", "2")
     for d in (serial, parallel):
@@ -82,7 +93,7 @@ def test_workers_give_the_same_json(capsys):
 def test_workers_with_placements_give_the_same_json(capsys, placing):
     """Each process replays the schedule on its own copy of the placement; this one's, which replays it too,
     gives the placement summary and the slow runs: the same as in one process."""
-    args = ["simulate", "--num-apps", "40", "--gpus", "16", "-p", "pcs-jct", *placing]
+    args = ["simulate", "--num-jobs", "40", "--gpus", "16", "-p", "pcs-jct", *placing]
     serial = run_json(capsys, *args)
     parallel = run_json(capsys, *args, "--workers", "2")
     assert "placement" in json.dumps(serial)
@@ -116,7 +127,7 @@ def test_json_several_policies(capsys):
 
 
 def test_default_runs_every_policy(capsys):
-    data = run_json(capsys, *SMALL, "--num-apps", "12", "--no-predict")
+    data = run_json(capsys, *SMALL, "--num-jobs", "12", "--no-predict")
     assert [r["policy"] for r in data["runs"]] == ALL_LABELS
 
 
@@ -166,7 +177,7 @@ def test_table_output(capsys):
     code, out, err = invoke(capsys, *SMALL, "-p", "fifo,srsf,pcs-bal")
     assert code == 0, err
     lines = out.splitlines()
-    assert any("themis1: 30 apps" in line and "16 GPUs" in line for line in lines)
+    assert any("themis1: 30 jobs" in line and "16 GPUs" in line for line in lines)
     rows = {line.split()[1]: line for line in lines if line.startswith("│")}
     assert set(rows) == {"fifo", "srsf", "pcs-bal"}
     assert "1.000" in rows["fifo"]  # average JCT normalised to the first row
@@ -255,8 +266,9 @@ BAD_INPUTS = {
     "bad cluster spec": (["--cluster", "{cluster}"], "nodes[0].gpus[0].scores.A"),
     "missing cluster spec": (["--cluster", "{missing}"], "no such cluster spec file"),
     "trace and workload": (["--trace", "{malformed}", "--workload", "themis1"], "mutually exclusive"),
-    "num-apps with trace": (["--trace", "{malformed}", "--num-apps", "3"], "--num-apps applies only"),
-    "zero apps": (["--num-apps", "0"], "--num-apps must be >= 1"),
+    "num-jobs with trace": (["--trace", "{malformed}", "--num-jobs", "3"], "--num-jobs applies only"),
+    "zero jobs": (["--num-jobs", "0"], "--num-jobs must be >= 1"),
+    "both spellings": (["--num-apps", "3", "--num-jobs", "3"], "--num-apps and --num-jobs are one option"),
     "zero load": (["--load", "0"], "--load must be a number > 0"),
     "negative overhead": (["--overhead", "-5"], "--overhead must be"),
     "unknown workload": (["--workload", "nope"], "unknown workload 'nope'"),

@@ -332,7 +332,7 @@ def test_energy_score_is_mean_power_over_median():
 
 
 def test_simulate_with_power_prints_energy(capsys):
-    rc = run(["simulate", "--num-apps", "12", "--gpus", "8", "--gpus-per-node", "4", "-p", "vahrm,vu-fcfs-b",
+    rc = run(["simulate", "--num-jobs", "12", "--gpus", "8", "--gpus-per-node", "4", "-p", "vahrm,vu-fcfs-b",
               "--placement", "lowest-energy", "--profile", "longhorn", "--power", "longhorn", "--pcr", "0.8",
               "--no-predict", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -343,7 +343,7 @@ def test_simulate_with_power_prints_energy(capsys):
     assert out["workload"]["power"]["budget_kw"] == pytest.approx(1.92)
 
 
-PAIRED = ["simulate", "--num-apps", "20", "--gpus", "8", "--gpus-per-node", "4", "-p", "vu-fcfs-b,cgva-fcfs-b,vahrm,fifo",
+PAIRED = ["simulate", "--num-jobs", "20", "--gpus", "8", "--gpus-per-node", "4", "-p", "vu-fcfs-b,cgva-fcfs-b,vahrm,fifo",
           "--profile", "longhorn", "--power", "longhorn", "--pcr", "0.8", "--no-predict", "--json"]
 
 
@@ -366,10 +366,10 @@ def test_placement_option_puts_every_policy_on_the_named_placement(capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["simulate", "--power", "nosuch", "--num-apps", "3"], "unknown power profile 'nosuch'"),
-    (["simulate", "--power", "longhorn", "--power-budget-kw", "-1", "--num-apps", "3"], "--power-budget-kw must be"),
-    (["simulate", "--power", "longhorn", "--pcr", "0", "--num-apps", "3"], "--pcr must be"),
-    (["simulate", "--pcr", "1", "--num-apps", "3"], "need --power"),
+    (["simulate", "--power", "nosuch", "--num-jobs", "3"], "unknown power profile 'nosuch'"),
+    (["simulate", "--power", "longhorn", "--power-budget-kw", "-1", "--num-jobs", "3"], "--power-budget-kw must be"),
+    (["simulate", "--power", "longhorn", "--pcr", "0", "--num-jobs", "3"], "--pcr must be"),
+    (["simulate", "--pcr", "1", "--num-jobs", "3"], "need --power"),
 ])
 def test_energy_option_errors_are_one_line(capsys, args, message):
     assert run(args) == 2
@@ -397,7 +397,7 @@ def test_power_fit_on_a_csv(tmp_path, capsys):
 
 
 def test_simulate_energy_unit_option(capsys):
-    base = ["simulate", "--num-apps", "8", "--gpus", "8", "--gpus-per-node", "4", "--no-predict", "--json"]
+    base = ["simulate", "--num-jobs", "8", "--gpus", "8", "--gpus-per-node", "4", "--no-predict", "--json"]
     assert run([*base, "-p", "vahrm", "--energy-unit", "kWh"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["energy_unit"] == "kWh"
     assert run([*base, "-p", "vahrm"]) == 0

@@ -1,6 +1,6 @@
 """Baselines as the PCS evaluation computes them, pinned to the artifact's own results.
 
-On the artifact's themis1 sample (500 apps, 64 GPUs, linear speedups) every
+On the artifact's themis1 sample (500 jobs, 64 GPUs, linear speedups) every
 policy's average JCT and average and p99 prediction error must be within 3 %
 of what the artifact's simulator reports for it (``reference/themis1-artifact``);
 the three PCS configurations must keep the artifact's trade-off orderings; and
@@ -106,7 +106,7 @@ def fig7(vc: str) -> dict[str, float]:
 
 
 def test_fig7_ranking_on_philly_0e4a51():
-    """Fig. 7's per-VC ranking of the seven schemes by average JCT on VC 0e4a51 (2,465 apps)."""
+    """Fig. 7's per-VC ranking of the seven schemes by average JCT on VC 0e4a51 (2,465 jobs)."""
     vc = "0e4a51"
     jobs = read_trace(locate("trace", f"philly/{vc}"))  # model speedups by default
     ours = {}

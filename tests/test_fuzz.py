@@ -258,8 +258,8 @@ def cli_args(draw, command: str):
     if command in ("up", "down"):
         words += ["--state-dir", SCRATCH_STATE]
     if command == "simulate":  # keep any simulation tiny
-        words = [w for w in words if w not in ("--trace", "--workload", "--num-apps", "--gpus", "--cluster")]
-        words += ["--num-apps", "3", "--gpus", "4", "--no-predict", "--workload", "themis1"]
+        words = [w for w in words if w not in ("--trace", "--workload", "--num-jobs", "--num-apps", "--gpus", "--cluster")]
+        words += ["--num-jobs", "3", "--gpus", "4", "--no-predict", "--workload", "themis1"]
     if command == "solve":  # every search would run on Ray (refused here); --serial would search in this process
         words = [w for w in words if w != "--serial"]
     if command.endswith(" fit"):  # a fit on the bundled records (the default) takes minutes: only other files

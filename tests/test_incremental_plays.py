@@ -19,7 +19,7 @@ from builders import DATA, classed, forecasts, measured_cluster, philly, vc_conf
 
 
 def mixed_themis1(seed: int) -> list[JobSpec]:
-    """Narrow apps, every fifth one rigid, every seventh needing at least two GPUs."""
+    """Narrow jobs, every fifth one rigid, every seventh needing at least two GPUs."""
     out = []
     for j in generate_workload("themis1", 150, 16, load=1.2, seed=seed):
         m = 1 + j.job_id % 8

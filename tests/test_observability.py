@@ -22,7 +22,7 @@ def test_readings_count_jobs_queues_gpus_preemptions_and_prediction_errors(tmp_p
     r = readings(core)
     assert r.jobs["running"] + r.jobs["queued"] + r.jobs["stopping"] == 2
     assert r.gpus_allocated + r.gpus_idle == 4 and r.gpus_allocated == sum(len(j.gpus) for j in core.active.values())
-    assert sum(a for a, _ in r.queues.values()) == 2 and len(r.queues) >= 1  # WFQ: every active app has a queue
+    assert sum(a for a, _ in r.queues.values()) == 2 and len(r.queues) >= 1  # WFQ: every active job has a queue
     assert sum(r.reasons.values()) == r.jobs["queued"] == sum(w for _, w, _ in r.tenants.values())
     assert r.tenants[""][2] == r.gpus_allocated  # jobs without a tenant
     clock.t += 2.0

@@ -122,7 +122,7 @@ def test_cli_topology_reports_effective_bandwidth(capsys):
     (["--placement", "pal", "--gpus-per-node", "4", "--topology", str(DGX1)], "has 8 GPUs"),
 ])
 def test_cli_placement_errors_are_one_line(capsys, args, message):
-    code = run(["simulate", "--gpus", "16", "--num-apps", "5", "-p", "fifo", "--no-predict", *args])
+    code = run(["simulate", "--gpus", "16", "--num-jobs", "5", "-p", "fifo", "--no-predict", *args])
     _, err = capsys.readouterr()
     assert code == 2
     assert err.startswith("error: ") and message in err and err.count("\n") == 1

@@ -63,7 +63,7 @@ def idle_but_usable(s: Snapshot, alloc) -> list[int]:
             need = j.spec.max_gpus if j.spec.rigid else j.spec.min_gpus
             if need <= free:
                 out.append(j.spec.job_id)
-        elif have < j.spec.max_gpus:  # running elastic app: one more GPU always fits its range
+        elif have < j.spec.max_gpus:  # running elastic job: one more GPU always fits its range
             out.append(j.spec.job_id)
     return out
 
@@ -205,7 +205,7 @@ def test_las_rejects_bad_threshold():
 
 
 def test_themis_artifact_rho_and_allocation():
-    # 2 GPUs, 4 one-GPU apps, contention 4 (no event counts kept: the current number):
+    # 2 GPUs, 4 one-GPU jobs, contention 4 (no event counts kept: the current number):
     # fair time = service / min(2/4, 1) = 2 x service; rho = (elapsed + remaining / 1) / fair:
     # 1: (10 + 10)/20 = 1.0, 2: (10 + 5)/40 = 0.375, 3: (2 + 4)/8 = 0.75, 4: (0 + 1)/2 = 0.5.
     jobs = [job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
@@ -217,7 +217,7 @@ def test_themis_artifact_rho_and_allocation():
 
 
 THEMIS_ARTIFACT_CASES = [
-    # The share in rho is what the app would get now, min(residual, demand), and remaining work is
+    # The share in rho is what the job would get now, min(residual, demand), and remaining work is
     # divided by it linearly. 4 GPUs, contention 2 -> fair share 2 GPUs. Job 1 (demand 4, service
     # 80, 40 left): fair 40, rho at residual 4 = (10 + 40/4)/40 = 0.5. Job 2 (demand 1, 10 left,
     # service 10): fair 10, rho = (10 + 10)/10 = 2 -> first, 1 GPU. Then job 1 at residual 3:
@@ -231,7 +231,7 @@ THEMIS_ARTIFACT_CASES = [
     # Speedup curves do not enter rho: the same remaining work ranks the same.
     pytest.param([job(1, submit=0, service=6, rem=6, speedup=(0, 1, 1.2)), job(2, submit=1, service=6, rem=6,
                   max_gpus=2)], 2, 1.0, {1: 2}, id="linear-in-share-whatever-the-curve"),
-    # A rigid app that does not fit the residual gets nothing; the next takes the GPUs.
+    # A rigid job that does not fit the residual gets nothing; the next takes the GPUs.
     pytest.param([rigid(1, 3, service=300, submit=0), job(2, submit=5, service=10, rem=10, max_gpus=2)],
                  2, 5.0, {2: 2}, id="rigid-wider-than-residual"),
 ]
@@ -243,7 +243,7 @@ def test_themis_artifact_exact(jobs, capacity, now, expected):
 
 
 def test_themis_artifact_contention_from_event_counts():
-    # An app that has seen 10 active apps over 6 events has contention 10/6: fair share 4 / (10/6)
+    # A job that has seen 10 active jobs over 6 events has contention 10/6: fair share 4 / (10/6)
     # = 2.4 GPUs, capped at its demand of 2 -> fair time = service / 2.
     a, b = job(1, service=20, max_gpus=2), job(2, service=20, max_gpus=2)
     a.seen_total, a.seen_events = 10 - 50.0, 6 - 20  # offsets against the running sums below
@@ -266,7 +266,7 @@ def test_themis_artifact_review_only_when_contended():
 
 
 def test_engine_counts_contention_per_event_with_skipped_quanta():
-    """The artifact's contention: each arrival, completion and quantum adds the apps active before it.
+    """The artifact's contention: each arrival, completion and quantum adds the jobs active before it.
 
     A and B arrive at 0 on 4 GPUs (both fit, so no review is due), C at 35 with a 10 s quantum:
     quanta at 10, 20, 30 count though the engine skips them. A: (1) + 1 (B) + 3 x 2 + 2 (C) over
@@ -291,18 +291,18 @@ def test_engine_counts_contention_per_event_with_skipped_quanta():
 # --- AFS as the PCS artifact runs it (afs) --------------------------------------------------
 
 AFS_ARTIFACT_CASES = [
-    # Linear, 4 GPUs. Every app first gets one GPU (job 2, shorter, then job 1). GPU 3: l = job 2
+    # Linear, 4 GPUs. Every job first gets one GPU (job 2, shorter, then job 1). GPU 3: l = job 2
     # (40 s left at 1 GPU), h = job 1 (100 s): l's gain (s(2) - s(1)) / s(1) = 1 beats h's
     # (s(2) - s(1)) / s(2) = 0.5 -> job 2. GPU 4: l = job 2 at 2 GPUs gains 0.5, h = job 1 gains
     # 0.5 (a hair more with the 1e-7 offset) -> job 1. Not SRTF, unlike afs-l.
     pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=40, submit=1, max_gpus=4)], 4, {1: 2, 2: 2},
                  id="linear-is-not-srtf"),
-    # A backlog: one GPU each to the apps with the least remaining service.
+    # A backlog: one GPU each to the jobs with the least remaining service.
     pytest.param([job(1, rem=100, max_gpus=4), job(2, rem=10, submit=1, max_gpus=4),
                   job(3, rem=50, submit=2, max_gpus=4)], 2, {2: 1, 3: 1}, id="backlog-one-each-shortest"),
     # Equal remaining work: the later arrival wins the tie (the artifact's scan keeps the newcomer).
     pytest.param([job(1, rem=10), job(2, rem=10, submit=1)], 1, {2: 1}, id="tie-later-arrival"),
-    # Rigid app takes its whole demand in one step or not at all.
+    # Rigid job takes its whole demand in one step or not at all.
     pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
     pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
     # Sub-linear: job 1 (S = n^0.7, 100 left) and job 2 (linear, 100 left, demand 2), 3 GPUs: one
@@ -322,7 +322,7 @@ def test_afs_artifact_exact(jobs, capacity, expected):
 
 
 def test_themis_rho_values():
-    # 2 GPUs, 4 apps: fair share 0.5 GPU -> fair rate 0.5 (linear).
+    # 2 GPUs, 4 jobs: fair share 0.5 GPU -> fair rate 0.5 (linear).
     jobs = [
         job(1, submit=0, service=10, rem=10),  # (10*.5 + 10)/10 = 1.5
         job(2, submit=0, service=20, rem=5),  # (10*.5 + 5)/20 = 0.5
@@ -342,7 +342,7 @@ THEMIS_CASES = [
     pytest.param([job(1, submit=0, service=10, rem=10), job(2, submit=0, service=20, rem=5),
                   job(3, submit=8, service=4, rem=4), job(4, submit=10, service=1, rem=1)],
                  3, 10.0, {1: 1, 3: 1, 4: 1}, id="three-gpus"),
-    # Equal rho (both 1.0 at now=0): the running app keeps its GPU even though it came later.
+    # Equal rho (both 1.0 at now=0): the running job keeps its GPU even though it came later.
     pytest.param([job(1, submit=0, service=10), job(2, submit=0, service=10, alloc=1)], 1, 0.0, {2: 1},
                  id="tie-running-keeps"),
     pytest.param([job(1, submit=0, service=10), job(2, submit=0, service=10)], 1, 0.0, {1: 1},
@@ -367,7 +367,7 @@ def test_themis_exact(jobs, capacity, now, expected):
 THEMIS_REVIEW_CASES = [
     pytest.param([job(1, max_gpus=2), job(2, max_gpus=2)], 3, 60.0, 10.0 + 60.0, id="contended-lease"),
     pytest.param([job(1, max_gpus=2), job(2, max_gpus=1)], 3, 60.0, None, id="all-fit-no-review"),
-    pytest.param([job(1, max_gpus=4)], 2, 5.0, 15.0, id="lone-app-wider-than-cluster"),
+    pytest.param([job(1, max_gpus=4)], 2, 5.0, 15.0, id="lone-job-wider-than-cluster"),
 ]
 
 
@@ -414,7 +414,7 @@ AFS_CASES = [
                  id="sublinear-n^0.7"),
     pytest.param([job(1, rem=100, speedup=S07), job(2, rem=100, speedup=S07, submit=1)], 2, {1: 1, 2: 1},
                  id="sublinear-n^0.7-two-gpus"),
-    # Rigid app takes its whole demand in one step or not at all.
+    # Rigid job takes its whole demand in one step or not at all.
     pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 4, {1: 3, 2: 1}, id="rigid-fits"),
     pytest.param([rigid(1, 3, rem=1), job(2, rem=50, max_gpus=4, submit=1)], 2, {2: 2}, id="rigid-does-not-fit"),
 ]
@@ -572,12 +572,12 @@ def test_wfq_relaxes_inside_queue_before_spilling():
 
 
 def test_wfq_leftovers_flow_to_other_queues():
-    # Queue 0's rigid 4-GPU app cannot run in its share of 3 (weights 1:1 on 5 GPUs), nor on the 3
-    # GPUs left after queue 1's share; queue 1 takes what it can (its app's whole demand of 4).
+    # Queue 0's rigid 4-GPU job cannot run in its share of 3 (weights 1:1 on 5 GPUs), nor on the 3
+    # GPUs left after queue 1's share; queue 1 takes what it can (its job's whole demand of 4).
     pol = WFQPolicy(WFQConfig((100.0, math.inf), (1.0, 1.0)))
     jobs = [rigid(1, 4, service=5), job(2, service=500, max_gpus=4, submit=1)]
     run_case(pol, jobs, 5, 10.0, {2: 4})
-    # With 8 GPUs both fit: queue 0 gets 4 for its rigid app.
+    # With 8 GPUs both fit: queue 0 gets 4 for its rigid job.
     run_case(pol, jobs, 8, 10.0, {1: 4, 2: 4})
 
 

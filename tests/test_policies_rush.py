@@ -89,7 +89,7 @@ def test_rush_waits_for_fast_gpus():
 
 
 def test_negative_threshold_and_bad_variability_are_one_line_errors(capsys):
-    base = ["simulate", "--workload", "themis1", "--num-apps", "5", "--gpus", "8", "--no-predict", "--json"]
+    base = ["simulate", "--workload", "themis1", "--num-jobs", "5", "--gpus", "8", "--no-predict", "--json"]
     code, out, err = invoke(capsys, *base, "-p", "rush", "--skip-threshold", "-1")
     assert code == 2 and out == "" and "--skip-threshold must be >= 0, got -1" in err and err.count("\n") == 1
     code, _, err = invoke(capsys, *base, "-p", "rush", "--placement", "packed-sticky", "--run-variability", "quartz")

@@ -4,7 +4,7 @@ A checking wrapper sits between the engine and the policy. On every
 ``allocate`` (the engine's rounds and the prediction forks alike) it checks
 capacity and demand with ``validate_allocation`` and that the allocation is
 work-conserving; on the real engine it also records the allocation timeline,
-from which each app's progress is integrated independently of the engine.
+from which each job's progress is integrated independently of the engine.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class CheckedPolicy(SchedulingPolicy):
                 spec = j.spec
                 have = alloc.get(spec.job_id, 0)
                 if have == 0:
-                    # Could it start on the free GPUs? Rigid apps need all of theirs, others min_gpus.
+                    # Could it start on the free GPUs? Rigid jobs need all of theirs, others min_gpus.
                     need = spec.max_gpus if spec.rigid else spec.min_gpus
                     assert need > free, (
                         f"{self.name}: {free} GPUs idle at t={snap.now} while job {spec.job_id} "
@@ -186,7 +186,7 @@ def _schedule(result):
 @SETTINGS
 @given(workload=workloads())
 def test_wfq_single_queue_is_fifo_on_random_workloads(workload):
-    """WFQ with one queue and zeta_min = 0 is FIFO, rigid and min-GPU apps included."""
+    """WFQ with one queue and zeta_min = 0 is FIFO, rigid and min-GPU jobs included."""
     jobs, capacity = workload
     fifo = simulate(jobs, capacity, build_policy("fifo"), predict=False)
     wfq = simulate(jobs, capacity, WFQPolicy(WFQConfig((math.inf,), (1.0,), 0.0, 0.0)), predict=False)
@@ -194,7 +194,7 @@ def test_wfq_single_queue_is_fifo_on_random_workloads(workload):
 
 
 def _elastic(jobs):
-    """Every app elastic from one GPU, sizes made distinct (one WFQ queue per app)."""
+    """Every job elastic from one GPU, sizes made distinct (one WFQ queue per job)."""
     out = []
     for k, s in enumerate(jobs):
         out.append(JobSpec(s.job_id, s.submit_time, s.service + k * 1e-3, s.max_gpus, s.speedup, min_gpus=1))
@@ -203,7 +203,7 @@ def _elastic(jobs):
 
 @SETTINGS
 @given(workload=workloads())
-def test_one_queue_per_app_equal_weights_is_fair_share(workload):
+def test_one_queue_per_job_equal_weights_is_fair_share(workload):
     jobs, capacity = workload
     jobs = _elastic(jobs)
     sizes = sorted(j.service for j in jobs)
@@ -217,8 +217,8 @@ def test_one_queue_per_app_equal_weights_is_fair_share(workload):
 
 @SETTINGS
 @given(workload=workloads())
-def test_fifo_predictions_exact_for_elastic_apps(workload):
-    """FIFO never delays an app for a later one when every app can start on one GPU,
+def test_fifo_predictions_exact_for_elastic_jobs(workload):
+    """FIFO never delays a job for a later one when every job can start on one GPU,
     so each prediction made at submission is the finish time."""
     jobs, capacity = workload
     result = simulate(_elastic(jobs), capacity, build_policy("fifo"), predict=True)

@@ -164,6 +164,6 @@ def test_rays_tune_example_runs_under_pcs_tuner_with_only_its_tuner_lines_change
     print(f"\n{name}: {took:.0f} s")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     assert "Best hyperparameters" in run.stdout  # each example prints its best trial's config last
-    [job] = [j for j in status(cluster["env"])["jobs"] if j["id"] not in before]  # its sweep: one app
+    [job] = [j for j in status(cluster["env"])["jobs"] if j["id"] not in before]  # its sweep: one job
     assert job["name"] == sweep and job["state"] == "finished", job
     assert job["steps"] > 0 and job["segments"] and job["gpus"] == []

@@ -35,7 +35,7 @@ def sublinear(jobs, alpha=0.7):
 
 
 def narrow(jobs):
-    """themis1 apps mostly want more than 16 GPUs; cap demand at 1..8 so apps run side by side."""
+    """themis1 jobs mostly want more than 16 GPUs; cap demand at 1..8 so jobs run side by side."""
     out = []
     for j in jobs:
         m = 1 + j.job_id % 8
@@ -44,7 +44,7 @@ def narrow(jobs):
 
 
 def with_rigid(jobs):
-    """Every fifth app rigid (its whole demand or nothing), demand kept within 16 GPUs."""
+    """Every fifth job rigid (its whole demand or nothing), demand kept within 16 GPUs."""
     out = []
     for j in narrow(jobs):
         if j.job_id % 5 == 0:
@@ -54,7 +54,7 @@ def with_rigid(jobs):
 
 
 def mixed(jobs):
-    """Narrow apps, some rigid, every third one sub-linear."""
+    """Narrow jobs, some rigid, every third one sub-linear."""
     out = []
     for j in with_rigid(jobs):
         if j.job_id % 3 == 1:
@@ -109,7 +109,7 @@ def test_wfq_one_queue_per_job_equal_weights_is_fair_share(make):
 
 @pytest.mark.parametrize("make", ELASTIC_WORKLOADS)
 def test_fifo_predictions_are_exact(make):
-    """Under FIFO with elastic apps a later arrival only takes GPUs no earlier app can use,
+    """Under FIFO with elastic jobs a later arrival only takes GPUs no earlier job can use,
     so the prediction made at submission is the finish time."""
     result = simulate(make(), 16, build_policy("fifo"))
     for r in result.records:
@@ -284,7 +284,7 @@ def test_overhead_exact(policy, kw, jobs, capacity, overhead, without, with_, pr
 @pytest.mark.parametrize("make", [pytest.param(lambda: narrow(themis1(seed=31)), id="narrow"),
                                   pytest.param(lambda: sublinear(narrow(themis1(seed=32))), id="narrow-sublinear")])
 def test_overhead_never_speeds_up_fifo(make):
-    """FIFO only ever grows an app's allocation, so overheads can only delay every app."""
+    """FIFO only ever grows a job's allocation, so overheads can only delay every job."""
     jobs = make()
     base = simulate(jobs, 16, build_policy("fifo"), predict=False)
     slow = simulate(jobs, 16, build_policy("fifo"), predict=False, overhead=30.0)
@@ -297,7 +297,7 @@ def test_overhead_never_speeds_up_fifo(make):
 
 @pytest.mark.parametrize("name,kw", _all_policies())
 def test_preempted_jobs_pay_the_overhead(name, kw):
-    """After its last resume a preempted app stalls ``overhead`` seconds before it moves again,
+    """After its last resume a preempted job stalls ``overhead`` seconds before it moves again,
     so its JCT is at least its fastest runtime plus one overhead; and the preempting policies
     do preempt here, so the check is not vacuous for them."""
     jobs = mixed(themis1(seed=41, n=60))
@@ -311,8 +311,8 @@ def test_preempted_jobs_pay_the_overhead(name, kw):
         assert r.jct >= r.min_runtime - 1e-6 * max(1.0, r.jct)
     if name in ("srsf", "srtf", "themis", "themis-lease", "las", "afs", "afs-l"):
         assert preempted
-    # (FIFO preempts too here: an app backfilled beside a waiting rigid app that arrived
-    # earlier gives its GPUs back when the rigid app fits.)
+    # (FIFO preempts too here: a job backfilled beside a waiting rigid job that arrived
+    # earlier gives its GPUs back when the rigid job fits.)
     if not build_policy(name).work_conserving:  # backfilling never preempts: overheads cost nothing
         assert not preempted and [r.finish for r in slow.records] == [r.finish for r in base.records]
         return
@@ -461,7 +461,7 @@ def test_philly_trace_fifo_64_gpus():
     assert s["p99_jct"] >= s["p50_jct"] and 0 < s["utilization"] <= 1 + 1e-9
 
 
-# --- regression: an app whose finish time comes back to an earlier value -------------------------
+# --- regression: a job whose finish time comes back to an earlier value -------------------------
 
 
 def _eta_revisit_jobs():

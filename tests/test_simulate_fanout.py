@@ -13,13 +13,13 @@ from pcs_ray.commands.inputs import UsageError
 from pcs_ray.commands.simulate_grid import combinations, integers, listed
 from pcs_ray.sim.metrics import without_wall
 
-SMALL = ["simulate", "--workload", "themis1", "--num-apps", "30", "--gpus", "16"]
+SMALL = ["simulate", "--workload", "themis1", "--num-jobs", "30", "--gpus", "16"]
 PLACED = [*SMALL, "--gpus-per-node", "4", "--profile", "longhorn"]
 
 
 def given(**values) -> dict:
     """The command's options as the CLI passes them, nothing else given."""
-    unset = ("trace", "workload", "num_apps", "load", "seed", "cluster", "policy", "pcs_config", "speedup", "per_job",
+    unset = ("trace", "workload", "num_jobs", "load", "seed", "cluster", "policy", "pcs_config", "speedup", "per_job",
              "placement", "profile", "profile_seed", "topology", "locality_penalty", "semantics", "run_variability",
              "skip_threshold", "power", "power_budget_kw", "pcr", "energy_unit")
     return {**dict.fromkeys(unset), "gpus": 16, "gpus_per_node": 4, "overhead": 0.0, "predict": True, "workers": 1,

@@ -59,6 +59,22 @@ def test_checkpoint_of_another_problem_is_refused(tmp_path):
         Checkpoint(folder, problem(seed=4).fingerprint()).load()
 
 
+def test_a_checkpoint_that_says_num_apps_resumes_with_a_warning(tmp_path, capsys):
+    folder = tmp_path / "ckpt"
+    search = Search(problem(), checkpoint=folder)
+    search.run(1)
+    search.close()
+    for name in ("state.json", "evaluations.jsonl"):  # the key and label as such files spelled them
+        path = folder / name
+        path.write_text(path.read_text().replace('"num_jobs"', '"num_apps"').replace("(30 jobs,", "(30 apps,"))
+    again = Search(problem(), checkpoint=folder)
+    assert again.checkpoint.load() is not None and len(again.evaluator.cache) > 0
+    again.close()
+    err = capsys.readouterr().err
+    assert f"warning: {folder / 'state.json'}: key 'num_apps' is deprecated; use 'num_jobs'" in err
+    assert f"warning: {folder / 'evaluations.jsonl'}: key 'num_apps' is deprecated; use 'num_jobs'" in err
+
+
 def test_resume_in_process_matches_an_uninterrupted_run(tmp_path):
     whole = Search(problem())
     whole_state = whole.run(4)

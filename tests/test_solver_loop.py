@@ -59,7 +59,7 @@ def test_history_solve_pick_and_config_set_on_the_coordinator(tmp_path, monkeypa
     front = tmp_path / "front.json"
     solve = ["solve", "--history", str(state), "--gpus", str(GPUS), "--serial", "--space", "cuts",
              "--max-queues", "3", "--generations", "2", "--population", "6", "--samples", "1",
-             "--test-samples", "1", "--num-apps", "20", "--out", str(front)]
+             "--test-samples", "1", "--num-jobs", "20", "--out", str(front)]
     assert run(solve) == 0, capsys.readouterr().err
     written = json.loads(front.read_text())
     assert written["front"] and written["problem"]["space"]["kind"] == "cuts"

@@ -26,7 +26,7 @@ from builders import invoke
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 OBJ = parse_objectives("jct:avg,pred_err:avg")
-SMALL = ["solve", "--workload", "themis1", "--num-apps", "30", "--gpus", "8", "--population", "6",
+SMALL = ["solve", "--workload", "themis1", "--num-jobs", "30", "--gpus", "8", "--population", "6",
          "--samples", "2", "--test-samples", "1", "--serial", "--seed", "3"]
 
 
@@ -150,7 +150,7 @@ def test_cli_writes_front_plot_and_picks(capsys, tmp_path, monkeypatch):
     code, _, err = invoke(capsys, "solve", "--front", out, "--pick", n - 1, "--out", config)
     assert code == 0, err
     assert json.loads(config.read_text()) == front["front"][n - 1]["config"]  # the numbers that were simulated
-    code, sim_out, err = invoke(capsys, "simulate", "--num-apps", "30", "--gpus", "8", "--policy", "pcs",
+    code, sim_out, err = invoke(capsys, "simulate", "--num-jobs", "30", "--gpus", "8", "--policy", "pcs",
                                 "--pcs-config", config, "--json")
     assert code == 0, err
     assert json.loads(sim_out)["policy"] == "pcs:chosen"
@@ -202,7 +202,7 @@ def test_cli_bad_workloads_are_one_line_errors(capsys, tmp_path):
         (["--history", tmp_path], "history.jsonl is missing"),
         (["--history", single], "has 1 job"),
         (["--trace", trace], "has 1 job"),
-        (["--workload", "themis1", "--num-apps", "1"], "at least 2 apps"),
+        (["--workload", "themis1", "--num-jobs", "1"], "at least 2 jobs"),
         (["--workload", "nosuchworkload"], "unknown workload"),
     ]
     for extra, message in cases:
@@ -217,7 +217,7 @@ def test_history_workload_is_bootstrapped(tmp_path):
         append_history(path, HistoryRecord(i, 1000.0 + 50 * i, 1 + i % 4, 300.0 * (1 + i % 5), model="m"))
     solver = PreferenceSolver()
     solver.set_preference(("jct", "avg"), ("pred_err", "p99"))
-    front = solver.update_pareto_front(history=path, gpus=4, num_apps=20, samples=1, test_samples=1,
+    front = solver.update_pareto_front(history=path, gpus=4, num_jobs=20, samples=1, test_samples=1,
                                        generations=1, population=4)
     assert front and all(len(p.train) == 2 for p in front)
     written = solver.set_wfq_config(0, tmp_path / "cfg.json")
@@ -236,6 +236,11 @@ def test_preference_errors(tmp_path):
     solver.set_preference("jct:avg", "pred_err:p99")
     with pytest.raises(PreferenceError, match="exactly one"):
         solver.update_pareto_front("themis1", history=tmp_path / "h.jsonl")
+    with pytest.raises(PreferenceError, match="num_apps and num_jobs are one argument"):
+        solver.update_pareto_front("themis1", num_apps=5, num_jobs=5)
+    with pytest.warns(FutureWarning, match="num_apps is deprecated; use num_jobs"):
+        with pytest.raises(ValueError, match="unknown workload 'nope'"):
+            solver.update_pareto_front("nope", num_apps=5)
     with pytest.raises(PreferenceError, match="no configuration 0"):
         solver.set_wfq_config(0)
 

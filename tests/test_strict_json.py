@@ -76,7 +76,7 @@ def cases(tmp: Path) -> dict[str, tuple[list[str], list[Path]]]:
     spec.write_text("nodes:\n  - {name: gpu-a, gpus: 2}\n")
     state = finished_run_without_midlife_prediction(tmp / "state")
     return {
-        "simulate": (["simulate", "--num-apps", "12", "--gpus", "8", "--gpus-per-node", "4", "-p", "vahrm,vu-fcfs-b,fifo",
+        "simulate": (["simulate", "--num-jobs", "12", "--gpus", "8", "--gpus-per-node", "4", "-p", "vahrm,vu-fcfs-b,fifo",
                       "--power", "longhorn", "--pcr", "0.8", "--no-predict", "--json"], []),
         "data": (["data", "--json"], []),
         "doctor": (["doctor", "--json"], []),  # on a machine without GPUs: nothing to check, still one document

@@ -61,7 +61,7 @@ def test_themis_stage4_known_discrepancy():
 
     The figure has J4 (arriving at t=10) wait until t=19 while J1 and J2 keep
     alternating (J1 19, J2 16, J3 3, J4 27). But at t=10, with J3 done and
-    N = 3 apps sharing one GPU, J4's finish-time fairness ratio
+    N = 3 jobs sharing one GPU, J4's finish-time fairness ratio
     rho = (elapsed / N + remaining) / service is 8/8 = 1.0, the largest: with
     the remaining work the published schedule shows at t=10 (J1 5, J2 4),
     J1 has (10/3 + 5)/10 = 0.83 and J2 (10/3 + 4)/8 = 0.92 (in our run,

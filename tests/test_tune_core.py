@@ -40,7 +40,7 @@ def test_external_job_gets_gpus_without_a_runner_and_acknowledges_a_preemption()
     assert core.assignment(sid)["gpus"] == ["node0_gpu0", "node0_gpu1"]
 
 
-def test_shrinking_demand_frees_gpus_for_other_apps():
+def test_shrinking_demand_frees_gpus_for_other_jobs():
     core, clock = clocked(gpus=4)
     sid, _ = core.submit(sweep(trials=4))
     assert len(core.assignment(sid)["gpus"]) == 4

@@ -68,7 +68,7 @@ def test_rays_asha_example_runs_under_pcs_ray(ray_local, tmp_path, monkeypatch, 
     assert not results.errors and len(results) == SAMPLES
     assert all(r.metrics["training_iteration"] == 1 and "mean_loss" in r.metrics for r in results)
     assert "Best hyperparameters found" in capsys.readouterr().out
-    # Every trial ran on GPUs the coordinator gave the sweep, which it then finished as one app.
+    # Every trial ran on GPUs the coordinator gave the sweep, which it then finished as one job.
     assert len(sched.log.placements) == SAMPLES
     assert {g for ps in sched.log.placements.values() for gs in ps for g in gs} <= {f"node0_gpu{i}" for i in range(4)}
     sweep = core.jobs[ran["tuner"].job_id]

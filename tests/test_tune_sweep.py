@@ -1,8 +1,8 @@
-"""A Ray Tune sweep scheduled by pcs-ray: preempted and resumed while another app comes and goes.
+"""A Ray Tune sweep scheduled by pcs-ray: preempted and resumed while another job comes and goes.
 
 The coordinator core runs in-process (Ray-free, behind ``LocalCoordinator``)
 with a 2-GPU cluster whose GPUs are the ``node0_gpu0/1`` custom resources of
-the session's local Ray. The competing app is a runner job whose start and
+the session's local Ray. The competing job is a runner job whose start and
 finish this test plays (it holds GPUs in the coordinator's accounting only);
 the sweep's trials are real Tune trials training tiny_cnn on CPU.
 """
@@ -29,7 +29,7 @@ def _coordinator(tmp_path, gpus=2, policy="srsf"):
 
 
 class _Competitor(threading.Thread):
-    """Another, shorter app (SRSF runs it first): a 1-GPU job that holds a GPU before the sweep arrives,
+    """Another, shorter job (SRSF runs it first): a 1-GPU job that holds a GPU before the sweep arrives,
     leaves, and comes back ``rounds`` times as a 2-GPU job while a trial is mid-training; it leaves
     once the sweep has given its GPUs up."""
 
@@ -150,7 +150,7 @@ def test_sweep_is_preempted_resumed_pinned_and_bitwise_identical(ray_local, tmp_
     assert final.state == "finished" and final.steps == 6 * ITERS and final.preemptions >= 2
 
 
-def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
+def test_asha_stopped_trial_frees_its_gpu_for_another_job(ray_local, tmp_path):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -168,7 +168,7 @@ def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
         scheduler=ASHAScheduler(time_attr="training_iteration", max_t=6, grace_period=1, reduction_factor=2),
     )
     assert len(link.assignment(tuner.job_id)["gpus"]) == 2
-    with link.lock:  # FIFO: another app waits behind the sweep, which holds both GPUs
+    with link.lock:  # FIFO: another job waits behind the sweep, which holds both GPUs
         other, _ = link.core.submit({"workload": "tiny_cnn", "steps": 10, "gpus": 1, "step_time": 0.1})
     assert link.core.jobs[other].state == "queued"
     grid = tuner.fit()
@@ -177,6 +177,6 @@ def test_asha_stopped_trial_frees_its_gpu_for_another_app(ray_local, tmp_path):
     stopped = {(r.config["variant"]["params"]["lr"], "sleep_s" in r.config["variant"]): r.metrics["training_iteration"] for r in grid}
     assert stopped[2.0, False] < 6 and stopped[0.05, False] == stopped[0.05, True] == 6 and len(sched.log.stopped_early) == 1
     sweep, started = link.core.jobs[tuner.job_id], link.core.jobs[other]
-    # The other app got a GPU while the sweep's remaining trial was still training.
+    # The other job got a GPU while the sweep's remaining trial was still training.
     assert started.first_start is not None and started.first_start < sweep.finish
     assert sweep.spec.gpus == 1 and sweep.state == "finished"

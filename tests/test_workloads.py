@@ -223,7 +223,7 @@ def test_generator_bundled_themis1_offered_load():
     offered = sum(j.service for j in jobs) / (64 * jobs[-1].submit_time)
     assert offered == pytest.approx(0.7, rel=0.25)
     assert all(1 <= j.min_gpus <= j.max_gpus and j.speedup[-1] == j.max_gpus for j in jobs)
-    assert max(j.max_gpus for j in jobs) > 1  # themis1 apps are multi-job sweeps
+    assert max(j.max_gpus for j in jobs) > 1  # themis1 jobs are multi-trial sweeps
 
 
 @pytest.mark.parametrize("name", ["workload_0e4a51", "philly", "gavel"])
@@ -241,8 +241,8 @@ def test_generator_unknown_workload_lists_available(tmp_path):
     assert "themis1" in available_workloads([data_dir() / "pcs" / "workloads"])
 
 
-@pytest.mark.parametrize("kw", [{"num_apps": 0}, {"num_gpus": 0}, {"load": 0}, {"load": -1}])
+@pytest.mark.parametrize("kw", [{"num_jobs": 0}, {"num_gpus": 0}, {"load": 0}, {"load": -1}])
 def test_generator_validates_arguments(kw):
-    args = {"num_apps": 10, "num_gpus": 8, "load": 0.9} | kw
+    args = {"num_jobs": 10, "num_gpus": 8, "load": 0.9} | kw
     with pytest.raises(WorkloadError):
         generate_workload("themis1", dirs=[data_dir() / "pcs" / "workloads"], **args)

@@ -1,4 +1,4 @@
-"""Demand functions: how an app's throughput grows with its GPU count.
+"""Demand functions: how a job's throughput grows with its GPU count.
 
 PCS calls the execution time under n GPUs the demand function; we store its
 inverse, the speedup ``S(n) = T(1) / T(n)``, tabulated for ``n = 0..max``.

@@ -1,8 +1,11 @@
 """Synthetic workloads drawn from the PCS artifact's CDF files.
 
 A workload ``<name>`` is a set of ``cdf-<quantity>-<name>.csv`` files
-(``#label,cdf`` rows). Only the service-time CDF is required; the others
-default to one job per app, one GPU per job, and exponential inter-arrivals.
+(``#label,cdf`` rows). The files keep the artifact's (Themis's) terms: an
+*app* there is one of our jobs, and its *jobs* are the job's trials, each of
+up to ``max-gpus-per-job`` GPUs. Only the service-time CDF is required; the
+others default to one trial per job, one GPU per trial, and exponential
+inter-arrivals.
 Arrivals are scaled to a target offered load so experiments compare policies
 at the same utilisation rather than at whatever rate the CDF happened to give.
 """
@@ -19,8 +22,8 @@ from pcs_ray.data import data_dir
 from pcs_ray.workloads.errors import WorkloadError
 
 SERVICE = "app-service-times"
-JOBS_PER_APP = "num-jobs-per-app"
-MAX_GPUS = "max-gpus-per-job"
+TRIALS_PER_JOB = "num-jobs-per-app"
+MAX_GPUS_PER_TRIAL = "max-gpus-per-job"
 MIN_GPUS = "min-gpus-per-job"
 INTERARRIVAL = "app-interarrival-times"
 
@@ -130,20 +133,20 @@ def _counts(cdf: EmpiricalCDF | None, rng: np.random.Generator, n: int) -> np.nd
 
 def generate_workload(
     name: str,
-    num_apps: int,
+    num_jobs: int,
     num_gpus: int,
     load: float = 0.9,
     seed: int = 0,
     dirs: list[str | Path] | None = None,
 ) -> list[JobSpec]:
-    """``num_apps`` elastic apps from workload ``name`` at offered load ``load`` on ``num_gpus`` GPUs.
+    """``num_jobs`` elastic jobs from workload ``name`` at offered load ``load`` on ``num_gpus`` GPUs.
 
     CDF values are read as seconds whatever the label says: several PCS files
     (e.g. ``philly``, ``gavel``) say ``#minutes`` but the artifact uses the
     numbers as seconds, and we match it.
     """
-    if num_apps < 1:
-        raise WorkloadError(f"num_apps must be >= 1, got {num_apps}")
+    if num_jobs < 1:
+        raise WorkloadError(f"num_jobs must be >= 1, got {num_jobs}")
     if num_gpus < 1:
         raise WorkloadError(f"num_gpus must be >= 1, got {num_gpus}")
     if not (load > 0 and math.isfinite(load)):
@@ -168,14 +171,14 @@ def generate_workload(
         raise WorkloadError(f"{interarrival_cdf.source}: inter-arrival times must be >= 0")
 
     rng = np.random.default_rng(seed)
-    service = service_cdf.sample(rng, num_apps)
-    jobs_per_app = _counts(cdf(JOBS_PER_APP), rng, num_apps)
-    max_gpus = jobs_per_app * _counts(cdf(MAX_GPUS), rng, num_apps)
-    min_gpus = np.minimum(_counts(cdf(MIN_GPUS), rng, num_apps), max_gpus)
+    service = service_cdf.sample(rng, num_jobs)
+    trials = _counts(cdf(TRIALS_PER_JOB), rng, num_jobs)
+    max_gpus = trials * _counts(cdf(MAX_GPUS_PER_TRIAL), rng, num_jobs)
+    min_gpus = np.minimum(_counts(cdf(MIN_GPUS), rng, num_jobs), max_gpus)
 
-    gaps = np.zeros(num_apps)
-    if num_apps > 1:
-        raw = interarrival_cdf.sample(rng, num_apps - 1) if interarrival_cdf else rng.exponential(1.0, num_apps - 1)
+    gaps = np.zeros(num_jobs)
+    if num_jobs > 1:
+        raw = interarrival_cdf.sample(rng, num_jobs - 1) if interarrival_cdf else rng.exponential(1.0, num_jobs - 1)
         if raw.mean() <= 0:
             raise WorkloadError(f"{interarrival_cdf.source}: inter-arrival times are all zero")
         target = service.mean() / (num_gpus * load)
@@ -186,5 +189,5 @@ def generate_workload(
         JobSpec(job_id=i, submit_time=float(arrivals[i]), service=float(service[i]),
                 max_gpus=int(max_gpus[i]), speedup=linear_speedup(int(max_gpus[i])),
                 min_gpus=int(min_gpus[i]), name=f"{name}-{i}")
-        for i in range(num_apps)
+        for i in range(num_jobs)
     ]

@@ -1,10 +1,10 @@
 """Job history: what the live coordinator records and the solver searches on.
 
-The coordinator appends one record per finished (or submitted) app; the
+The coordinator appends one record per finished (or submitted) job; the
 solver reads the file back as a workload (``JobSpec``s) to search WFQ
 configurations on the jobs this cluster actually runs.
 
-Format, version 1: UTF-8 JSON lines, one object per app, appended in any
+Format, version 1: UTF-8 JSON lines, one object per job, appended in any
 order. Keys:
 
 =================  ========  ==================================================
@@ -14,7 +14,7 @@ key                required  meaning
 ``job_id``         yes       integer, unique within the file
 ``submit_time``    yes       seconds (any epoch, e.g. ``time.time()``); the
                              reader shifts arrivals so the first one is at 0
-``gpus``           yes       GPU demand: the most GPUs the app can use (>= 1)
+``gpus``           yes       GPU demand: the most GPUs the job can use (>= 1)
 ``service``        yes       GPU-seconds at one GPU (> 0): runtime on 1 GPU
 ``min_gpus``       no        fewest GPUs it runs on (default 1; = ``gpus`` for
                              a rigid job)
@@ -25,7 +25,7 @@ key                required  meaning
                              GPU, index = GPU count (``[0, 1, ...]``); linear
                              when absent
 ``finish_time``    no        seconds, same epoch as ``submit_time``
-``energy_j``       no        the app's energy in joules over all its runs
+``energy_j``       no        the job's energy in joules over all its runs
 ``energy_source``  no        ``nvml`` (measured: energy-counter growth on its
                              GPUs) or ``model`` (modelled from the cluster
                              spec's predicted power per GPU)
@@ -58,7 +58,7 @@ class HistoryError(ValueError):
 
 @dataclass(frozen=True)
 class HistoryRecord:
-    """One app as the coordinator saw it (see the module docstring for units)."""
+    """One job as the coordinator saw it (see the module docstring for units)."""
 
     job_id: int
     submit_time: float
@@ -87,7 +87,7 @@ class HistoryRecord:
         return out
 
     def to_spec(self, offset: float = 0.0) -> JobSpec:
-        """The app as the simulator sees it, arrivals shifted by ``-offset``."""
+        """The job as the simulator sees it, arrivals shifted by ``-offset``."""
         speedup = self.speedup if self.speedup is not None else linear_speedup(self.gpus)
         return JobSpec(
             job_id=self.job_id, submit_time=self.submit_time - offset, service=self.service,

@@ -170,10 +170,11 @@ def _read_pcs_like(
 def read_pcs_trace(path: str | Path, speedup: str = "model", curves_path: str | Path | None = None) -> list[JobSpec]:
     """PCS/Philly trace (``app_id,submit_time,service,num_jobs,sleep_time,model_name``).
 
-    Elastic apps (1..num_jobs GPUs). ``speedup="model"`` (the default) scales
-    each app by the measured curve of its ``model_name``, as the PCS artifact
-    does when it replays a trace (linear for models without one, as its
-    ``LinearModel``); ``"linear"`` scales every app linearly.
+    Elastic jobs (1..num_jobs GPUs); the artifact's columns call a job an
+    *app* (``app_id``). ``speedup="model"`` (the default) scales each job by
+    the measured curve of its ``model_name``, as the PCS artifact does when it
+    replays a trace (linear for models without one, as its ``LinearModel``);
+    ``"linear"`` scales every job linearly.
     """
     if speedup not in ("linear", "model"):
         raise WorkloadError(f"speedup must be 'linear' or 'model', got {speedup!r}")

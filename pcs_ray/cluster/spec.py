@@ -1,4 +1,4 @@
-"""The cluster a scheduler places apps on: nodes, their GPUs and how fast each GPU is.
+"""The cluster a scheduler places jobs on: nodes, their GPUs and how fast each GPU is.
 
 A GPU's *score* for a job class is its PM-score: the slowdown a job of that
 class sees on it relative to a nominal GPU (1.0 = nominal, 1.3 = 30% slower).

@@ -22,19 +22,19 @@ def fit_cmd(
         "telemetry history is written in it).", show_default=False)],
     out: Annotated[Path, typer.Option(
         "--out", metavar="MODEL.json", help="Where to write the model: evaluation, and TSMVA(RF+RF)'s predicted "
-        "W per device and app, fitted on every record.", show_default=False)],
+        "W per device and application (the app column), fitted on every record.", show_default=False)],
     predictions: Annotated[Path | None, typer.Option(
         "--predictions", metavar="FILE.csv", help="Also write held-out predictions as a power profile for "
-        "simulate --power (each device and app predicted by a model that never saw that pair).",
+        "simulate --power (each device and application predicted by a model that never saw that pair).",
         show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", metavar="N", help="Seed of the splits and forests.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Fit LR, RF (one model per GPU, the paper's single-stage baseline), TSMVA(LR+RF) and TSMVA(RF+RF)
     (stage 1 on the fleet, stage 2 a forest on the residuals with each GPU's history), plus fleet-wide
-    single-stage controls, and report their MAPE (mean over apps, %) on held-out runs and on held-out GPUs
-    (a GPU's runs of one app held out; the model saw the GPU on other apps) beside the VAHRM paper's Table VI.
-    Takes about a minute on the Longhorn records."""
+    single-stage controls, and report their MAPE (mean over applications, %) on held-out runs and on held-out
+    GPUs (a GPU's runs of one application held out; the model saw the GPU on other applications) beside the
+    VAHRM paper's Table VI. Takes about a minute on the Longhorn records."""
     from pcs_ray.power.records import load
     from pcs_ray.power.tsmva import PAPER_MAPE, TSMVA, evaluate, held_out_predictions
 
@@ -71,7 +71,7 @@ def fit_cmd(
     if as_json:
         print_json(summary)
         return
-    t = Table(title=f"power model MAPE (%), mean over apps: {data}, {len(rec)} runs on {len(devices)} GPUs",
+    t = Table(title=f"power model MAPE (%), mean over applications: {data}, {len(rec)} runs on {len(devices)} GPUs",
               title_justify="left")
     t.add_column("model")
     for split in summary["mape"]:

@@ -11,8 +11,9 @@ from typer.core import TyperCommand
 
 from pcs_ray.commands.simulate_grid import combinations
 from pcs_ray.commands.simulate_options import (
-    DEFAULT_LOAD, DEFAULT_NUM_APPS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, Speedup,
+    DEFAULT_LOAD, DEFAULT_NUM_JOBS, DEFAULT_SEED, DEFAULT_WORKLOAD, Semantics, Speedup,
 )
+from pcs_ray.commands.inputs import renamed_option
 from pcs_ray.commands.views import comparison_table, print_json, stdout_console, write_per_job
 from pcs_ray.data import names
 
@@ -29,16 +30,16 @@ def simulate_help() -> str:
 {SUMMARY}
 
 The workload is a trace (**--trace**: a bundled name such as `philly/0e4a51` or `sia-philly/workload-1`,
-or a PCS/Philly, PCS testbed or Sia-Philly CSV) or apps drawn from a named workload's CDFs
+or a PCS/Philly, PCS testbed or Sia-Philly CSV) or jobs drawn from a named workload's CDFs
 (**--workload**, default `{DEFAULT_WORKLOAD}`) at offered load **--load** on the simulated cluster. Each
 policy runs on the same jobs; the cluster is **--gpus** identical GPUs, or the spec given with
 **--cluster**. `pcs-ray data` lists the bundled traces, workloads, configurations, profiles and topologies.
 
 Times are in seconds (JCT = finish - submit); the table shows them in hours. With prediction on
-(default), every arrival plays the cluster forward with no further arrivals and records each app's
+(default), every arrival plays the cluster forward with no further arrivals and records each job's
 predicted finish; the prediction error is `100 |JCT - predicted JCT| / predicted JCT` of the
 first prediction, in percent. Unfairness is `max(0, JCT / fair JCT - 1)` in percent, where the
-fair JCT is the app's runtime at an equal share of the cluster.
+fair JCT is the job's runtime at an equal share of the cluster.
 
 Policies (`--policy`, repeatable or comma-separated; default `all`, which runs `pcs` as its three
 bundled configurations unless **--pcs-config** is given; with **--pcs-config FILE|NAME** `pcs` makes one
@@ -57,15 +58,15 @@ Semantics (**--semantics**), the same policies and placements run two ways:
 {semantics_list()}
 
 Under `blox` only policies that are a priority order run ({', '.join(ordered_policies())}; `all` means
-these); elastic apps take their full demand. PAL's published results come from `blox`: on Sia-Philly
+these); elastic jobs take their full demand. PAL's published results come from `blox`: on Sia-Philly
 workload-1 with `--profile pal-sim64 --locality-penalty 1.7 --gpus-per-node 4 -p fifo` it reproduces
 the authors' simulator: Packed-Sticky and PAL average JCT within 0.1 % of theirs
 (`bench/placement_experiments.py pal`). `pal-sim64` is that simulator's 64-GPU cluster, not a sample.
 
-Non-sticky placements may move running apps; each move costs **--overhead** seconds. **--profile**
-samples measured per-class GPU scores onto the cluster (**--profile-seed**); an app runs at its
+Non-sticky placements may move running jobs; each move costs **--overhead** seconds. **--profile**
+samples measured per-class GPU scores onto the cluster (**--profile-seed**); a job runs at its
 slowest GPU's score, times **--locality-penalty** when spread over nodes, times a topology slowdown
-(bandwidth-sensitive apps on poorly linked GPUs) when **--topology** gives the nodes' links
+(bandwidth-sensitive jobs on poorly linked GPUs) when **--topology** gives the nodes' links
 (a bundled name such as `dgx1-v100`, or `nvidia-smi topo -m` output; nodes then default to its size).
 
 Energy: **--power** samples a power profile onto the GPUs (true and model-predicted watts per class; a GPU
@@ -90,8 +91,8 @@ Output: a comparison table on stdout (average JCT also normalised to the first p
 (the policy's parameters), and with **--placement** a `placement` object (its name and settings,
 `migrations`, `jobs_across_nodes`, and on nodes with a topology `sensitive_effbw_gbps`: min, p25,
 p50, p75, max and mean of the time-weighted effective bandwidth of bandwidth-sensitive multi-GPU
-apps); with **--power** an `energy` object (`kwh`, `jobs_per_kwh`, `avg_kw`, `peak_kw`: busy GPUs draw their
-app's power for its class on those GPUs, idle GPUs the profile's idle power, from the first event to the
+jobs); with **--power** an `energy` object (`kwh`, `jobs_per_kwh`, `avg_kw`, `peak_kw`: busy GPUs draw their
+job's power for its class on those GPUs, idle GPUs the profile's idle power, from the first event to the
 last); for several policies `{{"runs": [one such object per policy], "workload": {{...}}}}`; with several placements or
 seeds `{{"runs": [...]}}` where each run carries its own `workload`. Prediction errors are null with **--no-predict**.
 Progress is shown on stderr when it is a terminal: each run's jobs, and a line as each run finishes.
@@ -109,12 +110,13 @@ def simulate_cmd(
         "--trace", metavar="NAME|PATH", help="Job trace to replay: a bundled name or a CSV (exclusive with "
         "--workload).", show_default=False)] = None,
     workload: Annotated[str | None, typer.Option(
-        "--workload", metavar="NAME", help=f"Generate apps from this workload's CDFs  [default: {DEFAULT_WORKLOAD}]",
+        "--workload", metavar="NAME", help=f"Generate jobs from this workload's CDFs  [default: {DEFAULT_WORKLOAD}]",
         show_default=False)] = None,
-    num_apps: Annotated[int | None, typer.Option(
-        "--num-apps", metavar="N", help=f"Apps to generate  [default: {DEFAULT_NUM_APPS}]", show_default=False)] = None,
+    num_jobs: Annotated[int | None, typer.Option(
+        "--num-jobs", metavar="N", help=f"Jobs to generate  [default: {DEFAULT_NUM_JOBS}]", show_default=False)] = None,
+    num_apps: Annotated[int | None, typer.Option("--num-apps", hidden=True)] = None,
     load: Annotated[float | None, typer.Option(
-        "--load", metavar="X", help=f"Offered load of generated apps, > 0 (1.0 keeps every GPU busy on average)  "
+        "--load", metavar="X", help=f"Offered load of generated jobs, > 0 (1.0 keeps every GPU busy on average)  "
         f"[default: {DEFAULT_LOAD}]", show_default=False)] = None,
     seed: Annotated[list[str] | None, typer.Option(
         "--seed", metavar="S", help=f"Random seed of the generator; repeatable or comma-separated, one workload "
@@ -133,17 +135,17 @@ def simulate_cmd(
         "--pcs-config", metavar="FILE|NAME", help="PCS WFQ config for the pcs policy: a JSON file or a bundled "
         "name (e.g. themis1-jct); repeatable.", show_default=False)] = None,
     speedup: Annotated[Speedup | None, typer.Option(
-        "--speedup", help="Speedup curves of a PCS/Philly trace's apps: measured per model (as the PCS artifact "
+        "--speedup", help="Speedup curves of a PCS/Philly trace's jobs: measured per model (as the PCS artifact "
         "replays traces), or linear  [default: model]", show_default=False, case_sensitive=False)] = None,
     overhead: Annotated[float, typer.Option(
-        "--overhead", metavar="SECONDS", help="Stall each time a running app's GPUs change (checkpoint/restore).")] = 0.0,
+        "--overhead", metavar="SECONDS", help="Stall each time a running job's GPUs change (checkpoint/restore).")] = 0.0,
     predict: Annotated[bool, typer.Option(
-        "--predict/--no-predict", help="Predict each app's finish at every arrival.")] = True,
+        "--predict/--no-predict", help="Predict each job's finish at every arrival.")] = True,
     per_job: Annotated[Path | None, typer.Option(
         "--per-job", metavar="FILE.csv", help="Write one CSV row per job and policy (times in seconds; with --placement also each job's GPUs and why: each score's factor and share, filter rejections).",
         show_default=False)] = None,
     placement: Annotated[list[str] | None, typer.Option(
-        "--placement", metavar="NAME", help="Which GPUs each app gets, for every policy (see below); repeatable or "
+        "--placement", metavar="NAME", help="Which GPUs each job gets, for every policy (see below); repeatable or "
         "comma-separated, every policy on each  [default: none: all GPUs equal; the VAHRM family on its paper placement]",
         show_default=False)] = None,
     profile: Annotated[str | None, typer.Option(
@@ -156,7 +158,7 @@ def simulate_cmd(
         "--topology", metavar="NAME|FILE", help="`nvidia-smi topo -m` output applied to every node: a bundled "
         "name (e.g. dgx1-v100) or a file.", show_default=False)] = None,
     locality_penalty: Annotated[float | None, typer.Option(
-        "--locality-penalty", metavar="X", help="Slowdown (>= 1) of an app spread over nodes  [default: the "
+        "--locality-penalty", metavar="X", help="Slowdown (>= 1) of a job spread over nodes  [default: the "
         "cluster spec's, else 1.0]", show_default=False)] = None,
     semantics: Annotated[Semantics | None, typer.Option(
         "--semantics", help="How decisions become a schedule: continuous (work-conserving, a decision at every "
@@ -194,6 +196,8 @@ def simulate_cmd(
         "--address", metavar="ADDR", help="Ray cluster to run each policy x placement x seed on, as Ray tasks  "
         "[default: $RAY_ADDRESS; without either, one after another in this process]", show_default=False)] = None,
 ) -> None:
+    num_jobs = renamed_option("--num-apps", "--num-jobs", num_apps, num_jobs)
+    del num_apps  # the options are read from locals() below
     if tenants is not None:
         _simulate_tenants(tenants, locals())
         return

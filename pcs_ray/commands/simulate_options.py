@@ -10,7 +10,7 @@ from pathlib import Path
 from pcs_ray.commands.inputs import UsageError
 
 DEFAULT_WORKLOAD = "themis1"
-DEFAULT_NUM_APPS = 500
+DEFAULT_NUM_JOBS = 500
 DEFAULT_LOAD = 0.9
 DEFAULT_SEED = 4567
 
@@ -33,7 +33,7 @@ class SimulateOptions:
 
     trace: str | None
     workload: str | None
-    num_apps: int | None
+    num_jobs: int | None
     load: float | None
     seed: int | None
     gpus: int
@@ -65,7 +65,7 @@ class SimulateOptions:
         if self.trace is not None and self.workload is not None:
             raise UsageError("--trace and --workload are mutually exclusive")
         if self.trace is not None:
-            given = [n for n, v in (("--num-apps", self.num_apps), ("--load", self.load), ("--seed", self.seed))
+            given = [n for n, v in (("--num-jobs", self.num_jobs), ("--load", self.load), ("--seed", self.seed))
                      if v is not None]
             if given:
                 verb = "apply" if len(given) > 1 else "applies"
@@ -74,7 +74,7 @@ class SimulateOptions:
             raise UsageError("--speedup applies to --trace files; generated workloads scale linearly")
         opts = replace(
             self,
-            num_apps=DEFAULT_NUM_APPS if self.num_apps is None else self.num_apps,
+            num_jobs=DEFAULT_NUM_JOBS if self.num_jobs is None else self.num_jobs,
             load=DEFAULT_LOAD if self.load is None else self.load,
             seed=DEFAULT_SEED if self.seed is None else self.seed,
             speedup=self.speedup,  # None: the trace format's own default (model curves for PCS/Philly)
@@ -83,8 +83,8 @@ class SimulateOptions:
             pcs_config=list(self.pcs_config or []),
             semantics=self.semantics or Semantics.continuous,
         )
-        if opts.num_apps < 1:
-            raise UsageError(f"--num-apps must be >= 1, got {opts.num_apps}")
+        if opts.num_jobs < 1:
+            raise UsageError(f"--num-jobs must be >= 1, got {opts.num_jobs}")
         if not (opts.load > 0 and math.isfinite(opts.load)):
             raise UsageError(f"--load must be a number > 0, got {opts.load}")
         if opts.gpus < 1:

@@ -140,10 +140,10 @@ def make_plan(opts: SimulateOptions) -> Plan:
         title = f"{trace}"
     else:
         name = opts.workload
-        jobs = generate_workload(name, opts.num_apps, capacity, load=opts.load, seed=opts.seed)
-        about = {"source": "generated", "workload": name, "num_apps": opts.num_apps, "load": opts.load,
+        jobs = generate_workload(name, opts.num_jobs, capacity, load=opts.load, seed=opts.seed)
+        about = {"source": "generated", "workload": name, "num_jobs": opts.num_jobs, "load": opts.load,
                  "seed": opts.seed}
-        title = f"{name}: {opts.num_apps} apps at load {opts.load:g}, seed {opts.seed}"
+        title = f"{name}: {opts.num_jobs} jobs at load {opts.load:g}, seed {opts.seed}"
     about.update({
         "jobs": len(jobs), "gpus": capacity, "nodes": len(spec.nodes), "gpus_per_node": spec.gpus_per_node,
         "cluster": str(opts.cluster) if opts.cluster is not None else None, "overhead": opts.overhead,

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from pcs_ray.api.ray_token import prefer_token
+from pcs_ray.commands.inputs import renamed_option
 from pcs_ray.data import locate
 from pcs_ray.commands.views import stdout_console
 from pcs_ray.policies import BUNDLED, WFQConfig
@@ -25,7 +26,7 @@ Search PCS's WFQ configurations for a workload and show the Pareto front of the 
 **--test-samples** separate samples, and FIFO, SRSF, Themis, AFS and reference configurations are
 evaluated on the same samples for comparison.
 
-Workload: **--workload NAME** (CDF workload, default `themis1`, **--num-apps** apps per sample at
+Workload: **--workload NAME** (CDF workload, default `themis1`, **--num-jobs** jobs per sample at
 **--load**), **--trace NAME|FILE** (a bundled trace such as `philly/0e4a51`, or a PCS/Philly, testbed or
 Sia-Philly CSV) or **--history STATE_DIR|FILE** (the jobs a coordinator has run: its state folder, whose
 `history.jsonl` it appends each finished job to, or such a file); traces and histories are
@@ -64,7 +65,7 @@ class SolveOptions:
     workload: str | None
     trace: str | None
     history: Path | None
-    num_apps: int | None
+    num_jobs: int | None
     load: float | None
     speedup: str | None
     gpus: int
@@ -138,13 +139,14 @@ def register(app: typer.Typer) -> None:
         history: Annotated[Path | None, typer.Option(
             "--history", metavar="STATE_DIR|FILE", help="A coordinator's state folder (its history.jsonl) or a "
             "job-history file to resample.", show_default=False)] = None,
-        num_apps: Annotated[int | None, typer.Option(
-            "--num-apps", metavar="N", help="Apps per sample  [default: 500, or the trace's size]",
+        num_jobs: Annotated[int | None, typer.Option(
+            "--num-jobs", metavar="N", help="Jobs per sample  [default: 500, or the trace's size]",
             show_default=False)] = None,
+        num_apps: Annotated[int | None, typer.Option("--num-apps", hidden=True)] = None,
         load: Annotated[float | None, typer.Option(
             "--load", metavar="X", help="Offered load of generated samples  [default: 0.9]", show_default=False)] = None,
         speedup: Annotated[str | None, typer.Option(
-            "--speedup", metavar="KIND", help="Speedup curves of a PCS/Philly trace's apps: model (measured, as "
+            "--speedup", metavar="KIND", help="Speedup curves of a PCS/Philly trace's jobs: model (measured, as "
             "the PCS artifact replays traces) or linear  [default: model]", show_default=False)] = None,
         gpus: Annotated[int, typer.Option("--gpus", metavar="N", help="GPUs in the simulated cluster.")] = 64,
         objectives: Annotated[str, typer.Option(
@@ -204,12 +206,13 @@ def register(app: typer.Typer) -> None:
         by_train: Annotated[bool, typer.Option(
             "--by-train", help="--prefer judges train values instead of test values.")] = False,
     ) -> None:
+        num_jobs = renamed_option("--num-apps", "--num-jobs", num_apps, num_jobs)
         if pick is not None or prefer is not None or front is not None:
             return _pick(front, pick, prefer, out, set_config, "train" if by_train else "test")
         if set_config:
             raise ValueError("--set needs --pick or --prefer (and --front)")
         _solve(SolveOptions(
-            workload=workload, trace=trace, history=history, num_apps=num_apps, load=load, speedup=speedup, gpus=gpus,
+            workload=workload, trace=trace, history=history, num_jobs=num_jobs, load=load, speedup=speedup, gpus=gpus,
             objectives=objectives, generations=generations, population=population, samples=samples,
             test_samples=test_samples, seed=seed, front_size=front_size, time_limit=time_limit, no_delta=no_delta,
             space=space, max_queues=max_queues, local_rate=local_rate,
@@ -265,7 +268,7 @@ def _problem(opts: SolveOptions):
 
     goals = parse_objectives(opts.objectives)
     trace = locate("trace", opts.trace) if opts.trace is not None else None
-    source = resolve_source(opts.workload, trace, opts.history, None, opts.num_apps,
+    source = resolve_source(opts.workload, trace, opts.history, None, opts.num_jobs,
                             0.9 if opts.load is None else opts.load,
                             opts.speedup or (default_speedup(trace) if trace is not None else "linear"))
     return Problem(source, opts.gpus, goals, opts.samples, opts.test_samples, opts.population, opts.seed,

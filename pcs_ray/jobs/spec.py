@@ -1,6 +1,6 @@
-"""What a submitted app is, independent of who runs it (simulator or live).
+"""What a submitted job is, independent of who runs it (simulator or live).
 
-An *app* is a training job or a sweep of trials. The scheduler sees one
+A *job* is a training job or a sweep of trials. The scheduler sees one
 entity with a size (GPU-seconds at one GPU), a GPU range and a speedup table.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """An app as submitted.
+    """A job as submitted.
 
     ``speedup[n]`` is the throughput on ``n`` GPUs relative to one GPU, for
     ``n`` in ``0..max_gpus`` (``speedup[0] == 0``, ``speedup[1] == 1``). It is a

@@ -1,7 +1,7 @@
 """Mutable per-job state and the read-only snapshot a policy decides on.
 
 The simulator and the live coordinator both keep a ``JobState`` per active
-app and hand policies a ``Snapshot``. Policies must treat it as read-only:
+job and hand policies a ``Snapshot``. Policies must treat it as read-only:
 the caller validates what they return and never lets them mutate state.
 """
 
@@ -15,7 +15,7 @@ from pcs_ray.jobs.spec import JobSpec
 
 @dataclass(slots=True, eq=False)  # identity semantics: two jobs are never "equal"
 class JobState:
-    """Progress of one app. ``remaining`` is in GPU-seconds at one GPU."""
+    """Progress of one job. ``remaining`` is in GPU-seconds at one GPU."""
 
     spec: JobSpec
     remaining: float
@@ -30,7 +30,7 @@ class JobState:
     start_cost: float = 0.0  # see JobSpec; the live coordinator updates them as it learns
     move_cost: float | None = None
     # Offsets against the engine's running event counts (``Snapshot.seen_total``/``seen_events``):
-    # the average number of active apps this app has seen is (seen_total + S) / (seen_events + E).
+    # the average number of active jobs this job has seen is (seen_total + S) / (seen_events + E).
     seen_total: float = 0.0
     seen_events: int = 0
     since: float = 0.0  # when its current GPU count began (how old its run is)
@@ -72,7 +72,7 @@ class JobState:
 
 @dataclass(slots=True)  # not frozen: a frozen init costs 4x, and one is made every round
 class Snapshot:
-    """What a scheduling policy sees: time, capacity and the active apps in arrival order.
+    """What a scheduling policy sees: time, capacity and the active jobs in arrival order.
 
     ``index`` is the policy's own incrementally kept view of the same jobs
     (see ``SchedulingPolicy.make_index``), or None.
@@ -83,13 +83,13 @@ class Snapshot:
     jobs: Collection[JobState]  # iterate only; may be a live view valid for this round
     index: object = None
     demand: int | None = None  # sum of max_gpus over ``jobs``, when the caller keeps it
-    # Running sums over events (arrivals, completions, reviews) of the number of apps active
+    # Running sums over events (arrivals, completions, reviews) of the number of jobs active
     # before each, and the event count; 0 events: the caller does not keep them.
     seen_total: float = 0.0
     seen_events: int = 0
 
     def contention(self, job: JobState) -> float:
-        """Average number of active apps ``job`` has seen, per event (the PCS artifact's measure);
+        """Average number of active jobs ``job`` has seen, per event (the PCS artifact's measure);
         the current number when the caller keeps no counts."""
         if not self.seen_events:
             return float(len(self.jobs))

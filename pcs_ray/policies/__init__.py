@@ -57,17 +57,17 @@ BUNDLED: dict[str, BundledConfig] = {f"pcs-{k}": BundledConfig("themis1", k) for
 
 #: One line per policy name, for help texts and the README.
 ABOUT: dict[str, str] = {
-    "fifo": "arrival order, each app as many GPUs as it can use",
+    "fifo": "arrival order, each job as many GPUs as it can use",
     "srsf": "shortest remaining service first (Tiresias-G): GPU-seconds still needed at full demand, as the PCS "
             "artifact ranks",
     "las": "two-level least attained service (Tiresias-L)",
-    "srtf": "shortest remaining time at the app's best allocation first",
+    "srtf": "shortest remaining time at the job's best allocation first",
     "themis": "finish-time fairness as the PCS artifact runs it: largest rho first at every event and 600 s "
-              "quantum, fair share from the contention each app has seen",
+              "quantum, fair share from the contention each job has seen",
     "themis-lease": "finish-time fairness at a 1/N share with 600 s leases (the PCS paper's Fig. 1a reading)",
-    "afs": "AFS as the PCS artifact runs it (Algorithm C): GPU by GPU by relative speedup gain, every app one "
+    "afs": "AFS as the PCS artifact runs it (Algorithm C): GPU by GPU by relative speedup gain, every job one "
            "GPU first",
-    "afs-l": "AFS-L as read from the AFS paper: GPU by GPU to the shortest app unless another gains "
+    "afs-l": "AFS-L as read from the AFS paper: GPU by GPU to the shortest job unless another gains "
              "relatively more (SRTF under linear scaling)",
     "fair": "max-min fair share in whole GPUs",
     "pcs": "PCS weighted fair queueing with a WFQ configuration (a JSON file in the PCS artifact's format "

@@ -1,22 +1,22 @@
 """AFS as the PCS evaluation runs it: Algorithm C of the AFS paper (Hwang et al., NSDI'21),
-one GPU at a time to the app with the best relative speedup gain.
+one GPU at a time to the job with the best relative speedup gain.
 
 Source: the PCS artifact's simulator (``AFSScheduler``), read to learn its
 rule. Every round starts from zero GPUs each. For each GPU a pairwise scan
-over the apps that can still take one (arrival order) keeps a candidate;
-against the next app it compares l, the one with the shorter remaining time
+over the jobs that can still take one (arrival order) keeps a candidate;
+against the next job it compares l, the one with the shorter remaining time
 at its current count, with the other, h, by
 
     l if (s_l(n_l+1) - s_l(n_l)) / s_l(n_l) > (s_h(n_h+1) - s_h(n_h)) / s_h(n_h+1) else h,
 
-where s(n) = 1 / (remaining / speedup(n) + 1e-7) is the app's speed at n
+where s(n) = 1 / (remaining / speedup(n) + 1e-7) is the job's speed at n
 GPUs (0 at none). The artifact divides l's gain by its speed before the GPU
 and h's by its speed after it; we keep that. Two consequences, used below to
-run in O(n log n + G^2) instead of O(G n) per round: an app without a GPU
-beats every app holding one (its gain counts as 1, which no concave curve
-beats), and among apps without one the fastest at one GPU wins, the later
-arrival on a tie. So the first GPUs go one each to the apps with the least
-remaining service; only what is left after every app holds one goes through
+run in O(n log n + G^2) instead of O(G n) per round: a job without a GPU
+beats every job holding one (its gain counts as 1, which no concave curve
+beats), and among jobs without one the fastest at one GPU wins, the later
+arrival on a tie. So the first GPUs go one each to the jobs with the least
+remaining service; only what is left after every job holds one goes through
 the pairwise scan.
 
 Rigid jobs (min GPUs > 1, not in the artifact) take their minimum as one step.
@@ -43,7 +43,7 @@ class AFSPolicy(SchedulingPolicy):
     def allocate(self, snap: Snapshot) -> Allocation:
         free = snap.capacity
         alloc: Allocation = {}
-        # Apps without GPUs, fastest at their first step first (later arrival on a tie).
+        # Jobs without GPUs, fastest at their first step first (later arrival on a tie).
         waiting = sorted(
             ((-_speed(job, job.spec.min_gpus), -i, job) for i, job in enumerate(snap.jobs)),
             key=lambda e: (e[0], e[1]),
@@ -55,7 +55,7 @@ class AFSPolicy(SchedulingPolicy):
             if step <= free:
                 alloc[job.spec.job_id] = step
                 free -= step
-        # Every app that could take a first step has one: the pairwise scan, in arrival order.
+        # Every job that could take a first step has one: the pairwise scan, in arrival order.
         open_ = [j for j in snap.jobs if 0 < alloc.get(j.spec.job_id, 0) < j.spec.max_gpus]
         while free > 0 and open_:
             cand = open_[0]

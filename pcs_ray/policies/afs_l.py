@@ -1,9 +1,9 @@
-"""AFS-L read from the AFS paper (Hwang et al., NSDI'21): GPU by GPU, to the shortest app unless
-another app gains relatively more throughput than it is longer.
+"""AFS-L read from the AFS paper (Hwang et al., NSDI'21): GPU by GPU, to the shortest job unless
+another job gains relatively more throughput than it is longer.
 
 Source: the paper's description of AFS-L, as this project first implemented
 it. The PCS artifact's AFS (``afs``) compares relative gains differently and
-gives every waiting app a GPU first; this reading makes linear scaling SRTF.
+gives every waiting job a GPU first; this reading makes linear scaling SRTF.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pcs_ray.jobs.state import Snapshot
 
 
 class AFSLPolicy(SchedulingPolicy):
-    """Each GPU goes to A, the app with the shortest remaining time at its
-    current allocation, unless an app B would gain more throughput from it by
+    """Each GPU goes to A, the job with the shortest remaining time at its
+    current allocation, unless a job B would gain more throughput from it by
     a larger factor than B is longer than A (gain_B/gain_A > len_B/len_A);
     then B becomes A and the scan goes on. Linear scaling makes this SRTF;
     sub-linear scaling spreads GPUs to where they help most."""

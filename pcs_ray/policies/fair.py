@@ -9,9 +9,9 @@ from pcs_ray.jobs.state import Snapshot
 
 
 class FairSharePolicy(SchedulingPolicy):
-    """One GPU at a time to the app holding the fewest, capped at demand.
+    """One GPU at a time to the job holding the fewest, capped at demand.
 
-    Rigid apps take their whole demand when their turn comes, if it fits.
+    Rigid jobs take their whole demand when their turn comes, if it fits.
     """
 
     name = "fair"

@@ -1,4 +1,4 @@
-"""FIFO (YARN's default): arrival order, each app as many GPUs as it can use."""
+"""FIFO (YARN's default): arrival order, each job as many GPUs as it can use."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pcs_ray.jobs.state import Snapshot
 
 
 class LASPolicy(SchedulingPolicy):
-    """Apps start in the high-priority queue and drop to the low one once they
+    """Jobs start in the high-priority queue and drop to the low one once they
     have held ``threshold`` GPU-seconds; FIFO inside each queue (Tiresias-L)."""
 
     name = "las"
@@ -29,7 +29,7 @@ class LASPolicy(SchedulingPolicy):
         return job.attained >= self.threshold * (1 - 1e-9)
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
-        """When the first running high-queue app crosses the threshold."""
+        """When the first running high-queue job crosses the threshold."""
         soonest = None
         for job in snap.jobs:
             n = alloc.get(job.spec.job_id, 0)

@@ -7,11 +7,11 @@ from pcs_ray.jobs.state import Snapshot
 
 
 class SRSFPolicy(SchedulingPolicy):
-    """Remaining service is the GPU-seconds an app still needs at its full demand,
+    """Remaining service is the GPU-seconds a job still needs at its full demand,
     demand x remaining / speedup(demand), so wide and long jobs wait alike.
 
     Source: the PCS artifact's SRSF key. Under linear scaling it is the
-    remaining 1-GPU service; a sub-linear app counts the GPU-seconds its
+    remaining 1-GPU service; a sub-linear job counts the GPU-seconds its
     scaling wastes.
     """
 

@@ -1,4 +1,4 @@
-"""SRTF: shortest remaining *time* first (remaining work at the app's best allocation)."""
+"""SRTF: shortest remaining *time* first (remaining work at the job's best allocation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pcs_ray.jobs.state import Snapshot
 
 
 class SRTFPolicy(SchedulingPolicy):
-    """Unlike SRSF, a wide app that would finish soon on all its GPUs goes first."""
+    """Unlike SRSF, a wide job that would finish soon on all its GPUs goes first."""
 
     name = "srtf"
 

@@ -2,19 +2,21 @@
 
 Source: the PCS artifact's simulator (``ThemisScheduler``), read to learn its
 rule. GPUs are handed out greedily: while GPUs are left (``residual``), the
-app with the largest
+job with the largest
 
     rho = (elapsed + remaining / min(residual, demand)) / (service / min(G / contention, demand))
 
 gets ``min(residual, demand)`` GPUs, where ``contention`` is the average
-number of active apps the app has seen per event (arrival, completion or
+number of active jobs the job has seen per event (arrival, completion or
 quantum; ``Snapshot.contention``). The ranking is redone at every arrival and
 completion and ``quantum`` seconds after the last event. ``remaining`` is
 1-GPU service and the shared time divides it by the GPU count, whatever the
-app's speedup curve: so does the artifact.
+job's speedup curve: so does the artifact.
 
-When every app's demand fits, the ranking cannot change anything, so no
+When every job's demand fits, the ranking cannot change anything, so no
 review is asked for; the engine still counts the skipped quanta as events.
+
+Themis's *app* (one or more jobs, e.g. a sweep's trials) is one job here.
 """
 
 from __future__ import annotations
@@ -42,17 +44,17 @@ class ThemisPolicy(SchedulingPolicy):
         now, capacity = snap.now, snap.capacity
         demand = snap.demand if snap.demand is not None else sum(j.spec.max_gpus for j in snap.jobs)
         residual = min(demand, capacity)
-        # Per app: (elapsed, remaining, fair time, demand, min GPUs, arrival rank). rho at a share
-        # of min(residual, demand) is fixed for apps whose demand fits the residual; only the
-        # others' depends on it, and residual only shrinks, so apps move one way: into ``wide``.
-        apps = []
+        # Per job: (elapsed, remaining, fair time, demand, min GPUs, arrival rank). rho at a share
+        # of min(residual, demand) is fixed for jobs whose demand fits the residual; only the
+        # others' depends on it, and residual only shrinks, so jobs move one way: into ``wide``.
+        rows = []
         for i, job in enumerate(snap.jobs):
             spec = job.spec
             fair = spec.service / min(capacity / snap.contention(job), spec.max_gpus)
-            apps.append((now - spec.submit_time, job.remaining, fair, spec.max_gpus, spec.min_gpus, i, spec.job_id))
-        # Fitting apps by their fixed rho, highest first, earliest arrival on a tie.
-        fitting = sorted(apps, key=lambda a: (-(a[0] + a[1] / a[3]) / a[2], a[5]))
-        by_width = sorted(apps, key=lambda a: -a[3])  # widest first: they join ``wide`` first
+            rows.append((now - spec.submit_time, job.remaining, fair, spec.max_gpus, spec.min_gpus, i, spec.job_id))
+        # Fitting jobs by their fixed rho, highest first, earliest arrival on a tie.
+        fitting = sorted(rows, key=lambda a: (-(a[0] + a[1] / a[3]) / a[2], a[5]))
+        by_width = sorted(rows, key=lambda a: -a[3])  # widest first: they join ``wide`` first
         wide: list[tuple] = []
         taken: set[int] = set()
         alloc: Allocation = {}

@@ -1,12 +1,12 @@
 """Themis with leases: finish-time fairness at a fair 1/N share, as the PCS paper's toy example shows it.
 
 Source: the PCS paper's description and Fig. 1a (Themis, Mahajan et al.,
-NSDI'20), read before the PCS artifact's code was. An app's fairness ratio is
+NSDI'20), read before the PCS artifact's code was. A job's fairness ratio is
 rho = T_shared / T_fair: its elapsed time plus the time its remaining work
-takes at a fair 1/N share (N = apps active now), over the time its whole
-service takes at that share. GPUs go to the apps with the largest rho (the
+takes at a fair 1/N share (N = jobs active now), over the time its whole
+service takes at that share. GPUs go to the jobs with the largest rho (the
 most unfairly treated) on every event and at each lease expiry; the running
-app keeps its GPUs on a tie, which is what Fig. 1a shows. Kept as
+job keeps its GPUs on a tie, which is what Fig. 1a shows. Kept as
 ``themis-lease``: it reproduces Fig. 1a's first three stages, which the
 artifact's rule (``themis``) does not aim at.
 """
@@ -38,7 +38,7 @@ def ranked(jobs: Iterable[JobState], now: float, share: float) -> list[tuple]:
     whole service. Quantising it to 1e-9 (an int: far cheaper than
     round(x, 9)) keeps float noise from breaking a tie. The fair rate
     (``fractional_speedup`` at the fair ``share``) is memoised per job: the
-    share only changes when an app arrives or leaves, but Themis asks at every
+    share only changes when a job arrives or leaves, but Themis asks at every
     lease expiry of every forward play.
     """
     out = []
@@ -73,7 +73,7 @@ class ThemisLeasePolicy(SchedulingPolicy):
         return greedy_fill([k[5] for k in keyed], snap.capacity)
 
     def next_review(self, snap: Snapshot, alloc: Allocation) -> float | None:
-        # A lone app, or apps that all fit, keep their GPUs until an event.
+        # A lone job, or jobs that all fit, keep their GPUs until an event.
         demand = snap.demand if snap.demand is not None else sum(j.spec.max_gpus for j in snap.jobs)
         if demand <= snap.capacity:
             return None

@@ -138,7 +138,7 @@ class JobEnergy:
 def record_rows(app: str, energy: JobEnergy, runtime: float | None = None) -> list[dict]:
     """The job's latest samples as power records (``pcs_ray.power.records`` schema), one per GPU, for
     the telemetry history that ``pcs-ray power fit --data FILE.csv`` trains on; modelled samples are
-    not measurements and give none."""
+    not measurements and give none. ``app`` is the job's workload (the records' ``app`` column)."""
     if energy.modelled:
         return []
     return [{"app": app, "device": s.uuid or str(s.index), "power_w": s.power_w, "ts": s.ts,

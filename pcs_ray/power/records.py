@@ -5,7 +5,8 @@ telemetry history is written in it)::
 
     app,device,power_w[,ts,sm_clock_mhz,mem_clock_mhz,temperature_c,runtime]
 
-``app`` names the workload (a model or application), ``device`` the GPU
+``app`` names the workload (a model or application, the VAHRM paper's *application*:
+many jobs run one), ``device`` the GPU
 (any stable key: a UUID, ``node-index``), ``power_w`` the run's mean power
 in watts (> 0). Optional: ``ts`` (Unix seconds), the run's mean SM and memory
 clocks (MHz), its mean temperature (C) and ``runtime`` (relative to the

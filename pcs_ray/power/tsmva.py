@@ -27,6 +27,9 @@ Evaluation (``evaluate``), as Table VI reports MAPE averaged over workloads:
   all their runs of one workload are test runs: the model has seen the GPU
   only on other workloads and the workload only on other GPUs (the paper
   holds kernels out per GPU the same way).
+
+``app`` (``Records.app``, ``per_app``) names a workload, the paper's
+*application* (a benchmark program such as ResNet-50), which many jobs run.
 """
 
 from __future__ import annotations
