@@ -21,9 +21,11 @@ counting before any collection sees them, and at most that many cyclic ones wait
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import time
+from collections.abc import Iterator
 
 
 class GcPauses:
@@ -67,6 +69,19 @@ class GcPauses:
             gc.callbacks.remove(self)
 
 
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No garbage collection for a while: while jobs are copied under the lock (a collection the copies'
+    allocations set off would walk the whole heap while calls wait), or while a replay builds what lives on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 #: net container allocations between young collections in the coordinator's process (the interpreter's default: 700)
 YOUNG_COLLECTION_EVERY = 20_000
 
@@ -81,4 +96,4 @@ def freeze_start_up() -> GcPauses:
     return GcPauses().install()
 
 
-__all__ = ["YOUNG_COLLECTION_EVERY", "GcPauses", "freeze_start_up"]
+__all__ = ["YOUNG_COLLECTION_EVERY", "GcPauses", "freeze_start_up", "no_collection"]

@@ -48,10 +48,11 @@ class CoordinatorHost(ABC):
         """Carry out the actions the core returned (called under the lock)."""
 
     def _resume(self) -> None:
-        """Decide once on the state the journal rebuilt: jobs whose runners were lost start again."""
+        """Decide once on the state the journal rebuilt: jobs whose runners were lost start again. The
+        forecasts are the refresh play's (the actor's loop plays it outside the lock, so that a restart
+        with 100,000 jobs queued answers calls before a whole play is done)."""
         with self.lock:
             self._execute(self.core.decide())
-            self.core.play_refresh()
 
     def submit(self, spec: dict, submission_id: str | None = None, caller: dict | None = None) -> Submitted:
         who = Caller.from_wire(caller)

@@ -24,6 +24,11 @@ class LocalCoordinator(CoordinatorHost):
     def _execute(self, actions: list[Action]) -> None:
         self.held.extend(actions)
 
+    def _resume(self) -> None:
+        super()._resume()
+        with self.lock:
+            self.core.play_refresh()  # no background loop here refreshes them
+
     def predict(self, job_id: int) -> dict:
         with self.lock:
             self.core.play_refresh()  # no background loop here refreshes them

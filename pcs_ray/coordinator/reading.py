@@ -16,7 +16,6 @@ record beside the next part's running ones, as a page polled a moment earlier wo
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,23 +23,11 @@ from typing import Any
 
 from pcs_ray.contract import JobStatus
 from pcs_ray.coordinator.decisions import hand_overs
+from pcs_ray.coordinator.gc_pauses import no_collection
 from pcs_ray.coordinator.jobs import LiveJob
 
 READ_PART = 250  # jobs copied per hold of the lock: a few ms on a loaded 2-core machine
 READ_YIELD_S = 2.0  # a read stands aside for calls at most this long in all
-
-
-@contextlib.contextmanager
-def no_collection() -> Iterator[None]:
-    """No garbage collection while jobs are copied under the lock: a collection that the copies'
-    allocations set off would walk the whole heap (the engine's every job) while calls wait."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def copy_job(job: LiveJob) -> LiveJob:
@@ -139,4 +126,4 @@ def in_parts(items: list, pause: Callable[[], None], part: int = READ_PART) -> I
         yield from items[at:at + part]
 
 
-__all__ = ["READ_PART", "Reading", "copy_job", "in_parts", "no_collection", "read", "waiting_reasons"]
+__all__ = ["READ_PART", "Reading", "copy_job", "in_parts", "read", "waiting_reasons"]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from pcs_ray.cluster import ClusterSpec
 from pcs_ray.contract import ConfigError
+from pcs_ray.coordinator.gc_pauses import no_collection
 from pcs_ray.coordinator.jobs import LiveJob
 from pcs_ray.coordinator.journal import Journal
 from pcs_ray.coordinator.journal_interpreter import JournalInterpreter
@@ -97,8 +98,9 @@ class CoordinatorState(JournalInterpreter):
         ``keep_runs``: the jobs the journal says hold GPUs stay as they are until the host has asked
         their runners whether they still train (:meth:`settle_runs`); otherwise they are lost now.
         """
-        for ev in self.journal.events():
-            self._apply(ev.t, ev.kind, ev.job_id, ev.data)
+        with no_collection():  # what a replay builds lives on: collections would walk it again and again
+            for ev in self.journal.events():
+                self._apply(ev.t, ev.kind, ev.job_id, ev.data)
         if self.epoch is not None and not keep_runs:
             self.settle_runs({})
 
