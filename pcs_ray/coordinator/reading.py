@@ -16,6 +16,7 @@ record beside the next part's running ones, as a page polled a moment earlier wo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ def read(host, first: Callable[[Any], Any] = lambda core: None, part: int | None
     part = part or READ_PART
     holds = _Holds(host.lock)
     pause = host.lock.yielder(READ_YIELD_S)
-    with holds.hold():
+    with no_collection(), holds.hold():  # a collection the copies set off runs once the lock is released
         host.refresh_views()
         core = host.core
         mine = first(core)
@@ -94,11 +95,12 @@ def read(host, first: Callable[[Any], Any] = lambda core: None, part: int | None
     last = ids[-1] if ids else -1
     for at in range(0, max(len(ids), 1), part):
         pause()
-        with holds.hold(), no_collection():
+        with no_collection(), holds.hold():  # a collection the copies set off runs once the lock is released
             live = host.core.jobs
             jobs.extend(copy_job(job) for jid in ids[at:at + part] if (job := live.get(jid)) is not None)
-            if at + part >= len(ids):  # the last part: jobs submitted since the ids were listed too
-                jobs.extend(copy_job(job) for jid, job in live.items() if jid > last)
+            if at + part >= len(ids):  # the last part: jobs submitted since the ids were listed too (the newest last)
+                since = list(itertools.takewhile(lambda jid: jid > last, reversed(live)))
+                jobs.extend(copy_job(live[jid]) for jid in reversed(since))
     waiting = waiting_reasons(jobs, reasons_later(pause), plan, gpu_name, pause)
     return Reading(mine, now, epoch, jobs, waiting, gpu_name, gpu_watts, holds.total, holds.longest, holds.count,
                    pause)
