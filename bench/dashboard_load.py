@@ -46,6 +46,7 @@ import urllib.parse
 from pathlib import Path
 
 from coordinator_latency import Clock, random_job
+from coordinator_restart import append_like
 from coordinator_latency import latency as summary
 
 from pcs_ray.api import strict_json
@@ -55,6 +56,7 @@ from pcs_ray.api import strict_json
 TOKEN = "bench-" + "0" * 58
 TARGET_RATIO = 1.10
 TARGET_FIRST_PAINT_MS = 1000.0
+FILL_THROUGH_CORE = 2000  # with --fill journal, the jobs queued through the core before the rest are journaled
 REFRESH_YIELD_S = 30.0  # as the actor's loop lets its refresh play stand aside for calls
 POLL_EVERY = re.compile(r"every\s+(\d+(?:\.\d+)?)(ms|s)")
 TAG = re.compile(r"<[^>]*\bhx-get=\"([^\"]+)\"[^>]*>")
@@ -175,9 +177,13 @@ def coordinator(args, state: Path):
             return {"jobs": len(self.core.jobs), "pid": os.getpid()}
 
     cluster = ClusterSpec.homogeneous(args.nodes * args.gpus_per_node, args.gpus_per_node)
-    core = Coordinator(cluster, build_policy(args.policy), Journal(state / "journal.sqlite"), checkpoint_root=state,
-                       placement=create_placement("packed-sticky", cluster), clock=Clock(),
-                       workloads=("resnet18", "vgg11", "mobilenet_v2", "transformer"), progress_journal_every=5.0)
+
+    def build(clock: Clock):
+        return Coordinator(cluster, build_policy(args.policy), Journal(state / "journal.sqlite"), checkpoint_root=state,
+                           placement=create_placement("packed-sticky", cluster), clock=clock,
+                           workloads=("resnet18", "vgg11", "mobilenet_v2", "transformer"), progress_journal_every=5.0)
+
+    core = build(Clock())
     host = BenchHost(core)
     rng = random.Random(args.seed)
     running: list[tuple[int, int]] = []
@@ -186,9 +192,22 @@ def coordinator(args, state: Path):
         running.extend((a.job_id, a.request.attempt) for a in actions if isinstance(a, StartRun))
 
     began = time.perf_counter()
-    while sum(1 for j in core.active.values() if j.state == "queued") < args.queued:
+    through = args.queued if args.fill == "core" else min(args.queued, FILL_THROUGH_CORE)
+    while sum(1 for j in core.active.values() if j.state == "queued") < through:
         core.clock.t += 0.01
         note(core.submit(random_job(rng), refresh=False)[1])
+    if through < args.queued:  # the rest as their journal records, then the journal replayed (its runs lost, restarted)
+        core.play_refresh()
+        for jid in list(core.jobs):
+            core.note_prediction(jid)
+        clock = core.clock
+        core.journal.close()
+        append_like(state / "journal.sqlite", args.queued - through)
+        core = build(clock)
+        host = BenchHost(core)
+        running.clear()
+        note(host.held)
+        host.held.clear()
     core.play_refresh()
     for jid, _ in running:  # every busy GPU reports progress once, as runners do
         core.progress(jid, step=1, step_time=core.jobs[jid].t1)
@@ -305,6 +324,10 @@ def main() -> None:
     ap.add_argument("--paint-loads", type=int, default=5)
     ap.add_argument("--policy", default="pcs-bal")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fill", choices=("core", "journal"), default="core",
+                    help="queue every job through the core (decisions, ~20 ms each here), or the first "
+                         f"{FILL_THROUGH_CORE} and the rest as their journal records, replayed "
+                         "(bench/coordinator_restart.py's way: minutes instead of half an hour at 100,000)")
     args = ap.parse_args()
     from pcs_ray.coordinator.http_server import ApiServer
 
@@ -375,7 +398,7 @@ def main() -> None:
         "benchmark": "dashboard_load",
         "setup": {"gpus": args.nodes * args.gpus_per_node, "nodes": args.nodes, "policy": args.policy,
                   "placement": "packed-sticky", "queued_at_end": queued, "active_jobs": len(host.core.active),
-                  "fill_s": fill_s, "clients": args.clients, "blocks": blocks,
+                  "fill_s": fill_s, "fill": args.fill, "clients": args.clients, "blocks": blocks,
                   "dashboards": [{"page": p, "polls": u, "every_s": s} for p, u, s in opened]},
         "without_dashboards": off,
         "with_dashboards": on,
