@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import random
 from pathlib import Path
 
+import pytest
+
 from pcs_ray.coordinator.metrics_export import readings
-from builders import Clock, coordinator
+from pcs_ray.policies.reasons import WaitCode
+from builders import Clock, coordinator, placed_core, submit_random, unequal_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,3 +75,17 @@ def test_report_draws_a_run_from_its_journal(tmp_path):
     with contextlib.redirect_stderr(err):
         assert run(["report", str(tmp_path / "nothing")]) == 2
     assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1
+
+
+@pytest.mark.parametrize("policy", ["pcs-bal", "srsf"])
+def test_readings_taken_a_part_at_a_time_under_the_lock_are_the_readings_taken_at_once(policy):
+    from pcs_ray.coordinator.call_lock import CallLock
+
+    core, clock = placed_core(unequal_cluster(), policy)
+    submit_random(core, clock, random.Random(4), count=40, gap=2.0)
+    whole = readings(core)
+    pauses = []
+    parted = readings(core, CallLock(), lambda: pauses.append(1), part=7)
+    assert parted == whole and len(pauses) >= 6  # 40 jobs, 7 a part
+    assert sum(whole.reasons.values()) == len(core.waiting_codes()) > 10
+    assert whole.reasons == {code.value: list(core.waiting_codes().values()).count(code.value) for code in WaitCode}

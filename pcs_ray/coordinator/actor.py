@@ -48,8 +48,8 @@ REFRESH_YIELD_S = 30.0  # a refresh play stands aside for calls at most this lon
 # ... and keeps at least this share of its time for itself: under a steady stream of submissions it ends
 # within about twice its own running time, so its forecasts stay younger than Coordinator.branch_max_age_s
 REFRESH_SHARE = 0.5
-# Readings for Prometheus are taken under the lock and walk every job (each queued job's wait reason): at most
-# this often, which is how often Ray's metrics agent exports them by default (metrics_report_interval_ms)
+# Readings for Prometheus walk every job (a part at a time under the lock): at most this often, which is how
+# often Ray's metrics agent exports them by default (metrics_report_interval_ms)
 METRICS_EVERY_S = 10.0
 
 log = logging.getLogger("pcs_ray.coordinator")
@@ -291,10 +291,9 @@ class CoordinatorService(CoordinatorHost):
                         if not more:
                             break
                         pause()
-                with self.lock:
-                    if self.metrics is not None and time.monotonic() - last_metrics >= METRICS_EVERY_S:
-                        last_metrics = time.monotonic()
-                        self.metrics.publish(readings(self.core))
+                if self.metrics is not None and time.monotonic() - last_metrics >= METRICS_EVERY_S:
+                    last_metrics = time.monotonic()
+                    self.metrics.publish(readings(self.core, self.lock, pause))
             except Exception:
                 log.exception("coordinator forecasts")
             last_refresh = time.monotonic()

@@ -1,7 +1,7 @@
 """Prometheus metrics of the live coordinator, through ``ray.util.metrics`` (shown on Ray's metrics endpoint).
 
 :func:`readings` computes what to show from the core (pure, testable without
-Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
+Ray), a part of the jobs per hold of the coordinator's lock; :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 
 * ``pcs_ray_jobs{state}``: jobs queued, running, stopping (and finished, failed, cancelled, timed out so far)
 * ``pcs_ray_wfq_queue_length{queue}``: active jobs in each WFQ queue (``waiting`` tag: those without GPUs)
@@ -18,12 +18,16 @@ Ray); :class:`RayMetrics` publishes it. Names, all prefixed ``pcs_ray_``:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pcs_ray.contract import JobStatus
+from pcs_ray.coordinator.decisions import hand_overs
 from pcs_ray.policies.reasons import WaitCode
 
 ERROR_BOUNDARIES = [1, 2, 5, 10, 20, 50, 100, 200, 500]
+PART = 1000  # jobs counted per hold of the coordinator's lock
 
 
 @dataclass
@@ -38,38 +42,60 @@ class Readings:
     tenants: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # tenant -> (active, waiting, GPUs)
 
 
-def readings(core) -> Readings:
-    """What the coordinator shows now (call under its lock)."""
+def readings(core, lock=None, pause: Callable[[], None] = lambda: None, part: int = PART) -> Readings:
+    """What the coordinator shows now. With the core's ``lock``, it is held ``part`` jobs at a time (the
+    wait reasons' inputs taken under it, their codes counted outside, ``pause`` called between parts);
+    without, the caller holds it."""
+    hold = contextlib.nullcontext if lock is None else lambda: lock
     jobs = {s.value: 0 for s in JobStatus}
-    preemptions = 0
+    preemptions, allocated = 0, 0
     errors: dict[int, float] = {}
-    for job in core.jobs.values():
-        jobs[job.state.value] += 1
-        preemptions += job.preemptions
-        if job.state == JobStatus.FINISHED and job.first_predicted and job.finish is not None:
-            predicted, actual = job.first_predicted - job.submit, job.finish - job.submit
-            if predicted > 0:
-                errors[job.job_id] = 100.0 * abs(actual - predicted) / predicted
     queues: dict[str, list[int]] = {}
-    queue_of = getattr(core.policy, "queue_of", None)
-    engine = core.model.engine
-    for jid, job in core.active.items():
-        state = engine.job(jid)
-        if queue_of is None or state is None:
-            continue
-        q = queues.setdefault(str(queue_of(state)), [0, 0])
-        q[0] += 1
-        q[1] += not job.gpus
-    allocated = sum(len(job.gpus) for job in core.active.values())
-    reasons = {code.value: 0 for code in WaitCode}
-    for code in core.waiting_codes().values():
-        reasons[code] += 1
     tenants: dict[str, list[int]] = {}
-    for job in core.active.values():
-        t = tenants.setdefault(job.spec.tenant or "", [0, 0, 0])
-        t[0] += 1
-        t[1] += not job.gpus
-        t[2] += len(job.gpus)
+    handed: dict[int, str] = {}  # hand-over and stopping codes (decisions.hand_overs)
+    queued: set[int] = set()
+    with hold():
+        ids = list(core.jobs)
+        reasons_later = core.model.why_waiting_later()
+        plan = core.model.plan()
+    for at in range(0, len(ids), part):
+        pause()
+        with hold():
+            queue_of = getattr(core.policy, "queue_of", None)
+            engine = core.model.engine
+            active = []
+            for jid in ids[at:at + part]:
+                job = core.jobs.get(jid)
+                if job is None:
+                    continue
+                jobs[job.state.value] += 1
+                preemptions += job.preemptions
+                if job.state == JobStatus.FINISHED and job.first_predicted and job.finish is not None:
+                    predicted, actual = job.first_predicted - job.submit, job.finish - job.submit
+                    if predicted > 0:
+                        errors[job.job_id] = 100.0 * abs(actual - predicted) / predicted
+                if job.done:
+                    continue
+                active.append(job)
+                if job.state == JobStatus.QUEUED:
+                    queued.add(jid)
+                allocated += len(job.gpus)
+                state = engine.job(jid)
+                if queue_of is not None and state is not None:
+                    q = queues.setdefault(str(queue_of(state)), [0, 0])
+                    q[0] += 1
+                    q[1] += not job.gpus
+                t = tenants.setdefault(job.spec.tenant or "", [0, 0, 0])
+                t[0] += 1
+                t[1] += not job.gpus
+                t[2] += len(job.gpus)
+            handed.update((jid, why.code.value) for jid, why in
+                          hand_overs(active, core.holders.values(), plan, core.gpu_name).items())
+    reasons = {code.value: 0 for code in WaitCode}
+    codes = dict(handed)
+    codes.update((jid, why.code.value) for jid, why in reasons_later(pause).items() if jid in queued)
+    for code in codes.values():
+        reasons[code] += 1
     return Readings(jobs, {k: (v[0], v[1]) for k, v in queues.items()}, allocated,
                     max(0, core.cluster.num_gpus - allocated), preemptions, errors, reasons,
                     {k: (v[0], v[1], v[2]) for k, v in tenants.items()})
