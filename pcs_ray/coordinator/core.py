@@ -125,6 +125,7 @@ class Coordinator(CoordinatorState):
         if speeds_path is not None:  # after the journal's own measurements: the file fills in what they lack
             self.speed.load(speeds_path)
         self._lease_origin = self.now()
+        self._external = {jid for jid, job in self.active.items() if job.spec.executor == "external"}  # active ones
 
     # -- events --------------------------------------------------------------------
     def submit(
@@ -153,6 +154,7 @@ class Coordinator(CoordinatorState):
         self._record("submit", jid, spec=spec.to_dict(), t1=self.speed.estimate(spec), submission_id=submission_id)
         if spec.executor == "external":
             self._renewed[jid] = self.now()
+            self._external.add(jid)
         actions = self.decide()
         self.jobs[jid].bound = self._bound(jid)
         if refresh:
@@ -350,7 +352,12 @@ class Coordinator(CoordinatorState):
         now = self.now()
         ended = False
         actions: list[Action] = []
-        for jid, job in list(self.active.items()):
+        # Only jobs holding GPUs and external ones have a guard to pass: not the queue, walked every tick.
+        for jid in sorted(self.holders.keys() | self._external):
+            job = self.active.get(jid)
+            if job is None:
+                self._external.discard(jid)
+                continue
             if job.spec.executor == "external":
                 why = guards.lease_lapsed(job, self._renewed.get(jid, self._lease_origin), now, self.limits)
                 if why is not None:
