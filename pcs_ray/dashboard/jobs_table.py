@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
+from markupsafe import Markup
+
 from pcs_ray.contract import BOUND_MEANING, past_bound
-from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
+from pcs_ray.dashboard.markup import EMPTY, PREFIX, attrs, clock, epoch, join
 
 PAGE_ROWS = 100
 STATES = ("queued", "running", "stopping", "finished", "cancelled", "failed")
@@ -96,7 +98,7 @@ def reason_words(waiting: dict | None) -> str:
     return "" if not waiting else waiting.get("text") or waiting.get("code", "")
 
 
-def row(job: dict, now: float) -> str:
+def row(job: dict, now: float) -> Markup:
     held, demand = len(job["gpus"]), job.get("demand") or [None, None]
     want = demand[1] if demand[0] in (None, demand[1]) else f"{demand[0]}–{demand[1]}"
     total = job.get("total_steps") or 0
@@ -104,79 +106,82 @@ def row(job: dict, now: float) -> str:
     start, finish, bound = predicted_start(job), predicted_finish(job), job.get("bound")
     waiting = job.get("waiting") or {}
     cells = [
-        (f'<td data-col="name"><a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>{esc(job["name"])}</a>'
-         f' <span class="id">#{job["id"]}</span></td>'),
-        f'<td data-col="tenant">{esc(job.get("tenant") or "")}</td>',
-        f'<td data-col="user">{esc(job.get("user") or "")}</td>',
-        f'<td data-col="state"><span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span></td>',
-        f'<td data-col="gpus"{attrs(title=", ".join(job["gpus"]) or None)}>{held} / {esc(want)}</td>',
-        (f'<td data-col="progress"{attrs(data__steps=job["steps"], data__total__steps=total)}>'
-         f'<progress{attrs(max=1, value=f"{share:.4f}")}></progress> {share:.0%}</td>'),
-        f'<td data-col="predicted-start"{attrs(data__epoch=epoch(start))}>{clock(start, now)}</td>',
-        f'<td data-col="predicted-finish"{attrs(data__epoch=epoch(finish))}>{clock(finish, now)}</td>',
+        Markup('<td data-col="name"><a{}>{}</a> <span class="id">#{}</span></td>').format(
+            attrs(href=PREFIX + "/jobs/" + str(job["id"])), job["name"], job["id"]),
+        Markup('<td data-col="tenant">{}</td>').format(job.get("tenant") or ""),
+        Markup('<td data-col="user">{}</td>').format(job.get("user") or ""),
+        Markup('<td data-col="state"><span{}>{}</span></td>').format(attrs(class_="state " + job["state"]),
+                                                                     job["state"]),
+        Markup('<td data-col="gpus"{}>{} / {}</td>').format(attrs(title=", ".join(job["gpus"]) or None), held, want),
+        Markup('<td data-col="progress"{}><progress{}></progress> {:.0%}</td>').format(
+            attrs(data__steps=job["steps"], data__total__steps=total), attrs(max=1, value=f"{share:.4f}"), share),
+        Markup('<td data-col="predicted-start"{}>{}</td>').format(attrs(data__epoch=epoch(start)), clock(start, now)),
+        Markup('<td data-col="predicted-finish"{}>{}</td>').format(attrs(data__epoch=epoch(finish)),
+                                                                    clock(finish, now)),
         bound_cell(bound, past_bound(job), now),
-        f'<td data-col="reason"{attrs(data__code=waiting.get("code", ""))}>{esc(reason_words(waiting))}</td>',
-        f'<td data-col="preemptions">{job.get("preemptions", 0)}</td>',
-        f'<td data-col="lost-steps">{job.get("lost_steps", 0)}</td>',
+        Markup('<td data-col="reason"{}>{}</td>').format(attrs(data__code=waiting.get("code", "")),
+                                                          reason_words(waiting)),
+        Markup('<td data-col="preemptions">{}</td>').format(job.get("preemptions", 0)),
+        Markup('<td data-col="lost-steps">{}</td>').format(job.get("lost_steps", 0)),
     ]
-    return (f'<tr{attrs(data__job__id=job["id"], data__state=job["state"], data__tenant=job.get("tenant") or "", data__user=job.get("user") or "")}>'
-            + "".join(cells) + "</tr>")
+    return Markup("<tr{}>{}</tr>").format(
+        attrs(data__job__id=job["id"], data__state=job["state"], data__tenant=job.get("tenant") or "",
+              data__user=job.get("user") or ""), join(cells))
 
 
-def bound_cell(bound: float | None, missed: bool, now: float) -> str:
+def bound_cell(bound: float | None, missed: bool, now: float) -> Markup:
     """The bound's cell: its time, marked where the predicted finish is past it (the meaning on hover)."""
-    mark = ' <span class="missed">missed</span>' if missed else ""
-    return (f'<td data-col="bound"{attrs(data__epoch=epoch(bound), data__missed="1" if missed else None)}>'
-            f"{clock(bound, now)}{mark}</td>")
+    mark = Markup(' <span class="missed">missed</span>') if missed else EMPTY
+    return Markup('<td data-col="bound"{}>{}{}</td>').format(
+        attrs(data__epoch=epoch(bound), data__missed="1" if missed else None), clock(bound, now), mark)
 
 
-def header(q: JobsQuery) -> str:
+def header(q: JobsQuery) -> Markup:
     out = []
     for key, label in COLUMNS:
         explain = BOUND_MEANING if key == "bound" else None
         if key in SORTS:
             order = "desc" if q.sort == key and q.order == "asc" else "asc"
             mark = (" ▲" if q.order == "asc" else " ▼") if q.sort == key else ""
-            out.append(f'<th{attrs(data__col=key, title=explain)}><a{attrs(href=q.url(sort=key, order=order, page=1))}>'
-                       f"{label}{mark}</a></th>")
+            out.append(Markup("<th{}><a{}>{}{}</a></th>").format(
+                attrs(data__col=key, title=explain), attrs(href=q.url(sort=key, order=order, page=1)), label, mark))
         else:
-            out.append(f'<th{attrs(data__col=key, title=explain)}>{label}</th>')
-    return "<tr>" + "".join(out) + "</tr>"
+            out.append(Markup("<th{}>{}</th>").format(attrs(data__col=key, title=explain), label))
+    return Markup("<tr>{}</tr>").format(join(out))
 
 
-def pager(q: JobsQuery, total: int, page: int) -> str:
+def pager(q: JobsQuery, total: int, page: int) -> Markup:
     pages = max(1, -(-total // PAGE_ROWS))
     first = (page - 1) * PAGE_ROWS + 1 if total else 0
     last = min(total, page * PAGE_ROWS)
-    prev = f'<a rel="prev"{attrs(href=q.url(page=page - 1))}>‹ previous</a>' if page > 1 else ""
-    nxt = f'<a rel="next"{attrs(href=q.url(page=page + 1))}>next ›</a>' if page < pages else ""
-    return (f'<nav class="pager"{attrs(data__page=page, data__pages=pages)}>{prev}'
-            f'<span>rows {first}–{last} of <span data-total="{total}">{total}</span>, page {page} of {pages}</span>'
-            f"{nxt}</nav>")
+    prev = Markup('<a rel="prev"{}>‹ previous</a>').format(attrs(href=q.url(page=page - 1))) if page > 1 else EMPTY
+    nxt = Markup('<a rel="next"{}>next ›</a>').format(attrs(href=q.url(page=page + 1))) if page < pages else EMPTY
+    return Markup('<nav class="pager"{}>{}<span>rows {}–{} of <span data-total="{}">{}</span>, page {} of {}</span>'
+                  "{}</nav>").format(attrs(data__page=page, data__pages=pages), prev, first, last, total, total, page,
+                                     pages, nxt)
 
 
-def filters(q: JobsQuery, jobs: list[dict]) -> str:
+def filters(q: JobsQuery, jobs: list[dict]) -> Markup:
     """The filter form (a GET: it changes nothing)."""
     tenants = sorted({j.get("tenant") or "" for j in jobs} - {""})
     users = sorted({j.get("user") or "" for j in jobs} - {""})
 
-    def select_of(name: str, options, chosen: str) -> str:
-        opts = [f'<option value=""{" selected" if not chosen else ""}>any {name}</option>']
-        opts += [f'<option{attrs(value=o, selected="selected" if o == chosen else None)}>{esc(o)}</option>'
+    def select_of(name: str, options, chosen: str) -> Markup:
+        opts = [Markup('<option value=""{}>any {}</option>').format(EMPTY if chosen else Markup(" selected"), name)]
+        opts += [Markup("<option{}>{}</option>").format(attrs(value=o, selected="selected" if o == chosen else None), o)
                  for o in options]
-        return f'<label>{name} <select{attrs(name=name)}>{"".join(opts)}</select></label>'
+        return Markup("<label>{} <select{}>{}</select></label>").format(name, attrs(name=name), join(opts))
 
-    return (f'<form id="filters" method="get"{attrs(action=f"{PREFIX}/jobs")}>'
-            + select_of("state", STATES, q.state) + select_of("tenant", tenants, q.tenant)
-            + select_of("user", users, q.user)
-            + f'<input type="hidden" name="sort"{attrs(value=q.sort)}><input type="hidden" name="order"{attrs(value=q.order)}>'
-            + '<button type="submit">Filter</button></form>')
+    return Markup('<form id="filters" method="get"{}>{}{}{}<input type="hidden" name="sort"{}>'
+                  '<input type="hidden" name="order"{}><button type="submit">Filter</button></form>').format(
+        attrs(action=f"{PREFIX}/jobs"), select_of("state", STATES, q.state), select_of("tenant", tenants, q.tenant),
+        select_of("user", users, q.user), attrs(value=q.sort), attrs(value=q.order))
 
 
-def table(snapshot: dict, q: JobsQuery) -> str:
+def table(snapshot: dict, q: JobsQuery) -> Markup:
     """The live part: the table of the page asked for, its total and its pager."""
     rows, total, page = select(snapshot["jobs"], q)
     now = snapshot["now"]
-    body = "".join(row(j, now) for j in rows)
-    return (f'<table id="jobs"><thead>{header(q)}</thead><tbody>{body}</tbody></table>'
-            + pager(q, total, page))
+    body = join(row(j, now) for j in rows)
+    return Markup('<table id="jobs"><thead>{}</thead><tbody>{}</tbody></table>{}').format(header(q), body,
+                                                                                          pager(q, total, page))

@@ -1,14 +1,18 @@
-"""HTML building blocks every page shares: escaping, attributes, times, the page shell and its navigation.
+"""HTML building blocks every page shares: markup by type, attributes, times, the page shell and its navigation.
 
-Every value that reaches the page goes through :func:`esc` or :func:`attrs`
-(``html.escape`` with quotes), so a job or user name is text, never markup.
+Every fragment of HTML is a :class:`markupsafe.Markup`, written as a literal in
+this package; any other value is escaped where it meets one (``Markup.format``,
+``+``, :func:`join`, :func:`attrs`). A job or user name can therefore only
+ever be text, whichever slot it lands in.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import time
+from collections.abc import Iterable
+
+from markupsafe import Markup
 
 PREFIX = "/dashboard"
 STATIC = f"{PREFIX}/static"
@@ -19,22 +23,23 @@ POLL = "every 1s"
 # htmx without inline styles or eval, so the page runs under ``default-src 'self'``.
 HTMX_CONFIG = json.dumps({"includeIndicatorStyles": False, "allowEval": False, "allowScriptTags": False,
                           "selfRequestsOnly": True, "historyCacheSize": 0})
+EMPTY = Markup()
 
 
-def esc(value) -> str:
-    """Text for HTML (``None`` is empty)."""
-    return "" if value is None else html.escape(str(value), quote=True)
+def join(parts: Iterable) -> Markup:
+    """Fragments one after another (a part that is not markup is escaped)."""
+    return EMPTY.join(parts)
 
 
-def attrs(**values) -> str:
+def blank(value):
+    """``None`` shown as nothing (``Markup.format`` would write "None")."""
+    return "" if value is None else value
+
+
+def attrs(**values) -> Markup:
     """`` name="value"`` pairs (a trailing ``_`` is dropped, ``__`` becomes ``-``; ``None`` leaves the attribute out)."""
-    out = []
-    for name, value in values.items():
-        if value is None:
-            continue
-        name = name.rstrip("_").replace("__", "-")
-        out.append(f' {name}="{esc(value)}"')
-    return "".join(out)
+    return join(Markup(' {}="{}"').format(name.rstrip("_").replace("__", "-"), value)
+                for name, value in values.items() if value is not None)
 
 
 def epoch(t: float | None) -> str:
@@ -51,41 +56,47 @@ def clock(t: float | None, now: float | None = None) -> str:
     return time.strftime(fmt, time.localtime(t))
 
 
-def nav(current: str) -> str:
-    links = "".join(f'<a{attrs(href=f"{PREFIX}/{key}", class_="current" if key == current else None)}>{label}</a>'
-                    for key, label in PAGES)
-    return f'<nav id="pages">{links}</nav>'
+def nav(current: str) -> Markup:
+    links = join(Markup("<a{}>{}</a>").format(
+        attrs(href=f"{PREFIX}/{key}", class_="current" if key == current else None), label) for key, label in PAGES)
+    return Markup('<nav id="pages">{}</nav>').format(links)
 
 
-def shell(title: str, body: str, *, current: str = "", csrf: str | None = None, caller: str = "",
-          live: bool = True, styled: bool = True) -> str:
+def shell(title: str, body: Markup, *, current: str = "", csrf: str | None = None, caller: str = "",
+          live: bool = True, styled: bool = True) -> Markup:
     """A whole page: head (the package's own CSS and htmx only), navigation, who is signed in, ``body``.
 
     ``csrf``: the session's token; htmx sends it as ``X-CSRF-Token`` with every request it makes.
     ``live``: False for pages without polling (the sign-in form, a static report). ``styled``: False for the
     sign-in form, which asks for no asset (they need a session).
     """
-    assets = (f'<link rel="icon" href="{STATIC}/favicon.svg"><link rel="stylesheet" href="{STATIC}/dashboard.css">'
-              if styled else "") + (f'<script src="{STATIC}/htmx.min.js"></script>' if live else "")
-    headers = f" hx-headers='{esc(json.dumps({'X-CSRF-Token': csrf}))}'" if csrf else ""
-    who = ""
+    assets = EMPTY
+    if styled:
+        assets += Markup('<link rel="icon" href="{0}/favicon.svg"><link rel="stylesheet" href="{0}/dashboard.css">'
+                         ).format(STATIC)
+    if live:
+        assets += Markup('<script src="{}/htmx.min.js"></script>').format(STATIC)
+    headers = who = top = EMPTY
     if csrf:
-        who = (f'<form method="post" action="{PREFIX}/logout" class="logout"><span class="who">{esc(caller)}</span>'
-               f'<input type="hidden" name="csrf"{attrs(value=csrf)}><button type="submit">Sign out</button></form>')
-    top = f'<header>{nav(current)}{who}</header>' if current else ""
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta name="htmx-config"{attrs(content=HTMX_CONFIG)}>'
-            f"<title>{esc(title)} · pcs-ray</title>"
-            f"{assets}</head>"
-            f"<body{headers}>{top}<main>{body}</main></body></html>\n")
+        headers = Markup(" hx-headers='{}'").format(json.dumps({"X-CSRF-Token": csrf}))
+        who = Markup('<form method="post" action="{}/logout" class="logout"><span class="who">{}</span>'
+                     '<input type="hidden" name="csrf"{}><button type="submit">Sign out</button></form>'
+                     ).format(PREFIX, caller, attrs(value=csrf))
+    if current:
+        top = Markup("<header>{}{}</header>").format(nav(current), who)
+    return Markup('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+                  '<meta name="htmx-config"{}><title>{} · pcs-ray</title>{}</head>'
+                  "<body{}>{}<main>{}</main></body></html>\n").format(attrs(content=HTMX_CONFIG), title, assets,
+                                                                       headers, top, body)
 
 
-def live_region(region_id: str, url: str, inner: str) -> str:
+def live_region(region_id: str, url: str, inner: Markup) -> Markup:
     """A part of a page that replaces itself with ``url``'s fragment every second (htmx)."""
-    return f'<div{attrs(id=region_id, hx__get=url, hx__trigger=POLL, hx__swap="outerHTML")}>{inner}</div>'
+    return Markup("<div{}>{}</div>").format(attrs(id=region_id, hx__get=url, hx__trigger=POLL, hx__swap="outerHTML"),
+                                            inner)
 
 
-def flash(message: str | None, error: bool = False) -> str:
+def flash(message: str | None, error: bool = False) -> Markup:
     if not message:
-        return ""
-    return f'<p class="flash{" error" if error else ""}">{esc(message)}</p>'
+        return EMPTY
+    return Markup('<p class="{}">{}</p>').format("flash error" if error else "flash", message)

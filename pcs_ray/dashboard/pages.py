@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from markupsafe import Markup
+
 from pcs_ray.contract import BOUND_MEANING, past_bound
 from pcs_ray.dashboard.charts import line_chart
 from pcs_ray.dashboard.jobs_table import (
@@ -21,12 +23,14 @@ from pcs_ray.dashboard.jobs_table import (
     table,
 )
 from pcs_ray.dashboard.markup import (
+    EMPTY,
     PREFIX,
     attrs,
+    blank,
     clock,
     epoch,
-    esc,
     flash,
+    join,
     live_region,
     shell,
 )
@@ -50,32 +54,33 @@ class Session:
         return (self.user or "anonymous") + (f" ({self.tenant})" if self.tenant else "")
 
 
-def _page(title: str, current: str, body: str, session: Session | None) -> str:
+def _page(title: str, current: str, body: Markup, session: Session | None) -> Markup:
     return shell(title, body, current=current, csrf=session.csrf if session else None,
                  caller=session.label if session else "", live=session is not None)
 
 
-def _live(region: str, url: str, inner: str, session: Session | None) -> str:
-    return live_region(region, url, inner) if session is not None else f'<div{attrs(id=region)}>{inner}</div>'
+def _live(region: str, url: str, inner: Markup, session: Session | None) -> Markup:
+    return live_region(region, url, inner) if session is not None else Markup("<div{}>{}</div>").format(
+        attrs(id=region), inner)
 
 
 # -- sign-in ---------------------------------------------------------------------------
-def login_page(error: str | None = None, user: str = "", tenant: str = "") -> str:
+def login_page(error: str | None = None, user: str = "", tenant: str = "") -> Markup:
     """The sign-in form: the cluster's token and who you are (as ``$PCS_RAY_USER``, ``$PCS_RAY_TENANT``)."""
-    body = ("<h1>Sign in to pcs-ray</h1>"
-            + (f'<p class="error">{esc(error)}</p>' if error else "")
-            + f'<form id="login" method="post"{attrs(action=f"{PREFIX}/login")}>'
-            '<label>Cluster token <input type="password" name="token" autocomplete="off" required></label>'
-            f'<label>User <input type="text" name="user"{attrs(value=user)} maxlength="100"></label>'
-            f'<label>Tenant <input type="text" name="tenant"{attrs(value=tenant)} maxlength="100"></label>'
-            '<button type="submit">Sign in</button></form>'
-            "<p class=\"hint\">The token is the Ray cluster's (<code>~/.ray/auth_token</code>); "
-            "<code>pcs-ray dashboard</code> prints a one-time link instead.</p>")
+    refused = Markup('<p class="error">{}</p>').format(error) if error else EMPTY
+    body = Markup('<h1>Sign in to pcs-ray</h1>{}<form id="login" method="post"{}>'
+                  '<label>Cluster token <input type="password" name="token" autocomplete="off" required></label>'
+                  '<label>User <input type="text" name="user"{} maxlength="100"></label>'
+                  '<label>Tenant <input type="text" name="tenant"{} maxlength="100"></label>'
+                  '<button type="submit">Sign in</button></form>'
+                  "<p class=\"hint\">The token is the Ray cluster's (<code>~/.ray/auth_token</code>); "
+                  "<code>pcs-ray dashboard</code> prints a one-time link instead.</p>"
+                  ).format(refused, attrs(action=f"{PREFIX}/login"), attrs(value=user), attrs(value=tenant))
     return shell("Sign in", body, live=False, styled=False)
 
 
 # -- cluster ---------------------------------------------------------------------------
-def cluster_fragment(snapshot: dict, session: Session | None = None) -> str:
+def cluster_fragment(snapshot: dict, session: Session | None = None) -> Markup:
     held = holders(snapshot["jobs"])
     nodes = []
     for node in snapshot["nodes"]:
@@ -89,44 +94,48 @@ def cluster_fragment(snapshot: dict, session: Session | None = None) -> str:
                 title = f"{gpu}: idle" if job is None else f'{gpu}: {job["name"]} (#{job["id"]}, {job["state"]})'
                 if info["scores"]:
                     title += "; slowdown " + ", ".join(f"{k} {v:g}" for k, v in sorted(info["scores"].items()))
-                label = "" if job is None else f'<a{attrs(href=PREFIX + "/jobs/" + str(job["id"]))}>#{job["id"]}</a>'
-                cells.append(f'<div{attrs(class_=f"gpu {state}", data__gpu=gpu, data__state=state, data__job__id="" if job is None else job["id"], data__speed__class=info["speed_class"], title=title)}>'
-                             f'<span class="index">{info["index"]}</span>{label}</div>')
+                label = EMPTY if job is None else Markup("<a{}>#{}</a>").format(
+                    attrs(href=PREFIX + "/jobs/" + str(job["id"])), job["id"])
+                cells.append(Markup('<div{}><span class="index">{}</span>{}</div>').format(
+                    attrs(class_=f"gpu {state}", data__gpu=gpu, data__state=state,
+                          data__job__id="" if job is None else job["id"], data__speed__class=info["speed_class"],
+                          title=title), info["index"], label))
             cls = "nvlink-group" if len(group) > 1 else "nvlink-group single"
-            groups.append(f'<div{attrs(class_=cls, data__gpus=" ".join(group))}>{"".join(cells)}</div>')
+            groups.append(Markup("<div{}>{}</div>").format(attrs(class_=cls, data__gpus=" ".join(group)), join(cells)))
         busy = sum(1 for g in node["gpus"] if g["name"] in held)
-        nodes.append(f'<section{attrs(class_="node", data__node=node["name"])}><h2>{esc(node["name"])} '
-                     f'<small>{busy} / {len(node["gpus"])} busy</small></h2>{"".join(groups)}</section>')
-    legend = ('<p class="legend"><span class="gpu idle">idle</span><span class="gpu busy">busy</span>'
-              '<span class="gpu stopping">stopping</span> · a box of several GPUs is an NVLink group; '
-              'speed class from the GPU\'s slowdown scores (fast, nominal, slow)</p>')
-    return _live("cluster", f"{FRAGMENT}/cluster", legend + "".join(nodes), session)
+        nodes.append(Markup("<section{}><h2>{} <small>{} / {} busy</small></h2>{}</section>").format(
+            attrs(class_="node", data__node=node["name"]), node["name"], busy, len(node["gpus"]), join(groups)))
+    legend = Markup('<p class="legend"><span class="gpu idle">idle</span><span class="gpu busy">busy</span>'
+                    '<span class="gpu stopping">stopping</span> · a box of several GPUs is an NVLink group; '
+                    'speed class from the GPU\'s slowdown scores (fast, nominal, slow)</p>')
+    return _live("cluster", f"{FRAGMENT}/cluster", legend + join(nodes), session)
 
 
-def cluster_page(snapshot: dict, session: Session | None = None) -> str:
-    return _page("Cluster", "cluster", "<h1>Cluster</h1>" + cluster_fragment(snapshot, session), session)
+def cluster_page(snapshot: dict, session: Session | None = None) -> Markup:
+    return _page("Cluster", "cluster", Markup("<h1>Cluster</h1>") + cluster_fragment(snapshot, session), session)
 
 
 # -- jobs ------------------------------------------------------------------------------
-def jobs_fragment(snapshot: dict, q: JobsQuery, session: Session | None = None) -> str:
+def jobs_fragment(snapshot: dict, q: JobsQuery, session: Session | None = None) -> Markup:
     return _live("jobs-live", q.url(f"{FRAGMENT}/jobs"), table(snapshot, q), session)
 
 
 def jobs_page(snapshot: dict, q: JobsQuery, session: Session | None = None, message: str | None = None,
-              error: bool = False) -> str:
-    body = "<h1>Jobs</h1>" + flash(message, error) + filters(q, snapshot["jobs"]) + jobs_fragment(snapshot, q, session)
+              error: bool = False) -> Markup:
+    body = Markup("<h1>Jobs</h1>") + flash(message, error) + filters(q, snapshot["jobs"]) + jobs_fragment(
+        snapshot, q, session)
     return _page("Jobs", "jobs", body, session)
 
 
 # -- timeline --------------------------------------------------------------------------
-def timeline_fragment(snapshot: dict, session: Session | None = None) -> str:
+def timeline_fragment(snapshot: dict, session: Session | None = None) -> Markup:
     return _live("timeline-live", f"{FRAGMENT}/timeline", timeline_svg(snapshot), session)
 
 
-def timeline_page(snapshot: dict, session: Session | None = None) -> str:
-    body = ("<h1>Timeline</h1><p class=\"legend\"><span class=\"bar past\">ran</span><span class=\"bar running\">running"
-            "</span><span class=\"bar predicted\">predicted (the coordinator's forecast, as <code>pcs-ray predict</code>"
-            " gives it)</span> · the line is now</p>" + timeline_fragment(snapshot, session))
+def timeline_page(snapshot: dict, session: Session | None = None) -> Markup:
+    body = Markup("<h1>Timeline</h1><p class=\"legend\"><span class=\"bar past\">ran</span><span class=\"bar running\">"
+                  "running</span><span class=\"bar predicted\">predicted (the coordinator's forecast, as <code>pcs-ray "
+                  "predict</code> gives it)</span> · the line is now</p>") + timeline_fragment(snapshot, session)
     return _page("Timeline", "timeline", body, session)
 
 
@@ -158,45 +167,50 @@ def runs(job: dict) -> list[dict]:
     return out
 
 
-def _runs_table(job: dict, now: float) -> str:
-    rows = "".join(
-        f'<tr{attrs(data__attempt=r["attempt"])}><td data-col="attempt">{r["attempt"]}</td>'
-        f'<td data-col="gpus">{esc(", ".join(r["gpus"]))}</td>'
-        f'<td data-col="start"{attrs(data__epoch=epoch(r["start"]))}>{clock(r["start"], now)}</td>'
-        f'<td data-col="end"{attrs(data__epoch=epoch(r["end"]))}>{clock(r["end"], now) if r["end"] else "running"}</td>'
-        f'<td data-col="why">{esc(r["why"])}</td>'
-        f'<td data-col="checkpoint-step">{"" if r["step"] is None else r["step"]}</td></tr>'
+def _runs_table(job: dict, now: float) -> Markup:
+    rows = join(
+        Markup('<tr{}><td data-col="attempt">{}</td><td data-col="gpus">{}</td><td data-col="start"{}>{}</td>'
+               '<td data-col="end"{}>{}</td><td data-col="why">{}</td><td data-col="checkpoint-step">{}</td></tr>'
+               ).format(attrs(data__attempt=r["attempt"]), r["attempt"], ", ".join(r["gpus"]),
+                        attrs(data__epoch=epoch(r["start"])), clock(r["start"], now),
+                        attrs(data__epoch=epoch(r["end"])), clock(r["end"], now) if r["end"] else "running",
+                        r["why"], blank(r["step"]))
         for r in runs(job))
-    return ('<table id="runs"><thead><tr><th>Attempt</th><th>GPUs</th><th>Start</th><th>End</th><th>Why it stopped</th>'
-            f'<th>Checkpoint step</th></tr></thead><tbody>{rows}</tbody></table>')
+    return Markup('<table id="runs"><thead><tr><th>Attempt</th><th>GPUs</th><th>Start</th><th>End</th>'
+                  '<th>Why it stopped</th><th>Checkpoint step</th></tr></thead><tbody>{}</tbody></table>').format(rows)
 
 
-def _time(cls: str, t: float | None, now: float) -> str:
-    return f"<span{attrs(data__epoch=epoch(t), class_=cls)}>{clock(t, now)}</span>"
+def _time(cls: str, t: float | None, now: float) -> Markup:
+    return Markup("<span{}>{}</span>").format(attrs(data__epoch=epoch(t), class_=cls), clock(t, now))
 
 
-def _facts(job: dict, now: float) -> str:
+def _facts(job: dict, now: float) -> Markup:
+    """The job's facts; each value is text or a fragment, and the fragments are :class:`Markup`."""
     total = job.get("total_steps") or 0
     waiting = job.get("waiting") or {}
-    rows = [("State", f'<span{attrs(class_="state " + job["state"])}>{esc(job["state"])}</span>'),
-            ("Tenant / user", f'{esc(job.get("tenant") or "—")} / {esc(job.get("user") or "—")}'),
-            ("Workload", esc(job.get("workload"))),
-            ("GPUs", esc(", ".join(job["gpus"]) or "none") + f' (demand {esc("–".join(map(str, job.get("demand") or [])))})'),
-            ("Progress", f'<progress{attrs(max=max(total, 1), value=job["steps"])}></progress> {job["steps"]} / {total} steps'),
+    missed = Markup(' <span class="missed">missed: predicted past it</span> <small>{}</small>').format(
+        BOUND_MEANING) if past_bound(job) else EMPTY
+    rows = [("State", Markup("<span{}>{}</span>").format(attrs(class_="state " + job["state"]), job["state"])),
+            ("Tenant / user", f'{job.get("tenant") or "—"} / {job.get("user") or "—"}'),
+            ("Workload", blank(job.get("workload"))),
+            ("GPUs", f'{", ".join(job["gpus"]) or "none"} (demand {"–".join(map(str, job.get("demand") or []))})'),
+            ("Progress", Markup("<progress{}></progress> {} / {} steps").format(
+                attrs(max=max(total, 1), value=job["steps"]), job["steps"], total)),
             ("Submitted", clock(job.get("submit"), now)),
             ("Start" if job["state"] != "queued" else "Predicted start",
              _time("predicted-start", job.get("start") if job["state"] != "queued" else job.get("predicted_start"), now)),
             ("Predicted finish", _time("predicted-finish", predicted_finish(job), now)),
-            ("Bound", f'<span{attrs(data__epoch=epoch(job.get("bound")), class_="bound", title=BOUND_MEANING)}>'
-                      f'{clock(job.get("bound"), now)}</span>'
-                      + (f' <span class="missed">missed: predicted past it</span> <small>{esc(BOUND_MEANING)}</small>'
-                         if past_bound(job) else "")),
+            ("Bound", Markup("<span{}>{}</span>{}").format(
+                attrs(data__epoch=epoch(job.get("bound")), class_="bound", title=BOUND_MEANING),
+                clock(job.get("bound"), now), missed)),
             ("Finished", clock(job.get("finish"), now)),
-            ("Why waiting", f'<span{attrs(data__code=waiting.get("code", ""), class_="reason")}>{esc(reason_words(waiting)) or "—"}</span>'),
+            ("Why waiting", Markup("<span{}>{}</span>").format(
+                attrs(data__code=waiting.get("code", ""), class_="reason"), reason_words(waiting) or "—")),
             ("Preemptions / lost steps", f'{job.get("preemptions", 0)} / {job.get("lost_steps", 0)}')]
     if job.get("error"):
-        rows.append(("Error", esc(job["error"])))
-    return "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
+        rows.append(("Error", job["error"]))
+    return Markup('<dl class="facts">{}</dl>').format(join(Markup("<dt>{}</dt><dd>{}</dd>").format(k, v)
+                                                           for k, v in rows))
 
 
 CURVE_POINTS = 400  # points of a reported metric drawn at most
@@ -217,38 +231,37 @@ def reported_curve(reports: list[dict] | None) -> tuple[str, list[tuple[float, f
     return name, points if every <= 1 else points[::every] + ([points[-1]] if (len(points) - 1) % every else [])
 
 
-def _metrics(job: dict, history: list[dict], now: float, reports: list[dict] | None = None) -> str:
+def _metrics(job: dict, history: list[dict], now: float, reports: list[dict] | None = None) -> Markup:
     """Progress over time (steps at each refresh seen), the metric the loop reports against its steps (its
     current run's reports), and the metrics the run reported at its end."""
     steps = [(h["t"], float(h["steps"])) for h in history if h.get("steps") is not None]
     chart = line_chart("metrics", [("steps", steps)], now=now, empty="no progress seen yet")
     curve = reported_curve(reports)
     if curve is not None:
-        chart += (f'<h3>{esc(curve[0])} by step (this run\'s reports)</h3>'
-                  + line_chart("reported", [("reported", curve[1])], now=now, x_steps=True))
+        chart += Markup("<h3>{} by step (this run's reports)</h3>").format(curve[0]) + line_chart(
+            "reported", [("reported", curve[1])], now=now, x_steps=True)
     final = job.get("metrics") or {}
-    numbers = "".join(f'<tr{attrs(data__metric=k)}><td>{esc(k)}</td><td>{esc(v)}</td></tr>' for k, v in sorted(final.items()))
-    table_ = f'<table id="final-metrics"><tbody>{numbers}</tbody></table>' if numbers else ""
+    numbers = join(Markup("<tr{}><td>{}</td><td>{}</td></tr>").format(attrs(data__metric=k), k, blank(v))
+                   for k, v in sorted(final.items()))
+    table_ = Markup('<table id="final-metrics"><tbody>{}</tbody></table>').format(numbers) if numbers else EMPTY
     return chart + table_
 
 
 def job_fragment(job: dict, history: list[dict], now: float, session: Session | None = None,
-                 reports: list[dict] | None = None) -> str:
+                 reports: list[dict] | None = None) -> Markup:
     predicted = [(h["t"], h["predicted"]) for h in history if h.get("predicted") is not None]
     if job.get("first_predicted") is not None and job.get("submit") is not None:
         predicted = [(job["submit"], job["first_predicted"])] + [p for p in predicted if p[0] > job["submit"]]
     actual = ("actual", job["finish"]) if job.get("finish") is not None and job["state"] == "finished" else None
-    inner = (f'<div{attrs(id="job", data__job__id=job["id"], data__state=job["state"])}>'
-             + _facts(job, now)
-             + "<h2>Predicted finish over time</h2>"
-             + line_chart("prediction-history", [("predicted", predicted)], now=now, y_time=True, level=actual,
-                          empty="no prediction yet")
-             + "<h2>Progress and metrics</h2>" + _metrics(job, history, now, reports)
-             + "<h2>Runs</h2>" + _runs_table(job, now) + "</div>")
+    inner = Markup("<div{}>{}<h2>Predicted finish over time</h2>{}<h2>Progress and metrics</h2>{}<h2>Runs</h2>{}</div>"
+                   ).format(attrs(id="job", data__job__id=job["id"], data__state=job["state"]), _facts(job, now),
+                            line_chart("prediction-history", [("predicted", predicted)], now=now, y_time=True,
+                                       level=actual, empty="no prediction yet"),
+                            _metrics(job, history, now, reports), _runs_table(job, now))
     return _live("job-live", f"{FRAGMENT}/jobs/{job['id']}", inner, session)
 
 
-def logs_fragment(job_id: int, logs: dict | None, session: Session | None = None) -> str:
+def logs_fragment(job_id: int, logs: dict | None, session: Session | None = None) -> Markup:
     """The tail of the job's newest run's logs (each rank's lines prefixed when there are several)."""
     text = ""
     if logs and logs.get("attempt") is not None:
@@ -261,24 +274,25 @@ def logs_fragment(job_id: int, logs: dict | None, session: Session | None = None
         label = f'attempt {logs["attempt"]}'
     else:
         label = "no logs yet (built-in workloads log to Ray's worker logs)"
-    inner = f'<p class="hint">{esc(label)}</p><pre id="logs"><span>{esc(text)}</span></pre>'
+    inner = Markup('<p class="hint">{}</p><pre id="logs"><span>{}</span></pre>').format(label, text)
     return _live("logs-live", f"{FRAGMENT}/jobs/{job_id}/logs", inner, session)
 
 
 def job_page(job: dict, history: list[dict], now: float, logs: dict | None, session: Session | None = None,
-             may_cancel: bool = False, message: str | None = None, error: bool = False) -> str:
-    cancel = ""
+             may_cancel: bool = False, message: str | None = None, error: bool = False) -> Markup:
+    cancel = EMPTY
     if session is not None and may_cancel and job["state"] in ("queued", "running", "stopping"):
-        cancel = (f'<form id="cancel" method="post"{attrs(action=PREFIX + "/jobs/" + str(job["id"]) + "/cancel")}>'
-                  f'<input type="hidden" name="csrf"{attrs(value=session.csrf)}><button type="submit">Cancel job</button></form>')
-    body = (f'<h1>{esc(job["name"])} <small>#{job["id"]}</small></h1>' + flash(message, error) + cancel
-            + job_fragment(job, history, now, session, (logs or {}).get("metrics"))
-            + "<h2>Logs</h2>" + logs_fragment(job["id"], logs, session))
+        cancel = Markup('<form id="cancel" method="post"{}><input type="hidden" name="csrf"{}>'
+                        '<button type="submit">Cancel job</button></form>').format(
+            attrs(action=PREFIX + "/jobs/" + str(job["id"]) + "/cancel"), attrs(value=session.csrf))
+    body = Markup("<h1>{} <small>#{}</small></h1>{}{}{}<h2>Logs</h2>{}").format(
+        job["name"], job["id"], flash(message, error), cancel,
+        job_fragment(job, history, now, session, (logs or {}).get("metrics")), logs_fragment(job["id"], logs, session))
     return _page(f'Job {job["id"]}', "jobs", body, session)
 
 
-def not_found_page(what: str, session: Session | None = None) -> str:
-    return _page("Not found", "jobs", f'<h1>Not found</h1><p class="flash error">{esc(what)}</p>', session)
+def not_found_page(what: str, session: Session | None = None) -> Markup:
+    return _page("Not found", "jobs", Markup('<h1>Not found</h1><p class="flash error">{}</p>').format(what), session)
 
 
 # -- tenants ---------------------------------------------------------------------------
@@ -317,33 +331,35 @@ def tenant_rows(snapshot: dict) -> list[dict]:
     return rows
 
 
-def _tenant_cell(row: dict, col: str) -> str:
+def _tenant_cell(row: dict, col: str) -> Markup:
     value = "—" if row[col] is None else row[col]
     if col == "waiting":  # how many of them wait on their tenant's quota (code tenant-quota)
         quota = row["on_quota"]
-        return f'<td{attrs(data__col=col, data__on__quota=quota, title=f"{quota} of them on quota")}>{value}</td>'
-    return f"<td{attrs(data__col=col)}>{value}</td>"
+        return Markup("<td{}>{}</td>").format(
+            attrs(data__col=col, data__on__quota=quota, title=f"{quota} of them on quota"), value)
+    return Markup("<td{}>{}</td>").format(attrs(data__col=col), value)
 
 
-def tenants_fragment(snapshot: dict, session: Session | None = None) -> str:
+def tenants_fragment(snapshot: dict, session: Session | None = None) -> Markup:
     view = snapshot["tenants"]
     if not view.get("tenants") and not view.get("usage"):
-        inner = "<p>No tenants file is in force and no job is active (<code>pcs-ray tenants apply</code>).</p>"
+        inner = Markup("<p>No tenants file is in force and no job is active (<code>pcs-ray tenants apply</code>).</p>")
     else:
-        rows = "".join(
-            f'<tr{attrs(data__tenant=r["tenant"])}><td data-col="tenant">{esc(r["tenant"] or "guests (no tenant)")}</td>'
-            + "".join(_tenant_cell(r, c) for c in ("quota", "used", "borrowed", "lent", "waiting", "protected"))
-            + "</tr>" for r in tenant_rows(snapshot))
+        rows = join(
+            Markup('<tr{}><td data-col="tenant">{}</td>{}</tr>').format(
+                attrs(data__tenant=r["tenant"]), r["tenant"] or "guests (no tenant)",
+                join(_tenant_cell(r, c) for c in ("quota", "used", "borrowed", "lent", "waiting", "protected")))
+            for r in tenant_rows(snapshot))
         since = view.get("since")
-        inner = ((f'<p>Tenants file in force since {clock(since, snapshot["now"])}.</p>' if since else
-                  "<p>No tenants file is in force: usage by the tenants jobs name.</p>")
-                 + '<table id="tenants"><thead><tr><th>Tenant</th><th>Quota</th><th>Used</th><th>Borrowed</th>'
-                 '<th>Lent</th><th>Waiting jobs</th><th>Protected runs</th></tr></thead>'
-                 f"<tbody>{rows}</tbody></table>" + _tenant_chart(snapshot))
+        in_force = (Markup("<p>Tenants file in force since {}.</p>").format(clock(since, snapshot["now"])) if since else
+                    Markup("<p>No tenants file is in force: usage by the tenants jobs name.</p>"))
+        inner = Markup('{}<table id="tenants"><thead><tr><th>Tenant</th><th>Quota</th><th>Used</th><th>Borrowed</th>'
+                       "<th>Lent</th><th>Waiting jobs</th><th>Protected runs</th></tr></thead>"
+                       "<tbody>{}</tbody></table>{}").format(in_force, rows, _tenant_chart(snapshot))
     return _live("tenants-live", f"{FRAGMENT}/tenants", inner, session)
 
 
-def _tenant_chart(snapshot: dict) -> str:
+def _tenant_chart(snapshot: dict) -> Markup:
     """GPUs each tenant held over time (one series per tenant, as seen at each snapshot while a dashboard was open)."""
     history = snapshot.get("tenant_history") or []
     names = sorted({name for point in history for name in point["used"]})
@@ -354,39 +370,42 @@ def _tenant_chart(snapshot: dict) -> str:
         if points and points[-1][0] < now:
             points.append((now, points[-1][1]))  # the last count holds until now
         series.append((f"series-{i % 6}", points))
-    legend = "".join(f'<span{attrs(class_=f"series-{i % 6}")}>{esc(name or "guests")}</span>' for i, name in enumerate(names))
-    return ("<h2>GPUs held over time</h2>" + f'<p class="legend">{legend}</p>'
-            + line_chart("tenants-history", series, now=now, empty="no history yet", floor=0.0))
+    legend = join(Markup("<span{}>{}</span>").format(attrs(class_=f"series-{i % 6}"), name or "guests")
+                  for i, name in enumerate(names))
+    return Markup('<h2>GPUs held over time</h2><p class="legend">{}</p>{}').format(
+        legend, line_chart("tenants-history", series, now=now, empty="no history yet", floor=0.0))
 
 
-def tenants_page(snapshot: dict, session: Session | None = None) -> str:
-    return _page("Tenants", "tenants", "<h1>Tenants</h1>" + tenants_fragment(snapshot, session), session)
+def tenants_page(snapshot: dict, session: Session | None = None) -> Markup:
+    return _page("Tenants", "tenants", Markup("<h1>Tenants</h1>") + tenants_fragment(snapshot, session), session)
 
 
 # -- policy ----------------------------------------------------------------------------
-def _params(d: dict) -> str:
-    return "<dl class=\"params\">" + "".join(
-        f"<dt>{esc(k)}</dt><dd>{_params(v) if isinstance(v, dict) else esc(v)}</dd>" for k, v in d.items()) + "</dl>"
+def _params(d: dict) -> Markup:
+    return Markup('<dl class="params">{}</dl>').format(join(
+        Markup("<dt>{}</dt><dd>{}</dd>").format(k, _params(v) if isinstance(v, dict) else blank(v))
+        for k, v in d.items()))
 
 
-def policy_fragment(snapshot: dict, session: Session | None = None) -> str:
+def policy_fragment(snapshot: dict, session: Session | None = None) -> Markup:
     config, now = snapshot["config"], snapshot["now"]
     policy = config.get("policy") or {}
     placement = config.get("placement")
-    current = (f'<div{attrs(id="policy", data__policy=policy.get("policy", ""), data__since=epoch(config.get("since")))}>'
-               f'<p>Policy <strong class="name">{esc(policy.get("policy", "?"))}</strong> in force since '
-               f'{clock(config.get("since"), now)} (from {esc(config.get("source"))}).</p>'
-               f'<h2>Parameters</h2>{_params(policy)}'
-               f'<h2>Placement</h2>{_params(placement) if isinstance(placement, dict) else esc(placement)}</div>')
-    rows = "".join(
-        f'<tr{attrs(data__kind=h["kind"], data__epoch=epoch(h["t"]))}><td>{clock(h["t"], now)}</td><td>{esc(h["kind"])}</td>'
-        f'<td>{esc(h.get("source", ""))}</td><td>{esc(h["what"])}</td></tr>'
+    current = Markup('<div{}><p>Policy <strong class="name">{}</strong> in force since {} (from {}).</p>'
+                     "<h2>Parameters</h2>{}<h2>Placement</h2>{}</div>").format(
+        attrs(id="policy", data__policy=policy.get("policy", ""), data__since=epoch(config.get("since"))),
+        policy.get("policy", "?"), clock(config.get("since"), now), blank(config.get("source")), _params(policy),
+        _params(placement) if isinstance(placement, dict) else blank(placement))
+    rows = join(
+        Markup("<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>").format(
+            attrs(data__kind=h["kind"], data__epoch=epoch(h["t"])), clock(h["t"], now), h["kind"],
+            h.get("source", ""), h["what"])
         for h in reversed(snapshot.get("history", [])))
-    history = ('<h2>Configuration history</h2><table id="config-history"><thead><tr><th>When</th><th>What</th>'
-               f'<th>Source</th><th>Details</th></tr></thead><tbody>{rows}</tbody></table>')
+    history = Markup('<h2>Configuration history</h2><table id="config-history"><thead><tr><th>When</th><th>What</th>'
+                     "<th>Source</th><th>Details</th></tr></thead><tbody>{}</tbody></table>").format(rows)
     return _live("policy-live", f"{FRAGMENT}/policy", current + history, session)
 
 
-def policy_page(snapshot: dict, session: Session | None = None) -> str:
-    return _page("Policy", "policy", "<h1>Policy</h1>" + policy_fragment(snapshot, session), session)
+def policy_page(snapshot: dict, session: Session | None = None) -> Markup:
+    return _page("Policy", "policy", Markup("<h1>Policy</h1>") + policy_fragment(snapshot, session), session)
 

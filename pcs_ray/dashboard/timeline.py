@@ -14,7 +14,9 @@ job (``g.queued-job``). The view is bounded: runs that ended before the window a
 
 from __future__ import annotations
 
-from pcs_ray.dashboard.markup import PREFIX, attrs, clock, epoch, esc
+from markupsafe import Markup
+
+from pcs_ray.dashboard.markup import EMPTY, PREFIX, attrs, clock, epoch, join
 
 PAST_S = 1800.0  # how far back the window reaches
 MIN_PAST_S = 120.0
@@ -50,7 +52,7 @@ def _bars(snapshot: dict, since: float) -> tuple[dict[str, list[dict]], list[dic
     return rows, queued[:MAX_QUEUED]
 
 
-def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX + "/jobs/") -> str:
+def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX + "/jobs/") -> Markup:
     now = snapshot["now"]
     rows, queued = _bars(snapshot, now - past_s)
     starts = [b["start"] for bars in rows.values() for b in bars]
@@ -68,41 +70,42 @@ def timeline_svg(snapshot: dict, past_s: float = PAST_S, job_link: str = PREFIX 
     gpus = [g["name"] for node in snapshot["nodes"] for g in node["gpus"]]
     gpus += sorted(set(rows) - set(gpus))  # GPUs of runs on nodes lost since
     height = AXIS_H + ROW_H * (len(gpus) + (len(queued) + 1 if queued else 0)) + 10
-    parts = [(f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg"'
-              f'{attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since), data__until=epoch(until))}>')]
+    parts = [Markup('<svg id="timeline" xmlns="http://www.w3.org/2000/svg"{}>').format(
+        attrs(viewBox=f"0 0 {WIDTH} {height}", width=WIDTH, height=height, data__since=epoch(since),
+              data__until=epoch(until)))]
     for k in range(7):  # the time axis
         t = since + span * k / 6
-        parts.append(f'<g class="tick"><line{attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height)}/>'
-                     f'<text{attrs(x=f"{x(t):.1f}", y=12, text__anchor="end" if k == 6 else "middle" if k else "start")}>'
-                     f"{esc(clock(t, now))}</text></g>")
+        parts.append(Markup('<g class="tick"><line{}/><text{}>{}</text></g>').format(
+            attrs(x1=f"{x(t):.1f}", x2=f"{x(t):.1f}", y1=AXIS_H - 6, y2=height),
+            attrs(x=f"{x(t):.1f}", y=12, text__anchor="end" if k == 6 else "middle" if k else "start"), clock(t, now)))
     for i, gpu in enumerate(gpus):
         y = AXIS_H + i * ROW_H
-        parts.append(f'<g class="row"{attrs(data__gpu=gpu)}><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>{esc(gpu)}</text>')
-        for bar in sorted(rows.get(gpu, ()), key=lambda b: b["start"]):
-            parts.append(_bar(bar, x, y, now, job_link))
-        parts.append("</g>")
+        bars = join(_bar(bar, x, y, now, job_link) for bar in sorted(rows.get(gpu, ()), key=lambda b: b["start"]))
+        parts.append(Markup('<g class="row"{}><text class="label"{}>{}</text>{}</g>').format(
+            attrs(data__gpu=gpu), attrs(x=4, y=y + ROW_H - 7), gpu, bars))
     if queued:
         y0 = AXIS_H + len(gpus) * ROW_H
-        parts.append(f'<g class="queued"><text class="label"{attrs(x=4, y=y0 + ROW_H - 7)}>queued: predicted runs</text>')
+        parts.append(Markup('<g class="queued"><text class="label"{}>queued: predicted runs</text>').format(
+            attrs(x=4, y=y0 + ROW_H - 7)))
         for i, job in enumerate(queued):
             y = y0 + (i + 1) * ROW_H
             finish, bound, start = job["predicted_completion"], job.get("bound"), job.get("predicted_start")
             title = f'{job["name"]} (#{job["id"]}, queued): predicted finish {clock(finish, now)}, bound {clock(bound, now)}'
             mark = (_bar({"kind": "predicted", "job": job, "start": start, "finish": finish, "bound": bound}, x, y, now,
                          job_link) if start is not None else
-                    f'<circle class="finish"{attrs(cx=f"{x(finish):.1f}", cy=y + ROW_H / 2, r=5)}/>')
-            parts.append(
-                f'<g class="queued-job"{attrs(data__job__id=job["id"], data__finish=epoch(finish), data__bound=epoch(bound))}>'
-                f'<title>{esc(title)}</title><text class="label"{attrs(x=4, y=y + ROW_H - 7)}>#{job["id"]} {esc(job["name"][:12])}</text>'
-                + mark + (f'<line class="bound"{attrs(x1=f"{x(bound):.1f}", x2=f"{x(bound):.1f}", y1=y + 3, y2=y + ROW_H - 3)}/>'
-                          if bound is not None else "") + "</g>")
-        parts.append("</g>")
-    parts.append(f'<line id="now"{attrs(x1=f"{x(now):.1f}", x2=f"{x(now):.1f}", y1=AXIS_H - 6, y2=height, data__t=epoch(now))}/>')
-    parts.append("</svg>")
-    return "".join(parts)
+                    Markup('<circle class="finish"{}/>').format(attrs(cx=f"{x(finish):.1f}", cy=y + ROW_H / 2, r=5)))
+            line = EMPTY if bound is None else Markup('<line class="bound"{}/>').format(
+                attrs(x1=f"{x(bound):.1f}", x2=f"{x(bound):.1f}", y1=y + 3, y2=y + ROW_H - 3))
+            lane = Markup('<g class="queued-job"{}><title>{}</title><text class="label"{}>#{} {}</text>{}{}</g>')
+            parts.append(lane.format(attrs(data__job__id=job["id"], data__finish=epoch(finish), data__bound=epoch(bound)),
+                                     title, attrs(x=4, y=y + ROW_H - 7), job["id"], job["name"][:12], mark, line))
+        parts.append(Markup("</g>"))
+    parts.append(Markup('<line id="now"{}/></svg>').format(
+        attrs(x1=f"{x(now):.1f}", x2=f"{x(now):.1f}", y1=AXIS_H - 6, y2=height, data__t=epoch(now))))
+    return join(parts)
 
 
-def _bar(bar: dict, x, y: float, now: float, job_link: str) -> str:
+def _bar(bar: dict, x, y: float, now: float, job_link: str) -> Markup:
     job = bar["job"]
     start, finish = bar["start"], bar["finish"]
     x0, x1 = x(start), x(finish)
@@ -114,6 +117,7 @@ def _bar(bar: dict, x, y: float, now: float, job_link: str) -> str:
     if kind == "predicted":
         extra["data__bound"] = epoch(bar.get("bound"))
         title += f', bound {clock(bar.get("bound"), now)}'
-    rect = (f'<rect{attrs(class_=f"bar {kind}", x=f"{x0:.1f}", y=y + 3, width=f"{max(1.0, x1 - x0):.1f}", height=ROW_H - 6, data__job__id=job["id"], data__start=epoch(start), data__finish=epoch(finish), **extra)}>'
-            f"<title>{esc(title)}</title></rect>")
-    return f'<a{attrs(href=job_link + str(job["id"]))}>{rect}</a>'
+    return Markup("<a{}><rect{}><title>{}</title></rect></a>").format(
+        attrs(href=job_link + str(job["id"])),
+        attrs(class_=f"bar {kind}", x=f"{x0:.1f}", y=y + 3, width=f"{max(1.0, x1 - x0):.1f}", height=ROW_H - 6,
+              data__job__id=job["id"], data__start=epoch(start), data__finish=epoch(finish), **extra), title)
