@@ -32,7 +32,7 @@ from pcs_ray.placement.scores import KeepGPUs, Locality, PreservedBandwidth, Top
 
 COMBINED = Configuration(
     name="combined",
-    help="the lowest variability x locality x topology slowdown per app",
+    help="the lowest variability x locality x topology slowdown per job",
     sources=(BestNodesFirst(subsets=True, single_gpu=True, budget=8, stop_without_links=True), ClusterBest()),
     scores=((Variability(), 1.0), (Locality(), 1.0), (Topology(), 1.0)),
     tie_breaks=(KeepGPUs(), PreservedBandwidth()),

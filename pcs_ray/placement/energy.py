@@ -158,7 +158,7 @@ class Energy(Score):
 
 LOWEST_POWER = Configuration(
     name="lowest-power",
-    help="the free GPUs with the lowest predicted power for the app's class, anywhere (the VAHRM paper's rule); sticky",
+    help="the free GPUs with the lowest predicted power for the job's class, anywhere (the VAHRM paper's rule); sticky",
     sources=(LowestPower(),),
     sticky=True,
 )
@@ -186,7 +186,7 @@ CVA = Configuration(
 
 ENERGY = Configuration(
     name="energy",
-    help="the lowest variability x locality x topology x predicted power (energy per unit of work) per app",
+    help="the lowest variability x locality x topology x predicted power (energy per unit of work) per job",
     sources=(EnergyCandidates(), BestNodesFirst(subsets=True, single_gpu=True, budget=8, stop_without_links=True),
              ClusterBest()),
     scores=((Variability(), 1.0), (Locality(), 1.0), (Topology(), 1.0), (Energy(), 1.0)),

@@ -37,7 +37,7 @@ MAPA_TOPO = _mapa("topo", "MAPA's Topo-aware: the first CPU socket that fits, el
 MAPA_GREEDY = _mapa("greedy", "MAPA's Greedy: the embedding with the most aggregated NVLink bandwidth",
                     (Embeddings(embedding="aggregated"), Spread()), ((AggregatedBandwidth(), 1.0),))
 MAPA_PRESERVE = _mapa(
-    "preserve", "MAPA's Preserve: sensitive apps the best predicted effective bandwidth, others the embedding "
+    "preserve", "MAPA's Preserve: sensitive jobs the best predicted effective bandwidth, others the embedding "
                 "that leaves the most NVLink bandwidth free",
     (Embeddings(), Spread()),
     ((EffectiveBandwidth(sensitive_only=True), 1.0), (PreservedBandwidth(insensitive_only=True), 1.0)),

@@ -16,14 +16,14 @@ from pcs_ray.placement.scores import BestFit
 
 PACKED_STICKY = Configuration(
     name="packed-sticky",
-    help="fewest nodes per app (best fit); an app keeps its GPUs until its count changes (Tiresias)",
+    help="fewest nodes per job (best fit); a job keeps its GPUs until its count changes (Tiresias)",
     sources=(LowestIds(), Spread()),
     scores=((BestFit(), 1.0),),
     sticky=True,
 )
 PACKED_NONSTICKY = dataclasses.replace(
     PACKED_STICKY, name="packed-nonsticky", sticky=False,
-    help="fewest nodes per app (best fit), re-packed every round (Gandiva)",
+    help="fewest nodes per job (best fit), re-packed every round (Gandiva)",
 )
 
 __all__ = ["PACKED_NONSTICKY", "PACKED_STICKY"]

@@ -9,7 +9,7 @@ from pcs_ray.placement.framework import Configuration
 
 RANDOM_STICKY = Configuration(
     name="random-sticky",
-    help="random free GPUs (seeded); an app keeps them until its count changes",
+    help="random free GPUs (seeded); a job keeps them until its count changes",
     sources=(RandomDraw(),),
     sticky=True,
 )

@@ -2,7 +2,7 @@
 
 Events are arrivals, completions and policy reviews (lease expiries,
 priority demotions). Between events every allocation is constant, so a
-running app's finish time is known exactly and progress is computed, not
+running job's finish time is known exactly and progress is computed, not
 stepped. The same ``Engine`` plays the cluster forward for predictions
 (PCS §4): a fork of the live state with no future arrivals.
 """
@@ -26,7 +26,7 @@ INF = math.inf
 
 @dataclass(slots=True)
 class JobRecord:
-    """Outcome of one app: times are absolute seconds, predictions are finish times."""
+    """Outcome of one job: times are absolute seconds, predictions are finish times."""
 
     job_id: int
     submit: float
@@ -40,7 +40,7 @@ class JobRecord:
     refreshes: int = 0
     bound: float | None = None
     preemptions: int = 0
-    avg_active: float | None = None  # mean number of active apps over its life (for fair JCT)
+    avg_active: float | None = None  # mean number of active jobs over its life (for fair JCT)
     fair_jct: float | None = None
 
     @property
@@ -98,10 +98,10 @@ class Engine:
         self.review_at: float | None = None
         self.busy = 0
         self.demand = 0  # sum of max_gpus over active jobs
-        self.area = 0.0  # integral of the number of active apps over time
+        self.area = 0.0  # integral of the number of active jobs over time
         self.events = 0
         # Event-averaged contention, as the PCS artifact counts it (Themis's fair share): every
-        # arrival, completion and policy review adds the number of apps active before it.
+        # arrival, completion and policy review adds the number of jobs active before it.
         self.seen_total = 0.0
         self.seen_events = 0
         self._eventful = False  # an arrival or completion since the last reallocate
@@ -140,7 +140,7 @@ class Engine:
         job = JobState.new(spec, self.now)
         self._count_event()
         self.active[spec.job_id] = job
-        # The arriving app starts having seen the apps now active, itself included.
+        # The arriving job starts having seen the jobs now active, itself included.
         job.seen_total = len(self.active) - self.seen_total
         job.seen_events = 1 - self.seen_events
         self.demand += spec.max_gpus
