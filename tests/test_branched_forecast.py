@@ -107,6 +107,25 @@ def test_a_refresh_play_that_took_long_stays_usable_for_twice_its_length():
     assert core.jobs[late].forecast_basis == "fresh"
 
 
+def test_while_the_next_refresh_plays_the_last_one_stays_usable():
+    core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=5.0)
+    rng = random.Random(6)
+    for _ in range(30):
+        clock.t += 1.0
+        core.submit(random_submission(rng), refresh=False)
+    refresh(core)  # took no time: usable for 5 s
+    clock.t += 2.0
+    core.submit(random_submission(rng), refresh=False)  # something to play again for
+    began, play = core.begin_play_refresh()  # the next play, slow under load
+    clock.t += 10.0  # 12 s after the last play's state, 10 s into the next
+    jid, _ = core.submit(random_submission(rng))
+    assert core.jobs[jid].forecast_basis == "branch" and core.jobs[jid].refresh_age == pytest.approx(12.0)
+    core.end_play_refresh(began, play())  # it took 10 s: usable for 20 s from its state
+    clock.t += 11.0
+    late, _ = core.submit(random_submission(rng))
+    assert core.jobs[late].forecast_basis == "fresh"  # 21 s after its state, and no play under way
+
+
 def test_a_policy_without_queues_forecasts_fresh():
     core, clock = make(unequal_cluster(), "themis")  # lease reviews: no queue play, no branch points
     rng = random.Random(4)

@@ -514,7 +514,8 @@ class Coordinator(CoordinatorState):
         job's branch point to its finish are played. Otherwise it is a play of the current state (the
         number the whole play gives, at the cost of the events before the job's finish). The job
         records which (``forecast_basis``) and the refresh's age. Where the latest refresh play took long
-        (a queue of 100,000), its state may be as old as ``BRANCH_AGE_PER_PLAY`` times its length."""
+        (a queue of 100,000), its state may be as old as ``BRANCH_AGE_PER_PLAY`` times its length, plus how
+        long the play under way (if any) has run: a slow play must not send every submission to a fresh one."""
         if not self._predictions_stale:
             return
         self.model.sync(self.now(), self.active, self._dirty, self.speed)
@@ -522,7 +523,10 @@ class Coordinator(CoordinatorState):
         if self._branches is not None and self._branches[1] is self.policy:
             points, _, since_id = self._branches
             age = self.now() - points.started
-            if age < self._branch_age_limit:
+            limit = self._branch_age_limit
+            if self._refreshing is not None:  # the next play is under way: its state is that much younger
+                limit += self.now() - self._refreshing[0].started
+            if age < limit:
                 finish = self.model.play_branch(points, jid, since_id)
             else:
                 self._branches = None  # too old for any later submission too: its copies are let go
