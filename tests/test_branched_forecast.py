@@ -90,12 +90,18 @@ def test_a_forecast_is_played_fresh_without_a_usable_refresh():
     assert never.jobs[jid].forecast_basis == "fresh"
 
 
-def test_a_refresh_play_that_took_long_stays_usable_for_twice_its_length():
+def queued(seed: int):
+    """A core whose refreshes are usable for 5 s, with 30 jobs submitted a second apart and not yet forecast."""
     core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=5.0)
-    rng = random.Random(5)
+    rng = random.Random(seed)
     for _ in range(30):
         clock.t += 1.0
         core.submit(random_submission(rng), refresh=False)
+    return core, clock, rng
+
+
+def test_a_refresh_play_that_took_long_stays_usable_for_twice_its_length():
+    core, clock, rng = queued(seed=5)
     began, play = core.begin_play_refresh()
     clock.t += 20.0  # the play took 20 s of the coordinator's clock, as one of 100,000 jobs does
     core.end_play_refresh(began, play())
@@ -108,11 +114,7 @@ def test_a_refresh_play_that_took_long_stays_usable_for_twice_its_length():
 
 
 def test_while_the_next_refresh_plays_the_last_one_stays_usable():
-    core, clock = make(ClusterSpec.homogeneous(8, 4), "pcs-bal", branch_max_age_s=5.0)
-    rng = random.Random(6)
-    for _ in range(30):
-        clock.t += 1.0
-        core.submit(random_submission(rng), refresh=False)
+    core, clock, rng = queued(seed=6)
     refresh(core)  # took no time: usable for 5 s
     clock.t += 2.0
     core.submit(random_submission(rng), refresh=False)  # something to play again for
